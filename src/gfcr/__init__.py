@@ -1,0 +1,3 @@
+"""gfcr: rollouts as first-class data for LLM RL post-training."""
+
+__version__ = "0.1.0"

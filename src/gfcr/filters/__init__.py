@@ -1,0 +1,1 @@
+"""gfcr.filters"""

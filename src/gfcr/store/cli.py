@@ -1,0 +1,188 @@
+"""`gfcr store …` commands: thin wrappers over :mod:`gfcr.store`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+store_app = typer.Typer(help="Create, fill, query and maintain a rollout store.", no_args_is_help=True)
+
+StorePath = Annotated[Path, typer.Argument(help="Store directory.")]
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _open(path: Path):  # noqa: ANN202
+    from gfcr.store import RolloutStore, StoreError
+
+    try:
+        return RolloutStore.open(path)
+    except StoreError as e:
+        _fail(str(e))
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "isoformat"):
+        return o.isoformat()
+    if isinstance(o, bytes):
+        return o.hex()
+    return str(o)
+
+
+def print_rows(rows: list[dict[str, Any]], title: str | None = None, max_width: int = 60) -> None:
+    """A rich table of dict rows (long cells shortened)."""
+    if not rows:
+        console.print("(no rows)")
+        return
+    t = Table(title=title, show_lines=False)
+    for k in rows[0]:
+        t.add_column(str(k), overflow="fold")
+    for r in rows:
+        cells = []
+        for v in r.values():
+            s = f"{v:.4g}" if isinstance(v, float) else str(v)
+            cells.append(s if len(s) <= max_width else s[: max_width - 1] + "…")
+        t.add_row(*cells)
+    console.print(t)
+
+
+@store_app.command("init")
+def init(path: StorePath) -> None:
+    """Create an empty store (all tables created with their schemas)."""
+    from gfcr.store import RolloutStore
+
+    s = RolloutStore.open(path, create=True)
+    console.print(f"store ready at {s.path} (schema version {s.manifest['schema_version']})")
+
+
+@store_app.command("import")
+def import_(
+    path: StorePath,
+    files: Annotated[list[Path], typer.Argument(help="Files or directories to import.")],
+    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | slime | jsonl | parquet")],
+    run: Annotated[str | None, typer.Option(help="run_id for the imported rows (default import-FORMAT).")] = None,
+    tokenizer: Annotated[
+        str | None, typer.Option(help="Tokenizer (HF name or dir) to retokenize text-only formats.")
+    ] = None,
+    trust_pickle: Annotated[
+        bool, typer.Option("--trust-pickle", help="slime: allow arbitrary unpickling (only for files you trust).")
+    ] = False,
+    create: Annotated[bool, typer.Option(help="Create the store if it does not exist.")] = True,
+) -> None:
+    """Import rollouts from another framework's dump. One import is one commit; bad input writes nothing."""
+    from gfcr.store import RolloutStore, StoreError
+    from gfcr.store.importers import ImportFormatError, import_rollouts
+
+    try:
+        store = RolloutStore.open(path, create=create)
+        before = store.count()
+        res = import_rollouts(store, from_, [str(f) for f in files], run_id=run, tokenizer=tokenizer,
+                              trust_pickle=trust_pickle)
+    except (ImportFormatError, StoreError) as e:
+        _fail(str(e))
+    for n in res.notes:
+        console.print(f"[yellow]note:[/] {n}")
+    console.print(
+        f"imported {len(res.rollouts)} rollouts and {len(res.prompts)} prompts from {len(res.files)} file(s) "
+        f"({res.format}, tokens: {res.tokens_source}); store now holds {before + len(res.rollouts)} rollouts"
+    )
+
+
+@store_app.command("export")
+def export_(
+    path: StorePath,
+    out: Annotated[Path, typer.Argument(help="Output file (must not exist).")],
+    to: Annotated[str, typer.Option("--to", help="jsonl | parquet")] = "jsonl",
+    where: Annotated[str | None, typer.Option(help="DuckDB SQL predicate over rollouts, e.g. \"reward > 0\".")] = None,
+) -> None:
+    """Export rollouts in gfcr's own schema (importable again with --from jsonl/parquet)."""
+    from gfcr.store import StoreError
+    from gfcr.store.importers import export
+
+    store = _open(path)
+    try:
+        n = export(store, to, out, where=where)
+    except StoreError as e:
+        _fail(str(e))
+    console.print(f"wrote {n} rollouts to {out}")
+
+
+@store_app.command("stats")
+def stats(
+    path: StorePath,
+    run: Annotated[str | None, typer.Option(help="Only this run.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Per run and step: rollouts, generated tokens, mean reward, verified share."""
+    store = _open(path)
+    rows = store.stats(run=run)
+    if as_json:
+        print(json.dumps(rows, default=_json_default))
+    else:
+        print_rows(rows, title=f"{store.path} — {store.count()} rollouts, {store.count('prompts')} prompts")
+
+
+@store_app.command("query")
+def query(
+    path: StorePath,
+    sql: Annotated[str, typer.Argument(help="DuckDB SQL over tables rollouts, prompts, audits, state.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON lines.")] = False,
+    limit: Annotated[int, typer.Option(help="Rows shown in table mode.")] = 50,
+) -> None:
+    """Run a SQL query over the store."""
+    from gfcr.store import StoreError
+
+    store = _open(path)
+    try:
+        t = store.sql(sql)
+    except StoreError as e:
+        _fail(str(e))
+    rows = t.to_pylist()
+    if as_json:
+        for r in rows:
+            print(json.dumps(r, default=_json_default))
+    else:
+        print_rows(rows[:limit], title=f"{len(rows)} row(s)" + (f", first {limit} shown" if len(rows) > limit else ""))
+
+
+@store_app.command("versions")
+def versions(path: StorePath, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List store versions (every commit of the rollouts table)."""
+    store = _open(path)
+    vs = store.versions()
+    if as_json:
+        print(json.dumps(vs, default=_json_default))
+    else:
+        print_rows(vs)
+
+
+@store_app.command("compact")
+def compact(path: StorePath) -> None:
+    """Merge small fragments (a new version; history is kept)."""
+    store = _open(path)
+    res = store.compact()
+    print_rows([{"table": k, **v} for k, v in res.items()])
+
+
+@store_app.command("walkthrough")
+def walkthrough(
+    path: Annotated[Path | None, typer.Argument(help="Store directory (default runs/walkthrough-<time>).")] = None,
+) -> None:
+    """Import the bundled sample dumps, print stats and run a query (a tour of the store)."""
+    from gfcr.store.walkthrough import run_walkthrough
+
+    run_walkthrough(path, console=console)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(store_app, name="store")

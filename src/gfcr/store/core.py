@@ -1,0 +1,517 @@
+"""RolloutStore: a directory of Lance datasets queried through DuckDB.
+
+Layout of a store directory::
+
+    gfcr-store.json     manifest: format name, schema version, creation time
+    rollouts.lance      one row per trajectory (gfcr.records.ROLLOUT_SCHEMA)
+    prompts.lance       tasks + Control state (PROMPT_SCHEMA)
+    audits.lance        ROSS audits keyed by (rollout_id, judge, judge_version) (AUDIT_SCHEMA)
+    state.lance         small JSON state of Control/Replay components, keyed by name
+
+Every dataset is created empty, with its schema, when the store is initialised; afterwards rows are
+only appended or merged. (Two processes racing to *create* a Lance dataset in append mode lost rows
+on this machine kind; creating at init under a lock avoids that.) Every write is one Lance commit:
+a batch lands whole or not at all, a killed writer leaves the earlier commits intact, and every
+commit is a version that :meth:`RolloutStore.checkout` can travel back to.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gfcr import __version__
+from gfcr.records import (
+    AUDIT_SCHEMA,
+    PROMPT_SCHEMA,
+    ROLLOUT_SCHEMA,
+    SCHEMA_VERSION,
+    Audit,
+    Prompt,
+    Rollout,
+    audits_to_table,
+    conform,
+    prompts_to_table,
+    rollouts_to_table,
+    table_to_prompts,
+    table_to_rollouts,
+    utcnow,
+)
+
+MANIFEST = "gfcr-store.json"
+FORMAT = "gfcr-store"
+STATE_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("value", pa.string(), nullable=False),
+        pa.field("updated_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+TABLES: dict[str, pa.Schema] = {
+    "rollouts": ROLLOUT_SCHEMA,
+    "prompts": PROMPT_SCHEMA,
+    "audits": AUDIT_SCHEMA,
+    "state": STATE_SCHEMA,
+}
+T = TypeVar("T")
+
+
+class StoreError(RuntimeError):
+    """A store operation was refused; the message says why and what to do. Nothing was written."""
+
+
+def _quote(s: str) -> str:
+    return "'" + str(s).replace("'", "''") + "'"
+
+
+def _in_list(col: str, values: Iterable[Any]) -> str:
+    vals = list(values)
+    if not vals:
+        return "false"
+    return f"{col} IN ({', '.join(_quote(v) for v in vals)})"
+
+
+def _is_conflict(e: BaseException) -> bool:
+    msg = str(e).lower()
+    return "conflict" in msg or "retryable" in msg or "commit" in msg and "retry" in msg
+
+
+def _retry(fn: Callable[[], T], attempts: int = 20) -> T:
+    """Run ``fn``, retrying Lance commit conflicts with jittered backoff."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except (OSError, RuntimeError, ValueError) as e:
+            if not _is_conflict(e) or i == attempts - 1:
+                raise
+            time.sleep(min(0.5, 0.01 * 2**i) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+class RolloutStore:
+    """A durable, queryable rollout store. See the module docstring for the layout.
+
+    Open with ``RolloutStore.open(path, create=True)``. A store opened by :meth:`checkout` is a
+    read-only view of an earlier version.
+    """
+
+    def __init__(self, path: Path, versions: dict[str, int] | None = None):
+        self.path = Path(path)
+        self._pinned = versions  # None = follow the latest version of every table
+        self.manifest = json.loads((self.path / MANIFEST).read_text())
+
+    # --- opening ------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], create: bool = False) -> RolloutStore:
+        p = Path(path)
+        if not (p / MANIFEST).exists():
+            if not create:
+                if p.exists() and any(p.iterdir()) if p.is_dir() else p.exists():
+                    raise StoreError(f"{p} exists but is not a gfcr store (no {MANIFEST}); choose another path")
+                raise StoreError(f"no gfcr store at {p}; create one with `gfcr store init {p}` or open(..., create=True)")
+            cls._init(p)
+        store = cls(p)
+        m = store.manifest
+        if m.get("format") != FORMAT:
+            raise StoreError(f"{p / MANIFEST} is not a gfcr store manifest")
+        if int(m.get("schema_version", 0)) > SCHEMA_VERSION:
+            raise StoreError(
+                f"store {p} has schema version {m['schema_version']}, newer than this gfcr ({SCHEMA_VERSION}); upgrade gfcr"
+            )
+        return store
+
+    @classmethod
+    def init(cls, path: str | os.PathLike[str]) -> RolloutStore:
+        return cls.open(path, create=True)
+
+    @staticmethod
+    def _init(p: Path) -> None:
+        if p.exists() and not p.is_dir():
+            raise StoreError(f"{p} is a file, not a directory")
+        p.mkdir(parents=True, exist_ok=True)
+        with open(p / ".init.lock", "w") as lockf:
+            fcntl.flock(lockf, fcntl.LOCK_EX)
+            if (p / MANIFEST).exists():
+                return  # another process initialised it while we waited
+            for name, schema in TABLES.items():
+                uri = str(p / f"{name}.lance")
+                if not os.path.exists(uri):
+                    lance.write_dataset(pa.Table.from_batches([], schema=schema), uri, mode="create")
+            manifest = {
+                "format": FORMAT,
+                "schema_version": SCHEMA_VERSION,
+                "created_at": utcnow().isoformat(),
+                "created_by": f"gfcr {__version__}",
+                "tables": sorted(TABLES),
+            }
+            tmp = p / (MANIFEST + ".tmp")
+            tmp.write_text(json.dumps(manifest, indent=2))
+            os.replace(tmp, p / MANIFEST)
+
+    # --- low level ------------------------------------------------------------------------------
+    def _uri(self, name: str) -> str:
+        return str(self.path / f"{name}.lance")
+
+    def dataset(self, name: str) -> lance.LanceDataset:
+        """The Lance dataset of table ``name`` at the pinned (or latest) version."""
+        if name not in TABLES:
+            raise StoreError(f"unknown table {name!r}; tables are {sorted(TABLES)}")
+        if self._pinned is not None:
+            return lance.dataset(self._uri(name), version=self._pinned[name])
+        return lance.dataset(self._uri(name))
+
+    @property
+    def read_only(self) -> bool:
+        return self._pinned is not None
+
+    def _writable(self) -> None:
+        if self._pinned is not None:
+            raise StoreError("this store view is a checkout of an earlier version and is read-only")
+
+    def _append(self, name: str, table: pa.Table) -> None:
+        uri = self._uri(name)
+        _retry(lambda: lance.write_dataset(table, uri, mode="append"))
+
+    def _merge(self, name: str, table: pa.Table, on: str | list[str], insert: bool = True) -> None:
+        def go() -> None:
+            b = lance.dataset(self._uri(name)).merge_insert(on).when_matched_update_all()
+            if insert:
+                b = b.when_not_matched_insert_all()
+            b.execute(table)
+
+        _retry(go)
+
+    # --- rollouts -------------------------------------------------------------------------------
+    def _as_rollout_table(self, records: Iterable[Rollout] | pa.Table, source: str) -> pa.Table:
+        if isinstance(records, pa.Table):
+            return conform(records, ROLLOUT_SCHEMA, source)
+        return rollouts_to_table(records)
+
+    def existing_ids(self, ids: Sequence[str], table: str = "rollouts", column: str = "rollout_id") -> set[str]:
+        """Which of ``ids`` are already stored."""
+        found: set[str] = set()
+        ds = self.dataset(table)
+        ids = list(ids)
+        for i in range(0, len(ids), 2000):
+            chunk = ids[i : i + 2000]
+            t = ds.to_table(columns=[column], filter=_in_list(column, chunk))
+            found.update(t.column(0).to_pylist())
+        return found
+
+    def append(self, records: Iterable[Rollout] | pa.Table, source: str = "append") -> int:
+        """Append rollouts as one commit. Rejects duplicate ``rollout_id``s (within the batch or
+        against the store) before writing anything. Returns the number of rows written."""
+        self._writable()
+        table = self._as_rollout_table(records, source)
+        if table.num_rows == 0:
+            return 0
+        ids = table.column("rollout_id")
+        if pc.count_distinct(ids).as_py() != table.num_rows:
+            vc = pc.value_counts(ids)
+            dup = next(x["values"].as_py() for x in vc if x["counts"].as_py() > 1)
+            raise StoreError(f"duplicate rollout_id {dup!r} within the batch; nothing was written")
+        clash = self.existing_ids(ids.to_pylist())
+        if clash:
+            raise StoreError(
+                f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
+            )
+        self._append("rollouts", table)
+        return table.num_rows
+
+    def update(self, records: Iterable[Rollout] | pa.Table) -> int:
+        """Replace stored rollouts that have the same ``rollout_id`` (a new version; the old rows stay
+        reachable through :meth:`checkout`). Every id must already exist."""
+        self._writable()
+        table = self._as_rollout_table(records, "update")
+        if table.num_rows == 0:
+            return 0
+        ids = table.column("rollout_id").to_pylist()
+        if len(set(ids)) != len(ids):
+            raise StoreError("duplicate rollout_id in update batch; nothing was written")
+        missing = set(ids) - self.existing_ids(ids)
+        if missing:
+            raise StoreError(f"{len(missing)} rollout_id(s) not in the store (e.g. {sorted(missing)[0]!r}); use append")
+        self._merge("rollouts", table, "rollout_id", insert=False)
+        return table.num_rows
+
+    @staticmethod
+    def _filter(
+        run: str | None = None,
+        steps: tuple[int, int] | None = None,
+        verified: bool | None = None,
+        prompt_ids: Iterable[str] | None = None,
+        task: str | None = None,
+        where: str | None = None,
+    ) -> str | None:
+        parts = []
+        if run is not None:
+            parts.append(f"run_id = {_quote(run)}")
+        if steps is not None:
+            a, b = steps
+            parts.append(f"step >= {int(a)} AND step <= {int(b)}")
+        if verified is not None:
+            parts.append("verified = true" if verified else "verified = false")
+        if prompt_ids is not None:
+            parts.append(_in_list("prompt_id", prompt_ids))
+        if task is not None:
+            parts.append(f"task = {_quote(task)}")
+        if where:
+            parts.append(f"({where})")
+        return " AND ".join(parts) if parts else None
+
+    def scan(
+        self,
+        run: str | None = None,
+        steps: tuple[int, int] | None = None,
+        verified: bool | None = None,
+        prompt_ids: Iterable[str] | None = None,
+        task: str | None = None,
+        columns: Sequence[str] | None = None,
+        where: str | None = None,
+    ) -> pa.Table:
+        """Rollouts matching every given filter (``steps`` is inclusive; ``where`` is a Lance SQL
+        predicate such as ``"reward > 0.5"``), as an Arrow table."""
+        flt = self._filter(run, steps, verified, prompt_ids, task, where)
+        try:
+            return self.dataset("rollouts").to_table(columns=list(columns) if columns else None, filter=flt)
+        except (ValueError, OSError) as e:
+            raise StoreError(f"scan failed (filter {flt!r}): {e}") from e
+
+    def rollouts(self, **filters: Any) -> list[Rollout]:
+        """Like :meth:`scan` but returns :class:`~gfcr.records.Rollout` objects."""
+        filters.pop("columns", None)
+        return table_to_rollouts(self.scan(**filters))
+
+    def get(self, ids: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows for ``ids`` in the order given (unknown ids raise)."""
+        ids = list(ids)
+        want = list(columns) if columns else None
+        cols = want if want is None or "rollout_id" in want else ["rollout_id", *want]
+        t = self.dataset("rollouts").to_table(columns=cols, filter=_in_list("rollout_id", ids))
+        pos = {rid: i for i, rid in enumerate(t.column("rollout_id").to_pylist())}
+        missing = [i for i in ids if i not in pos]
+        if missing:
+            raise KeyError(f"{len(missing)} rollout id(s) not in the store, e.g. {missing[0]!r}")
+        t = t.take(pa.array([pos[i] for i in ids], pa.int64()))
+        return t.select(want) if want is not None else t
+
+    def sample(self, n: int, where: str | None = None, seed: int | None = None,
+               columns: Sequence[str] | None = None) -> pa.Table:
+        """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``."""
+        ds = self.dataset("rollouts")
+        rng = np.random.default_rng(seed)
+        cols = list(columns) if columns else None
+        if where:
+            rowids = ds.to_table(columns=[], filter=where, with_row_id=True).column("_rowid").to_numpy()
+            pick = rng.choice(len(rowids), size=min(n, len(rowids)), replace=False) if len(rowids) else []
+            return ds._take_rows(np.sort(rowids[pick]).tolist(), columns=cols) if len(pick) else ds.schema.empty_table()
+        total = ds.count_rows()
+        if total == 0:
+            return ds.schema.empty_table() if cols is None else ds.to_table(columns=cols, limit=0)
+        idx = np.sort(rng.choice(total, size=min(n, total), replace=False))
+        return ds.take(idx.tolist(), columns=cols)
+
+    def count(self, table: str = "rollouts", where: str | None = None) -> int:
+        return self.dataset(table).count_rows(filter=where)
+
+    # --- prompts and Control state ---------------------------------------------------------------
+    def upsert_prompts(self, prompts: Iterable[Prompt] | pa.Table) -> int:
+        """Insert new prompts or refresh existing ones. An existing prompt keeps its Control state."""
+        self._writable()
+        table = conform(prompts, PROMPT_SCHEMA, "prompts") if isinstance(prompts, pa.Table) else prompts_to_table(prompts)
+        if table.num_rows == 0:
+            return 0
+        ids = table.column("prompt_id").to_pylist()
+        if len(set(ids)) != len(ids):
+            raise StoreError("duplicate prompt_id in the batch; nothing was written")
+        old = self._prompt_rows(ids, columns=["prompt_id", "control"])
+        if old.num_rows:
+            keep = dict(zip(old.column("prompt_id").to_pylist(), old.column("control").to_pylist(), strict=True))
+            ctrl = [keep.get(pid, c) if c == "{}" else c for pid, c in zip(ids, table.column("control").to_pylist(), strict=True)]
+            table = table.set_column(table.schema.get_field_index("control"), "control", pa.array(ctrl, pa.string()))
+        self._merge("prompts", table, "prompt_id")
+        return table.num_rows
+
+    def _prompt_rows(self, ids: Sequence[str] | None, columns: Sequence[str] | None = None,
+                     where: str | None = None) -> pa.Table:
+        ds = self.dataset("prompts")
+        parts = []
+        if ids is not None:
+            parts.append(_in_list("prompt_id", ids))
+        if where:
+            parts.append(f"({where})")
+        return ds.to_table(columns=list(columns) if columns else None, filter=" AND ".join(parts) or None)
+
+    def prompts(self, ids: Sequence[str] | None = None, task: str | None = None,
+                split: str | None = None) -> list[Prompt]:
+        parts = []
+        if task is not None:
+            parts.append(f"task = {_quote(task)}")
+        if split is not None:
+            parts.append(f"split = {_quote(split)}")
+        t = self._prompt_rows(ids, where=" AND ".join(parts) or None)
+        ps = table_to_prompts(t)
+        if ids is not None:
+            pos = {p.prompt_id: p for p in ps}
+            ps = [pos[i] for i in ids if i in pos]
+        return ps
+
+    def get_control(self, name: str) -> dict[str, dict[str, Any]]:
+        """Per-prompt Control state of component ``name``: {prompt_id: state}."""
+        t = self._prompt_rows(None, columns=["prompt_id", "control"])
+        out = {}
+        for pid, c in zip(t.column("prompt_id").to_pylist(), t.column("control").to_pylist(), strict=True):
+            state = json.loads(c).get(name)
+            if state is not None:
+                out[pid] = state
+        return out
+
+    def set_control(self, name: str, states: dict[str, dict[str, Any]]) -> None:
+        """Set the Control state of component ``name`` for the given prompts (which must exist)."""
+        self._writable()
+        if not states:
+            return
+        t = self._prompt_rows(list(states))
+        found = set(t.column("prompt_id").to_pylist())
+        missing = set(states) - found
+        if missing:
+            raise StoreError(
+                f"{len(missing)} prompt(s) not in the store's prompts table (e.g. {sorted(missing)[0]!r}); "
+                "register prompts with upsert_prompts first"
+            )
+        ctrl = []
+        for pid, c in zip(t.column("prompt_id").to_pylist(), t.column("control").to_pylist(), strict=True):
+            d = json.loads(c)
+            d[name] = states[pid]
+            ctrl.append(json.dumps(d, sort_keys=True))
+        t = t.set_column(t.schema.get_field_index("control"), "control", pa.array(ctrl, pa.string()))
+        t = t.set_column(
+            t.schema.get_field_index("updated_at"), "updated_at", pa.array([utcnow()] * t.num_rows, PROMPT_SCHEMA.field("updated_at").type)
+        )
+        self._merge("prompts", t, "prompt_id", insert=False)
+
+    def get_state(self, key: str) -> dict[str, Any] | None:
+        t = self.dataset("state").to_table(filter=f"key = {_quote(key)}")
+        return json.loads(t.column("value")[0].as_py()) if t.num_rows else None
+
+    def put_state(self, key: str, value: dict[str, Any]) -> None:
+        self._writable()
+        t = pa.Table.from_pylist(
+            [{"key": key, "value": json.dumps(value, sort_keys=True), "updated_at": utcnow()}], schema=STATE_SCHEMA
+        )
+        self._merge("state", t, "key")
+
+    # --- audits -----------------------------------------------------------------------------
+    def upsert_audits(self, audits: Iterable[Audit] | pa.Table) -> int:
+        self._writable()
+        table = conform(audits, AUDIT_SCHEMA, "audits") if isinstance(audits, pa.Table) else audits_to_table(audits)
+        if table.num_rows == 0:
+            return 0
+        self._merge("audits", table, ["rollout_id", "judge", "judge_version"])
+        return table.num_rows
+
+    def audits(self, judge: str | None = None, rollout_ids: Sequence[str] | None = None,
+               judge_version: str | None = None) -> pa.Table:
+        parts = []
+        if judge is not None:
+            parts.append(f"judge = {_quote(judge)}")
+        if judge_version is not None:
+            parts.append(f"judge_version = {_quote(judge_version)}")
+        if rollout_ids is not None:
+            parts.append(_in_list("rollout_id", rollout_ids))
+        return self.dataset("audits").to_table(filter=" AND ".join(parts) or None)
+
+    # --- SQL, versions, maintenance --------------------------------------------------------------
+    @contextmanager
+    def duckdb(self):  # noqa: ANN201 - yields a duckdb connection
+        """A DuckDB connection with the store's tables registered as views (read-only use)."""
+        import duckdb
+
+        con = duckdb.connect()
+        try:
+            for name in TABLES:
+                con.register(name, self.dataset(name))
+            yield con
+        finally:
+            con.close()
+
+    def sql(self, query: str) -> pa.Table:
+        """Run a DuckDB SQL query over the tables ``rollouts``, ``prompts``, ``audits``, ``state``."""
+        import duckdb
+
+        with self.duckdb() as con:
+            try:
+                rel = con.sql(query)
+                return rel.to_arrow_table() if rel is not None else pa.table({})
+            except duckdb.Error as e:
+                raise StoreError(f"SQL error: {e}") from e
+
+    def versions(self) -> list[dict[str, Any]]:
+        """Versions of the rollouts table (the store's version): version, timestamp, rows."""
+        out = []
+        for v in lance.dataset(self._uri("rollouts")).versions():
+            out.append(
+                {"version": v["version"], "timestamp": v["timestamp"], "rows": int(v["metadata"].get("total_rows", 0))}
+            )
+        return out
+
+    @property
+    def version(self) -> int:
+        return self.dataset("rollouts").version
+
+    def checkout(self, version: int) -> RolloutStore:
+        """A read-only view of the store as it was at rollouts version ``version``; the other tables
+        are shown at their latest version committed at or before that moment."""
+        vs = {v["version"]: v["timestamp"] for v in lance.dataset(self._uri("rollouts")).versions()}
+        if version not in vs:
+            raise StoreError(f"no version {version}; available: {min(vs)}..{max(vs)} (see `gfcr store versions`)")
+        ts = vs[version]
+        pinned = {"rollouts": version}
+        for name in TABLES:
+            if name == "rollouts":
+                continue
+            cands = [v["version"] for v in lance.dataset(self._uri(name)).versions() if v["timestamp"] <= ts]
+            pinned[name] = max(cands) if cands else 1
+        return RolloutStore(self.path, versions=pinned)
+
+    def compact(self) -> dict[str, Any]:
+        """Merge small fragments of every table (a new version; history stays)."""
+        self._writable()
+        out = {}
+        for name in TABLES:
+            ds = lance.dataset(self._uri(name))
+            before = len(ds.get_fragments())
+            metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
+            out[name] = {"fragments_before": before, "fragments_after": len(lance.dataset(self._uri(name)).get_fragments()),
+                         "fragments_removed": getattr(metrics, "fragments_removed", None)}
+        return out
+
+    def stats(self, run: str | None = None) -> list[dict[str, Any]]:
+        """Per (run, step): rollouts, generated tokens, mean reward, verified share."""
+        where = f"WHERE run_id = {_quote(run)}" if run is not None else ""
+        t = self.sql(
+            f"""
+            SELECT run_id, step, count(*) AS rollouts,
+                   coalesce(sum(list_sum(token_role)), 0)::BIGINT AS gen_tokens,
+                   avg(reward) AS mean_reward,
+                   avg(CASE WHEN verified THEN 1.0 WHEN verified = false THEN 0.0 END) AS verified_share
+            FROM rollouts {where} GROUP BY run_id, step ORDER BY run_id, step
+            """
+        )
+        return t.to_pylist()
+
+    def __repr__(self) -> str:
+        ro = ", read-only" if self.read_only else ""
+        return f"RolloutStore({str(self.path)!r}{ro})"

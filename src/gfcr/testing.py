@@ -1,0 +1,123 @@
+"""Test helpers: hand-built records, and tiny, randomly initialised models for tests and examples (no download, builds in < 1 s).
+
+``tiny_tokenizer()`` trains a byte-level BPE tokenizer on a small built-in corpus and gives it a
+ChatML chat template (the template family SmolLM2 uses), so chat templating, offsets and decoding
+behave like a real tokenizer. ``tiny_model()`` is a 2-layer Llama over that vocabulary.
+Both are deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from gfcr.records import Message, Prompt, Rollout
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_CORPUS = [
+    "What is 12 + 7? Let's think step by step. 12 + 7 = 19. Answer: 19",
+    "Compute 3 * 4 - 5. First 3 * 4 = 12, then 12 - 5 = 7. Answer: 7",
+    "The quick brown fox jumps over the lazy dog. Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 1000",
+    "def add(a, b):\n    return a + b\n\nassert add(2, 3) == 5\nprint(add(1, 1))",
+    "<tool>calculator: 6 * 7</tool> <result>42</result> So the answer is 42.",
+    "Héllo wörld — naïve café, 数学 题目, emoji 🙂 and symbols: = + - * / ( ) [ ] { } \\boxed{3}",
+    "You are a helpful assistant. Solve the problem and end with a line 'Answer: N'.",
+]
+
+
+@lru_cache(maxsize=4)
+def _tokenizer_json(vocab_size: int) -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    return tok.to_str()
+
+
+def tiny_tokenizer(vocab_size: int = 512) -> Any:
+    """A byte-level BPE ``PreTrainedTokenizerFast`` with a ChatML template; eos = ``<|im_end|>``."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_tokenizer_json(vocab_size)),
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
+    tok.chat_template = CHATML_TEMPLATE
+    tok.padding_side = "left"
+    return tok
+
+
+def tiny_model(tokenizer: Any | None = None, seed: int = 0, hidden: int = 64, layers: int = 2) -> Any:
+    """A randomly initialised ``LlamaForCausalLM`` (fp32, eval mode) over ``tokenizer``'s vocabulary."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = tokenizer if tokenizer is not None else tiny_tokenizer()
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).to(torch.float32)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.eval()
+    return model
+
+
+def save_tiny(path: str, seed: int = 0) -> str:
+    """Write a tiny model + tokenizer to ``path`` (an HF directory any gfcr command accepts as a model)."""
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=seed)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def make_rollout(i: int = 0, *, run: str = "run-a", step: int = 0, prompt: str = "p0", n_ctx: int = 4, n_gen: int = 6,
+                 reward: float = 1.0, verified: bool | None = True, seed: int = 0, **kw) -> Rollout:
+    rng = np.random.default_rng(seed * 1000 + i)
+    ids = rng.integers(0, 50000, n_ctx + n_gen).astype(np.int32)
+    role = np.array([0] * n_ctx + [1] * n_gen, np.int8)
+    lp = np.where(role == 1, -rng.random(n_ctx + n_gen).astype(np.float32) * 3, 0).astype(np.float32)
+    base = dict(
+        run_id=run, step=step, prompt_id=prompt, token_ids=ids, token_role=role, logprobs=lp,
+        messages=[Message("user", f"question {prompt}"), Message("assistant", f"answer {i} é 数")],
+        task="arith", policy_version=f"v{step}", sample_index=i, reward=reward, verified=verified,
+        verifier={"name": "math", "parsed": str(i)}, signals={"entropy": 0.5 + i, "advantage": -0.25},
+        sampling={"temperature": 0.7, "seed": i}, meta={"k": [1, 2]},
+    )
+    base.update(kw)
+    return Rollout(**base)
+
+
+def make_prompt(pid: str = "p0", answer: str = "7", **kw) -> Prompt:
+    return Prompt(prompt_id=pid, task="arith", messages=[Message("user", f"q {pid}")], answer=answer, **kw)
