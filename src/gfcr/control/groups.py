@@ -1,0 +1,445 @@
+"""Budget and group control (Control): how many samples, which groups and responses to keep,
+how rewards are shaped for length, when to stop a generation, and how stale a sample may be.
+
+Each method is a small class named after it whose maths lives in a pure function next to it.
+Name → class table: :data:`GROUP_CONTROLS`; factory: :func:`make_group_control`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+G = TypeVar("G")
+
+# ---------------------------------------------------------------------------------------------
+# Adaptive K
+# ---------------------------------------------------------------------------------------------
+
+
+def beta_variance_weight(alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """Expected Bernoulli variance under a Beta posterior: ``E[p(1-p)] = αβ / ((α+β)(α+β+1))``.
+
+    Shapes: (N,), (N,) -> (N,). Example: Beta(1, 1) -> 1/6; Beta(9, 1) -> 9/110.
+    """
+    a = np.asarray(alpha, dtype=np.float64)
+    b = np.asarray(beta, dtype=np.float64)
+    s = a + b
+    return a * b / (s * (s + 1.0))
+
+
+def allocate_k(weights: np.ndarray, budget: int, k_min: int, k_max: int) -> np.ndarray:
+    """Split ``budget`` samples over prompts in proportion to ``weights``, each in [k_min, k_max].
+
+    Every prompt first gets k_min; the rest goes by largest remainder of ``w_i / Σw · rest``,
+    capped at k_max (iterating when caps bind). The sum equals ``budget`` unless the caps make
+    that impossible (then it is ``N·k_max`` or the budget is below ``N·k_min`` -> error).
+    Shapes: (N,) -> (N,) int. Example: weights [3, 1], budget 8, k in [1, 8]: base [1, 1], rest 6
+    split [4.5, 1.5] -> floors [4, 1], one left, remainders tie -> larger weight -> [6, 2].
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    n = w.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if np.any(w < 0) or not np.all(np.isfinite(w)):
+        raise ValueError("allocate_k: weights must be finite and >= 0")
+    if k_min < 0 or k_max < k_min:
+        raise ValueError(f"allocate_k: need 0 <= k_min <= k_max, got {k_min}, {k_max}")
+    if budget < n * k_min:
+        raise ValueError(f"allocate_k: budget {budget} is below {n} prompts x k_min {k_min}")
+    k = np.full(n, k_min, dtype=np.int64)
+    rest = min(budget, n * k_max) - k.sum()
+    while rest > 0:
+        open_ = k < k_max
+        ww = np.where(open_, w, 0.0)
+        if ww.sum() == 0:
+            ww = open_.astype(np.float64)
+        share = ww / ww.sum() * rest
+        add = np.minimum(np.floor(share).astype(np.int64), k_max - k)
+        k += add
+        left = rest - int(add.sum())
+        if left > 0:
+            frac = np.where(k < k_max, share - np.floor(share), -1.0)
+            order = np.lexsort((-ww, -frac))  # largest remainder, ties -> larger weight
+            for i in order[:left]:
+                if k[i] < k_max:
+                    k[i] += 1
+        new_rest = min(budget, n * k_max) - int(k.sum())
+        if new_rest >= rest:
+            break
+        rest = new_rest
+    return k
+
+
+class AdaptiveK:
+    """Adaptive samples per prompt: spend the group budget where the outcome is most uncertain.
+
+    Rule: ``K_i ∝ E[p_i(1-p_i)]`` under each prompt's Beta(α, β) posterior (see
+    :func:`beta_variance_weight`), under a total budget, each K_i in [k_min, k_max].
+    Source: the per-prompt Beta posterior of VADE (arXiv 2511.18902) applied to the group size
+    instead of the prompt choice; no single paper in our references states this exact rule, so
+    the proportional-to-variance allocation is our choice.
+    """
+
+    def __init__(self, k_min: int = 2, k_max: int = 16):
+        self.k_min, self.k_max = k_min, k_max
+
+    def allocate(self, alpha: Sequence[float], beta: Sequence[float], budget: int) -> np.ndarray:
+        """(N,) int samples per prompt summing to ``budget`` (within the caps)."""
+        return allocate_k(beta_variance_weight(np.asarray(alpha), np.asarray(beta)), budget, self.k_min, self.k_max)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dynamic sampling (DAPO)
+# ---------------------------------------------------------------------------------------------
+
+
+def has_variance(rewards: Sequence[float]) -> bool:
+    """True when a group's rewards are not all equal, or the group has one member (DAPO keeps
+    singleton groups). Example: [1, 1, 1] -> False; [1, 0] -> True; [0.5] -> True."""
+    r = np.asarray(rewards, dtype=np.float64)
+    return bool(r.size == 1 or (r.size > 1 and r.std() > 0))
+
+
+@dataclass
+class DynamicSamplingResult(Generic[G]):
+    """What one :meth:`DynamicSampling.collect` produced."""
+
+    groups: list[G]
+    n_gen_batches: int
+    n_generated_groups: int
+    n_zero_variance: int
+    n_dropped_surplus: int
+    reached_target: bool
+
+
+class DynamicSampling:
+    """DAPO dynamic sampling (arXiv 2503.14476): oversample, keep groups with reward std > 0,
+    refill until the train batch is full or ``max_num_gen_batches`` generation rounds ran.
+
+    Rule: ``while kept < train_prompts and rounds < max_num_gen_batches: gen_prompts groups ->
+    keep std > 0``; the batch is cut to ``train_prompts`` groups. Defaults from the verl recipe:
+    gen = 3 × train, 10 rounds. When the cap is hit the (short) batch is returned with
+    ``reached_target=False`` instead of raising, so the caller decides.
+    """
+
+    def __init__(self, train_prompts: int, gen_prompts: int | None = None, max_num_gen_batches: int = 10):
+        if train_prompts < 1:
+            raise ValueError("DynamicSampling: train_prompts must be >= 1")
+        if max_num_gen_batches < 1:
+            raise ValueError("DynamicSampling: max_num_gen_batches must be >= 1")
+        self.train_prompts = train_prompts
+        self.gen_prompts = gen_prompts or 3 * train_prompts
+        self.max_num_gen_batches = max_num_gen_batches
+
+    def collect(self, generate: Callable[[int], list[G]],
+                rewards_of: Callable[[G], Sequence[float]] | None = None) -> DynamicSamplingResult[G]:
+        """Call ``generate(gen_prompts)`` (returns groups) until the batch is full or the cap hits.
+
+        ``rewards_of(group)`` gives a group's rewards; by default a group is a list of objects
+        with a ``reward`` attribute (e.g. :class:`gfcr.records.Rollout`).
+        """
+        rewards_of = rewards_of or (lambda g: [r.reward for r in g])  # type: ignore[attr-defined]
+        kept: list[G] = []
+        n_gen = n_groups = n_zero = 0
+        while len(kept) < self.train_prompts and n_gen < self.max_num_gen_batches:
+            groups = generate(self.gen_prompts)
+            n_gen += 1
+            n_groups += len(groups)
+            for g in groups:
+                if has_variance(rewards_of(g)):
+                    kept.append(g)
+                else:
+                    n_zero += 1
+        surplus = max(len(kept) - self.train_prompts, 0)
+        return DynamicSamplingResult(kept[: self.train_prompts], n_gen, n_groups, n_zero, surplus,
+                                     len(kept) >= self.train_prompts)
+
+
+# ---------------------------------------------------------------------------------------------
+# GFPO
+# ---------------------------------------------------------------------------------------------
+
+
+def gfpo_keep(rewards: Sequence[float], lengths: Sequence[int], k: int, metric: str = "length") -> np.ndarray:
+    """Indices of the k responses GFPO retains, best first.
+
+    metric ``"length"``: shortest first; ``"token_efficiency"``: largest reward/length first.
+    Ties keep the earlier index. Shapes: (G,), (G,) -> (k,) int.
+    Example: lengths [5, 3, 9, 3], k=2, length -> [1, 3].
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    ln = np.asarray(lengths, dtype=np.float64)
+    if r.shape != ln.shape:
+        raise ValueError(f"gfpo_keep: {r.size} rewards but {ln.size} lengths")
+    if not 0 < k <= r.size:
+        raise ValueError(f"gfpo_keep: k must lie in [1, {r.size}], got {k}")
+    if metric == "length":
+        key = ln
+    elif metric == "token_efficiency":
+        key = -r / np.maximum(ln, 1.0)
+    else:
+        raise ValueError(f"gfpo_keep: metric must be 'length' or 'token_efficiency', got {metric!r}")
+    return np.argsort(key, kind="stable")[:k]
+
+
+def gfpo_advantages(rewards: Sequence[float], kept: Sequence[int], eps: float = 1e-6) -> np.ndarray:
+    """GFPO advantages: GRPO-normalised over the retained subset S, 0 outside it.
+
+    ``A_i = (r_i - mean_S) / (std_S + eps)`` for i in S (unbiased std; a one-element or
+    equal-reward S gives 0). Shapes: (G,), (k,) -> (G,). Example: r [1,0,1,0], S {0,1}
+    -> [0.7071, -0.7071, 0, 0].
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    s = np.asarray(kept, dtype=np.int64)
+    a = np.zeros_like(r)
+    if s.size < 2:
+        return a
+    sub = r[s]
+    sd = sub.std(ddof=1)
+    if sd > 0:
+        a[s] = (sub - sub.mean()) / (sd + eps)
+    return a
+
+
+class GFPO:
+    """GFPO, Group Filtered Policy Optimization (arXiv 2508.09726): sample a larger group, train on
+    the top k by length or by reward per token; adaptive k by difficulty.
+
+    Rule: keep ``gfpo_keep(rewards, lengths, k, metric)``; advantages normalised over the kept set
+    only. Adaptive: k from the group's mean reward: >= 0.75 easy, >= 0.5 medium, >= 0.25 hard,
+    else very hard (k 4/6/8/8 for G=16, the verl recipe's counts). Departure: the paper assigns
+    difficulty by quartiles of an online estimate; we use fixed mean-reward bins (``bins``).
+    """
+
+    def __init__(self, k: int = 8, metric: str = "length", adaptive: bool = False,
+                 adaptive_k: Sequence[int] = (4, 6, 8, 8), bins: Sequence[float] = (0.75, 0.5, 0.25)):
+        if len(adaptive_k) != 4 or len(bins) != 3:
+            raise ValueError("GFPO: adaptive_k needs 4 counts (easy..very hard) and bins 3 thresholds")
+        self.k, self.metric, self.adaptive = k, metric, adaptive
+        self.adaptive_k, self.bins = tuple(adaptive_k), tuple(bins)
+
+    def k_for(self, rewards: Sequence[float]) -> int:
+        if not self.adaptive:
+            return self.k
+        m = float(np.mean(rewards))
+        for thr, kk in zip(self.bins, self.adaptive_k, strict=False):
+            if m >= thr:
+                return kk
+        return self.adaptive_k[-1]
+
+    def filter(self, rewards: Sequence[float], lengths: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(kept indices (k,), advantages (G,)) for one group."""
+        k = min(self.k_for(rewards), len(rewards))
+        kept = gfpo_keep(rewards, lengths, k, self.metric)
+        return kept, gfpo_advantages(rewards, kept)
+
+
+# ---------------------------------------------------------------------------------------------
+# Length control
+# ---------------------------------------------------------------------------------------------
+
+
+def overlong_mask(finish_reasons: Sequence[str], lengths: Sequence[int] | None = None,
+                  max_len: int | None = None) -> np.ndarray:
+    """DAPO overlong filtering: 1 = keep in the loss, 0 = truncated (no EOS) sample.
+
+    A sample is truncated when ``finish_reason == "length"`` or, if given, ``length > max_len``.
+    Shapes: (G,) -> (G,) uint8. Example: ["stop", "length"] -> [1, 0].
+    """
+    m = np.array([fr != "length" for fr in finish_reasons], dtype=bool)
+    if lengths is not None and max_len is not None:
+        m &= np.asarray(lengths) <= max_len
+    return m.astype(np.uint8)
+
+
+class OverlongFilter:
+    """DAPO overlong filtering (arXiv 2503.14476): truncated samples are masked out of the loss.
+
+    Rule: loss weight 0 for samples that hit the length limit (finish_reason ``length``). The
+    soft overlong *punishment* (a reward term) is a Filter signal and lives in ``gfcr.filters``.
+    """
+
+    def __init__(self, max_len: int | None = None):
+        self.max_len = max_len
+
+    def mask(self, rollouts: Sequence[Any]) -> np.ndarray:
+        """(G,) uint8 loss mask for rollouts (objects with finish_reason and n_generated)."""
+        return overlong_mask([r.finish_reason for r in rollouts], [r.n_generated for r in rollouts], self.max_len)
+
+
+def sol_rewards(correct: Sequence[bool], lengths: Sequence[int], alpha: float = 1.0, beta: float = 0.001) -> np.ndarray:
+    """ShorterBetter rewards: ``r_j = α·1[correct_j] − β·|ℓ_j − ℓ_SOL|``.
+
+    ``ℓ_SOL`` = shortest correct length in the group, or the group's mean length when none is
+    correct. Shapes: (G,), (G,) -> (G,). Example: correct [T, F, T], lengths [10, 4, 6],
+    α=1, β=0.1 -> ℓ_SOL=6 -> [0.6, -0.2, 1.0].
+    """
+    c = np.asarray(correct, dtype=bool)
+    ln = np.asarray(lengths, dtype=np.float64)
+    sol = ln[c].min() if c.any() else ln.mean()
+    return alpha * c.astype(np.float64) - beta * np.abs(ln - sol)
+
+
+class ShorterBetter:
+    """ShorterBetter (arXiv 2504.21370): reward the Sample Optimal Length.
+
+    Rule: :func:`sol_rewards`. Departures: β is NOT FOUND in the reference; default 0.001 per
+    token is ours. The no-correct fallback uses the mean length (two of three secondary sources).
+    """
+
+    def __init__(self, alpha: float = 1.0, beta: float = 0.001):
+        self.alpha, self.beta = alpha, beta
+
+    def rewards(self, correct: Sequence[bool], lengths: Sequence[int]) -> np.ndarray:
+        return sol_rewards(correct, lengths, self.alpha, self.beta)
+
+
+def adaptthink_rewards(acc: Sequence[float], ref_mean: float, no_thinking: Sequence[bool],
+                       delta: float = 0.05) -> np.ndarray:
+    """AdaptThink reward: ``acc − R̄_ref + δ·1[no thinking]``.
+
+    Shapes: (G,), scalar, (G,) -> (G,). Example: acc [1, 1, 0], ref 0.5, no_think [T, F, T],
+    δ=0.05 -> [0.55, 0.5, -0.45].
+    """
+    a = np.asarray(acc, dtype=np.float64)
+    nt = np.asarray(no_thinking, dtype=bool)
+    return a - ref_mean + delta * nt.astype(np.float64)
+
+
+class AdaptThink:
+    """AdaptThink (arXiv 2505.13417): prefer answering without thinking when it is still right.
+
+    Rule: :func:`adaptthink_rewards` with the reference model's mean accuracy on the prompt; the
+    advantage is the reward itself (no group normalisation). δ default 0.05 (the paper's
+    scripts). A response counts as no-thinking when its thinking segment is empty
+    (:meth:`is_no_thinking`). Not implemented here: the importance-sampled first token of the
+    paper's cold start (a training-loss detail).
+    """
+
+    def __init__(self, delta: float = 0.05, think_open: str = "<think>", think_close: str = "</think>"):
+        self.delta, self.think_open, self.think_close = delta, think_open, think_close
+
+    def is_no_thinking(self, text: str) -> bool:
+        s = text.lstrip()
+        if s.startswith(self.think_open):
+            s = s[len(self.think_open):].lstrip()
+        return s.startswith(self.think_close)
+
+    def rewards(self, acc: Sequence[float], ref_mean: float, texts: Sequence[str]) -> np.ndarray:
+        return adaptthink_rewards(acc, ref_mean, [self.is_no_thinking(t) for t in texts], self.delta)
+
+
+# ---------------------------------------------------------------------------------------------
+# Early exit
+# ---------------------------------------------------------------------------------------------
+
+
+def tail_ngram_count(tokens: Sequence[int], n: int) -> int:
+    """How often the last n-gram of ``tokens`` occurs in ``tokens`` (overlaps counted).
+
+    Shapes: (T,) -> int; 0 when T < n. Example: [1,2,1,2,1,2], n=2 -> 3.
+    """
+    t = np.asarray(tokens)
+    if n <= 0 or t.size < n:
+        return 0
+    win = np.lib.stride_tricks.sliding_window_view(t, n)
+    return int(np.count_nonzero(np.all(win == t[-n:], axis=1)))
+
+
+@dataclass
+class EarlyExit:
+    """Early-exit rules for a generation in progress (Kimi k1.5 repeat detection, arXiv 2501.12599;
+    answer-then-stop as in the survey's Control stage).
+
+    Rules: ``repetition`` when the last ``ngram`` tokens occurred ``max_repeats`` times or more;
+    ``answered`` when ``extract(text)`` finds an answer and ``verify(answer)`` accepts it.
+    Departure: Kimi's exact repeat detector is NOT FOUND; the n-gram count is ours.
+    """
+
+    ngram: int = 16
+    max_repeats: int = 4
+    extract: Callable[[str], str | None] | None = None
+    verify: Callable[[str], bool] | None = None
+    check_every: int = 1
+    reasons: list[str] = field(default_factory=list)
+
+    def should_stop(self, token_ids: Sequence[int], text: str | None = None) -> str | None:
+        """``"repetition"``, ``"answered"`` or None (keep generating)."""
+        if len(token_ids) % self.check_every:
+            return None
+        if self.max_repeats > 0 and tail_ngram_count(token_ids, self.ngram) >= self.max_repeats:
+            return "repetition"
+        if text is not None and self.extract is not None:
+            ans = self.extract(text)
+            if ans is not None and (self.verify is None or self.verify(ans)):
+                return "answered"
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Staleness (AReaL)
+# ---------------------------------------------------------------------------------------------
+
+
+def staleness_capacity(eta: int, version: int, batch_size: int, n_accepted: int, n_running: int,
+                       max_concurrent: int) -> int:
+    """AReaL's admission capacity: how many new generation requests may start now.
+
+    ``min(max_concurrent − running, (η + v + 1)·B − (accepted + running))``; <= 0 blocks.
+    Example: η=1, v=2, B=4, accepted=10, running=3, max 8 -> min(5, 16 − 13) = 3.
+    """
+    return int(min(max_concurrent - n_running, (eta + version + 1) * batch_size - (n_accepted + n_running)))
+
+
+class StalenessBound:
+    """AReaL bounded staleness (arXiv 2505.24298): cap in-flight samples by policy-version lag.
+
+    Rule: new requests only while :func:`staleness_capacity` > 0 (``mode="wait"``); finished
+    samples whose lag ``v_now − v_behaviour`` exceeds η are dropped (``mode="drop"``; in
+    ``"wait"`` mode they are kept because admission already bounded them). Versions are the
+    integer trainer steps (the record's ``step``), not the string ``policy_version``.
+    """
+
+    def __init__(self, eta: int = 4, batch_size: int = 1, max_concurrent: int = 1 << 30, mode: str = "drop"):
+        if eta < 0:
+            raise ValueError(f"StalenessBound: eta must be >= 0, got {eta}")
+        if mode not in ("drop", "wait"):
+            raise ValueError(f"StalenessBound: mode must be 'drop' or 'wait', got {mode!r}")
+        self.eta, self.batch_size, self.max_concurrent, self.mode = eta, batch_size, max_concurrent, mode
+
+    def capacity(self, version: int, n_accepted: int, n_running: int) -> int:
+        return staleness_capacity(self.eta, version, self.batch_size, n_accepted, n_running, self.max_concurrent)
+
+    def accept(self, behaviour_steps: Sequence[int], version: int) -> np.ndarray:
+        """(N,) bool: which finished samples may enter the batch at trainer version ``version``."""
+        lag = version - np.asarray(behaviour_steps, dtype=np.int64)
+        if np.any(lag < 0):
+            raise ValueError("StalenessBound: a sample's step is newer than the current version")
+        if self.mode == "wait":
+            return np.ones(lag.shape, dtype=bool)
+        return lag <= self.eta
+
+
+GROUP_CONTROLS: dict[str, type] = {
+    "adaptive_k": AdaptiveK,
+    "dynamic_sampling": DynamicSampling,
+    "gfpo": GFPO,
+    "overlong_filter": OverlongFilter,
+    "shorter_better": ShorterBetter,
+    "adapt_think": AdaptThink,
+    "early_exit": EarlyExit,
+    "staleness_bound": StalenessBound,
+}
+
+
+def make_group_control(name: str, **params: Any) -> Any:
+    """Build a group/budget control by its name in :data:`GROUP_CONTROLS`."""
+    try:
+        cls = GROUP_CONTROLS[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown group control {name!r}; choose one of {sorted(GROUP_CONTROLS)}") from None
+    return cls(**params)

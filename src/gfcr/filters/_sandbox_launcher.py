@@ -1,0 +1,118 @@
+"""Sandbox launcher: runs as a separate, tiny Python program (``python -I -S``), never imported.
+
+argv: ``LAUNCHER SPEC_JSON``. The spec names the program file, the working dir, the rlimits, the uid
+to drop to and whether to build private mounts. When started under ``unshare -n -m -p --fork`` the
+launcher is PID 1 of a fresh PID namespace: when it exits, the kernel kills every process left in
+the namespace (daemons included). It
+
+1. reads the program (before the mounts hide the host's /tmp);
+2. with ``private_mounts``: mounts fresh size-limited tmpfs over /tmp, /var/tmp, /run/lock and
+   /dev/shm and remounts / read-only (for this namespace only), so nothing written survives;
+3. forks the program as its child (so the program's parent is the launcher, never the caller),
+   which drops to ``uid`` and sets the rlimits before ``exec``;
+4. reaps every child until the program exits and exits with its status (128 + signal if killed).
+"""
+
+import ctypes
+import json
+import os
+import resource
+import sys
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_REMOUNT = 32
+MS_BIND = 4096
+
+
+def _mount(libc, source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    rc = libc.mount(
+        source.encode(),
+        target.encode(),
+        fstype.encode() if fstype else None,
+        flags,
+        data.encode() if data else None,
+    )
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def main() -> int:
+    spec = json.loads(sys.argv[1])
+    with open(spec["program"], "rb") as f:
+        program = f.read()
+    files = {name: content for name, content in spec.get("files", {}).items()}
+    workdir = spec["workdir"]
+    if spec["private_mounts"]:
+        libc = ctypes.CDLL(None, use_errno=True)
+        size = spec["tmpfs_bytes"]
+        for d in ("/tmp", "/var/tmp", "/run/lock", "/dev/shm"):
+            if os.path.isdir(d):
+                _mount(libc, "tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+        # the interpreter may live under a directory the dropped uid cannot traverse (e.g. /root):
+        # bind it to a stash, cover the closed ancestor with an empty tmpfs, bind it back in place
+        prefix = spec.get("python_prefix")
+        closed = spec.get("closed_ancestor")
+        if prefix and closed:
+            stash = "/tmp/.gfcr-python"
+            os.makedirs(stash)
+            _mount(libc, prefix, stash, None, MS_BIND, None)
+            _mount(libc, "tmpfs", closed, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+            os.makedirs(prefix, mode=0o755, exist_ok=True)
+            _mount(libc, stash, prefix, None, MS_BIND, None)
+            _mount(libc, prefix, prefix, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+        try:
+            _mount(libc, "/", "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+            spec["root_readonly"] = True
+        except OSError:
+            spec["root_readonly"] = False
+    os.makedirs(workdir, mode=0o700, exist_ok=True)
+    path = os.path.join(workdir, spec["program_name"])
+    with open(path, "wb") as f:
+        f.write(program)
+    for name, content in files.items():
+        with open(os.path.join(workdir, name), "w") as f:
+            f.write(content)
+    uid = spec["uid"]
+    if uid is not None:
+        for root, dirs, fs in os.walk(workdir):
+            for n in dirs + fs:
+                os.chown(os.path.join(root, n), uid, uid)
+        os.chown(workdir, uid, uid)
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            for name, value in spec["rlimits"].items():
+                lim = getattr(resource, name)
+                # CPU: soft limit sends SIGXCPU (a recognisable death), hard one second later SIGKILL
+                hard = value + 1 if name == "RLIMIT_CPU" else value
+                resource.setrlimit(lim, (value, hard))
+            os.chdir(workdir)
+            os.umask(0o077)
+            os.execve(spec["argv"][0], spec["argv"] + [path], spec["env"])
+        except BaseException as e:  # report, never return into the launcher's code
+            os.write(2, f"gfcr-sandbox: could not start the program: {e}\n".encode())
+            os._exit(125)
+    status = 0
+    while True:
+        try:
+            done, st = os.wait()
+        except ChildProcessError:
+            break
+        if done == pid:
+            status = st
+            break
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
