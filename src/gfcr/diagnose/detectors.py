@@ -1,0 +1,390 @@
+"""Detectors for rollout pathologies: a rule over the per-step metrics of one run each.
+
+Each detector reads the series of :func:`gfcr.diagnose.metrics.step_metrics` for one run, applies
+a threshold rule from :class:`DetectorConfig`, and when it fires returns a :class:`Finding` that
+names the GFCR module to look at and the levers to try. The pathology names follow the GFCR
+survey's diagnostic index (Surana et al., 2026; its own table was not retrievable, so the
+pathology → lever mapping here is our synthesis from the methods' papers, cited per detector).
+
+Rules look at the last ``window`` steps (a mean over them) unless they are about a trend, which is
+fitted over the whole run. A detector with too little data (fewer steps than it needs, or the
+metric is null throughout, e.g. no replayed rows) stays quiet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from gfcr.diagnose.metrics import by_run, relative_growth
+
+Series = dict[str, np.ndarray]
+
+
+@dataclass
+class Finding:
+    """A detector that fired on a run: what it saw, where to look, what to try."""
+
+    detector: str
+    run_id: str
+    title: str
+    message: str
+    module: str
+    levers: list[str]
+    evidence: dict[str, float] = field(default_factory=dict)
+    severity: str = "warning"  # "warning" or "critical" (value at least twice past the threshold)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _tail_mean(x: np.ndarray, window: int) -> float:
+    """Mean of the finite values among the last ``window`` entries of ``x`` (nan if none)."""
+    tail = np.asarray(x, float)[-window:]
+    tail = tail[np.isfinite(tail)]
+    return float(tail.mean()) if len(tail) else float("nan")
+
+
+def _head_mean(x: np.ndarray, window: int) -> float:
+    head = np.asarray(x, float)
+    head = head[np.isfinite(head)][:window]
+    return float(head.mean()) if len(head) else float("nan")
+
+
+def _severity(value: float, threshold: float, higher_is_worse: bool = True) -> str:
+    if higher_is_worse:
+        return "critical" if threshold > 0 and value >= 2 * threshold else "warning"
+    return "critical" if value <= threshold / 2 else "warning"
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="run this detector")
+    window: int = Field(3, ge=1, description="number of most recent steps the rule averages over")
+
+
+class ZeroRewardConfig(_Base):
+    max_success: float = Field(0.05, ge=0, le=1, description="fires when the success rate (verified rate, else mean reward) is at or below this")
+    min_all_wrong_share: float = Field(0.6, ge=0, le=1, description="or when at least this share of groups is all-wrong")
+
+
+class RewardHackingConfig(_Base):
+    max_disagreement: float = Field(0.1, ge=0, le=1, description="fires when the share of verified-known rollouts with high reward but a failed strict verifier reaches this")
+
+
+class LengthInflationConfig(_Base):
+    max_growth: float = Field(0.5, ge=0, description="fires when mean generated length grows by this fraction over the run (fitted line)")
+    min_steps: int = Field(4, ge=2, description="steps needed before the trend is judged")
+    max_trunc_rate: float = Field(0.2, ge=0, le=1, description="or when the truncation rate reaches this")
+
+
+class SignalNoiseConfig(_Base):
+    max_adv_disagreement: float = Field(0.15, ge=0, le=1, description="fires when this share of rollouts has an advantage whose sign contradicts the verifier")
+    max_low_std_share: float = Field(0.3, ge=0, le=1, description="or when this share of non-constant groups has a tiny reward std (std normalisation amplifies noise)")
+
+
+class ComputeWasteConfig(_Base):
+    max_waste: float = Field(0.5, ge=0, le=1, description="fires when this share of generated tokens sits in zero-advantage groups")
+
+
+class ReplayStalenessConfig(_Base):
+    max_lag: float = Field(4.0, ge=0, description="fires when replayed samples lag the policy by this many versions on average")
+    max_iw: float = Field(5.0, gt=1, description="or when an importance weight reaches this")
+    min_iw_mean: float = Field(0.5, gt=0, lt=1, description="or when the mean importance weight drops to this")
+
+
+class EntropyCollapseConfig(_Base):
+    max_drop: float = Field(0.6, gt=0, lt=1, description="fires when token entropy falls by this fraction from the first to the last window")
+    min_steps: int = Field(4, ge=2, description="steps needed before the trend is judged")
+
+
+class DetectorConfig(BaseModel):
+    """Thresholds of every detector (YAML-loadable; unknown keys are rejected)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    zero_reward: ZeroRewardConfig = Field(default_factory=ZeroRewardConfig, description="zero-reward mode")
+    reward_hacking: RewardHackingConfig = Field(default_factory=RewardHackingConfig, description="reward hacking")
+    length_inflation: LengthInflationConfig = Field(default_factory=LengthInflationConfig, description="length inflation")
+    signal_noise: SignalNoiseConfig = Field(default_factory=SignalNoiseConfig, description="signal noise")
+    compute_waste: ComputeWasteConfig = Field(default_factory=ComputeWasteConfig, description="compute waste")
+    replay_staleness: ReplayStalenessConfig = Field(default_factory=ReplayStalenessConfig, description="replay staleness")
+    entropy_collapse: EntropyCollapseConfig = Field(default_factory=EntropyCollapseConfig, description="entropy collapse")
+
+
+# ---------------------------------------------------------------------------------------------
+# Detectors
+# ---------------------------------------------------------------------------------------------
+
+
+class ZeroRewardMode:
+    """Zero-reward mode: the policy almost never succeeds, so groups are all-wrong and carry no signal.
+
+    Rule: success rate (verified rate, else mean reward) over the window ≤ ``max_success``, or
+    all-wrong group share ≥ ``min_all_wrong_share``. Levers from AR3PO (arXiv 2509.25808: staged
+    sampling, reuse of earlier correct responses), RePO (arXiv 2506.09340, replay of past
+    successes) and GRESO (arXiv 2506.02177) / VADE (arXiv 2511.18902; skip prompts predicted to be
+    zero-variance).
+    """
+
+    name = "zero_reward"
+    module = "Control (prompt selection, curriculum) + Replay"
+    levers = [
+        "easier prompts / curriculum (task difficulty, split)",
+        "GRESO or VADE selection to skip prompts that stay all-wrong",
+        "AR3PO: reuse earlier correct responses for all-wrong groups",
+        "RePO / ExGRPO replay of past successes",
+        "partial-credit or format reward alongside the strict verifier",
+    ]
+
+    def detect(self, run: str, s: Series, cfg: ZeroRewardConfig) -> Finding | None:
+        succ_series = s["verified_rate"] if np.isfinite(s["verified_rate"]).any() else s["reward_mean"]
+        succ = _tail_mean(succ_series, cfg.window)
+        wrong = _tail_mean(s["all_wrong_share"], cfg.window)
+        low = np.isfinite(succ) and succ <= cfg.max_success
+        many = np.isfinite(wrong) and wrong >= cfg.min_all_wrong_share
+        if not (low or many):
+            return None
+        return Finding(
+            self.name, run, "Zero-reward mode",
+            f"success rate {succ:.2f} and all-wrong group share {wrong:.2f} over the last {cfg.window} steps: "
+            "most groups have no correct answer, so their advantages are zero.",
+            self.module, self.levers, {"success_rate": succ, "all_wrong_share": wrong},
+            "critical" if low and many else "warning",
+        )
+
+
+class RewardHacking:
+    """Reward hacking: the training reward is high where the strict outcome verifier fails.
+
+    Rule: over the window, the share of verifier-known rollouts with ``reward ≥ reward_high`` and
+    ``verified = false`` ≥ ``max_disagreement``. Levers: train on the strict verifier (or a
+    composite), audit with a judge (ROSS audits, arXiv 2609.35954), verify by execution.
+    """
+
+    name = "reward_hacking"
+    module = "Filter (verifiers, reward)"
+    levers = [
+        "use the strict verifier (or a composite with it) as the reward",
+        "add format/exactness checks the hack cannot satisfy",
+        "audit high-reward failures with a judge (gfcr ross audit) and inspect them in `gfcr view`",
+        "verify by execution (code sandbox, env verifier) instead of a learned/lenient reward",
+    ]
+
+    def detect(self, run: str, s: Series, cfg: RewardHackingConfig) -> Finding | None:
+        rate = _tail_mean(s["hack_rate"], cfg.window)
+        if not (np.isfinite(rate) and rate >= cfg.max_disagreement):
+            return None
+        return Finding(
+            self.name, run, "Reward hacking",
+            f"{rate:.0%} of verified-known rollouts in the last {cfg.window} steps got a high reward while the "
+            "strict verifier failed them.",
+            self.module, self.levers, {"disagreement_rate": rate}, _severity(rate, cfg.max_disagreement),
+        )
+
+
+class LengthInflation:
+    """Length inflation: generated length grows over the run, or answers hit the length cap.
+
+    Rule: relative growth of the fitted mean-length line ≥ ``max_growth`` (needs ``min_steps``), or
+    truncation rate over the window ≥ ``max_trunc_rate``. Levers: DAPO overlong shaping (arXiv
+    2503.14476), ShorterBetter (arXiv 2504.21370), GFPO (arXiv 2508.09726), Dr. GRPO's
+    length-unbiased loss (arXiv 2503.20783).
+    """
+
+    name = "length_inflation"
+    module = "Control (length control) + Filter (length shaping)"
+    levers = [
+        "DAPO soft overlong punishment / overlong filtering",
+        "ShorterBetter: reward the shortest correct length in the group",
+        "GFPO: keep the shortest / most token-efficient k of G responses",
+        "Dr. GRPO loss aggregation (no per-sequence length normalisation)",
+        "raise max_tokens only if truncated answers are otherwise correct",
+    ]
+
+    def detect(self, run: str, s: Series, cfg: LengthInflationConfig) -> Finding | None:
+        steps, lens = s["step"], s["len_mean"]
+        ok = np.isfinite(lens)
+        growth = relative_growth(steps[ok], lens[ok]) if ok.sum() >= cfg.min_steps else float("nan")
+        trunc = _tail_mean(s["trunc_rate"], cfg.window)
+        grows = np.isfinite(growth) and growth >= cfg.max_growth
+        cut = np.isfinite(trunc) and trunc >= cfg.max_trunc_rate
+        if not (grows or cut):
+            return None
+        parts = []
+        if np.isfinite(growth):
+            parts.append(f"mean generated length grew {growth:+.0%} over the run")
+        if np.isfinite(trunc):
+            parts.append(f"{trunc:.0%} of answers were truncated in the last {cfg.window} steps")
+        sev = "critical" if grows and cut else (
+            _severity(growth, cfg.max_growth) if grows else _severity(trunc, cfg.max_trunc_rate))
+        return Finding(self.name, run, "Length inflation", "; ".join(parts) + ".", self.module, self.levers,
+                       {"length_growth": growth, "trunc_rate": trunc}, sev)
+
+
+class SignalNoise:
+    """Signal noise: the learning signal contradicts the outcome, or normalisation amplifies noise.
+
+    Rule: over the window, share of rollouts whose advantage sign contradicts the verifier
+    ≥ ``max_adv_disagreement``, or share of non-constant groups with reward std below
+    ``min_group_std`` ≥ ``max_low_std_share`` (GRPO's division by a tiny std blows small reward
+    differences up to ±1; Dr. GRPO, arXiv 2503.20783). Levers also from ExGRPO (arXiv 2510.02245:
+    prefer low-entropy trajectories for replay).
+    """
+
+    name = "signal_noise"
+    module = "Filter (signals, advantages) + Replay"
+    levers = [
+        "larger groups (more samples per prompt) for a steadier baseline",
+        "Dr. GRPO / RLOO advantages (no division by a tiny group std)",
+        "fix or tighten the verifier so reward and verdict agree",
+        "ExGRPO: replay only the lowest-entropy correct trajectory",
+    ]
+
+    def detect(self, run: str, s: Series, cfg: SignalNoiseConfig) -> Finding | None:
+        dis = _tail_mean(s["adv_disagreement"], cfg.window)
+        low = _tail_mean(s["low_std_share"], cfg.window)
+        a = np.isfinite(dis) and dis >= cfg.max_adv_disagreement
+        b = np.isfinite(low) and low >= cfg.max_low_std_share
+        if not (a or b):
+            return None
+        parts = []
+        if a:
+            parts.append(f"{dis:.0%} of rollouts have an advantage whose sign contradicts the verifier")
+        if b:
+            parts.append(f"{low:.0%} of non-constant groups have a reward std below the noise floor")
+        sev = "critical" if a and b else (
+            _severity(dis, cfg.max_adv_disagreement) if a else _severity(low, cfg.max_low_std_share))
+        return Finding(self.name, run, "Signal noise", "; ".join(parts) + f" (last {cfg.window} steps).",
+                       self.module, self.levers, {"adv_disagreement": dis, "low_std_share": low}, sev)
+
+
+class ComputeWaste:
+    """Compute waste: generated tokens in groups whose advantage is zero teach nothing.
+
+    Rule: over the window, wasted tokens ÷ generated tokens ≥ ``max_waste``. Levers: GRESO
+    (arXiv 2506.02177) and VADE (arXiv 2511.18902) skip predicted zero-variance prompts; DAPO dynamic sampling
+    (arXiv 2503.14476) refills the batch; AR3PO (arXiv 2509.25808) samples in stages; adaptive K.
+    """
+
+    name = "compute_waste"
+    module = "Control (selection, K allocation, dynamic sampling)"
+    levers = [
+        "GRESO or VADE prompt selection (skip predicted zero-variance prompts)",
+        "DAPO dynamic sampling (drop zero-variance groups, refill the batch)",
+        "AR3PO staged sampling (sample more only where the first stage is mixed)",
+        "adaptive K: fewer samples for prompts that are always solved or never solved",
+    ]
+
+    def detect(self, run: str, s: Series, cfg: ComputeWasteConfig) -> Finding | None:
+        waste = _tail_mean(s["waste_share"], cfg.window)
+        if not (np.isfinite(waste) and waste >= cfg.max_waste):
+            return None
+        zv = _tail_mean(s["zero_var_share"], cfg.window)
+        return Finding(
+            self.name, run, "Compute waste",
+            f"{waste:.0%} of generated tokens in the last {cfg.window} steps are in zero-advantage groups "
+            f"(zero-variance group share {zv:.0%}).",
+            self.module, self.levers, {"waste_share": waste, "zero_var_share": zv},
+            "critical" if waste >= min(1.0, 1.5 * cfg.max_waste) else "warning",
+        )
+
+
+class ReplayStaleness:
+    """Replay staleness: replayed samples lag the policy too far, or their importance weights blow up.
+
+    Rule: over the window, mean version lag ≥ ``max_lag``, max importance weight ≥ ``max_iw``, or
+    mean importance weight ≤ ``min_iw_mean``. Levers: AReaL's staleness bound η and decoupled,
+    capped importance weights (arXiv 2505.24298); ExGRPO's weight shaping; a smaller replay window.
+    """
+
+    name = "replay_staleness"
+    module = "Replay (buffers, off-policy mixing) + Control (staleness bound)"
+    levers = [
+        "AReaL-style staleness bound: drop or refresh samples older than η versions",
+        "cap / truncate importance weights (decoupled PPO objective)",
+        "smaller replay buffer or shorter window; lower the replay ratio",
+        "ExGRPO weight shaping f(w) = w / (w + 0.1) for replayed trajectories",
+    ]
+
+    def detect(self, run: str, s: Series, cfg: ReplayStalenessConfig) -> Finding | None:
+        lag = _tail_mean(s["staleness_mean"], cfg.window)
+        tail_max = np.asarray(s["iw_max"], float)[-cfg.window:]
+        iw_max = float(np.nanmax(tail_max)) if np.isfinite(tail_max).any() else float("nan")
+        iw_mean = _tail_mean(s["iw_mean"], cfg.window)
+        hits = {
+            "lag": np.isfinite(lag) and lag >= cfg.max_lag,
+            "iw_max": np.isfinite(iw_max) and iw_max >= cfg.max_iw,
+            "iw_mean": np.isfinite(iw_mean) and iw_mean <= cfg.min_iw_mean,
+        }
+        if not any(hits.values()):
+            return None
+        parts = []
+        if hits["lag"]:
+            parts.append(f"replayed samples lag the policy by {lag:.1f} versions on average")
+        if hits["iw_max"]:
+            parts.append(f"importance weights reach {iw_max:.1f}")
+        if hits["iw_mean"]:
+            parts.append(f"the mean importance weight fell to {iw_mean:.2f}")
+        return Finding(self.name, run, "Replay staleness", "; ".join(parts) + f" (last {cfg.window} steps).",
+                       self.module, self.levers, {"staleness_mean": lag, "iw_max": iw_max, "iw_mean": iw_mean},
+                       "critical" if sum(hits.values()) >= 2 else "warning")
+
+
+class EntropyCollapse:
+    """Entropy collapse: token entropy of the generated text falls toward zero over the run.
+
+    Rule: mean entropy over the last window ≤ (1 − ``max_drop``) × mean over the first window
+    (needs ``min_steps``); uses ``signals.entropy`` when recorded, else the mean negative
+    behaviour log-prob. Levers: DAPO clip-higher (arXiv 2503.14476), an entropy bonus or KL
+    anchor, higher temperature, entropy-aware selection.
+    """
+
+    name = "entropy_collapse"
+    module = "Generate (sampling) + Filter (entropy signals) + train loss"
+    levers = [
+        "DAPO clip-higher (raise ε_high, e.g. 0.28)",
+        "entropy bonus or a KL anchor to the reference policy",
+        "higher sampling temperature",
+        "select prompts / tokens by entropy (high-entropy forking tokens)",
+    ]
+
+    def detect(self, run: str, s: Series, cfg: EntropyCollapseConfig) -> Finding | None:
+        ent = s["entropy_mean"] if np.isfinite(s["entropy_mean"]).sum() >= cfg.min_steps else s["nll_mean"]
+        if np.isfinite(ent).sum() < cfg.min_steps:
+            return None
+        first, last = _head_mean(ent, cfg.window), _tail_mean(ent, cfg.window)
+        if not (first > 0 and last <= (1 - cfg.max_drop) * first):
+            return None
+        drop = 1 - last / first
+        return Finding(self.name, run, "Entropy collapse",
+                       f"token entropy fell {drop:.0%}, from {first:.3f} to {last:.3f} nats/token.",
+                       self.module, self.levers, {"entropy_first": first, "entropy_last": last, "drop": drop},
+                       "critical" if drop >= min(0.95, 1.3 * cfg.max_drop) else "warning")
+
+
+#: detector name → instance, in the order findings are reported
+DETECTORS = {
+    d.name: d
+    for d in (ZeroRewardMode(), RewardHacking(), LengthInflation(), SignalNoise(), ComputeWaste(),
+              ReplayStaleness(), EntropyCollapse())
+}
+
+
+def detect(metrics: pa.Table, config: DetectorConfig | None = None) -> list[Finding]:
+    """Run every enabled detector on every run of a :func:`step_metrics` table."""
+    cfg = config or DetectorConfig()
+    out = []
+    for run, series in by_run(metrics).items():
+        for name, det in DETECTORS.items():
+            c = getattr(cfg, name)
+            if c.enabled:
+                f = det.detect(run, series, c)
+                if f is not None:
+                    out.append(f)
+    return out

@@ -1,0 +1,337 @@
+"""A self-contained HTML report of a store (or one run): metrics over steps, findings, ROSS tables,
+and sample rollouts per bucket with supervised / excluded spans highlighted.
+
+The file has no scripts and no external references (plots are inline SVG, styles inline), so it
+opens offline and can be mailed around. All rollout text is untrusted model output: every string
+taken from the store goes through :func:`html.escape`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gfcr.diagnose.detectors import DetectorConfig, Finding, detect
+from gfcr.diagnose.metrics import MetricsConfig, by_run, step_metrics
+from gfcr.diagnose.spans import assistant_text, segments
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+CATEGORY_COLOURS = {
+    "corrected_mistake": "#f4a3a3",
+    "redundant_exploration": "#f9d58b",
+    "abandoned_attempt": "#c9b3f0",
+    "incorrect_claim": "#f08080",
+    "other": "#cccccc",
+}
+
+#: (chart title, metric columns, y-axis label)
+CHARTS: list[tuple[str, list[str], str]] = [
+    ("Reward and verified rate", ["reward_mean", "verified_rate"], ""),
+    ("Zero-variance groups", ["zero_var_share", "all_correct_share", "all_wrong_share"], "share of groups"),
+    ("Compute waste", ["waste_share"], "share of generated tokens"),
+    ("Generated length", ["len_mean", "len_p95"], "tokens"),
+    ("Truncation rate", ["trunc_rate"], "share"),
+    ("Token entropy", ["entropy_mean", "nll_mean"], "nats/token"),
+    ("Reward–verifier disagreement", ["hack_rate", "adv_disagreement", "low_std_share"], "share"),
+    ("Replay staleness", ["staleness_mean", "staleness_max"], "policy versions"),
+    ("Replay importance weights", ["iw_mean", "iw_min", "iw_max"], ""),
+    ("ROSS audits", ["ter_mean", "kept_share"], "share"),
+]
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1280px}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f5f5f5}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee;padding:4px}
+.finding{border-left:4px solid #f0ad4e;padding:6px 10px;margin:8px 0;background:#fffaf0}
+.finding.critical{border-color:#d9534f;background:#fff5f5}.muted{color:#777}
+.card{border:1px solid #ddd;border-radius:4px;padding:8px 12px;margin:10px 0}
+pre{white-space:pre-wrap;word-break:break-word;font-size:12px;background:#fafafa;padding:6px;margin:4px 0}
+.seg-supervised{background:#d7f5dd}.seg-excluded{text-decoration:line-through;text-decoration-color:#900}
+.legend span{display:inline-block;padding:1px 6px;margin-right:6px;font-size:12px}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def svg_line_chart(title: str, x: Sequence[float], series: dict[str, Sequence[float]], y_label: str = "",
+                   width: int = 380, height: int = 220) -> str:
+    """An inline SVG line chart; NaN breaks a line, a lone point is drawn as a dot.
+
+    ``x`` ``[N]``; each series ``[N]``. Labels are escaped. Returns ``""`` when no value is finite.
+    """
+    xs = np.asarray(x, float)
+    ys = {k: np.asarray(v, float) for k, v in series.items()}
+    finite = [v[np.isfinite(v)] for v in ys.values()]
+    allv = np.concatenate(finite) if finite else np.zeros(0)
+    if len(xs) == 0 or len(allv) == 0:
+        return ""
+    left, right, top, bottom = 48, 10, 34, 56
+    pw, ph = width - left - right, height - top - bottom
+    x0, x1 = float(np.nanmin(xs)), float(np.nanmax(xs))
+    y0, y1 = float(min(0.0, allv.min())), float(allv.max())
+    if y1 - y0 < 1e-12:
+        y1 = y0 + 1.0
+    x1 = x1 if x1 > x0 else x0 + 1
+
+    def px(v: float) -> float:
+        return left + (v - x0) / (x1 - x0) * pw
+
+    def py(v: float) -> float:
+        return top + ph - (v - y0) / (y1 - y0) * ph
+
+    parts = [f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="{_e(title)}" class="chart">',
+             f'<text x="{left}" y="15" font-size="13" font-weight="600">{_e(title)}</text>',
+             f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#999"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#999"/>']
+    for v in (y0, (y0 + y1) / 2, y1):
+        parts.append(f'<text x="{left - 4}" y="{py(v) + 4:.1f}" font-size="10" text-anchor="end">{_fmt(float(v))}</text>')
+        parts.append(f'<line x1="{left}" y1="{py(v):.1f}" x2="{left + pw}" y2="{py(v):.1f}" stroke="#eee"/>')
+    for v in sorted({x0, x1}):
+        parts.append(f'<text x="{px(v):.1f}" y="{top + ph + 13}" font-size="10" text-anchor="middle">{_fmt(v)}</text>')
+    parts.append(f'<text x="{left + pw / 2}" y="{top + ph + 26}" font-size="10" text-anchor="middle">step</text>')
+    if y_label:
+        parts.append(f'<text x="{left}" y="{top - 3}" font-size="10" fill="#777">{_e(y_label)}</text>')
+    for i, (name, v) in enumerate(ys.items()):
+        colour = PALETTE[i % len(PALETTE)]
+        run: list[str] = []
+        runs = []
+        for xv, yv in zip(xs, v, strict=True):
+            if np.isfinite(yv):
+                run.append(f"{px(xv):.1f},{py(yv):.1f}")
+            elif run:
+                runs.append(run)
+                run = []
+        if run:
+            runs.append(run)
+        for r in runs:
+            if len(r) == 1:
+                cx, cy = r[0].split(",")
+                parts.append(f'<circle cx="{cx}" cy="{cy}" r="2.5" fill="{colour}"/>')
+            else:
+                parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.8" points="{" ".join(r)}"/>')
+        ly = height - 6 - 12 * (i // 3)
+        lx = left + (i % 3) * (pw // 3)
+        parts.append(f'<rect x="{lx}" y="{ly - 8}" width="10" height="3" fill="{colour}"/>'
+                     f'<text x="{lx + 13}" y="{ly - 4}" font-size="10">{_e(name)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _charts(metrics: pa.Table) -> str:
+    runs = by_run(metrics)
+    out = []
+    for title, cols, ylab in CHARTS:
+        for run, s in runs.items():
+            series = {c: s[c] for c in cols if np.isfinite(s[c]).any()}
+            if not series:
+                continue
+            t = title if len(runs) == 1 else f"{title} — {run}"
+            out.append(svg_line_chart(t, s["step"], series, ylab))
+    return '<div class="charts">' + "".join(out) + "</div>" if out else '<p class="muted">No steps to plot.</p>'
+
+
+def _findings_html(findings: list[Finding]) -> str:
+    if not findings:
+        return '<p id="no-findings">No detector fired: no pathology crossed its threshold.</p>'
+    items = []
+    for f in findings:
+        ev = ", ".join(f"{_e(k)} = {_fmt(v)}" for k, v in f.evidence.items())
+        lev = "".join(f"<li>{_e(x)}</li>" for x in f.levers)
+        items.append(
+            f'<div class="finding {_e(f.severity)}" data-detector="{_e(f.detector)}"><b>{_e(f.title)}</b> '
+            f'<span class="muted">run {_e(f.run_id)} · {_e(f.severity)}</span><br>{_e(f.message)}<br>'
+            f'<span class="muted">{ev}</span><br><b>Module:</b> {_e(f.module)}<br><b>Levers to try:</b><ul>{lev}</ul></div>'
+        )
+    return "".join(items)
+
+
+def _metrics_table(metrics: pa.Table) -> str:
+    cols = ["run_id", "step", "n_rollouts", "reward_mean", "verified_rate", "zero_var_share", "waste_share",
+            "len_mean", "len_p95", "trunc_rate", "entropy_mean", "nll_mean", "hack_rate", "n_replayed",
+            "staleness_mean", "iw_mean", "n_audited", "ter_mean"]
+    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    rows = "".join("<tr>" + "".join(f"<td>{_e(_fmt(r[c]))}</td>" for c in cols) + "</tr>" for r in metrics.to_pylist())
+    return f'<table id="metrics"><tr>{head}</tr>{rows}</table>'
+
+
+def _ross_tables(store: Any, run: str | None) -> str:
+    ids_filter = ""
+    if run is not None:
+        ids_filter = "WHERE a.rollout_id IN (SELECT rollout_id FROM rollouts WHERE run_id = " + \
+            "'" + run.replace("'", "''") + "')"
+    status = store.sql(
+        f"""SELECT a.judge, a.judge_version, a.status, count(*) AS n, avg(a.ter) AS ter_mean,
+                   median(a.ter) AS ter_median
+            FROM audits a {ids_filter} GROUP BY ALL ORDER BY a.judge, a.judge_version, a.status"""
+    ).to_pylist()
+    if not status:
+        return '<p id="no-audits" class="muted">No ROSS audits in this store (run <code>gfcr ross audit</code> to add them).</p>'
+    head = "<tr><th>judge</th><th>version</th><th>status</th><th>audits</th><th>TER mean</th><th>TER median</th></tr>"
+    rows = "".join(
+        f"<tr><td>{_e(r['judge'])}</td><td>{_e(r['judge_version'])}</td><td>{_e(r['status'])}</td><td>{r['n']}</td>"
+        f"<td>{_fmt(r['ter_mean'])}</td><td>{_fmt(r['ter_median'])}</td></tr>" for r in status
+    )
+    cats = store.sql(
+        f"""SELECT a.judge, s.category AS category, count(*) AS spans,
+                   sum(s."end" - s.start) AS chars
+            FROM audits a, unnest(a.excluded) AS u(s) {ids_filter} GROUP BY ALL ORDER BY a.judge, spans DESC"""
+    ).to_pylist()
+    crow = "".join(
+        f"<tr><td>{_e(r['judge'])}</td><td><span style=\"background:{CATEGORY_COLOURS.get(r['category'], '#ccc')}\">"
+        f"{_e(r['category'])}</span></td><td>{r['spans']}</td><td>{r['chars']}</td></tr>" for r in cats
+    ) or '<tr><td colspan="4" class="muted">no excluded spans</td></tr>'
+    reasons = store.sql(
+        f"""SELECT a.judge, a.reason, count(*) AS n FROM audits a {ids_filter}
+            {'AND' if ids_filter else 'WHERE'} a.status <> 'kept' GROUP BY ALL ORDER BY n DESC LIMIT 10"""
+    ).to_pylist()
+    rrow = "".join(f"<tr><td>{_e(r['judge'])}</td><td>{_e(r['reason'])}</td><td>{r['n']}</td></tr>" for r in reasons)
+    out = f'<table id="ross-status">{head}{rows}</table>'
+    out += f'<h3>Exclusion categories</h3><table id="ross-categories"><tr><th>judge</th><th>category</th><th>spans</th><th>chars</th></tr>{crow}</table>'
+    if rrow:
+        out += f'<h3>Discard reasons</h3><table id="ross-reasons"><tr><th>judge</th><th>reason</th><th>audits</th></tr>{rrow}</table>'
+    return out
+
+
+def _pick(store: Any, run: str | None, n: int) -> dict[str, list[str]]:
+    """Rollout ids per bucket: best, worst, truncated, most-masked."""
+    t = store.scan(run=run, columns=["rollout_id", "reward", "finish_reason", "signals"])
+    if t.num_rows == 0:
+        return {}
+    ids = np.asarray(t.column("rollout_id").to_pylist(), dtype=object)
+    reward = t.column("reward").to_numpy()
+    order = np.lexsort((ids.astype(str), -reward))
+    out = {"best": ids[order[:n]].tolist(), "worst": ids[order[::-1][:n]].tolist()}
+    trunc = np.nonzero(pc.equal(t.column("finish_reason"), "length").to_numpy(zero_copy_only=False))[0]
+    out["truncated"] = ids[trunc[:n]].tolist()
+    audits = store.audits(rollout_ids=ids.tolist()) if len(ids) <= 5000 else store.audits()
+    if audits.num_rows:
+        idset = set(ids.tolist())
+        rows = [a for a in audits.select(["rollout_id", "ter", "status"]).to_pylist()
+                if a["rollout_id"] in idset and a["ter"] is not None]
+        rows.sort(key=lambda a: (-a["ter"], a["rollout_id"]))
+        out["most-masked"] = list(dict.fromkeys(a["rollout_id"] for a in rows))[:n]
+    return out
+
+
+def render_text_segments(text: str, audit: dict[str, Any] | None) -> str:
+    """HTML of the assistant text: excluded spans struck through and coloured by category, kept
+    text green when audited. The text is escaped piece by piece."""
+    spans = audit["excluded"] if audit and audit["status"] == "kept" else []
+    audited = bool(audit and audit["status"] == "kept")
+    out = []
+    for s in segments(text, spans, audited):
+        if s.kind == "excluded":
+            out.append(f'<span class="seg-excluded" data-category="{_e(s.category)}" '
+                       f'style="background:{CATEGORY_COLOURS.get(s.category or "other", "#ccc")}" '
+                       f'title="excluded: {_e(s.category)}">{_e(s.text)}</span>')
+        elif s.kind == "supervised":
+            out.append(f'<span class="seg-supervised" title="supervised">{_e(s.text)}</span>')
+        else:
+            out.append(_e(s.text))
+    return "".join(out)
+
+
+def _rollout_card(row: dict[str, Any], audit: dict[str, Any] | None) -> str:
+    role = row["token_role"]
+    n_gen = sum(role)
+    head = (f"<b>{_e(row['rollout_id'][:12])}</b> · run {_e(row['run_id'])} · step {row['step']} · "
+            f"prompt {_e(row['prompt_id'])} · reward {_fmt(float(row['reward']))} · verified {_e(row['verified'])} · "
+            f"finish {_e(row['finish_reason'])} · tokens {len(role) - n_gen} context / {n_gen} generated")
+    ctx = "".join(f"<div><span class=\"muted\">{_e(m['role'])}</span><pre>{_e(m['content'])}</pre></div>"
+                  for m in row["messages"] if m["role"] != "assistant")
+    text = assistant_text(row["messages"])
+    audit_line = '<span class="muted">not audited</span>'
+    if audit:
+        audit_line = (f"audit {_e(audit['judge'])}@{_e(audit['judge_version'])}: <b>{_e(audit['status'])}</b>"
+                      + (f" — {_e(audit['reason'])}" if audit.get("reason") else "")
+                      + (f" · TER {_fmt(audit['ter'])}" if audit.get("ter") is not None else ""))
+    try:
+        ver = json.dumps(json.loads(row["verifier"]), indent=1, sort_keys=True)
+    except (TypeError, json.JSONDecodeError):
+        ver = str(row["verifier"])
+    return (f'<div class="card" data-rollout="{_e(row["rollout_id"])}">{head}<br>{audit_line}{ctx}'
+            f'<div><span class="muted">assistant</span><pre class="assistant">{render_text_segments(text, audit)}</pre></div>'
+            f'<details><summary>verifier evidence</summary><pre>{_e(ver)}</pre></details></div>')
+
+
+def _samples(store: Any, run: str | None, n: int) -> str:
+    buckets = _pick(store, run, n)
+    if not buckets:
+        return '<p class="muted">No rollouts.</p>'
+    all_ids = list(dict.fromkeys(i for ids in buckets.values() for i in ids))
+    rows = {r["rollout_id"]: r for r in store.get(all_ids, columns=[
+        "rollout_id", "run_id", "step", "prompt_id", "reward", "verified", "finish_reason", "messages",
+        "token_role", "verifier"]).to_pylist()}
+    audits: dict[str, dict[str, Any]] = {}
+    for a in sorted(store.audits(rollout_ids=all_ids).to_pylist(), key=lambda a: a["created_at"]):
+        audits[a["rollout_id"]] = a
+    legend = "".join(f'<span style="background:{c}">{_e(k)}</span>' for k, c in CATEGORY_COLOURS.items())
+    out = [f'<p class="legend"><span class="seg-supervised">supervised</span>{legend}</p>']
+    for name, ids in buckets.items():
+        cards = "".join(_rollout_card(rows[i], audits.get(i)) for i in ids) or '<p class="muted">none</p>'
+        out.append(f'<h3 id="bucket-{_e(name)}">{_e(name)}</h3>{cards}')
+    return "".join(out)
+
+
+def build_report(store: Any, run: str | None = None, metrics_config: MetricsConfig | None = None,
+                 detector_config: DetectorConfig | None = None, samples_per_bucket: int = 3) -> str:
+    """The report as one HTML string (see the module docstring)."""
+    metrics = step_metrics(store, run=run, config=metrics_config)
+    findings = detect(metrics, detector_config)
+    title = f"gfcr report — {run}" if run else "gfcr report"
+    n_roll = int(pc.sum(metrics.column("n_rollouts")).as_py() or 0) if metrics.num_rows else 0
+    runs = sorted(set(metrics.column("run_id").to_pylist()))
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="muted">store {_e(store.path)} · {len(runs)} run(s): {_e(", ".join(runs))} · '
+        f"{metrics.num_rows} step(s) · {n_roll} rollouts · generated {now}</p>",
+        '<h2 id="findings">Findings</h2>', _findings_html(findings),
+        '<h2 id="plots">Metrics over steps</h2>', _charts(metrics),
+        '<h2 id="ross">ROSS audits</h2>', _ross_tables(store, run),
+        '<h2 id="samples">Sample rollouts</h2>', _samples(store, run, samples_per_bucket),
+        '<h2 id="table">Metrics table</h2>', _metrics_table(metrics),
+    ]
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+
+
+def write_report(store: Any, out: str | Path, run: str | None = None, overwrite: bool = False, **kw: Any) -> Path:
+    """Write :func:`build_report` to ``out`` and return its path. An existing file is kept unless
+    ``overwrite``; the file is written to a temporary name first, so a failure leaves nothing half-written."""
+    path = Path(out)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; choose another --out or pass --force to replace it")
+    if run is not None and not store.scan(run=run, columns=["rollout_id"]).num_rows:
+        runs = sorted(set(store.scan(columns=["run_id"]).column("run_id").to_pylist()))
+        raise ValueError(f"no rollouts for run {run!r} in {store.path}; runs in the store: {runs}")
+    text = build_report(store, run=run, **kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+__all__ = ["build_report", "write_report", "svg_line_chart", "render_text_segments"]

@@ -1,0 +1,235 @@
+"""A local, read-only web viewer of one rollout store (FastAPI).
+
+``create_app(store_path)`` builds the app; ``gfcr view STORE`` serves it on 127.0.0.1. The app
+serves exactly one store and only reads it (GET routes only). Static files come from a fixed
+table loaded from this package at start-up, so no request path can reach any other file. The
+page renders every string from the store with ``textContent`` (never as HTML), and responses
+carry a Content-Security-Policy that allows only the app's own script and style.
+
+JSON API:
+
+* ``GET /api/summary`` — runs (steps, rollouts), tasks, finish reasons, audit judges.
+* ``GET /api/rollouts`` — filters ``run``, ``step_min``, ``step_max``, ``reward_min``,
+  ``reward_max``, ``verified``, ``prompt``, ``task``, ``finish``; paging ``offset``, ``limit``
+  (≤ 200); sorted by run, step, prompt, sample index. Returns ``{total, offset, limit, items}``.
+* ``GET /api/rollouts/{rollout_id}`` — one rollout: turns, token roles (decoded per token when
+  a tokenizer was given), verifier evidence, signals, and each ROSS audit with its excluded spans
+  and the assistant text cut into supervised / excluded segments. 404 for an unknown id.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from gfcr.diagnose.spans import assistant_text, segments
+from gfcr.records import FINISH_REASONS
+
+STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                ".css": "text/css; charset=utf-8"}
+LIST_COLUMNS = ["rollout_id", "run_id", "step", "prompt_id", "group_id", "sample_index", "task", "reward",
+                "verified", "finish_reason", "cost"]
+MAX_TOKENS_SHOWN = 4000
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                               "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def load_static() -> dict[str, tuple[bytes, str]]:
+    """The viewer's static files, read from the package: ``{name: (bytes, media type)}``."""
+    out = {}
+    for f in resources.files("gfcr.diagnose").joinpath("static").iterdir():
+        suffix = Path(f.name).suffix
+        if f.is_file() and suffix in STATIC_TYPES:
+            out[f.name] = (f.read_bytes(), STATIC_TYPES[suffix])
+    if "index.html" not in out:
+        raise RuntimeError("gfcr.diagnose/static/index.html is missing from the installed package; reinstall gfcr")
+    return out
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "isoformat"):
+        return x.isoformat()
+    return x
+
+
+def _loads(s: str | None) -> Any:
+    if s is None:
+        return None
+    try:
+        return json.loads(s)
+    except json.JSONDecodeError:
+        return s
+
+
+def role_runs(token_role: list[int]) -> list[dict[str, int]]:
+    """Consecutive runs of equal role: ``[{"role", "start", "end"}]`` (end exclusive).
+
+    Example: [0, 0, 1, 1, 1, 0] → [{0, 0, 2}, {1, 2, 5}, {0, 5, 6}].
+    """
+    out: list[dict[str, int]] = []
+    for i, r in enumerate(token_role):
+        if out and out[-1]["role"] == r:
+            out[-1]["end"] = i + 1
+        else:
+            out.append({"role": int(r), "start": i, "end": i + 1})
+    return out
+
+
+def create_app(store_path: str | Path, tokenizer: Any | None = None) -> Any:
+    """The FastAPI app over the store at ``store_path`` (which must exist). ``tokenizer``: an HF
+    tokenizer, or a path/name to load one from, to show decoded tokens; None shows token ids."""
+    from fastapi import FastAPI, HTTPException, Query
+    from fastapi.responses import JSONResponse, Response
+
+    from gfcr.store import RolloutStore
+
+    store = RolloutStore.open(store_path)  # raises a StoreError naming the problem if it is not a store
+    static = load_static()
+    tok = tokenizer
+    if isinstance(tokenizer, str | Path):
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(tokenizer))
+
+    app = FastAPI(title="gfcr viewer", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.middleware("http")
+    async def _headers(request: Any, call_next: Any) -> Any:
+        resp = await call_next(request)
+        for k, v in SECURITY_HEADERS.items():
+            resp.headers[k] = v
+        return resp
+
+    def _static(name: str) -> Response:
+        if name not in static:
+            raise HTTPException(404, f"no static file {name!r}")
+        body, media = static[name]
+        return Response(body, media_type=media)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> Response:
+        return _static("index.html")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static_file(name: str) -> Response:
+        return _static(name)
+
+    @app.get("/api/summary")
+    def summary() -> JSONResponse:
+        runs = store.sql(
+            "SELECT run_id, min(step) AS step_min, max(step) AS step_max, count(*) AS rollouts "
+            "FROM rollouts GROUP BY run_id ORDER BY run_id"
+        ).to_pylist()
+        tasks = store.sql("SELECT DISTINCT task FROM rollouts ORDER BY task").column("task").to_pylist() if runs else []
+        judges = store.sql("SELECT judge, count(*) AS n FROM audits GROUP BY judge ORDER BY judge").to_pylist()
+        return JSONResponse({"store": str(store.path), "runs": runs, "tasks": tasks,
+                             "finish_reasons": list(FINISH_REASONS), "judges": judges})
+
+    @app.get("/api/rollouts")
+    def list_rollouts(
+        run: str | None = None,
+        step_min: int | None = Query(None, ge=0),
+        step_max: int | None = Query(None, ge=0),
+        reward_min: float | None = None,
+        reward_max: float | None = None,
+        verified: bool | None = None,
+        prompt: str | None = None,
+        task: str | None = None,
+        finish: str | None = None,
+        offset: int = Query(0, ge=0),
+        limit: int = Query(50, ge=1, le=200),
+    ) -> JSONResponse:
+        where = []
+        for v, op in ((reward_min, ">="), (reward_max, "<=")):
+            if v is not None:
+                if not np.isfinite(v):
+                    raise HTTPException(422, "reward bounds must be finite numbers")
+                where.append(f"reward {op} {float(v)!r}")
+        if finish is not None:
+            if finish not in FINISH_REASONS:
+                raise HTTPException(422, f"finish must be one of {list(FINISH_REASONS)}")
+            where.append(f"finish_reason = '{finish}'")
+        steps = None
+        if step_min is not None or step_max is not None:
+            steps = (step_min or 0, step_max if step_max is not None else 2**62)
+        t = store.scan(run=run or None, steps=steps, verified=verified, prompt_ids=[prompt] if prompt else None,
+                       task=task or None, where=" AND ".join(where) or None, columns=LIST_COLUMNS)
+        total = t.num_rows
+        if total:
+            idx = pc.sort_indices(t, sort_keys=[("run_id", "ascending"), ("step", "ascending"),
+                                                ("prompt_id", "ascending"), ("sample_index", "ascending"),
+                                                ("rollout_id", "ascending")])
+            t = t.take(idx).slice(offset, limit)
+        items = []
+        page = t.to_pylist() if total else []
+        if page:  # generated-token counts for this page only (token_role is the truth, cost may be unset)
+            roles = store.get([r["rollout_id"] for r in page], columns=["token_role"]).column("token_role")
+            gen = pc.list_value_length(roles).to_pylist()
+            flat = pc.list_flatten(roles).to_numpy(zero_copy_only=False).astype(np.int64)
+            sums = np.bincount(np.repeat(np.arange(len(page)), gen), weights=flat, minlength=len(page))
+            for r, n, sm in zip(page, gen, sums, strict=True):
+                cost = r.pop("cost")
+                r["gen_tokens"] = int(sm) if n else int(cost["gen_tokens"])
+                items.append(_jsonable(r))
+        return JSONResponse({"total": total, "offset": offset, "limit": limit, "items": items})
+
+    @app.get("/api/rollouts/{rollout_id}")
+    def get_rollout(rollout_id: str) -> JSONResponse:
+        try:
+            row = store.get([rollout_id]).to_pylist()[0]
+        except KeyError:
+            raise HTTPException(404, f"no rollout {rollout_id!r} in this store") from None
+        role = row.pop("token_role")
+        ids = row.pop("token_ids")
+        row.pop("logprobs")
+        for k in ("verifier", "sampling", "meta"):
+            row[k] = _loads(row[k])
+        row["signals"] = dict(row["signals"])
+        text = assistant_text(row["messages"])
+        audits = []
+        for a in sorted(store.audits(rollout_ids=[rollout_id]).to_pylist(), key=lambda a: a["created_at"]):
+            mask = a.pop("mask")
+            kept = a["status"] == "kept"
+            spans = a["excluded"] if kept else []
+            a["segments"] = [s.to_dict() for s in segments(text, spans, kept)]
+            a["supervised_tokens"] = int(sum(m for m, r in zip(mask, role, strict=False) if r == 1))
+            a["mask"] = mask[:MAX_TOKENS_SHOWN]
+            audits.append(a)
+        tokens = []
+        shown = ids[:MAX_TOKENS_SHOWN]
+        pieces = [tok.decode([i]) for i in shown] if tok is not None else [None] * len(shown)
+        for i, (tid, r, piece) in enumerate(zip(shown, role, pieces, strict=False)):
+            tokens.append({"i": i, "id": tid, "role": r, "text": piece})
+        row.update(
+            assistant_text=text,
+            segments=[s.to_dict() for s in segments(text, [], False)],
+            n_tokens=len(ids),
+            n_context=int(len(role) - sum(role)),
+            n_generated=int(sum(role)),
+            role_runs=role_runs(role),
+            tokens=tokens,
+            tokens_truncated=len(ids) > MAX_TOKENS_SHOWN,
+            decoded=tok is not None,
+            audits=audits,
+        )
+        return JSONResponse(_jsonable(row))
+
+    return app
+
+
+__all__ = ["create_app", "load_static", "role_runs"]

@@ -1,0 +1,112 @@
+"""Builders for hand-made rollouts and runs used by the diagnose tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gfcr.records import Audit, Message, Rollout, Span
+
+
+def rollout(
+    run: str,
+    step: int,
+    group: str,
+    reward: float,
+    gen_len: int = 10,
+    verified: bool | None = None,
+    finish: str = "stop",
+    signals: dict[str, float] | None = None,
+    meta: dict[str, Any] | None = None,
+    logprob: float = -1.0,
+    text: str | None = None,
+    prompt_len: int = 4,
+    sample_index: int = 0,
+    rollout_id: str | None = None,
+) -> Rollout:
+    """A rollout with ``prompt_len`` context tokens and ``gen_len`` generated tokens of log-prob ``logprob``."""
+    n = prompt_len + gen_len
+    role = np.array([0] * prompt_len + [1] * gen_len, np.uint8)
+    lp = np.where(role == 1, logprob, 0.0).astype(np.float32)
+    kw: dict[str, Any] = {}
+    if rollout_id:
+        kw["rollout_id"] = rollout_id
+    return Rollout(
+        run_id=run,
+        prompt_id=group,
+        group_id=f"{group}@{step}",
+        step=step,
+        sample_index=sample_index,
+        task="arith",
+        token_ids=np.arange(n, dtype=np.int32) % 50,
+        token_role=role,
+        logprobs=lp,
+        messages=[Message("user", f"What is {group}?"), Message("assistant", text or f"answer {reward}")],
+        reward=reward,
+        verified=verified,
+        finish_reason=finish,
+        signals=signals or {},
+        meta=meta or {},
+        verifier={"name": "exact", "evidence": {"parsed": str(reward)}},
+        **kw,
+    )
+
+
+def group(run: str, step: int, name: str, rewards: list[float], verified: list[bool | None] | None = None,
+          **kw: Any) -> list[Rollout]:
+    ver = verified if verified is not None else [None] * len(rewards)
+    return [rollout(run, step, name, r, verified=v, sample_index=i, **kw) for i, (r, v) in enumerate(zip(rewards, ver, strict=True))]
+
+
+def audit(r: Rollout, spans: list[tuple[int, int, str]], status: str = "kept", ter: float | None = None) -> Audit:
+    mask = (np.asarray(r.token_role) == 1).astype(np.uint8)
+    return Audit(
+        rollout_id=r.rollout_id,
+        judge="rule",
+        judge_version="1",
+        status=status,
+        mask=mask,
+        excluded=[Span(a, b, c) for a, b, c in spans],
+        ter=ter,
+        reason=None if status == "kept" else "wrong final answer",
+    )
+
+
+PATHOLOGIES = ("zero_reward", "reward_hacking", "length_inflation", "signal_noise", "compute_waste",
+               "replay_staleness", "entropy_collapse")
+
+
+def simulate_run(kind: str, steps: int = 6, groups: int = 4, k: int = 4) -> list[Rollout]:
+    """A run that is healthy except for the pathology ``kind`` ("healthy" for none).
+
+    Healthy: every group half right (advantage ±0.5 consistent with the verifier), length 20,
+    entropy 1.0, one replayed copy per step with lag 1 and importance weight 1.0.
+    """
+    run = kind
+    out: list[Rollout] = []
+    for t in range(steps):
+        for gi in range(groups):
+            rewards = [1.0 if (i + gi) % 2 == 0 else 0.0 for i in range(k)]
+            if kind == "zero_reward":
+                rewards = [0.0] * k
+            if kind == "compute_waste" and gi > 0:
+                rewards = [1.0] * k
+            verified = [r > 0.5 for r in rewards]
+            if kind == "reward_hacking" and t >= 2:
+                rewards = [1.0] * k  # lenient reward passes everything, the strict verifier does not
+            mean = sum(rewards) / k
+            for i, (r, v) in enumerate(zip(rewards, verified, strict=True)):
+                adv = r - mean
+                if kind == "signal_noise" and gi == 0:
+                    adv = -adv
+                ent = 1.0
+                if kind == "entropy_collapse":
+                    ent = 2.0 * (0.6 ** t)
+                gen_len = 20 + (10 * t if kind == "length_inflation" else 0) + i
+                out.append(rollout(run, t, f"p{gi}", r, gen_len=gen_len, verified=v, sample_index=i,
+                                   signals={"advantage": adv, "entropy": ent}, logprob=-ent))
+        lag, iw = (8.0, 0.2) if kind == "replay_staleness" else (1.0, 1.0)
+        out.append(rollout(run, t, "p0", 1.0, verified=True, meta={"generated_at_step": max(0, t - 1)},
+                           signals={"replayed": 1.0, "staleness": lag, "importance_weight": iw}))
+    return out

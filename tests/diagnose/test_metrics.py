@@ -1,0 +1,128 @@
+"""Each metric on a hand-built store, against numbers worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from diag_helpers import audit, group, rollout
+
+from gfcr.diagnose.metrics import (
+    MetricsConfig,
+    linear_trend,
+    relative_growth,
+    rollout_features,
+    step_metrics,
+    ter_from_mask,
+)
+from gfcr.store import RolloutStore
+
+
+def test_pure_helpers_hand_worked():
+    assert linear_trend(np.array([0, 1, 2]), np.array([1, 3, 5])) == pytest.approx((2.0, 1.0))
+    assert relative_growth(np.array([0, 1, 2, 3]), np.array([100, 120, 140, 160])) == pytest.approx(0.6)
+    assert math.isnan(relative_growth(np.array([0]), np.array([5])))
+    role = np.array([0, 0, 1, 1, 1, 1])
+    assert ter_from_mask(np.array([0, 0, 1, 0, 0, 1]), role) == pytest.approx(0.5)
+    assert math.isnan(ter_from_mask(np.array([0, 0]), np.array([0, 0])))
+
+
+@pytest.fixture(scope="module")
+def hand_store(tmp_path_factory):
+    store = RolloutStore.open(tmp_path_factory.mktemp("m") / "store", create=True)
+    rs = []
+    # step 0: group a all right (len 10), group b mixed (len 10, 30), group c mixed with tiny spread
+    rs += group("r", 0, "a", [1.0, 1.0], [True, True], gen_len=10)
+    rs += [rollout("r", 0, "b", 1.0, gen_len=10, verified=True, signals={"advantage": 0.5}),
+           rollout("r", 0, "b", 0.0, gen_len=30, verified=False, finish="length", signals={"advantage": -0.5},
+                   sample_index=1)]
+    rs += [rollout("r", 0, "c", 0.50, gen_len=10, verified=False, signals={"advantage": 1.0}),
+           rollout("r", 0, "c", 0.52, gen_len=10, verified=False, signals={"advantage": -1.0}, sample_index=1)]
+    # step 1: one all-wrong group, one rollout rewarded 1.0 that the verifier fails (hack),
+    # entropy signal recorded, log-prob -2 per generated token
+    rs += group("r", 1, "a", [0.0, 0.0], [False, False], gen_len=20, logprob=-2.0, signals={"entropy": 0.5})
+    rs += [rollout("r", 1, "b", 1.0, gen_len=20, verified=False, logprob=-2.0, signals={"entropy": 1.5}),
+           rollout("r", 1, "b", 0.0, gen_len=20, verified=False, logprob=-2.0, signals={"entropy": 1.0},
+                   sample_index=1)]
+    # a replayed copy at step 1 (lag 3, weight 0.5) and a step-0 row annotated as replayed at step 1 and 2
+    rs.append(rollout("r", 1, "z", 1.0, signals={"replayed": 1.0, "staleness": 3.0, "importance_weight": 0.5}))
+    rs.append(rollout("r", 0, "y", 1.0, meta={"replayed_at_step": [1, 2]}))
+    # a second run that must not leak into run r
+    rs += group("other", 0, "q", [0.0, 1.0], [False, True])
+    store.append(rs)
+    store.upsert_audits([audit(rs[0], [(0, 3, "redundant_exploration"), (5, 6, "other")], ter=0.25),
+                         audit(rs[2], [], status="discarded")])
+    return store, rs
+
+
+def test_step_metrics_hand_worked(hand_store):
+    store, _ = hand_store
+    m = {(r["run_id"], r["step"]): r for r in step_metrics(store, run="r").to_pylist()}
+    assert set(m) == {("r", 0), ("r", 1), ("r", 2)}  # step 2 exists only through a replay event
+    s0, s1 = m[("r", 0)], m[("r", 1)]
+    # step 0: 7 fresh rollouts (a:2, b:2, c:2, y:1); groups with >= 2 members: a, b, c
+    assert s0["n_rollouts"] == 7 and s0["n_groups"] == 3
+    assert s0["reward_mean"] == pytest.approx((1 + 1 + 1 + 0 + 0.5 + 0.52 + 1) / 7)
+    assert s0["verified_rate"] == pytest.approx(3 / 6)  # y has verified = None
+    assert s0["zero_var_share"] == pytest.approx(1 / 3)
+    assert s0["all_correct_share"] == pytest.approx(1 / 3) and s0["all_wrong_share"] == 0.0
+    # tokens: a 10+10, b 10+30, c 10+10, y 10 = 90; wasted = group a (zero variance) = 20
+    assert s0["gen_tokens"] == 90 and s0["wasted_tokens"] == 20
+    assert s0["waste_share"] == pytest.approx(20 / 90)
+    assert s0["len_mean"] == pytest.approx(90 / 7)
+    assert s0["len_p95"] == pytest.approx(30 - 0.3 * 20)  # quantile_cont over [10]*6 + [30]
+    assert s0["trunc_rate"] == pytest.approx(1 / 7)
+    assert s0["nll_mean"] == pytest.approx(1.0) and s0["entropy_mean"] is None
+    # hack: reward >= 0.5 and verified false: c's 0.5 and 0.52 → 2 of 6 verified-known
+    assert s0["hack_rate"] == pytest.approx(2 / 6)
+    # advantage vs verdict: b consistent (2), c: +1 on a failed rollout contradicts, -1 on failed agrees
+    assert s0["adv_disagreement"] == pytest.approx(1 / 4)
+    # low-std groups: among non-constant groups b (std 0.5) and c (std 0.01) → 1 of 2
+    assert s0["low_std_share"] == pytest.approx(0.5)
+    assert s0["n_replayed"] == 0 and s0["staleness_mean"] is None
+    # audits on step 0: a kept audit with ter 0.25 and 2 spans, a discarded one
+    assert s0["n_audited"] == 2 and s0["kept_share"] == pytest.approx(0.5)
+    assert s0["ter_mean"] == pytest.approx(0.25)
+    assert s0["excl_redundant_exploration"] == 1 and s0["excl_other"] == 1 and s0["excl_incorrect_claim"] == 0
+
+    # step 1: fresh = a (2 wrong) + b (1.0 unverified, 0.0) = 4 rows; replayed copy excluded
+    assert s1["n_rollouts"] == 4 and s1["n_groups"] == 2
+    assert s1["all_wrong_share"] == pytest.approx(0.5)
+    assert s1["verified_rate"] == 0.0 and s1["hack_rate"] == pytest.approx(1 / 4)
+    assert s1["entropy_mean"] == pytest.approx((0.5 + 0.5 + 1.5 + 1.0) / 4)
+    assert s1["nll_mean"] == pytest.approx(2.0)
+    assert s1["waste_share"] == pytest.approx(0.5)
+    # replay events at step 1: the copy (lag 3, w 0.5) and the annotation (lag 1)
+    assert s1["n_replayed"] == 2
+    assert s1["staleness_mean"] == pytest.approx(2.0) and s1["staleness_max"] == pytest.approx(3.0)
+    assert s1["iw_mean"] == pytest.approx(0.5) and s1["iw_max"] == pytest.approx(0.5)
+    assert m[("r", 2)]["staleness_mean"] == pytest.approx(2.0) and m[("r", 2)]["n_rollouts"] == 0
+    assert s1["n_audited"] == 0 and s1["ter_mean"] is None
+
+
+def test_runs_are_separate_and_config_keys(hand_store):
+    store, rs = hand_store
+    all_rows = step_metrics(store)
+    assert sorted(set(all_rows.column("run_id").to_pylist())) == ["other", "r"]
+    other = [r for r in all_rows.to_pylist() if r["run_id"] == "other"]
+    assert len(other) == 1 and other[0]["reward_mean"] == pytest.approx(0.5)
+    # a different advantage key: with none recorded, waste falls back to reward spread
+    feats, _ = rollout_features(store.scan(run="r"), MetricsConfig(advantage_key="adv2"))
+    assert feats.column("advantage").null_count == feats.num_rows
+
+
+def test_ter_computed_from_mask_when_not_stored(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    r = rollout("r", 0, "a", 1.0, gen_len=4, prompt_len=2, verified=True)
+    store.append([r])
+    a = audit(r, [(0, 2, "other")])
+    a.mask = np.array([0, 0, 1, 0, 0, 1], np.uint8)
+    store.upsert_audits([a])
+    row = step_metrics(store).to_pylist()[0]
+    assert row["ter_mean"] == pytest.approx(0.5)
+
+
+def test_empty_store_gives_empty_table(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    assert step_metrics(store).num_rows == 0

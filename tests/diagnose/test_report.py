@@ -1,0 +1,128 @@
+"""The HTML report: self-contained, renders with and without audits, escapes rollout text."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from diag_helpers import audit, rollout, simulate_run
+from typer.testing import CliRunner
+
+from gfcr.cli import app
+from gfcr.diagnose.report import CATEGORY_COLOURS, build_report, svg_line_chart, write_report
+from gfcr.diagnose.spans import segments
+from gfcr.records import EXCLUSION_CATEGORIES
+from gfcr.store import RolloutStore
+
+EVIL = '<script>alert("x")</script> First 2+2=5. Wait, 2+2=4. <img src=x onerror=alert(1)> Answer: 4'
+
+
+def _external_refs(page: str) -> list[str]:
+    return re.findall(r"""(?:src|href|url)\s*[=(]\s*["']?\s*(?:https?:)?//""", page, re.I) + re.findall(r"https?://", page)
+
+
+@pytest.fixture()
+def store(tmp_path):
+    s = RolloutStore.open(tmp_path / "store", create=True)
+    rows = simulate_run("length_inflation") + simulate_run("healthy")
+    evil = rollout("healthy", 5, "p9", 0.0, finish="length", text=EVIL, verified=False)
+    rows.append(evil)
+    s.append(rows)
+    return s, rows, evil
+
+
+def test_segments_partition_text_and_resolve_overlaps():
+    segs = segments("abcdef", [{"start": 2, "end": 4, "category": "other"}], audited=True)
+    assert [(s.text, s.kind) for s in segs] == [("ab", "supervised"), ("cd", "excluded"), ("ef", "supervised")]
+    segs = segments("abcdef", [{"start": 3, "end": 99, "category": "x"}, {"start": 1, "end": 4, "category": "y"}], False)
+    assert "".join(s.text for s in segs) == "abcdef"
+    assert [(s.text, s.kind, s.category) for s in segs] == [("a", "plain", None), ("bcd", "excluded", "y"),
+                                                            ("ef", "excluded", "x")]
+
+
+def test_svg_chart_breaks_on_nan_and_escapes_labels():
+    svg = svg_line_chart("<b>t</b>", [0, 1, 2, 3], {"a<": [1.0, 2.0, float("nan"), 3.0]})
+    assert "<b>" not in svg and "&lt;b&gt;" in svg and "a&lt;" in svg
+    assert svg.count("<polyline") == 1 and svg.count("<circle") == 1  # [0,1] a line, [3] a dot
+    assert svg_line_chart("empty", [0, 1], {"a": [float("nan")] * 2}) == ""
+
+
+def test_report_without_audits(store):
+    s, _, _ = store
+    page = build_report(s)
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page.lower()
+    assert _external_refs(page) == []
+    assert 'id="no-audits"' in page
+    assert 'data-detector="length_inflation"' in page and "ShorterBetter" in page
+    assert page.count("<svg") >= 8
+    for bucket in ("best", "worst", "truncated"):
+        assert f'id="bucket-{bucket}"' in page
+    assert 'id="bucket-most-masked"' not in page  # needs audits
+    # the malicious completion is shown, escaped
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+    assert "<img" not in page.lower()
+
+
+def test_report_with_audits_highlights_spans(store):
+    s, rows, evil = store
+    start = EVIL.index("First")
+    end = EVIL.index("Wait")
+    s.upsert_audits([audit(evil, [(start, end, "corrected_mistake")], ter=0.4),
+                     audit(next(r for r in rows if r.run_id == "healthy"), [], status="discarded")])
+    page = build_report(s, run="healthy")
+    assert 'id="ross-status"' in page and 'id="ross-categories"' in page and 'id="no-audits"' not in page
+    assert 'id="bucket-most-masked"' in page
+    m = re.search(r'<span class="seg-excluded" data-category="corrected_mistake"[^>]*>([^<]*)</span>', page)
+    assert m and m.group(1) == "First 2+2=5. "
+    assert '<span class="seg-supervised" title="supervised">&lt;script&gt;' in page
+    assert "wrong final answer" in page  # discard reason table
+    assert _external_refs(page) == [] and "<script" not in page.lower()
+    # --run restricts the report to one run
+    assert 'data-detector="length_inflation"' not in page
+
+
+def test_category_colours_cover_the_taxonomy():
+    assert set(CATEGORY_COLOURS) == set(EXCLUSION_CATEGORIES)
+
+
+def test_write_report_refuses_overwrite_and_unknown_run(store, tmp_path):
+    s, _, _ = store
+    out = write_report(s, tmp_path / "r.html")
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    with pytest.raises(FileExistsError, match="--force"):
+        write_report(s, out)
+    with pytest.raises(ValueError, match="runs in the store"):
+        write_report(s, tmp_path / "x.html", run="nope")
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_cli_report(store, tmp_path):
+    s, _, _ = store
+    out = tmp_path / "cli.html"
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("detectors:\n  length_inflation:\n    enabled: false\n")
+    res = CliRunner().invoke(app, ["report", str(s.path), "--out", str(out), "--config", str(cfg)])
+    assert res.exit_code == 0, res.output
+    assert str(out.resolve()) in res.output and out.exists()
+    assert 'data-detector="length_inflation"' not in out.read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("detectors:\n  length_inflaton: {}\n")
+    res = CliRunner().invoke(app, ["report", str(s.path), "--out", str(tmp_path / "b.html"), "--config", str(bad)])
+    assert res.exit_code != 0 and not (tmp_path / "b.html").exists()
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "nostore"), "--out", str(tmp_path / "c.html")])
+    assert res.exit_code == 1 and "no gfcr store" in res.output
+
+
+def test_demo_stage_writes_report_and_prints_path(store, tmp_path):
+    from types import SimpleNamespace
+
+    from gfcr.diagnose.demo import report_stage
+
+    s, _, _ = store
+    printed: list[str] = []
+    ctx = SimpleNamespace(store_path=s.path, run_dir=tmp_path / "run", outputs={},
+                          console=SimpleNamespace(print=printed.append))
+    report_stage(ctx)
+    path = ctx.outputs["report"]
+    assert path.exists() and path.read_text().startswith("<!DOCTYPE html>")
+    assert str(path.resolve()) in printed[-1]
