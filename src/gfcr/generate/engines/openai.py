@@ -1,0 +1,163 @@
+"""The ``openai`` engine: any OpenAI-compatible server (``gfcr serve``, vLLM, SGLang, hosted APIs).
+
+Token-id prompts go to ``/v1/completions`` (prompt as a list of ids), chat prompts to
+``/v1/chat/completions``; log-probs are requested. Exact sampled ids are read from the
+``token_ids`` extension (``gfcr serve`` and vLLM with ``return_token_ids``) or from
+``token_id:N`` strings (vLLM ``return_tokens_as_token_ids``); failing both, the text is
+re-tokenized with a local ``tokenizer`` (if given) and the result is flagged
+``tokens_source="retokenized"``. Requests run on a thread pool of ``max_concurrency``; connection
+errors and HTTP 408/409/429/5xx are retried with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from gfcr.generate.engines.base import GenRequest, GenResult
+
+RETRY_STATUS = (408, 409, 429, 500, 502, 503, 504)
+
+
+class OpenAIEngineError(RuntimeError):
+    """The server refused a request or kept failing; the message has its answer."""
+
+
+class OpenAIEngine:
+    """Client engine for an OpenAI-compatible endpoint (see module docstring).
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8000/v1``.
+        model: the served model name.
+        api_key: bearer token (``None``: none sent).
+        tokenizer: optional local tokenizer (path or object) for re-tokenizing text answers.
+        max_concurrency: requests in flight at once.
+        max_retries, backoff_s: retries of failed requests, first wait (doubles each retry).
+        timeout_s: per-request timeout.
+        policy_version: recorded with rollouts (default ``"openai:<model>"``).
+    """
+
+    name = "openai"
+
+    def __init__(self, base_url: str, model: str = "default", api_key: str | None = None, tokenizer: Any = None,
+                 max_concurrency: int = 8, max_retries: int = 4, backoff_s: float = 0.5, timeout_s: float = 300.0,
+                 policy_version: str | None = None, extra_body: dict[str, Any] | None = None):
+        import httpx
+
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.max_concurrency = int(max_concurrency)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.extra_body = dict(extra_body or {})
+        if isinstance(tokenizer, str):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        self.tokenizer = tokenizer
+        self.policy_version = policy_version or f"openai:{model}"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(timeout=timeout_s, headers=headers,
+                                    limits=httpx.Limits(max_connections=self.max_concurrency))
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import httpx
+
+        url = f"{self.base_url}{path}"
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            try:
+                resp = self._client.post(url, json=body)
+                if resp.status_code == 200:
+                    return resp.json()
+                last = f"HTTP {resp.status_code}: {resp.text[:500]}"
+                if resp.status_code not in RETRY_STATUS:
+                    raise OpenAIEngineError(f"POST {url} failed: {last}")
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+            if attempt < self.max_retries:
+                time.sleep(self.backoff_s * 2**attempt)
+        raise OpenAIEngineError(f"POST {url} failed after {self.max_retries + 1} attempts: {last}")
+
+    def _one(self, req: GenRequest) -> list[GenResult]:
+        p = req.params
+        body: dict[str, Any] = {"model": self.model, "n": p.n, "temperature": p.temperature, "top_p": p.top_p,
+                                "max_tokens": p.max_tokens, "return_token_ids": True}
+        if p.stop:
+            body["stop"] = p.stop
+        if p.seed is not None:
+            body["seed"] = p.seed
+        if p.stop_token_ids:
+            body["stop_token_ids"] = p.stop_token_ids
+        body.update(self.extra_body)
+        t0 = time.perf_counter()
+        if req.prompt_ids is not None:
+            body |= {"prompt": [int(t) for t in req.prompt_ids], "logprobs": 1}
+            out = self._post("/completions", body)
+        else:
+            body |= {"messages": req.messages, "logprobs": True}
+            out = self._post("/chat/completions", body)
+        dt = time.perf_counter() - t0
+        results = []
+        for c in sorted(out.get("choices", []), key=lambda c: c.get("index", 0)):
+            results.append(self._parse_choice(c, req, dt))
+        if len(results) != p.n:
+            raise OpenAIEngineError(f"server returned {len(results)} choices for n={p.n}")
+        return results
+
+    def _parse_choice(self, c: dict[str, Any], req: GenRequest, dt: float) -> GenResult:
+        text = c["text"] if "text" in c else (c.get("message") or {}).get("content") or ""
+        lp_obj = c.get("logprobs") or {}
+        if "content" in lp_obj:  # chat format
+            toks = [e.get("token", "") for e in lp_obj["content"] or []]
+            lps = [float(e.get("logprob", 0.0)) for e in lp_obj["content"] or []]
+        else:
+            toks = list(lp_obj.get("tokens") or [])
+            lps = [float(x) if x is not None else 0.0 for x in (lp_obj.get("token_logprobs") or [])]
+        source = "engine"
+        if c.get("token_ids") is not None:
+            ids = [int(t) for t in c["token_ids"]]
+        elif toks and all(t.startswith("token_id:") for t in toks):
+            ids = [int(t.split(":", 1)[1]) for t in toks]
+        elif self.tokenizer is not None:
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            source = "retokenized"
+        else:
+            raise OpenAIEngineError(
+                "the server returned no token ids; pass tokenizer= to re-tokenize text (lossy) or use a server "
+                "that supports return_token_ids (gfcr serve, vLLM)")
+        if len(lps) != len(ids):
+            lps = (lps + [0.0] * len(ids))[: len(ids)] if source == "retokenized" else lps
+        if len(lps) != len(ids):
+            raise OpenAIEngineError(f"{len(lps)} logprobs for {len(ids)} tokens in the server's answer")
+        prompt_ids = c.get("prompt_token_ids")
+        if prompt_ids is None and req.prompt_ids is not None:
+            prompt_ids = req.prompt_ids
+        return GenResult(
+            token_ids=np.asarray(ids, dtype=np.int32),
+            logprobs=np.minimum(np.asarray(lps, dtype=np.float32), 0.0),
+            finish_reason=c.get("finish_reason") or "unknown",
+            latency_s=dt,
+            prompt_ids=None if prompt_ids is None else np.asarray(prompt_ids, dtype=np.int32),
+            text=text,
+            tokens_source=source,
+        )
+
+    def generate(self, requests: list[GenRequest]) -> list[list[GenResult]]:
+        if len(requests) <= 1 or self.max_concurrency <= 1:
+            return [self._one(r) for r in requests]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
+            return list(pool.map(self._one, requests))
+
+    def chat(self, messages: list[dict[str, Any]], **params: Any) -> str:
+        """Convenience: one chat completion's text (for judges)."""
+        from gfcr.generate.engines.base import SamplingParams
+
+        req = GenRequest(messages=messages, params=SamplingParams(**params))
+        return self._one(req)[0].text or ""

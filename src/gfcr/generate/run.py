@@ -1,0 +1,150 @@
+"""``gfcr generate``: tasks × topology × engine → a rollout store, with full provenance.
+
+:class:`GenerateConfig` is the typed config (YAML in, resolved config written next to the store
+under ``runs/<run_id>/generate.yaml`` inside the store directory); :func:`run_generate` is the
+library entry point the CLI wraps. Prompts are upserted into the store's ``prompts`` table, then
+generated in batches of ``batch_prompts``; each batch is appended as one store commit, so an
+interrupted run keeps every finished batch.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from gfcr.generate.engines.base import SamplingParams
+from gfcr.records import new_id
+
+
+class TaskConfig(BaseModel):
+    """Where prompts come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field("arith", description="Task source name (arith, reasoning_gym, jsonl_math, jsonl_code) or 'pkg.mod:fn'.")
+    args: dict[str, Any] = Field(default_factory=lambda: {"n": 8, "level": 1}, description="Keyword arguments of the source.")
+
+
+class EngineConfig(BaseModel):
+    """Which engine samples."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["hf", "openai", "vllm"] | str = Field("hf", description="Engine name or 'pkg.mod:Class'.")
+    model: str | None = Field(None, description="Model dir/name (None = the default SmolLM2); for openai, the served name.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Other engine keyword arguments (device, max_batch, base_url...).")
+
+
+class TopologyConfig(BaseModel):
+    """How prompts become rollouts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["group", "tree", "multi_turn"] = Field("group", description="Topology.")
+    k: int = Field(4, ge=1, description="group/multi_turn: samples (episodes) per prompt.")
+    m: int = Field(6, ge=1, description="tree: root paths per prompt.")
+    n: int = Field(2, ge=0, description="tree: forking points per tree per round.")
+    l: int = Field(1, ge=1, description="tree: continuations per forking point.")  # noqa: E741
+    t: int = Field(2, ge=0, description="tree: branching rounds.")
+    env: str = Field("calculator", description="multi_turn: env name (calculator, python) or 'pkg.mod:Class'.")
+    max_turns: int = Field(4, ge=1, description="multi_turn: most policy turns per episode.")
+
+
+class GenerateConfig(BaseModel):
+    """One generation run into a store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: str = Field(..., description="Store directory (created if missing).")
+    run_id: str | None = Field(None, description="Run id (default: a new id).")
+    step: int = Field(0, ge=0, description="Training step recorded with the rollouts.")
+    seed: int | None = Field(0, description="Base seed; per-prompt seeds derive from it (None = unseeded).")
+    batch_prompts: int = Field(8, ge=1, description="Prompts per engine call and per store commit.")
+    tasks: TaskConfig = Field(default_factory=TaskConfig, description="Task source.")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine.")
+    topology: TopologyConfig = Field(default_factory=TopologyConfig, description="Topology.")
+    sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=96),
+                                     description="Sampling params (n is set by the topology).")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> GenerateConfig:
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"no config file {p}")
+        data = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{p}: the config must be a YAML mapping")
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(data)
+
+
+def build_engine(cfg: EngineConfig) -> Any:
+    from gfcr.generate.engines import make_engine
+
+    kw = dict(cfg.args)
+    if cfg.model is not None or cfg.name in ("hf", "vllm"):
+        kw.setdefault("model", cfg.model)
+    return make_engine(cfg.name, **kw)
+
+
+def build_topology(cfg: TopologyConfig, sampling: SamplingParams, seed: int | None) -> Any:
+    from gfcr.generate.topologies import EPTree, Group, MultiTurn
+
+    if cfg.name == "group":
+        return Group(k=cfg.k, params=sampling, seed=seed)
+    if cfg.name == "tree":
+        return EPTree(m=cfg.m, n=cfg.n, l=cfg.l, t=cfg.t, params=sampling, seed=seed)
+    return MultiTurn(env=cfg.env, k=cfg.k, max_turns=cfg.max_turns, params=sampling, seed=seed)
+
+
+def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = True) -> dict[str, Any]:
+    """Run ``config``; returns a summary (run id, counts, tokens/s, store version).
+
+    ``engine`` overrides ``config.engine`` (e.g. the policy being trained, wrapped in an HFEngine).
+    """
+    from gfcr.store import RolloutStore
+    from gfcr.tasks import make_source
+
+    prompts = make_source(config.tasks.source, **config.tasks.args).prompts()
+    if not prompts:
+        raise ValueError(f"task source {config.tasks.source!r} produced no prompts")
+    run_id = config.run_id or new_id()
+    resolved = config.model_copy(update={"run_id": run_id})
+    engine = engine if engine is not None else build_engine(config.engine)
+    topo = build_topology(config.topology, config.sampling, config.seed)
+    store = RolloutStore.open(config.store, create=True)
+    store.upsert_prompts(prompts)
+    run_dir = Path(config.store) / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = run_dir / f"generate-step{config.step}.yaml"
+    cfg_path.write_text(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
+    n_rollouts = n_gen = 0
+    t0 = time.perf_counter()
+    bar = _progress(progress)
+    with bar:
+        task = bar.add_task(f"generate {config.topology.name}", total=len(prompts), tps="")
+        for i in range(0, len(prompts), config.batch_prompts):
+            batch = prompts[i : i + config.batch_prompts]
+            rollouts = topo.generate(engine, batch, run_id=run_id, step=config.step)
+            for r in rollouts:
+                r.meta.setdefault("config", str(cfg_path.relative_to(config.store)))
+            store.append(rollouts)
+            n_rollouts += len(rollouts)
+            n_gen += sum(r.n_generated for r in rollouts)
+            tps = n_gen / max(time.perf_counter() - t0, 1e-9)
+            bar.update(task, advance=len(batch), tps=f"{tps:,.1f} tok/s")
+    dt = time.perf_counter() - t0
+    return {"run_id": run_id, "step": config.step, "prompts": len(prompts), "rollouts": n_rollouts,
+            "generated_tokens": n_gen, "seconds": round(dt, 3), "tokens_per_s": round(n_gen / max(dt, 1e-9), 2),
+            "policy_version": engine.policy_version, "store": str(config.store), "config": str(cfg_path)}
+
+
+def _progress(enabled: bool) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tps]}"),
+                    TimeElapsedColumn(), disable=not enabled)

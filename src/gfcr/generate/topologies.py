@@ -1,0 +1,519 @@
+"""Rollout topologies: how task prompts become token-faithful :class:`gfcr.records.Rollout` s.
+
+==============  ==============================================================================
+name            class
+==============  ==============================================================================
+``group``       :class:`Group`: K independent samples per prompt (GRPO groups)
+``tree``        :class:`EPTree`: TreeRL's entropy-guided tree (arXiv 2506.11902)
+``multi_turn``  :class:`MultiTurn`: policy ↔ :class:`gfcr.generate.envs.Env` episodes
+==============  ==============================================================================
+
+Every rollout stores ``token_ids`` = prompt + generated tokens exactly as the policy saw them,
+``token_role`` (0 context, 1 generated), the behaviour ``logprobs`` (0 on context), messages
+decoded from the tokens, ``group_id`` (one per prompt and step), ``sample_index``,
+``policy_version``, the ``sampling`` params and the ``cost``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from gfcr.generate.engines.base import Engine, GenRequest, GenResult, SamplingParams
+from gfcr.records import CONTEXT, GENERATED, Cost, Message, Prompt, Rollout
+
+
+class Topology(Protocol):
+    """Turns prompts into rollouts with an engine."""
+
+    name: str
+
+    def generate(
+        self, engine: Engine, prompts: Sequence[Prompt], run_id: str, step: int = 0
+    ) -> list[Rollout]: ...
+
+
+def derive_seed(seed: int | None, *parts: Any) -> int | None:
+    """A per-request seed from a base seed and identifying parts (``None`` stays ``None``)."""
+    if seed is None:
+        return None
+    h = hashlib.blake2b("|".join(map(str, (seed, *parts))).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") % (2**31 - 1)
+
+
+def group_id_of(prompt_id: str, step: int, run_id: str) -> str:
+    return f"{prompt_id}@{run_id}:{step}"
+
+
+def _msgs(prompt: Prompt) -> list[dict[str, Any]]:
+    return [{"role": m.role, "content": m.content} for m in prompt.messages]
+
+
+def _tokenizer(engine: Engine) -> Any | None:
+    return getattr(engine, "tokenizer", None)
+
+
+def encode_prompt(engine: Engine, prompt: Prompt) -> list[int] | None:
+    """Chat-templated prompt ids with the engine's tokenizer (``None`` if it has none)."""
+    tok = _tokenizer(engine)
+    if tok is None:
+        return None
+    if hasattr(engine, "encode_messages"):
+        return list(engine.encode_messages(_msgs(prompt)))
+    text = tok.apply_chat_template(_msgs(prompt), tokenize=False, add_generation_prompt=True)
+    return list(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def decode_completion(engine: Engine, ids: np.ndarray, fallback: str | None) -> str:
+    """Assistant text from generated ids: special tokens dropped (e.g. the final ``<|im_end|>``)."""
+    tok = _tokenizer(engine)
+    if tok is None:
+        return fallback or ""
+    return tok.decode([int(t) for t in ids], skip_special_tokens=True)
+
+
+def rollout_from_result(
+    engine: Engine,
+    prompt: Prompt,
+    res: GenResult,
+    prompt_ids: Sequence[int] | None,
+    params: SamplingParams,
+    run_id: str,
+    step: int,
+    sample_index: int,
+    group_id: str,
+    policy_version: str,
+    parent_id: str | None = None,
+    branch_pos: int | None = None,
+    prefix_ids: Sequence[int] | None = None,
+    prefix_role: Sequence[int] | None = None,
+    prefix_logprobs: Sequence[float] | None = None,
+    meta: dict[str, Any] | None = None,
+) -> Rollout:
+    """One rollout: (prefix or prompt) + generated tokens with roles and behaviour log-probs."""
+    if prefix_ids is not None:
+        ids = np.concatenate([np.asarray(prefix_ids, np.int32), res.token_ids.astype(np.int32)])
+        role = np.concatenate([np.asarray(prefix_role, np.uint8), np.full(len(res.token_ids), GENERATED, np.uint8)])
+        lps = np.concatenate([np.asarray(prefix_logprobs, np.float32), res.logprobs.astype(np.float32)])
+        n_prompt = int(np.count_nonzero(role == CONTEXT))
+    else:
+        p = res.prompt_ids if res.prompt_ids is not None else (np.asarray(prompt_ids, np.int32) if prompt_ids is not None else None)
+        if p is None:
+            raise ValueError("the engine returned no prompt token ids and no tokenizer is available to make them")
+        p = np.asarray(p, np.int32)
+        ids = np.concatenate([p, res.token_ids.astype(np.int32)])
+        role = np.concatenate([np.zeros(len(p), np.uint8), np.full(len(res.token_ids), GENERATED, np.uint8)])
+        lps = np.concatenate([np.zeros(len(p), np.float32), res.logprobs.astype(np.float32)])
+        n_prompt = len(p)
+    gen = ids[role == GENERATED]
+    text = decode_completion(engine, gen, res.text)
+    return Rollout(
+        run_id=run_id,
+        prompt_id=prompt.prompt_id,
+        token_ids=ids,
+        token_role=role,
+        logprobs=lps,
+        messages=[*prompt.messages, Message("assistant", text)],
+        task=prompt.task,
+        step=step,
+        policy_version=policy_version,
+        group_id=group_id,
+        sample_index=sample_index,
+        parent_id=parent_id,
+        branch_pos=branch_pos,
+        finish_reason=res.finish_reason if res.finish_reason in ("stop", "length", "abort", "error") else "unknown",
+        sampling=params.to_record(getattr(engine, "name", type(engine).__name__)),
+        cost=Cost(prompt_tokens=n_prompt, gen_tokens=int(len(res.token_ids)), latency_s=float(res.latency_s)),
+        tokens_source=res.tokens_source,
+        meta=dict(meta or {}),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# group
+# ---------------------------------------------------------------------------------------------
+
+
+class Group:
+    """K independent samples per prompt (the GRPO group; arXiv 2402.03300, Sec. 4.1).
+
+    Rule: for each prompt sample ``k`` completions with the same sampling params; they share a
+    ``group_id`` and carry ``sample_index`` 0..k-1. All prompts of a call go to the engine at once.
+    """
+
+    name = "group"
+
+    def __init__(self, k: int = 8, params: SamplingParams | None = None, seed: int | None = 0):
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.k = int(k)
+        self.params = params or SamplingParams()
+        self.seed = seed
+
+    def generate(self, engine: Engine, prompts: Sequence[Prompt], run_id: str, step: int = 0) -> list[Rollout]:
+        reqs, pids = [], []
+        for p in prompts:
+            params = self.params.model_copy(update={"n": self.k, "seed": derive_seed(self.seed, p.prompt_id, step, "group")})
+            ids = encode_prompt(engine, p)
+            pids.append(ids)
+            reqs.append(GenRequest(prompt_ids=ids, params=params) if ids is not None else GenRequest(messages=_msgs(p), params=params))
+        results = engine.generate(reqs)
+        version = engine.policy_version
+        out = []
+        for p, ids, req, res in zip(prompts, pids, reqs, results, strict=True):
+            gid = group_id_of(p.prompt_id, step, run_id)
+            for i, r in enumerate(res):
+                out.append(rollout_from_result(engine, p, r, ids, req.params, run_id, step, i, gid, version))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# tree (EPTree)
+# ---------------------------------------------------------------------------------------------
+
+
+def shared_prefix_lengths(parents: Sequence[int | None], branch_pos: Sequence[int | None], lengths: Sequence[int]) -> np.ndarray:
+    """Structural shared-prefix length between every pair of tree paths.
+
+    Path ``c`` with parent ``p`` and branch position ``b`` shares tokens ``[0, b)`` with ``p`` (and
+    was sampled afresh from ``b`` on). Two paths share the minimum branch position on the way to
+    their deepest common ancestor path.
+
+    Args:
+        parents: ``[n]`` parent path index (``None`` for a root path; roots share the prompt).
+        branch_pos: ``[n]`` branch position (roots: the prompt length).
+        lengths: ``[n]`` token counts.
+    Returns:
+        int ``[n, n]`` matrix ``S`` with ``S[a, a] = lengths[a]``.
+    """
+    n = len(parents)
+    chains: list[dict[int | None, int]] = []
+    for a in range(n):
+        chain: dict[int | None, int] = {a: int(lengths[a])}
+        cur, m = a, int(lengths[a])
+        while cur is not None:
+            m = min(m, int(branch_pos[cur]))
+            cur = parents[cur]
+            chain[cur] = m  # cur None = the prompt (virtual root)
+        chains.append(chain)
+    S = np.zeros((n, n), dtype=np.int64)
+    for a in range(n):
+        for b in range(n):
+            ca, cb = chains[a], chains[b]
+            for z in cb:  # nearest first: the deepest common ancestor
+                if z in ca:
+                    S[a, b] = min(ca[z], cb[z])
+                    break
+    return S
+
+
+def tree_values(
+    parents: Sequence[int | None], branch_pos: Sequence[int | None], lengths: Sequence[int], rewards: Sequence[float]
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per path and token ``t``: value ``V_t`` = mean reward of the leaves that share tokens
+    ``[0..t]`` with it (every path is a leaf), and the count of those leaves.
+
+    Returns:
+        ``(values, counts)``: lists of float ``[len_a]`` and int ``[len_a]`` arrays.
+    """
+    S = shared_prefix_lengths(parents, branch_pos, lengths)
+    r = np.asarray(rewards, dtype=np.float64)
+    values, counts = [], []
+    for a in range(len(parents)):
+        M = S[a][None, :] > np.arange(int(lengths[a]))[:, None]  # [len_a, n]
+        c = M.sum(1)
+        values.append((M @ r) / np.maximum(c, 1))
+        counts.append(c)
+    return values, counts
+
+
+def tree_advantages(
+    parents: Sequence[int | None],
+    branch_pos: Sequence[int | None],
+    lengths: Sequence[int],
+    rewards: Sequence[float],
+    prompt_len: int,
+) -> list[np.ndarray]:
+    """TreeRL per-token advantages (arXiv 2506.11902; THUDM/TreeRL ``weighted_value_style=sqrt``).
+
+    A segment ``s`` is a maximal run of tokens shared by the same set of leaves; its value
+    ``V(s)`` is their mean reward. Every generated token of ``s`` gets
+    ``R(s) = ((V(s) - V(root)) + (V(s) - V(parent(s)))) / sqrt(|leaves(s)|)``, where ``parent(s)``
+    is the segment just before it and ``root`` the prompt (all leaves). Prompt tokens get 0.
+
+    Returns:
+        list of float32 ``[len_a]`` arrays, one per path.
+    """
+    values, counts = tree_values(parents, branch_pos, lengths, rewards)
+    v_root = float(np.mean(np.asarray(rewards, dtype=np.float64)))
+    out = []
+    for v, c in zip(values, counts, strict=True):
+        adv = np.zeros(len(v), dtype=np.float64)
+        start = 0
+        for t in range(len(v)):
+            if t > 0 and c[t] != c[t - 1]:
+                start = t
+            if t < prompt_len:
+                continue
+            v_parent = v[start - 1] if start > 0 else v_root
+            adv[t] = ((v[t] - v_root) + (v[t] - v_parent)) / np.sqrt(c[t])
+        out.append(adv.astype(np.float32))
+    return out
+
+
+def tree_advantages_for(rollouts: Sequence[Rollout]) -> dict[str, np.ndarray]:
+    """:func:`tree_advantages` over stored tree rollouts (one tree = one ``group_id``), using ``reward``."""
+    out: dict[str, np.ndarray] = {}
+    groups: dict[str, list[Rollout]] = {}
+    for r in rollouts:
+        groups.setdefault(r.group_id, []).append(r)
+    for rs in groups.values():
+        idx = {r.rollout_id: i for i, r in enumerate(rs)}
+        prompt_len = int(np.argmax(rs[0].token_role == GENERATED)) if rs[0].n_generated else len(rs[0].token_ids)
+        parents = [idx.get(r.parent_id) if r.parent_id else None for r in rs]
+        bps = [r.branch_pos if r.parent_id else prompt_len for r in rs]
+        adv = tree_advantages(parents, bps, [len(r.token_ids) for r in rs], [r.reward for r in rs], prompt_len)
+        out.update({r.rollout_id: a for r, a in zip(rs, adv, strict=True)})
+    return out
+
+
+class EPTree:
+    """Entropy-guided Parallel Tree search, EPTree (TreeRL, arXiv 2506.11902).
+
+    Rule: sample ``m`` root paths per prompt; then ``t`` rounds: in each root's tree take the ``n``
+    generated tokens with the highest entropy proxy ``-log pi(token)`` (each path scores only its
+    own segment, from its branch point on) and from each sample ``l`` new continuations. Every
+    path is a leaf (a rollout); a child records ``parent_id`` and ``branch_pos`` and shares the
+    parent's tokens ``[0, branch_pos)`` token for token. Advantages: :func:`tree_advantages`.
+
+    Departures: a branch resamples the forking token itself (the fork is *at* the uncertain token,
+    so the alternatives start there); a branch's ``max_tokens`` is what is left of the budget, so
+    no leaf is longer than a plain sample. Defaults follow TreeRL's script (m=6, n=2, l=1, t=2).
+    """
+
+    name = "tree"
+
+    def __init__(self, m: int = 6, n: int = 2, l: int = 1, t: int = 2, params: SamplingParams | None = None, seed: int | None = 0):  # noqa: E741
+        if min(m, l) < 1 or min(n, t) < 0:
+            raise ValueError(f"need m, l >= 1 and n, t >= 0; got m={m} n={n} l={l} t={t}")
+        self.m, self.n, self.l, self.t = int(m), int(n), int(l), int(t)
+        self.params = params or SamplingParams()
+        self.seed = seed
+
+    @property
+    def leaves_per_prompt(self) -> int:
+        return self.m * (1 + self.t * self.n * self.l)
+
+    def generate(self, engine: Engine, prompts: Sequence[Prompt], run_id: str, step: int = 0) -> list[Rollout]:
+        if _tokenizer(engine) is None:
+            raise ValueError("the tree topology continues token prefixes: use an engine with a local tokenizer (hf, vllm)")
+        version = engine.policy_version
+        prompt_ids = [encode_prompt(engine, p) for p in prompts]
+        reqs = [
+            GenRequest(prompt_ids=ids, params=self.params.model_copy(update={"n": self.m, "seed": derive_seed(self.seed, p.prompt_id, step, "root")}))
+            for p, ids in zip(prompts, prompt_ids, strict=True)
+        ]
+        trees: list[list[Rollout]] = []
+        roots_of: list[list[int]] = []  # per prompt: root index of each path
+        for pi, (p, ids, req, res) in enumerate(zip(prompts, prompt_ids, reqs, engine.generate(reqs), strict=True)):
+            gid = group_id_of(p.prompt_id, step, run_id)
+            paths = [
+                rollout_from_result(engine, p, r, ids, req.params, run_id, step, i, gid, version,
+                                    meta={"tree": {"root": i, "round": 0, "prompt_index": pi}})
+                for i, r in enumerate(res)
+            ]
+            trees.append(paths)
+            roots_of.append(list(range(len(paths))))
+        P = [len(ids) for ids in prompt_ids]
+        used: set[tuple[int, int, int]] = set()
+        for rnd in range(1, self.t + 1):
+            forks: list[tuple[int, int, int]] = []  # (prompt idx, path idx, position)
+            for pi, paths in enumerate(trees):
+                for root in range(self.m):
+                    cand = []
+                    for ai, a in enumerate(paths):
+                        if roots_of[pi][ai] != root:
+                            continue
+                        start = a.branch_pos if a.parent_id is not None else P[pi]
+                        for pos in range(start, len(a.token_ids)):
+                            if (pi, ai, pos) in used or pos - P[pi] >= self.params.max_tokens:
+                                continue
+                            cand.append((-float(a.logprobs[pos]), ai, pos))
+                    cand.sort(key=lambda x: (-x[0], x[1], x[2]))
+                    for _, ai, pos in cand[: self.n]:
+                        used.add((pi, ai, pos))
+                        forks.append((pi, ai, pos))
+            if not forks:
+                break
+            freqs = []
+            for pi, ai, pos in forks:
+                a = trees[pi][ai]
+                params = self.params.model_copy(update={
+                    "n": self.l, "max_tokens": self.params.max_tokens - (pos - P[pi]),
+                    "seed": derive_seed(self.seed, prompts[pi].prompt_id, step, "branch", rnd, ai, pos),
+                })
+                freqs.append(GenRequest(prompt_ids=a.token_ids[:pos].tolist(), params=params))
+            for (pi, ai, pos), req, res in zip(forks, freqs, engine.generate(freqs), strict=True):
+                a = trees[pi][ai]
+                for r in res:
+                    child = rollout_from_result(
+                        engine, prompts[pi], r, None, req.params, run_id, step, len(trees[pi]), a.group_id, version,
+                        parent_id=a.rollout_id, branch_pos=pos,
+                        prefix_ids=a.token_ids[:pos], prefix_role=a.token_role[:pos], prefix_logprobs=a.logprobs[:pos],
+                        meta={"tree": {"root": roots_of[pi][ai], "round": rnd, "prompt_index": pi,
+                                       "fork_entropy_proxy": -float(a.logprobs[pos])}},
+                    )
+                    trees[pi].append(child)
+                    roots_of[pi].append(roots_of[pi][ai])
+        out = [r for paths in trees for r in paths]
+        for r in out:
+            r.sampling = self.params.to_record(engine.name) | {"tree": {"m": self.m, "n": self.n, "l": self.l, "t": self.t}}
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# multi-turn
+# ---------------------------------------------------------------------------------------------
+
+
+class MultiTurn:
+    """Policy ↔ environment episodes, one rollout per episode (the RAGEN/StarPO loop, arXiv 2504.20073).
+
+    Rule: the policy answers; :meth:`Env.step` turns the answer into an observation that is appended
+    as a new chat turn (role ``obs_role``) and tokenized as context (``token_role = 0``); repeat until
+    the env says done, a turn hits ``max_tokens`` or ``max_turns`` is reached. The chat template is
+    applied so the stored ``token_ids`` decode exactly to ``apply_chat_template(messages)``: each new
+    context span is the template text of the grown conversation minus the decoded tokens so far,
+    and the episode closes with the template's end-of-turn text (context). A last observation sent
+    with ``done`` is never seen by the policy: it goes to ``meta["final_observation"]``.
+
+    Departure: episodes are run one turn at a time for all prompts together (one engine call per
+    turn); the group of ``k`` episodes per prompt shares a ``group_id``.
+    """
+
+    name = "multi_turn"
+
+    def __init__(self, env: Any, k: int = 1, max_turns: int = 4, params: SamplingParams | None = None,
+                 seed: int | None = 0, obs_role: str = "user"):
+        from gfcr.generate.envs import make_env
+
+        self.env_factory = (lambda: make_env(env)) if isinstance(env, str) else env
+        self.k, self.max_turns = int(k), int(max_turns)
+        self.params = params or SamplingParams()
+        self.seed = seed
+        self.obs_role = obs_role
+
+    def generate(self, engine: Engine, prompts: Sequence[Prompt], run_id: str, step: int = 0) -> list[Rollout]:
+        tok = _tokenizer(engine)
+        if tok is None:
+            raise ValueError("multi_turn needs an engine with a local tokenizer (hf, vllm) to keep tokens exact")
+        version = engine.policy_version
+        eps = []
+        for p in prompts:
+            for i in range(self.k):
+                env = self.env_factory()
+                msgs = _msgs(p)
+                first = env.reset(p)
+                if first:
+                    if msgs and msgs[0]["role"] == "system":
+                        msgs[0] = {"role": "system", "content": msgs[0]["content"] + "\n\n" + first}
+                    else:
+                        msgs.insert(0, {"role": "system", "content": first})
+                ids = _template_ids(tok, msgs, True)
+                eps.append({
+                    "prompt": p, "i": i, "env": env, "msgs": msgs, "ids": ids, "role": [CONTEXT] * len(ids),
+                    "lps": [0.0] * len(ids), "done": False, "finish": None, "latency": 0.0, "turns": 0,
+                    "info": [], "meta": {}, "n_prompt": len(ids),
+                })
+        env_name = getattr(eps[0]["env"], "name", "env") if eps else "env"
+        for turn in range(self.max_turns):
+            live = [e for e in eps if not e["done"]]
+            if not live:
+                break
+            reqs = [GenRequest(prompt_ids=list(e["ids"]), params=self.params.model_copy(update={
+                "n": 1, "seed": derive_seed(self.seed, e["prompt"].prompt_id, step, "turn", turn, e["i"])}))
+                for e in live]
+            for e, res in zip(live, engine.generate(reqs), strict=True):
+                r = res[0]
+                e["turns"] += 1
+                e["latency"] += r.latency_s
+                gen = [int(t) for t in r.token_ids]
+                e["ids"] += gen
+                e["role"] += [GENERATED] * len(gen)
+                e["lps"] += [float(x) for x in r.logprobs]
+                body = gen[:-1] if r.finish_reason == "stop" and gen and gen[-1] in getattr(engine, "eos_ids", {tok.eos_token_id}) else gen
+                text = tok.decode(body, skip_special_tokens=False)
+                e["msgs"].append({"role": "assistant", "content": text})
+                if r.finish_reason != "stop":
+                    e["done"], e["finish"] = True, r.finish_reason
+                    continue
+                obs, done, info = e["env"].step(text)
+                e["info"].append(info)
+                if done:
+                    e["done"], e["finish"] = True, "env_done"
+                    if obs:
+                        e["meta"]["final_observation"] = obs
+                    continue
+                e["msgs"].append({"role": self.obs_role, "content": obs or ""})
+                if not _extend_context(tok, e, add_generation_prompt=True):
+                    e["done"], e["finish"] = True, "error"
+        out = []
+        for e in eps:
+            if not e["done"]:
+                e["finish"] = "length"
+                e["meta"]["max_turns_reached"] = True
+            _extend_context(tok, e, add_generation_prompt=False)
+            p = e["prompt"]
+            n_gen = sum(1 for x in e["role"] if x == GENERATED)
+            out.append(Rollout(
+                run_id=run_id, prompt_id=p.prompt_id, token_ids=e["ids"], token_role=e["role"], logprobs=e["lps"],
+                messages=e["msgs"], task=p.task,
+                step=step, policy_version=version, group_id=group_id_of(p.prompt_id, step, run_id),
+                sample_index=e["i"], finish_reason=e["finish"],
+                sampling=self.params.to_record(engine.name) | {"max_turns": self.max_turns, "env": env_name},
+                cost=Cost(prompt_tokens=e["n_prompt"], gen_tokens=n_gen, latency_s=e["latency"]),
+                meta=e["meta"] | {"turns": e["turns"], "env": env_name, "env_info": _jsonable(e["info"])},
+            ))
+        return out
+
+
+def _template_ids(tok: Any, msgs: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
+    text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return list(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def _extend_context(tok: Any, e: dict[str, Any], add_generation_prompt: bool) -> bool:
+    """Append, as context tokens, the template text of the conversation beyond the decoded tokens."""
+    full = tok.apply_chat_template(e["msgs"], tokenize=False, add_generation_prompt=add_generation_prompt)
+    have = tok.decode(e["ids"], skip_special_tokens=False)
+    if not full.startswith(have):
+        e["meta"]["template_mismatch"] = {"decoded_tail": have[-80:], "template_tail": full[len(have) - 80 : len(have) + 80]}
+        return False
+    rest = full[len(have):]
+    if rest:
+        ext = list(tok(rest, add_special_tokens=False)["input_ids"])
+        e["ids"] += ext
+        e["role"] += [CONTEXT] * len(ext)
+        e["lps"] += [0.0] * len(ext)
+    return True
+
+
+def _jsonable(x: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(x, default=str))
+
+
+TOPOLOGIES: dict[str, type] = {"group": Group, "tree": EPTree, "multi_turn": MultiTurn}
+
+
+def make_topology(name: str, **kw: Any) -> Topology:
+    """Build a topology by name (``group``, ``tree``, ``multi_turn``); ``k`` is ignored for ``tree``."""
+    if name not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {name!r}; choose one of {sorted(TOPOLOGIES)}")
+    if name == "tree":
+        kw.pop("k", None)  # a tree's leaf count is m * (1 + t * n * l), not k
+    return TOPOLOGIES[name](**kw)
