@@ -83,3 +83,62 @@ def test_cli_simulate(tmp_path):
     bad.write_text("n_prompts: 100\nbogus: 1\n")
     res = CliRunner().invoke(app, ["simulate", str(bad)])
     assert res.exit_code == 2 and "bogus" in res.output
+
+
+def test_weighted_update_hand_example():
+    cfg = SimConfig(**TINY, lr=1.0, transfer=0.16, forget=0.0)  # train_prompts 16
+    w = World(cfg)
+    same_cat = next(j for j in range(1, cfg.n_prompts) if w.category[j] == w.category[0])
+    before = w.logit.copy()
+    w.update(np.array([0]), np.array([0.5]), np.array([0.5]))
+    # own step 1 * 0.5 * 4 * 0.25 = 0.5; category share 0.5 / 16 -> transfer 0.16 * 0.03125 = 0.005
+    assert w.logit[0] == pytest.approx(before[0] + 0.5 + 0.005)
+    assert w.logit[same_cat] == pytest.approx(before[same_cat] + 0.005)
+
+
+def _run(control, **kw):
+    cfg_kw = {k: kw.pop(k) for k in list(kw) if k in SimConfig.model_fields}
+    cfg = SimConfig(**{**TINY, **cfg_kw})
+    return cfg, run_strategy(cfg, StrategyConfig(name=control, control=control, **kw))
+
+
+def test_adaptive_k_spends_the_same_responses_and_reduces_to_uniform():
+    cfg, u = _run("none")
+    _, same = _run("adaptive_k", k_min=cfg.group_size, k_max=cfg.group_size)
+    assert same["curve"] == u["curve"]  # K fixed at G: exactly the uniform run
+    _, a = _run("adaptive_k", k_min=2, k_max=16)
+    assert a["generated_responses"] == a["steps"] * cfg.train_prompts * cfg.group_size
+    assert a["curve"] != u["curve"] and a["effective_samples"] > 0
+
+
+def test_repo_replays_only_from_a_warm_cache_and_without_weight_matches_uniform():
+    # forget=0: a zero-weight replay group then changes nothing, so the curve is the uniform one
+    _, u = _run("none", forget=0.0)
+    _, r0 = _run("repo", forget=0.0, replay_decay=0.0)
+    assert r0["curve"] == u["curve"] and r0["replayed_samples"] > 0
+    _, r1 = _run("repo", forget=0.0)
+    assert r1["curve"] != u["curve"] and r1["generated_tokens"] == u["generated_tokens"]
+    assert r1["tokens_per_effective_sample"] == u["tokens_per_effective_sample"]  # replay costs no generation
+    # a cache that never warms (min fill above what a run reaches) replays nothing
+    _, cold = _run("repo", forget=0.0, buffer_params={"max_cache_size": 4096, "min_cache_to_replay": 4096})
+    assert cold["replayed_samples"] == 0 and cold["curve"] == u["curve"]
+
+
+def test_exgrpo_mixes_experience_questions():
+    cfg, u = _run("none")
+    _, none_mixed = _run("exgrpo", buffer_params={"mix_ratio": 0.0})
+    assert none_mixed["curve"] == u["curve"] and none_mixed["replayed_samples"] == 0
+    _, e = _run("exgrpo")
+    full = e["steps"] * cfg.train_prompts * cfg.group_size
+    # each experience question generates K-1 fresh responses: fewer than B*G responses in total
+    assert e["replayed_samples"] > 0 and e["generated_responses"] < full
+    assert e["generated_responses"] >= full - e["steps"] * round(0.5 * cfg.train_prompts)
+
+
+def test_replay_strategy_config_errors():
+    with pytest.raises(ValidationError, match="k_max"):
+        StrategyConfig(name="a", control="adaptive_k", k_min=8, k_max=4)
+    with pytest.raises(ValidationError, match="unknown control"):
+        StrategyConfig(name="a", control="gfpo")
+    with pytest.raises(ValueError, match="strategy 'r': bad buffer_params for repo"):
+        run_strategy(SimConfig(**TINY), StrategyConfig(name="r", control="repo", buffer_params={"bogus": 1}))

@@ -1,16 +1,18 @@
-"""Retrieval of similar solved cases (Replay): nearest solved prompts by embedding, through a
-Lance vector index kept next to the store (``<store>/retrieval.lance``).
+"""Retrieval of similar solved cases (Replay): nearest solved prompts, and nearest solution
+steps (segments), by embedding, through Lance vector tables kept next to the store
+(``<store>/retrieval.lance`` for prompts, ``<store>/retrieval_segments.lance`` for segments).
 
-The embedding function is pluggable: any callable ``(texts: list[str]) -> (n, dim) float32``.
-The default :class:`HashEmbedding` needs no model: hashed character n-grams, L2-normalised, so
-cosine similarity reflects shared surface text (good for near-duplicate or templated prompts,
-not for paraphrases).
+The embedder is pluggable (:mod:`gfcr.replay.embeddings`): any callable
+``(texts) -> (n, dim) float32``, or a name (``"hash"``, ``"minilm"``, ``"pkg.mod:obj"``).
+The default :class:`HashEmbedding` needs no model (surface overlap only); ``"minilm"``
+(:class:`MiniLMEmbedding`, all-MiniLM-L6-v2) finds paraphrases. A table records the ``name`` of
+the embedder that built it and refuses vectors from another one.
 """
 
 from __future__ import annotations
 
 import os
-import zlib
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,31 +23,12 @@ import pyarrow as pa
 
 from gfcr.records import Rollout
 from gfcr.replay.buffers import is_correct
+from gfcr.replay.embeddings import Embedder, HashEmbedding, MiniLMEmbedding, make_embedding
 
-Embedder = Callable[[Sequence[str]], np.ndarray]
+__all__ = ["Embedder", "HashEmbedding", "MiniLMEmbedding", "Neighbour", "Retrieval", "SegmentNeighbour",
+           "prompt_text", "split_steps"]
 
-
-class HashEmbedding:
-    """Hashed character n-gram embedding (feature hashing with signs), L2-normalised.
-
-    ``embed(texts) -> (n, dim) float32``. Deterministic across processes (crc32, not ``hash``).
-    """
-
-    def __init__(self, dim: int = 256, ngram: int = 3):
-        if dim < 8 or ngram < 1:
-            raise ValueError("HashEmbedding: dim must be >= 8 and ngram >= 1")
-        self.dim, self.ngram = dim, ngram
-
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            s = " ".join(str(t).lower().split())
-            s = f" {s} "
-            for j in range(max(len(s) - self.ngram + 1, 1)):
-                h = zlib.crc32(s[j : j + self.ngram].encode())
-                out[i, h % self.dim] += 1.0 if (h >> 16) & 1 else -1.0
-        norm = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norm > 0, norm, 1.0)
+EMBEDDER_KEY = b"gfcr.embedder"
 
 
 def prompt_text(r: Rollout) -> str:
@@ -53,8 +36,44 @@ def prompt_text(r: Rollout) -> str:
     return "\n".join(m.content for m in r.messages if m.role == "user")
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def split_steps(text: str, max_chars: int = 300) -> list[tuple[int, int]]:
+    """Split a solution into steps: char spans ``(start, end)`` of its non-empty lines (stripped),
+    a line longer than ``max_chars`` cut further at sentence ends (``. ! ?`` + whitespace) into
+    pieces of at most ``max_chars`` where the sentences allow.
+
+    Shapes: str -> list of (start, end), ``text[start:end]`` is the step. Example:
+    ``"3 + 4 = 7\\n\\n  7 * 2 = 14\\nAnswer: 14"`` -> ``[(0, 9), (13, 23), (24, 34)]``.
+    """
+    if max_chars < 1:
+        raise ValueError("split_steps: max_chars must be >= 1")
+    spans: list[tuple[int, int]] = []
+    for m in re.finditer(r"[^\n]+", text):
+        line = m.group()
+        a = m.start() + (len(line) - len(line.lstrip()))
+        b = m.start() + len(line.rstrip())
+        if a >= b:
+            continue
+        if b - a <= max_chars:
+            spans.append((a, b))
+            continue
+        cuts = [a] + [a + s.end() for s in _SENTENCE_END.finditer(text[a:b])] + [b]
+        start = a
+        for i in range(1, len(cuts)):
+            # close the piece at the previous cut when adding this sentence would overflow
+            if cuts[i] - start > max_chars and cuts[i - 1] > start:
+                spans.append((start, len(text[:cuts[i - 1]].rstrip())))
+                start = cuts[i - 1]
+        spans.append((start, b))
+    return spans
+
+
 @dataclass
 class Neighbour:
+    """A solved prompt near the query."""
+
     rollout_id: str
     prompt_id: str
     text: str
@@ -62,98 +81,204 @@ class Neighbour:
     step: int
 
 
-class Retrieval:
-    """Nearest solved prompts by embedding, over a Lance dataset of vectors.
+@dataclass
+class SegmentNeighbour:
+    """A solution step near the query: ``text`` is ``completion[start:end]`` of the rollout."""
 
-    Rule: index the prompt text of correct rollouts (verified, or reward >= threshold when there
-    is no verdict); ``nearest(text, k)`` returns the k closest entries (cosine distance), one per
-    prompt unless ``per_prompt`` is False. ``build_index()`` adds an IVF-PQ index once the table is
-    large; below that Lance searches exhaustively (exact).
-    Not implemented: segment-level retrieval (whole prompts only), and a bundled neural
-    embedder (pass any ``embed`` callable, e.g. a sentence-transformer's ``encode``).
-    """
+    rollout_id: str
+    prompt_id: str
+    segment: int  # index of the step within its rollout's solution
+    start: int
+    end: int
+    text: str
+    distance: float
+    step: int
 
-    def __init__(self, path: str | os.PathLike[str], embed: Embedder | None = None, success_threshold: float = 0.5):
-        self.path = Path(path)
-        self.embed = embed or HashEmbedding()
-        self.success_threshold = success_threshold
+
+class _VectorTable:
+    """One Lance table of (payload columns, ``vector``), tagged with the embedder's name."""
+
+    def __init__(self, path: Path):
+        self.path = path
         self.dim: int | None = None
-        if self._exists():
+        self.embedder: str = ""
+        if self.exists():
             import lance
 
-            self.dim = lance.dataset(str(self.path)).schema.field("vector").type.list_size
+            schema = lance.dataset(str(path)).schema
+            self.dim = schema.field("vector").type.list_size
+            self.embedder = (schema.metadata or {}).get(EMBEDDER_KEY, b"").decode()
 
-    @classmethod
-    def for_store(cls, store: Any, **kw: Any) -> Retrieval:
-        """The retrieval table of a store: ``<store.path>/retrieval.lance``."""
-        return cls(Path(store.path) / "retrieval.lance", **kw)
-
-    def _exists(self) -> bool:
+    def exists(self) -> bool:
         return (self.path / "_versions").exists()
 
-    def __len__(self) -> int:
-        if not self._exists():
+    def count(self) -> int:
+        if not self.exists():
             return 0
         import lance
 
         return lance.dataset(str(self.path)).count_rows()
 
-    def add(self, rollouts: Iterable[Rollout]) -> int:
-        """Index the correct rollouts among ``rollouts`` (already indexed ids are skipped)."""
+    def check(self, embed: Embedder, dim: int | None = None) -> None:
+        name = getattr(embed, "name", "")
+        if self.embedder and name and name != self.embedder:
+            raise ValueError(f"{self.path.name} was built with embedder {self.embedder!r}, not {name!r}; "
+                             "open it with the same embedder (or index into a new store)")
+        if dim is not None and self.dim is not None and dim != self.dim:
+            raise ValueError(f"embedding dim {dim} differs from the indexed dim {self.dim} of {self.path.name}; "
+                             "use the same embedder")
+
+    def have(self, ids: Sequence[str]) -> set[str]:
+        if not self.exists() or not ids:
+            return set()
         import lance
 
-        rs = [r for r in rollouts if is_correct(r, self.success_threshold)]
-        if not rs:
-            return 0
-        if self._exists():
-            ds = lance.dataset(str(self.path))
-            ids = [r.rollout_id for r in rs]
-            have = set(ds.to_table(columns=["rollout_id"], filter=_in("rollout_id", ids)).column("rollout_id").to_pylist())
-            rs = [r for r in rs if r.rollout_id not in have]
-            if not rs:
-                return 0
-        texts = [prompt_text(r) for r in rs]
-        vec = np.asarray(self.embed(texts), dtype=np.float32)
-        if vec.ndim != 2 or vec.shape[0] != len(rs):
-            raise ValueError(f"embedding function returned shape {vec.shape}, expected ({len(rs)}, dim)")
-        if self.dim is not None and vec.shape[1] != self.dim:
-            raise ValueError(f"embedding dim {vec.shape[1]} differs from the indexed dim {self.dim}; use the same embedder")
-        self.dim = vec.shape[1]
-        table = pa.table({
-            "rollout_id": pa.array([r.rollout_id for r in rs], pa.string()),
-            "prompt_id": pa.array([r.prompt_id for r in rs], pa.string()),
-            "text": pa.array(texts, pa.string()),
-            "step": pa.array([int(r.step) for r in rs], pa.int64()),
-            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vec.ravel(), pa.float32()), self.dim),
-        })
-        lance.write_dataset(table, str(self.path), mode="append" if self._exists() else "create")
-        return len(rs)
+        t = lance.dataset(str(self.path)).to_table(columns=["rollout_id"], filter=_in("rollout_id", ids))
+        return set(t.column("rollout_id").to_pylist())
 
-    def build_index(self, num_partitions: int | None = None, num_sub_vectors: int | None = None) -> None:
-        """Create an IVF-PQ cosine index (worth it from ~10k rows; needs at least 256 rows)."""
+    def append(self, columns: dict[str, pa.Array], vec: np.ndarray, embed: Embedder) -> None:
+        import lance
+
+        self.check(embed, vec.shape[1])
+        dim = vec.shape[1]
+        table = pa.table({**columns, "vector": pa.FixedSizeListArray.from_arrays(pa.array(vec.ravel(), pa.float32()), dim)})
+        if not self.exists():
+            self.embedder = getattr(embed, "name", "") or ""
+            table = table.replace_schema_metadata({EMBEDDER_KEY: self.embedder.encode()})
+        lance.write_dataset(table, str(self.path), mode="append" if self.exists() else "create")
+        self.dim = dim
+
+    def search(self, q: np.ndarray, k: int, flt: str | None, columns: list[str]) -> list[dict[str, Any]]:
         import lance
 
         ds = lance.dataset(str(self.path))
-        n = ds.count_rows()
-        if n < 256:
-            raise ValueError(f"build_index needs at least 256 indexed rows, have {n}; exact search is used below that")
+        t = ds.to_table(nearest={"column": "vector", "q": q, "k": min(ds.count_rows(), k), "metric": "cosine"},
+                        filter=flt, columns=[*columns, "_distance"])
+        return sorted(t.to_pylist(), key=lambda d: (d["_distance"], d["rollout_id"], d.get("segment", 0)))
+
+    def build_index(self, num_partitions: int | None, num_sub_vectors: int | None) -> None:
+        import lance
+
+        ds = lance.dataset(str(self.path)) if self.exists() else None
+        n = ds.count_rows() if ds is not None else 0
+        if ds is None or n < 256:
+            raise ValueError(f"build_index needs at least 256 indexed rows in {self.path.name}, have {n}; "
+                             "exact search is used below that")
         ds.create_index("vector", index_type="IVF_PQ", metric="cosine",
                         num_partitions=num_partitions or max(1, int(np.sqrt(n))),
                         num_sub_vectors=num_sub_vectors or max(1, (self.dim or 16) // 16), replace=True)
 
+
+class Retrieval:
+    """Nearest solved prompts, and nearest solution steps, by embedding over Lance vector tables.
+
+    Rule: index the prompt text of correct rollouts (verified, or reward >= threshold when there
+    is no verdict); ``nearest(text, k)`` returns the k closest entries (cosine distance), one per
+    prompt unless ``per_prompt`` is False. With ``segments=True``, ``add`` also indexes each
+    solved rollout's assistant text split into steps (:func:`split_steps`, or ``split``) in a
+    second table; ``nearest_segments(text, k)`` returns the closest steps with their char spans.
+    ``build_index()`` adds an IVF-PQ index once a table is large; below that Lance searches
+    exhaustively (exact). This is similarity retrieval of cases in the sense of the rollout
+    survey's Replay stage; no single paper's retrieval rule is implemented.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], embed: Embedder | str | None = None,
+                 success_threshold: float = 0.5, segments: bool = False,
+                 split: Callable[[str], list[tuple[int, int]]] | None = None):
+        self.path = Path(path)
+        self.embed: Embedder = make_embedding(embed) if isinstance(embed, str) else (embed or HashEmbedding())
+        self.success_threshold = success_threshold
+        self.segments = segments
+        self.split = split or split_steps
+        stem = self.path.name[:-len(".lance")] if self.path.name.endswith(".lance") else self.path.name
+        self.segments_path = self.path.with_name(f"{stem}_segments.lance")
+        self._prompts = _VectorTable(self.path)
+        self._segments = _VectorTable(self.segments_path)
+        self._prompts.check(self.embed)
+        self._segments.check(self.embed)
+
+    @classmethod
+    def for_store(cls, store: Any, **kw: Any) -> Retrieval:
+        """The retrieval tables of a store: ``<store.path>/retrieval.lance`` (+ ``_segments``)."""
+        return cls(Path(store.path) / "retrieval.lance", **kw)
+
+    @property
+    def dim(self) -> int | None:
+        return self._prompts.dim
+
+    def __len__(self) -> int:
+        return self._prompts.count()
+
+    def n_segments(self) -> int:
+        """Number of indexed solution steps."""
+        return self._segments.count()
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        vec = np.asarray(self.embed(texts), dtype=np.float32)
+        if vec.ndim != 2 or vec.shape[0] != len(texts):
+            raise ValueError(f"embedding function returned shape {vec.shape}, expected ({len(texts)}, dim)")
+        return vec
+
+    def _solved(self, rollouts: Iterable[Rollout]) -> list[Rollout]:
+        return [r for r in rollouts if is_correct(r, self.success_threshold)]
+
+    def add(self, rollouts: Iterable[Rollout]) -> int:
+        """Index the correct rollouts among ``rollouts`` (already indexed ids are skipped); with
+        ``segments=True`` their steps too. Returns the number of prompt rows added."""
+        rs = self._solved(rollouts)
+        if self.segments:
+            self.add_segments(rs)
+        have = self._prompts.have([r.rollout_id for r in rs])
+        rs = [r for r in rs if r.rollout_id not in have]
+        if not rs:
+            return 0
+        texts = [prompt_text(r) for r in rs]
+        self._prompts.append({
+            "rollout_id": pa.array([r.rollout_id for r in rs], pa.string()),
+            "prompt_id": pa.array([r.prompt_id for r in rs], pa.string()),
+            "text": pa.array(texts, pa.string()),
+            "step": pa.array([int(r.step) for r in rs], pa.int64()),
+        }, self._embed(texts), self.embed)
+        return len(rs)
+
+    def add_segments(self, rollouts: Iterable[Rollout]) -> int:
+        """Index the steps of the correct rollouts' assistant text (``Rollout.completion``);
+        rollouts whose steps are already indexed are skipped. Returns the number of steps added."""
+        rs = self._solved(rollouts)
+        have = self._segments.have([r.rollout_id for r in rs])
+        rows: dict[str, list[Any]] = {k: [] for k in ("rollout_id", "prompt_id", "segment", "start", "end", "text", "step")}
+        for r in rs:
+            if r.rollout_id in have:
+                continue
+            comp = r.completion
+            for j, (a, b) in enumerate(self.split(comp)):
+                for k, v in zip(rows, (r.rollout_id, r.prompt_id, j, a, b, comp[a:b], int(r.step)), strict=True):
+                    rows[k].append(v)
+        if not rows["text"]:
+            return 0
+        types = {"rollout_id": pa.string(), "prompt_id": pa.string(), "segment": pa.int32(), "start": pa.int32(),
+                 "end": pa.int32(), "text": pa.string(), "step": pa.int64()}
+        self._segments.append({k: pa.array(v, types[k]) for k, v in rows.items()}, self._embed(rows["text"]), self.embed)
+        return len(rows["text"])
+
+    def build_index(self, num_partitions: int | None = None, num_sub_vectors: int | None = None,
+                    segments: bool = False) -> None:
+        """Create an IVF-PQ cosine index on the prompt table (or the segment table) (worth it from
+        ~10k rows; needs at least 256 rows)."""
+        (self._segments if segments else self._prompts).build_index(num_partitions, num_sub_vectors)
+
+    def _query(self, table: _VectorTable, text: str) -> np.ndarray:
+        q = self._embed([text])[0]
+        table.check(self.embed, q.shape[0])
+        return q
+
     def nearest(self, text: str, k: int = 4, exclude_prompt: str | None = None, per_prompt: bool = True) -> list[Neighbour]:
         """The k nearest indexed solved prompts to ``text`` (closest first)."""
-        import lance
-
-        if not self._exists() or k <= 0:
+        if not self._prompts.exists() or k <= 0:
             return []
-        q = np.asarray(self.embed([text]), dtype=np.float32)[0]
-        ds = lance.dataset(str(self.path))
-        fetch = min(ds.count_rows(), max(k * 4, k + 8))
+        q = self._query(self._prompts, text)
         flt = None if exclude_prompt is None else f"prompt_id != {_lit(exclude_prompt)}"
-        t = ds.to_table(nearest={"column": "vector", "q": q, "k": fetch, "metric": "cosine"}, filter=flt,
-                        columns=["rollout_id", "prompt_id", "text", "step"])
-        rows = sorted(t.to_pylist(), key=lambda d: (d["_distance"], d["rollout_id"]))
+        rows = self._prompts.search(q, max(k * 4, k + 8), flt, ["rollout_id", "prompt_id", "text", "step"])
         out: list[Neighbour] = []
         seen: set[str] = set()
         for d in rows:
@@ -161,6 +286,28 @@ class Retrieval:
                 continue
             seen.add(d["prompt_id"])
             out.append(Neighbour(d["rollout_id"], d["prompt_id"], d["text"], float(d["_distance"]), int(d["step"])))
+            if len(out) >= k:
+                break
+        return out
+
+    def nearest_segments(self, text: str, k: int = 4, exclude_prompt: str | None = None,
+                         per_rollout: bool = False) -> list[SegmentNeighbour]:
+        """The k indexed solution steps nearest to ``text`` (closest first); ``per_rollout`` keeps
+        at most one step per rollout. Empty when no segments were indexed."""
+        if not self._segments.exists() or k <= 0:
+            return []
+        q = self._query(self._segments, text)
+        flt = None if exclude_prompt is None else f"prompt_id != {_lit(exclude_prompt)}"
+        cols = ["rollout_id", "prompt_id", "segment", "start", "end", "text", "step"]
+        rows = self._segments.search(q, max(k * 4, k + 8) if per_rollout else k, flt, cols)
+        out: list[SegmentNeighbour] = []
+        seen: set[str] = set()
+        for d in rows:
+            if per_rollout and d["rollout_id"] in seen:
+                continue
+            seen.add(d["rollout_id"])
+            out.append(SegmentNeighbour(d["rollout_id"], d["prompt_id"], int(d["segment"]), int(d["start"]),
+                                        int(d["end"]), d["text"], float(d["_distance"]), int(d["step"])))
             if len(out) >= k:
                 break
         return out

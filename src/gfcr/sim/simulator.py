@@ -12,12 +12,23 @@ Strategies run on the same seed (same world, same initial state) until the same 
 budget is spent. Each step runs the named stages:
 
     select (the real :mod:`gfcr.control.selectors` class) -> generate (vectorised sampling)
-    -> control (DAPO dynamic sampling via :class:`~gfcr.control.groups.DynamicSampling`, or AR3PO
-    staged sampling + injection of a cached correct response) -> observe -> update (learning rule)
+    -> control -> observe -> update (learning rule)
+
+Controls (``StrategyConfig.control``): ``none`` (train on every group); ``dynamic_sampling``
+(DAPO, via :class:`~gfcr.control.groups.DynamicSampling`); ``ar3po`` (staged sampling + injection
+of a cached correct response); ``adaptive_k`` (:class:`~gfcr.control.groups.AdaptiveK` splits the
+batch's B·G responses by each prompt's Beta posterior); ``repo`` and ``exgrpo`` (the real
+:class:`~gfcr.replay.buffers.RePO` / :class:`~gfcr.replay.buffers.ExGRPO` buffers, fed minimal
+rollout records). Replay in this world: a group whose non-zero advantage comes from replayed
+responses (RePO's separately normalised replay set, an ExGRPO experience group, an AR3PO
+injection) takes the same learning step as a fresh group, times ``replay_decay ** lag``.
+The world has no notion of an off-policy ratio; ``replay_decay`` (default 1: no discount) is an
+assumption, not a measurement. GFPO is not a strategy here: response lengths in this world do
+not respond to training, so its one benefit (shorter responses) cannot appear.
 
 Reported per strategy: generated tokens per effective sample (a generated response in a
-non-zero-advantage group that entered a training batch), zero-variance share of generated
-groups, the learning curve (mean solve probability over all prompts against generated tokens),
+non-zero-advantage group that entered a training batch; replayed responses are reported apart
+as ``replayed_samples`` and cost no generation), zero-variance share of generated groups, the learning curve (mean solve probability over all prompts against generated tokens),
 and a wall-time proxy (per generation round the longest response, since a synchronous batch waits
 for its longest member, plus ``train_cost`` per trained token).
 """
@@ -26,14 +37,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gfcr.control.groups import DynamicSampling
+from gfcr.control.groups import AdaptiveK, DynamicSampling
 from gfcr.control.selectors import SELECTORS, greso_batch_size, make_selector
+from gfcr.records import Cost, Rollout
+from gfcr.replay.buffers import make_buffer
+
+CONTROLS = ("none", "dynamic_sampling", "ar3po", "adaptive_k", "repo", "exgrpo")
 
 
 class StrategyConfig(BaseModel):
@@ -44,12 +62,16 @@ class StrategyConfig(BaseModel):
     name: str = Field(description="label in the report (e.g. 'dapo', 'greso')")
     selector: str = Field("uniform", description=f"prompt selector, one of {sorted(SELECTORS)}")
     selector_params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the selector")
-    control: str = Field("none", description="'none' (train on every group), 'dynamic_sampling' (DAPO) or 'ar3po'")
+    control: str = Field("none", description=f"group control / replay, one of {CONTROLS}")
     gen_factor: float = Field(3.0, gt=0, description="dynamic sampling: generation batch = gen_factor x train batch")
     adaptive_gen: bool = Field(False, description="dynamic sampling: GRESO's adaptive generation batch size")
     max_num_gen_batches: int = Field(10, ge=1, description="dynamic sampling: generation rounds per step at most")
     stages: int = Field(2, ge=1, description="ar3po: sampling stages")
     per_stage: int = Field(4, ge=1, description="ar3po: responses per prompt per stage")
+    k_min: int = Field(2, ge=2, description="adaptive_k: fewest responses per prompt (2: a group needs two to differ)")
+    k_max: int = Field(16, ge=2, description="adaptive_k: most responses per prompt")
+    buffer_params: dict[str, Any] = Field(default_factory=dict,
+                                          description="repo / exgrpo: keyword arguments of the replay buffer class")
 
     @field_validator("selector")
     @classmethod
@@ -61,9 +83,15 @@ class StrategyConfig(BaseModel):
     @field_validator("control")
     @classmethod
     def _known_control(cls, v: str) -> str:
-        if v not in ("none", "dynamic_sampling", "ar3po"):
-            raise ValueError(f"unknown control {v!r}; choose 'none', 'dynamic_sampling' or 'ar3po'")
+        if v not in CONTROLS:
+            raise ValueError(f"unknown control {v!r}; choose one of {CONTROLS}")
         return v
+
+    @model_validator(mode="after")
+    def _k_range(self) -> StrategyConfig:
+        if self.k_max < self.k_min:
+            raise ValueError(f"k_max ({self.k_max}) must be >= k_min ({self.k_min})")
+        return self
 
 
 def default_strategies() -> list[StrategyConfig]:
@@ -75,6 +103,9 @@ def default_strategies() -> list[StrategyConfig]:
         StrategyConfig(name="vcrl", selector="vcrl"),
         StrategyConfig(name="sec", selector="sec"),
         StrategyConfig(name="ar3po", control="ar3po"),
+        StrategyConfig(name="adaptive_k", control="adaptive_k"),
+        StrategyConfig(name="repo", control="repo"),
+        StrategyConfig(name="exgrpo", control="exgrpo"),
     ]
 
 
@@ -101,6 +132,9 @@ class SimConfig(BaseModel):
     transfer: float = Field(0.05, ge=0, description="logit step of a category per effective group share of the batch")
     forget: float = Field(0.002, ge=0, le=1, description="per-step drift of untrained prompts toward their initial logit")
     train_cost: float = Field(0.0005, ge=0, description="wall-time proxy units per trained token")
+    replay_decay: float = Field(1.0, ge=0, le=1, description=(
+        "a group made effective by replayed responses learns replay_decay ** lag (steps) as much as a fresh "
+        "group; 1 = stale samples teach as much as fresh ones (an assumption: the world has no off-policy ratio)"))
     seed: int = Field(0, description="seed of the world and of every strategy's sampling")
     strategies: list[StrategyConfig] = Field(default_factory=default_strategies, description="strategies to compare")
 
@@ -166,15 +200,18 @@ class World:
         lengths = np.minimum(lengths, cfg.len_max)
         return (correct & ~truncated).astype(np.float64), lengths
 
-    def update(self, trained_idx: np.ndarray, q: np.ndarray) -> None:
-        """Learning rule for effective groups ``trained_idx`` (m,) with success shares q (m,)."""
+    def update(self, trained_idx: np.ndarray, q: np.ndarray, weight: np.ndarray | None = None) -> None:
+        """Learning rule for effective groups ``trained_idx`` (m,) with success shares q (m,) and
+        learning weights (m,) (default 1): each group adds ``lr · w · 4q(1−q)`` to its prompt's
+        logit (a prompt may appear twice: fresh + replayed group) and ``w`` to its category's share."""
         cfg = self.cfg
+        w = np.ones(trained_idx.size) if weight is None else np.asarray(weight, dtype=np.float64)
         untrained = np.ones(self.logit.size, dtype=bool)
         untrained[trained_idx] = False
         self.logit[untrained] += cfg.forget * (self.logit0[untrained] - self.logit[untrained])
-        np.add.at(self.logit, trained_idx, cfg.lr * 4.0 * q * (1.0 - q))
+        np.add.at(self.logit, trained_idx, cfg.lr * w * 4.0 * q * (1.0 - q))
         if cfg.transfer and trained_idx.size:
-            share = np.bincount(self.category[trained_idx], minlength=len(cfg.category_beta)) / cfg.train_prompts
+            share = np.bincount(self.category[trained_idx], weights=w, minlength=len(cfg.category_beta)) / cfg.train_prompts
             self.logit += cfg.transfer * share[self.category]
 
 
@@ -182,131 +219,280 @@ class World:
 # One strategy
 # ---------------------------------------------------------------------------------------------
 
+_EMPTY_IDS = np.zeros(0, dtype=np.int32)
+_EMPTY_ROLE = np.zeros(0, dtype=np.int8)
+_EMPTY_LP = np.zeros(0, dtype=np.float32)
+_T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class _Trained:
+    """What one training step trains on: effective groups and their learning weights."""
+
+    idx: np.ndarray  # (m,) prompt indices of the effective groups
+    q: np.ndarray  # (m,) success share of each group
+    weight: np.ndarray  # (m,) learning-step multiplier (1 fresh; replay_decay ** lag with replay)
+    train_tokens: int  # tokens that go through the trainer (wall-time proxy)
+    gen_effective: int  # generated responses in effective groups
+    replayed: int = 0  # replayed responses in effective groups (or groups made effective by them)
+
+
+class _Run:
+    """The state of one strategy's run; each ``step_*`` method is one training step of a control."""
+
+    def __init__(self, cfg: SimConfig, strat: StrategyConfig):
+        self.cfg, self.strat = cfg, strat
+        self.world = World(cfg)
+        self.rng = np.random.default_rng(cfg.seed + 1)
+        self.g = cfg.group_size
+        self.sel = make_selector(strat.selector, self.world.prompt_ids, self.world.cat_names, **strat.selector_params)
+        self.index = {p: i for i, p in enumerate(self.world.prompt_ids)}
+        self.tokens = self.n_responses = 0
+        self.n_groups = self.n_zero = self.n_effective = self.n_replayed = 0
+        self.wall = 0.0
+        self.step = 0
+        self.zero_var_recent = 0.5
+        self.solved_step = np.full(cfg.n_prompts, -1, dtype=np.int64)  # AR3PO: step of the cached correct response
+        self.succ = np.zeros(cfg.n_prompts)  # AdaptiveK: Beta posterior counts
+        self.fail = np.zeros(cfg.n_prompts)
+        self.solved_ratio = 0.0  # ExGRPO: share of correct fresh responses in the last batch
+        self.buffer: Any = None
+        if strat.control in ("repo", "exgrpo"):
+            params = dict(strat.buffer_params)
+            if strat.control == "exgrpo":
+                params.setdefault("group_size", cfg.group_size)
+            try:
+                self.buffer = make_buffer(strat.control, **params)
+            except TypeError as e:
+                raise ValueError(f"strategy {strat.name!r}: bad buffer_params for {strat.control}: {e}") from e
+
+    # --- shared stages ---------------------------------------------------------------------
+    def select(self, n: int) -> np.ndarray:
+        return np.array([self.index[p] for p in self.sel.select(n, self.rng)], dtype=np.int64)
+
+    def gen(self, idx: np.ndarray, k: int, used: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """One generation round: rewards, lengths (n, k). ``used`` (n, k) bool marks the responses
+        actually requested (per-prompt K below k); only those are counted."""
+        rw, ln = self.world.generate(idx, k, self.rng)
+        counted = ln if used is None else ln[used]
+        self.tokens += int(counted.sum())
+        self.n_responses += int(counted.size)
+        self.wall += float(counted.max()) if counted.size else 0.0
+        return rw, ln
+
+    def observe(self, idx: np.ndarray, rw: Sequence[np.ndarray]) -> None:
+        for i, r in zip(idx.tolist(), rw, strict=True):
+            self.sel.observe(self.world.prompt_ids[i], r, self.step)
+
+    def count_groups(self, zero_var: np.ndarray) -> None:
+        self.n_groups += zero_var.size
+        self.n_zero += int(zero_var.sum())
+
+    def decay(self, lag: np.ndarray | float) -> np.ndarray:
+        return np.asarray(self.cfg.replay_decay, dtype=np.float64) ** np.asarray(lag, dtype=np.float64)
+
+    def rollouts(self, idx: np.ndarray, rw: np.ndarray, ln: np.ndarray, tag: str) -> list[Rollout]:
+        """Minimal records of generated responses for the real replay buffers (no tokens: the
+        buffers need prompt, group, step, reward, verdict; the length rides in ``cost``)."""
+        out = []
+        for a, i in enumerate(idx.tolist()):
+            gid = f"{self.step:06d}-{tag}{a:05d}"
+            for j in range(rw.shape[1]):
+                ok = bool(rw[a, j] >= 1.0)
+                out.append(Rollout(run_id="sim", prompt_id=self.world.prompt_ids[i], token_ids=_EMPTY_IDS,
+                                   token_role=_EMPTY_ROLE, logprobs=_EMPTY_LP, step=self.step, group_id=gid,
+                                   sample_index=j, reward=float(rw[a, j]), verified=ok,
+                                   cost=Cost(gen_tokens=int(ln[a, j])), created_at=_T0, rollout_id=f"{gid}-{j:03d}"))
+        return out
+
+    # --- controls --------------------------------------------------------------------------
+    def step_none(self) -> _Trained:
+        return self.fresh_step()[0]
+
+    def fresh_step(self) -> tuple[_Trained, np.ndarray, np.ndarray, np.ndarray]:
+        """Select B prompts, generate G each, train on the groups with variance. Also returns the
+        prompts, rewards and lengths (for the replay controls)."""
+        idx = self.select(self.cfg.train_prompts)
+        rw, ln = self.gen(idx, self.g)
+        self.observe(idx, rw)
+        zv = rw.std(axis=1) == 0
+        self.count_groups(zv)
+        fresh = _Trained(idx[~zv], rw.mean(axis=1)[~zv], np.ones(int((~zv).sum())), int(ln.sum()), int((~zv).sum()) * self.g)
+        return fresh, idx, rw, ln
+
+    def step_dynamic_sampling(self) -> _Trained:
+        cfg, strat, g = self.cfg, self.strat, self.g
+        ds = DynamicSampling(cfg.train_prompts, int(round(strat.gen_factor * cfg.train_prompts)), strat.max_num_gen_batches)
+        kept_so_far = 0
+
+        def generate(n: int) -> list:
+            nonlocal kept_so_far
+            if strat.adaptive_gen:
+                remaining = (cfg.train_prompts - kept_so_far) * g
+                n = greso_batch_size(remaining, self.zero_var_recent, g, ds.gen_prompts, min_bs=max(1, cfg.train_prompts // 4))
+            idx = self.select(n)
+            rw, ln = self.gen(idx, g)
+            self.observe(idx, rw)
+            zv = rw.std(axis=1) == 0
+            self.count_groups(zv)
+            self.zero_var_recent = float(zv.mean()) if idx.size else self.zero_var_recent
+            kept_so_far += int((~zv).sum())
+            return [(i, r, x) for i, r, x in zip(idx.tolist(), rw, ln, strict=True)]
+
+        batch = ds.collect(generate, rewards_of=lambda grp: grp[1]).groups
+        return _Trained(np.array([b[0] for b in batch], dtype=np.int64), np.array([b[1].mean() for b in batch]),
+                        np.ones(len(batch)), int(sum(b[2].sum() for b in batch)), len(batch) * g)
+
+    def step_ar3po(self) -> _Trained:
+        strat = self.strat
+        idx = self.select(self.cfg.train_prompts)
+        rw_all: list[list[float]] = [[] for _ in idx]
+        ln_all: list[list[int]] = [[] for _ in idx]
+        todo = np.arange(idx.size)
+        for _ in range(strat.stages):
+            if todo.size == 0:
+                break
+            rw, ln = self.gen(idx[todo], strat.per_stage)
+            for j, t in enumerate(todo.tolist()):
+                rw_all[t].extend(rw[j].tolist())
+                ln_all[t].extend(ln[j].tolist())
+            todo = np.array([t for t in todo.tolist() if max(rw_all[t]) < 1.0], dtype=np.int64)
+        self.n_groups += idx.size
+        q_list, w_list, eff_list = [], [], []
+        n_eff = train_tokens = n_rep = 0
+        for t, i in enumerate(idx.tolist()):
+            r = np.array(rw_all[t])
+            self.observe(np.array([i]), r[None, :])
+            gen_zero = r.std() == 0
+            self.n_zero += int(gen_zero)
+            w = 1.0
+            if r.max() >= 1.0:
+                self.solved_step[i] = self.step
+                is_eff, qq = not gen_zero, r.mean()
+            elif self.solved_step[i] >= 0:  # all wrong: inject one cached correct response
+                is_eff, qq = True, 1.0 / (r.size + 1)
+                w = float(self.decay(self.step - self.solved_step[i]))
+                n_rep += 1
+            else:
+                is_eff, qq = False, 0.0
+            eff_list.append(is_eff)
+            q_list.append(qq)
+            w_list.append(w)
+            train_tokens += int(np.sum(ln_all[t]))
+            if is_eff:
+                n_eff += r.size
+        eff = np.array(eff_list, dtype=bool)
+        return _Trained(idx[eff], np.array(q_list)[eff], np.array(w_list)[eff], train_tokens, n_eff, n_rep)
+
+    def step_repo(self) -> _Trained:
+        """Fresh groups as usual; each prompt of the batch also replays ``num_replays`` cached
+        responses, normalised apart (split advantages): a second group for the prompt."""
+        fresh, idx, rw, ln = self.fresh_step()
+        r_idx, r_q, r_w = [], [], []
+        n_rep = train_tokens = 0
+        for i in idx.tolist():
+            reps = self.buffer.replay_for(self.world.prompt_ids[i], self.rng)
+            if not reps:
+                continue
+            rr = np.array([x.reward for x in reps])
+            train_tokens += sum(x.cost.gen_tokens for x in reps)
+            if rr.std() > 0:
+                r_idx.append(i)
+                r_q.append(rr.mean())
+                r_w.append(float(self.decay(np.mean([self.step - x.step for x in reps]))))
+                n_rep += rr.size
+        self.buffer.add(self.rollouts(idx, rw, ln, "g"))
+        return _Trained(np.concatenate([fresh.idx, np.array(r_idx, dtype=np.int64)]), np.concatenate([fresh.q, r_q]),
+                        np.concatenate([fresh.weight, r_w]), fresh.train_tokens + train_tokens, fresh.gen_effective, n_rep)
+
+    def step_exgrpo(self) -> _Trained:
+        """Once the last batch's solved ratio passes ``start_solved_ratio``, ρ·B questions come from
+        experience: K−1 fresh responses plus the stored lowest-entropy correct one."""
+        cfg, g, buf = self.cfg, self.g, self.buffer
+        n_exp = buf.n_experience(cfg.train_prompts) if buf.active(self.solved_ratio) else 0
+        exp = buf.sample(n_exp, self.step, self.rng) if n_exp else []
+        e_idx = np.array([self.index[s.rollout.prompt_id] for s in exp], dtype=np.int64)
+        f_idx = self.select(cfg.train_prompts - e_idx.size)
+        idx = np.concatenate([f_idx, e_idx])
+        used = np.ones((idx.size, g), dtype=bool)
+        used[f_idx.size:, g - 1] = False  # experience questions: K-1 fresh responses
+        rw, ln = self.gen(idx, g, used)
+        nf = f_idx.size
+        fresh_rw, exp_rw = rw[:nf], rw[nf:, : g - 1]
+        self.observe(f_idx, fresh_rw)
+        self.observe(e_idx, exp_rw)
+        self.solved_ratio = float(rw[used].mean()) if used.any() else 0.0
+        zv_f = fresh_rw.std(axis=1) == 0
+        zv_e = exp_rw.std(axis=1) == 0
+        self.count_groups(np.concatenate([zv_f, zv_e]))
+        q_e = (exp_rw.sum(axis=1) + 1.0) / g  # the replayed response is correct
+        eff_e = q_e < 1.0
+        lag = np.array([s.lag for s in exp], dtype=np.float64)
+        replay_tokens = sum(s.rollout.cost.gen_tokens for s in exp)
+        buf.add(self.rollouts(f_idx, fresh_rw, ln[:nf], "f") + self.rollouts(e_idx, exp_rw, ln[nf:, : g - 1], "e"))
+        return _Trained(
+            np.concatenate([f_idx[~zv_f], e_idx[eff_e]]),
+            np.concatenate([fresh_rw.mean(axis=1)[~zv_f], q_e[eff_e]]),
+            np.concatenate([np.ones(int((~zv_f).sum())), self.decay(lag[eff_e])]),
+            int(ln[used].sum()) + replay_tokens,
+            int((~zv_f).sum()) * g + int(eff_e.sum()) * (g - 1),
+            int(eff_e.sum()),
+        )
+
+    def step_adaptive_k(self) -> _Trained:
+        """K_i ∝ E[p(1−p)] under each prompt's Beta(1 + successes, 1 + failures), the batch's
+        B·G responses split over its prompts (:class:`~gfcr.control.groups.AdaptiveK`)."""
+        cfg, strat = self.cfg, self.strat
+        idx = self.select(cfg.train_prompts)
+        k = AdaptiveK(strat.k_min, strat.k_max).allocate(1.0 + self.succ[idx], 1.0 + self.fail[idx], idx.size * self.g)
+        kmax = int(k.max())
+        used = np.arange(kmax)[None, :] < k[:, None]
+        rw, ln = self.gen(idx, kmax, used)
+        groups = [rw[a, : k[a]] for a in range(idx.size)]
+        self.observe(idx, groups)
+        n_ok = np.array([r.sum() for r in groups])
+        self.succ[idx] += n_ok
+        self.fail[idx] += k - n_ok
+        zv = np.array([r.std() == 0 for r in groups])
+        self.count_groups(zv)
+        q = n_ok / k
+        return _Trained(idx[~zv], q[~zv], np.ones(int((~zv).sum())), int(ln[used].sum()), int(k[~zv].sum()))
+
 
 def run_strategy(cfg: SimConfig, strat: StrategyConfig) -> dict[str, Any]:
     """Run one strategy on a fresh copy of the world until the token budget is spent."""
     t0 = time.perf_counter()
-    world = World(cfg)
-    rng = np.random.default_rng(cfg.seed + 1)
-    g = cfg.group_size
-    sel = make_selector(strat.selector, world.prompt_ids, world.cat_names, **strat.selector_params)
-    index = {p: i for i, p in enumerate(world.prompt_ids)}
-    tokens = 0
-    n_groups = n_zero = n_effective = 0
-    wall = 0.0
-    solved_cache = np.zeros(cfg.n_prompts, dtype=bool)  # AR3PO: a verified-correct response is cached
+    run = _Run(cfg, strat)
+    step_fn = {"none": run.step_none, "dynamic_sampling": run.step_dynamic_sampling, "ar3po": run.step_ar3po,
+               "repo": run.step_repo, "exgrpo": run.step_exgrpo, "adaptive_k": run.step_adaptive_k}[strat.control]
+    world = run.world
     curve: list[tuple[float, float]] = [(0.0, float(world.p.mean()))]
-    zero_var_recent = 0.5
-    step = 0
+    while run.tokens < cfg.budget_tokens and run.step < cfg.max_steps:
+        tr = step_fn()
+        run.n_effective += tr.gen_effective
+        run.n_replayed += tr.replayed
+        run.wall += cfg.train_cost * tr.train_tokens
+        world.update(tr.idx, tr.q, tr.weight)
+        run.sel.end_step()
+        run.step += 1
+        curve.append((float(run.tokens), float(world.p.mean())))
 
-    def gen(idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        nonlocal tokens, wall, n_groups
-        rw, ln = world.generate(idx, k, rng)
-        tokens += int(ln.sum())
-        wall += float(ln.max()) if ln.size else 0.0
-        return rw, ln
-
-    def observe(idx: np.ndarray, rw: np.ndarray) -> None:
-        for i, r in zip(idx.tolist(), rw, strict=True):
-            sel.observe(world.prompt_ids[i], r, step)
-
-    while tokens < cfg.budget_tokens and step < cfg.max_steps:
-        if strat.control == "dynamic_sampling":
-            ds = DynamicSampling(cfg.train_prompts, int(round(strat.gen_factor * cfg.train_prompts)),
-                                 strat.max_num_gen_batches)
-            kept_so_far = [0]
-
-            def generate(n: int, ds: DynamicSampling = ds, kept_so_far: list[int] = kept_so_far) -> list:
-                nonlocal n_groups, n_zero, zero_var_recent
-                if strat.adaptive_gen:
-                    remaining = (cfg.train_prompts - kept_so_far[0]) * g
-                    n = greso_batch_size(remaining, zero_var_recent, g, ds.gen_prompts,
-                                         min_bs=max(1, cfg.train_prompts // 4))
-                idx = np.array([index[p] for p in sel.select(n, rng)], dtype=np.int64)
-                rw, ln = gen(idx, g)
-                observe(idx, rw)
-                zv = rw.std(axis=1) == 0
-                n_groups += idx.size
-                n_zero += int(zv.sum())
-                zero_var_recent = float(zv.mean()) if idx.size else zero_var_recent
-                kept_so_far[0] += int((~zv).sum())
-                return [(i, r, x) for i, r, x in zip(idx.tolist(), rw, ln, strict=True)]
-
-            res = ds.collect(generate, rewards_of=lambda grp: grp[1])
-            batch = res.groups
-            t_idx = np.array([b[0] for b in batch], dtype=np.int64)
-            q = np.array([b[1].mean() for b in batch])
-            eff = np.ones(len(batch), dtype=bool)
-            train_tokens = int(sum(b[2].sum() for b in batch))
-            n_eff_samples = len(batch) * g
-        elif strat.control == "ar3po":
-            idx = np.array([index[p] for p in sel.select(cfg.train_prompts, rng)], dtype=np.int64)
-            rw_all = [[] for _ in idx]
-            ln_all = [[] for _ in idx]
-            todo = np.arange(idx.size)
-            for _ in range(strat.stages):
-                if todo.size == 0:
-                    break
-                rw, ln = gen(idx[todo], strat.per_stage)
-                for j, t in enumerate(todo.tolist()):
-                    rw_all[t].extend(rw[j].tolist())
-                    ln_all[t].extend(ln[j].tolist())
-                todo = np.array([t for t in todo.tolist() if max(rw_all[t]) < 1.0], dtype=np.int64)
-            n_groups += idx.size
-            q_list, eff_list = [], []
-            n_eff_samples = 0
-            train_tokens = 0
-            for t, i in enumerate(idx.tolist()):
-                r = np.array(rw_all[t])
-                observe(np.array([i]), r[None, :])
-                gen_zero = r.std() == 0
-                n_zero += int(gen_zero)
-                if r.max() >= 1.0:
-                    solved_cache[i] = True
-                    is_eff = not gen_zero
-                    qq = r.mean()
-                elif solved_cache[i]:  # all wrong: inject one cached correct response
-                    is_eff = True
-                    qq = 1.0 / (r.size + 1)
-                else:
-                    is_eff, qq = False, 0.0
-                eff_list.append(is_eff)
-                q_list.append(qq)
-                train_tokens += int(np.sum(ln_all[t]))
-                if is_eff:
-                    n_eff_samples += r.size
-            t_idx, q, eff = idx, np.array(q_list), np.array(eff_list, dtype=bool)
-        else:
-            idx = np.array([index[p] for p in sel.select(cfg.train_prompts, rng)], dtype=np.int64)
-            rw, ln = gen(idx, g)
-            observe(idx, rw)
-            zv = rw.std(axis=1) == 0
-            n_groups += idx.size
-            n_zero += int(zv.sum())
-            t_idx, q, eff = idx, rw.mean(axis=1), ~zv
-            train_tokens = int(ln.sum())
-            n_eff_samples = int((~zv).sum()) * g
-        n_effective += n_eff_samples
-        wall += cfg.train_cost * train_tokens
-        world.update(t_idx[eff], q[eff])
-        sel.end_step()
-        step += 1
-        curve.append((float(tokens), float(world.p.mean())))
-
-    final = curve[-1][1]
+    n_eff, n_groups = run.n_effective, run.n_groups
     return {
         "name": strat.name,
         "strategy": strat.model_dump(),
-        "steps": step,
-        "generated_tokens": tokens,
+        "steps": run.step,
+        "generated_tokens": run.tokens,
         "generated_groups": n_groups,
-        "effective_samples": n_effective,
-        "tokens_per_effective_sample": tokens / n_effective if n_effective else float("inf"),
-        "zero_variance_share": n_zero / n_groups if n_groups else 0.0,
+        "generated_responses": run.n_responses,
+        "effective_samples": n_eff,
+        "replayed_samples": run.n_replayed,
+        "tokens_per_effective_sample": run.tokens / n_eff if n_eff else float("inf"),
+        "zero_variance_share": run.n_zero / n_groups if n_groups else 0.0,
         "initial_solve_rate": curve[0][1],
-        "final_solve_rate": final,
+        "final_solve_rate": curve[-1][1],
         "solve_rate_at_budget": solve_rate_at(curve, cfg.budget_tokens),
-        "wall_time_proxy": wall,
+        "wall_time_proxy": run.wall,
         "sim_seconds": time.perf_counter() - t0,
         "curve": curve,
     }
@@ -382,13 +568,13 @@ def plot_curves(results: list[dict[str, Any]], path: str | Path) -> None:
 
 def format_table(report: dict[str, Any]) -> str:
     """A Markdown table of the headline numbers."""
-    rows = ["| strategy | tokens/effective | vs uniform | vs dapo | zero-var share | solve rate @budget | wall proxy |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| strategy | tokens/effective | vs uniform | vs dapo | zero-var share | replayed | solve rate @budget | wall proxy |",
+            "|---|---|---|---|---|---|---|---|"]
     for r in report["results"]:
         rat = report["ratios"][r["name"]]
         rows.append(
             f"| {r['name']} | {r['tokens_per_effective_sample']:.0f} | {rat.get('tpe_vs_uniform', float('nan')):.2f} | "
-            f"{rat.get('tpe_vs_dapo', float('nan')):.2f} | {r['zero_variance_share']:.2f} | "
+            f"{rat.get('tpe_vs_dapo', float('nan')):.2f} | {r['zero_variance_share']:.2f} | {r.get('replayed_samples', 0)} | "
             f"{r['solve_rate_at_budget']:.3f} | {r['wall_time_proxy']:.3g} |"
         )
     return "\n".join(rows)
