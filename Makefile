@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint bench browser-deps clean
+.PHONY: venv demo test test-fast lint bench system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,13 +17,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-browser-deps:
-	bash scripts/install_browser.sh
+system-deps:
+	bash scripts/install_system_deps.sh
 
 demo: $(STAMP)
 	$(BIN)/gfcr store walkthrough
 
-test: $(STAMP) browser-deps
+test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q tests
 
 test-fast: $(STAMP)

@@ -1,8 +1,12 @@
 """Verification throughput: verdicts/s for the math and code verifiers, 1 vs 2 workers.
 
-Run: .venv/bin/python bench/verify_bench.py [--n-math 200] [--n-code 40]
+Run: .venv/bin/python bench/verify_bench.py [--n-math 200] [--n-code 40] [--n-iso 20]
 The ratio (2 workers / 1 worker) is the number to watch; absolute rates depend on the machine.
 Math workers are warmed up before timing (start-up and the math-verify import are excluded).
+
+A second table compares the sandbox isolation backends side by side (alternating, best of two):
+the latency of an idle sandboxed run (``pass``) and code verdicts/s at 1 worker, each as a ratio
+to isolation ``none`` (rlimits only) measured in the same loop.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import random
 import time
 
 from gfcr.filters import verify_many
+from gfcr.filters.sandbox import SandboxConfig, bwrap_available, run_python, unshare_available
 from gfcr.filters.verifiers import get_verifier
 from gfcr.records import Message, Prompt, Rollout
 
@@ -47,8 +52,8 @@ def code_workload(n: int) -> tuple[list[Rollout], list[Prompt]]:
     return _rollouts(prompts, texts), prompts
 
 
-def rate(rollouts: list[Rollout], prompts: list[Prompt], name: str, workers: int) -> float:
-    v = get_verifier(name)
+def rate(rollouts: list[Rollout], prompts: list[Prompt], name: str, workers: int, **options) -> float:
+    v = get_verifier(name, **options)
     t0 = time.perf_counter()
     out = verify_many(rollouts, v, prompts, workers=workers)
     dt = time.perf_counter() - t0
@@ -60,6 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n-math", type=int, default=200)
     ap.add_argument("--n-code", type=int, default=40)
+    ap.add_argument("--n-iso", type=int, default=20, help="code verdicts per isolation backend")
     args = ap.parse_args()
     rng = random.Random(0)
     mr, mp = math_workload(args.n_math, rng)
@@ -73,6 +79,29 @@ def main() -> None:
             r1 = max(r1, rate(rs, ps, name, 1))
             r2 = max(r2, rate(rs, ps, name, 2))
         print(f"{name:8} {len(rs):5d} {r1:11.1f} {r2:12.1f} {r2 / r1:6.2f}")
+    isolation_table(cr[: args.n_iso], cp)
+
+
+def idle_run_s(isolation: str, n: int = 10) -> float:
+    cfg = SandboxConfig(isolation=isolation, require_isolation=isolation != "none")
+    t0 = time.perf_counter()
+    for _ in range(n):
+        run_python("pass", config=cfg)
+    return (time.perf_counter() - t0) / n
+
+
+def isolation_table(rs: list[Rollout], ps: list[Prompt]) -> None:
+    backends = ["none"] + [b for b, ok in (("unshare", unshare_available()), ("bwrap", bwrap_available())) if ok]
+    idle = dict.fromkeys(backends, float("inf"))
+    code = dict.fromkeys(backends, 0.0)
+    for _ in range(2):
+        for b in backends:
+            idle[b] = min(idle[b], idle_run_s(b))
+            opts = {"sandbox": {"isolation": b, "require_isolation": b != "none"}}
+            code[b] = max(code[b], rate(rs, ps, "code", 1, **opts))
+    print(f"\n{'isolation':9} {'idle run ms':>11} {'vs none':>8} {'code/s':>7} {'vs none':>8}   (n={len(rs)})")
+    for b in backends:
+        print(f"{b:9} {idle[b] * 1e3:11.0f} {idle[b] / idle['none']:8.2f} {code[b]:7.1f} {code[b] / code['none']:8.2f}")
 
 
 if __name__ == "__main__":

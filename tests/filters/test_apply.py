@@ -102,7 +102,7 @@ def test_cli_verify(tmp_path):
     assert summary["n"] == 1 and summary["version_before"] == v0
     st2 = RolloutStore.open(tmp_path / "store")
     code = st2.rollouts(task="code")[0]
-    if code.verifier["evidence"].get("isolation") == "unshare":
+    if code.verifier["evidence"].get("isolation") in ("bwrap", "unshare"):
         assert code.verified is True and code.reward == 1.0
     bad = CliRunner().invoke(app, ["verify", str(tmp_path / "store"), "--verifier", "math", "--options", '{"bogus": 1}'])
     assert bad.exit_code != 0 and "bogus" in bad.output

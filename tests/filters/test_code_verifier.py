@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from gfcr.filters.sandbox import SandboxConfig, SandboxUnavailable, resolve_isolation, unshare_available
+from gfcr.filters.sandbox import (
+    SandboxConfig,
+    SandboxUnavailable,
+    bwrap_available,
+    resolve_isolation,
+    unshare_available,
+)
 from gfcr.filters.verifiers import CodeVerifier, coderl_reward, extract_code, normalize_tests
 
-needs_iso = pytest.mark.skipif(not unshare_available(), reason="needs root and `unshare` (isolation)")
+needs_iso = pytest.mark.skipif(not (bwrap_available() or unshare_available()),
+                               reason="needs bubblewrap, or root and `unshare` (isolation)")
 
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4", "assert add(0, 0) == 0"]
 
@@ -41,7 +48,7 @@ def codev():
 def test_correct(codev):
     v = codev.verify("```python\ndef add(a, b):\n    return a + b\n```", tests=TESTS)
     assert v.passed is True and v.score == 1.0 and v.evidence["error_type"] is None
-    assert v.evidence["results"] == ["pass"] * 4 and v.evidence["isolation"] == "unshare"
+    assert v.evidence["results"] == ["pass"] * 4 and v.evidence["isolation"] in ("bwrap", "unshare")
 
 
 @needs_iso
@@ -91,8 +98,25 @@ def test_isolation_refused_without_permission(monkeypatch):
     import gfcr.filters.sandbox as sb
 
     monkeypatch.setattr(sb, "unshare_available", lambda: False)
+    monkeypatch.setattr(sb, "bwrap_status", lambda: (False, "bubblewrap is not installed"))
     with pytest.raises(SandboxUnavailable, match="require_isolation=False"):
         resolve_isolation(SandboxConfig())
     assert resolve_isolation(SandboxConfig(require_isolation=False)) == "none"
     r = sb.run_python("print(6 * 7)", config=SandboxConfig(require_isolation=False))
     assert r.stdout.strip() == "42" and r.isolation == "none"
+
+
+def test_auto_prefers_bwrap_then_unshare(monkeypatch):
+    import gfcr.filters.sandbox as sb
+
+    monkeypatch.setattr(sb, "unshare_available", lambda: True)
+    monkeypatch.setattr(sb, "bwrap_status", lambda: (True, "ok"))
+    assert resolve_isolation(SandboxConfig()) == "bwrap"
+    assert resolve_isolation(SandboxConfig(isolation="unshare")) == "unshare"
+    monkeypatch.setattr(sb, "bwrap_status", lambda: (False, "bwrap: No permissions to create new namespace"))
+    assert resolve_isolation(SandboxConfig()) == "unshare"
+    with pytest.raises(SandboxUnavailable, match="No permissions to create new namespace"):
+        resolve_isolation(SandboxConfig(isolation="bwrap"))
+    monkeypatch.setattr(sb, "unshare_available", lambda: False)
+    with pytest.raises(SandboxUnavailable, match="Install bubblewrap or run as root"):
+        resolve_isolation(SandboxConfig())

@@ -1,36 +1,52 @@
-"""Test harness run INSIDE the sandbox (as the program), next to ``solution.py`` and ``tests.json``.
+"""Test harness run INSIDE the sandbox (as the program), next to ``solution.py``, ``tests.json`` and
+``child.py``. It never runs the solution itself: it is the trusted judge.
 
-It compiles the solution (a SyntaxError is a compile error), runs it, then each test with its own
-timer: assert-style tests are executed in the solution's namespace; stdin/stdout cases run the
-solution as ``__main__`` with that stdin and compare its stdout (trailing whitespace ignored).
-Results go out on a duplicate of fd 1 taken before any untrusted code runs, prefixed with a
-per-run nonce; ``tests.json`` is deleted before the solution runs.
+1. It reads the tests (with the expected values and the per-run result nonce) and the child runner,
+   deletes both files, and makes itself non-dumpable, all before any untrusted code exists; so the
+   solution can neither read the expected values nor ptrace this process or open its memory/fds.
+2. It compiles the solution (a SyntaxError is a compile error; nothing is executed).
+3. Assert tests run in a fresh child interpreter (``child.py``; exec'ed, never forked, so it holds
+   no secret) that loads the solution once and runs the tests in order in its namespace. A test of
+   the form ``assert EXPR == LITERAL`` (also ``!=``, and ``is``/``is not`` None/True/False) is
+   split: the child evaluates only ``EXPR`` and sends its value as plain data; the comparison with
+   the literal happens here, so no solution can forge it (it never sees the literal, and an object
+   that "equals everything" cannot be sent). Other assert statements are run whole in the child,
+   which reports their outcome: those are decided inside the solution's process.
+4. Stdin/stdout cases run the solution as ``__main__`` in a fresh process per case; its stdout is
+   compared here (trailing whitespace ignored); the child never sees the expected output.
+5. Every wait has a deadline: a child that overruns is killed (with its process group) and, for
+   assert tests, a new child reloads the solution for the remaining tests.
+
+Only this process writes to the sandbox's stdout (children get pipes): the report is one line,
+prefixed with the nonce.
 """
 
-import io
+import ast
+import ctypes
 import json
 import os
+import select
 import signal
+import subprocess
 import sys
+import time
 
-_out = os.fdopen(os.dup(1), "w")
 with open("tests.json") as _f:
     _spec = json.load(_f)
 os.remove("tests.json")
-_nonce = _spec["nonce"]
+with open("child.py") as _f:
+    _CHILD = _f.read()
+os.remove("child.py")
+ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+_nonce = _spec.pop("nonce")
+_PER_TEST = float(_spec["timeout_s"])
+_MAX_LINE = 8 << 20
+_MAX_OUT = 8 << 20
 
 
 def _emit(d):
-    _out.write(_nonce + json.dumps(d) + "\n")
-    _out.flush()
-
-
-class _TestTimeout(BaseException):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _TestTimeout()
+    sys.stdout.write(_nonce + json.dumps(d) + "\n")
+    sys.stdout.flush()
 
 
 def _clip(x, n=300):
@@ -45,85 +61,277 @@ def _norm(text):
     return "\n".join(lines)
 
 
-def _main():
-    with open("solution.py") as f:
-        src = f.read()
+def _kill(proc):
     try:
-        code = compile(src, "solution.py", "exec")
-    except (SyntaxError, ValueError) as e:
-        _emit({"status": "compile_error", "error": f"{type(e).__name__}: {e}", "results": []})
-        return
-    signal.signal(signal.SIGALRM, _alarm)
-    per_test = float(_spec["timeout_s"])
-    results = []
-    first_failure = None
-    real_stdin, real_stdout = sys.stdin, sys.stdout
-    if _spec["kind"] == "assert":
-        ns = {"__name__": "solution"}
-        signal.setitimer(signal.ITIMER_REAL, per_test)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
+    proc.wait()
+
+
+# --- assert tests: split "assert EXPR == LITERAL" -------------------------------------------------
+
+_SINGLETONS = (None, True, False)
+
+
+def split_test(test):
+    """``(expr, op, expected)`` when ``test`` is one ``assert`` comparing an expression with a literal."""
+    try:
+        tree = ast.parse(test)
+    except (SyntaxError, ValueError):
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+        return None
+    cmp = tree.body[0].test
+    if not isinstance(cmp, ast.Compare) or len(cmp.ops) != 1:
+        return None
+    op = type(cmp.ops[0]).__name__
+    if op not in ("Eq", "NotEq", "Is", "IsNot"):
+        return None
+    left, right = cmp.left, cmp.comparators[0]
+    for expr, lit in ((left, right), (right, left)):
         try:
-            exec(code, ns)
-        except _TestTimeout:
-            _emit({"status": "runtime_error", "error": "timeout while loading the solution", "results": []})
-            return
-        except BaseException as e:
-            _emit({"status": "runtime_error", "error": f"{type(e).__name__}: {_clip(str(e))}", "results": []})
-            return
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        for i, test in enumerate(_spec["tests"]):
-            outcome, err = "pass", None
-            signal.setitimer(signal.ITIMER_REAL, per_test)
+            expected = ast.literal_eval(lit)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if op in ("Is", "IsNot") and not any(expected is s for s in _SINGLETONS):
+            return None
+        return ast.unparse(expr), op, expected
+    return None
+
+
+def _dec(v, depth=0):
+    """Decode the child's tagged value into plain builtins (ValueError on anything malformed)."""
+    if depth > 250 or not isinstance(v, list) or not v or not isinstance(v[0], str):
+        raise ValueError("malformed value")
+    tag = v[0]
+    if tag == "none":
+        return None
+    x = v[1]
+    if tag == "bool" and isinstance(x, bool):
+        return x
+    if tag == "int" and isinstance(x, str):
+        return int(x)
+    if tag == "float" and isinstance(x, str):
+        return float(x)
+    if tag == "complex" and isinstance(x, list) and len(x) == 2:
+        return complex(float(x[0]), float(x[1]))
+    if tag == "str" and isinstance(x, str):
+        return x
+    if tag == "bytes" and isinstance(x, str):
+        return bytes.fromhex(x)
+    if tag in ("list", "tuple", "set", "frozenset") and isinstance(x, list):
+        items = [_dec(i, depth + 1) for i in x]
+        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
+    if tag == "dict" and isinstance(x, list):
+        return {_dec(k, depth + 1): _dec(val, depth + 1) for k, val in x}
+    raise ValueError(f"malformed value tag {tag!r}")
+
+
+def compare(got, op, expected):
+    """The assertion, decided here on plain data."""
+    if op == "Eq":
+        return got == expected
+    if op == "NotEq":
+        return got != expected
+    if op == "Is":
+        return got is expected
+    return got is not expected
+
+
+class Child:
+    """A fresh interpreter running child.py; JSON lines over pipes, every read with a deadline."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
+        )
+        self.buf = b""
+
+    def ask(self, req, timeout):
+        """The reply dict, or ``("timeout"|"died"|"garbled", message)``."""
+        try:
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            return self._died()
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close()
+                return ("timeout", f"timed out after {timeout}s")
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return self._died()
+            self.buf += chunk
+            if len(self.buf) > _MAX_LINE:
+                self.close()
+                return ("garbled", "reply too large")
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except (ValueError, RecursionError):
+            return ("garbled", "unreadable reply from the test process")
+        return reply if isinstance(reply, dict) else ("garbled", "unreadable reply from the test process")
+
+    def _died(self):
+        self.close()
+        code = self.proc.returncode
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        return ("died", f"the test process ended ({how})")
+
+    def close(self):
+        _kill(self.proc)
+
+
+def _load(source):
+    """A child with the solution loaded, or ``(None, error)``."""
+    child = Child()
+    reply = child.ask({"op": "load", "source": source}, _PER_TEST)
+    if isinstance(reply, tuple):
+        what = "timeout while loading the solution" if reply[0] == "timeout" else reply[1]
+        return None, what
+    if not reply.get("ok"):
+        child.close()
+        return None, str(reply.get("error", "the solution failed to load"))
+    return child, None
+
+
+def run_asserts(source, tests):
+    results, trusted, first_failure = [], [], None
+    child, err = _load(source)
+    if child is None:
+        return {"status": "runtime_error", "error": err, "results": []}
+    for i, test in enumerate(tests):
+        if child is None:
+            child, err = _load(source)
+            if child is None:
+                outcome, msg = "error", f"could not reload the solution: {err}"
+                results.append(outcome)
+                trusted.append(False)
+                first_failure = first_failure or {"index": i, "test": _clip(test), "error": msg}
+                continue
+        split = split_test(test)
+        req = {"op": "value", "expr": split[0], "i": i} if split else {"op": "exec", "code": test, "i": i}
+        reply = child.ask(req, _PER_TEST)
+        outcome, msg = "pass", None
+        if isinstance(reply, tuple):
+            outcome = "timeout" if reply[0] == "timeout" else "error"
+            msg = reply[1]
+            child.close()  # timed out, died or out of step: the remaining tests get a fresh child
+            child = None
+        elif "error" in reply:
+            outcome = "fail" if reply.get("error_type") == "AssertionError" else "error"
+            msg = str(reply["error"])
+        elif split:
             try:
-                exec(compile(test, f"test_{i}", "exec"), ns)
-            except _TestTimeout:
-                outcome, err = "timeout", f"timed out after {per_test}s"
-            except AssertionError as e:
-                outcome, err = "fail", f"AssertionError: {_clip(str(e))}"
-            except BaseException as e:
-                outcome, err = "error", f"{type(e).__name__}: {_clip(str(e))}"
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            results.append(outcome)
-            if outcome != "pass" and first_failure is None:
-                first_failure = {"index": i, "test": _clip(test), "error": err}
-    else:
-        for i, case in enumerate(_spec["tests"]):
-            buf = io.StringIO()
-            sys.stdin, sys.stdout = io.StringIO(case["input"]), buf
-            outcome, err = "pass", None
-            signal.setitimer(signal.ITIMER_REAL, per_test)
-            try:
-                exec(code, {"__name__": "__main__"})
-            except _TestTimeout:
-                outcome, err = "timeout", f"timed out after {per_test}s"
-            except SystemExit as e:
-                if e.code not in (None, 0):
-                    outcome, err = "error", f"SystemExit: {_clip(str(e.code))}"
-            except BaseException as e:
-                outcome, err = "error", f"{type(e).__name__}: {_clip(str(e))}"
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                sys.stdin, sys.stdout = real_stdin, real_stdout
-            got = buf.getvalue()
-            if outcome == "pass" and _norm(got) != _norm(case["output"]):
-                outcome, err = "fail", "wrong output"
-            results.append(outcome)
-            if outcome != "pass" and first_failure is None:
-                first_failure = {
-                    "index": i,
-                    "input": _clip(case["input"]),
-                    "expected": _clip(case["output"]),
-                    "got": _clip(got),
-                    "error": err,
-                }
+                got = _dec(reply["value"])
+            except (KeyError, ValueError, TypeError, OverflowError, RecursionError):
+                outcome, msg = "error", "malformed value from the test process"
+            else:
+                if not compare(got, split[1], split[2]):
+                    outcome, msg = "fail", f"AssertionError: got {_clip(got)}"
+        elif reply.get("outcome") != "pass":
+            outcome, msg = "error", "unexpected reply from the test process"
+        results.append(outcome)
+        trusted.append(bool(split))
+        if outcome != "pass" and first_failure is None:
+            first_failure = {"index": i, "test": _clip(test), "error": msg}
+    if child is not None:
+        child.close()
+    return _summary(results, first_failure, trusted)
+
+
+# --- stdin/stdout cases -----------------------------------------------------------------------
+
+
+def run_case(case_input):
+    """Run solution.py as __main__ on ``case_input``; ``(stdout, error or None)``."""
+    with open(".case-in", "w") as f:
+        f.write(case_input)
+    with open(".case-in", "rb") as fin, open(".case-err", "wb") as ferr:
+        proc = subprocess.Popen([sys.executable, "-I", "solution.py"], stdin=fin, stdout=subprocess.PIPE,
+                                stderr=ferr, start_new_session=True, close_fds=True)
+    fd = proc.stdout.fileno()
+    out, deadline, err = b"", time.monotonic() + _PER_TEST, None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            err = f"timed out after {_PER_TEST}s"
+            break
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        out += chunk
+        if len(out) > _MAX_OUT:
+            err = "output too large"
+            break
+    if err is None:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.05))
+        except subprocess.TimeoutExpired:
+            err = f"timed out after {_PER_TEST}s"
+    _kill(proc)
+    proc.stdout.close()
+    if err is None and proc.returncode != 0:
+        with open(".case-err", "rb") as f:
+            tail = f.read()[-2000:].decode("utf-8", errors="replace").strip().splitlines()
+        err = tail[-1] if tail else f"exit code {proc.returncode}"
+    return out.decode("utf-8", errors="replace"), err
+
+
+def run_cases(cases):
+    results, first_failure = [], None
+    for i, case in enumerate(cases):
+        got, err = run_case(case["input"])
+        if err is not None:
+            outcome = "timeout" if err.startswith("timed out") else "error"
+        else:
+            outcome = "pass" if _norm(got) == _norm(case["output"]) else "fail"
+            err = None if outcome == "pass" else "wrong output"
+        results.append(outcome)
+        if outcome != "pass" and first_failure is None:
+            first_failure = {"index": i, "input": _clip(case["input"]), "expected": _clip(case["output"]),
+                             "got": _clip(got), "error": err}
+    return _summary(results, first_failure, [True] * len(results))
+
+
+def _summary(results, first_failure, trusted):
     if any(r in ("error", "timeout") for r in results):
         status = "runtime_error"
     elif all(r == "pass" for r in results):
         status = "passed"
     else:
         status = "failed"
-    _emit({"status": status, "results": results, "first_failure": first_failure})
+    return {"status": status, "results": results, "first_failure": first_failure,
+            "decided_by_harness": sum(trusted)}
+
+
+def _main():
+    with open("solution.py") as f:
+        src = f.read()
+    try:
+        compile(src, "solution.py", "exec")
+    except (SyntaxError, ValueError) as e:
+        _emit({"status": "compile_error", "error": f"{type(e).__name__}: {e}", "results": []})
+        return
+    if _spec["kind"] == "assert":
+        _emit(run_asserts(src, _spec["tests"]))
+    else:
+        _emit(run_cases(_spec["tests"]))
 
 
 _main()

@@ -1,11 +1,13 @@
 """Sandbox launcher: runs as a separate, tiny Python program (``python -I -S``), never imported.
 
-argv: ``LAUNCHER SPEC_JSON``. The spec names the program file, the working dir, the rlimits, the uid
-to drop to and whether to build private mounts. When started under ``unshare -n -m -p --fork`` the
-launcher is PID 1 of a fresh PID namespace: when it exits, the kernel kills every process left in
-the namespace (daemons included). It
+argv: ``LAUNCHER SPEC_FD``. The spec (JSON, read from the inherited file descriptor ``SPEC_FD``,
+which is then closed) holds the program text, extra files, the working dir, the rlimits, the uid to
+drop to and whether to build private mounts. When started under ``unshare -n -m -p --fork`` the
+launcher is PID 1 of a fresh PID namespace (under bwrap, PID 2 under bwrap's reaper): when it
+exits, the kernel kills every process left in the namespace (daemons included). It
 
-1. reads the program (before the mounts hide the host's /tmp);
+1. reads the spec from its fd, closes it and makes itself non-dumpable (so a program running as the
+   same uid can neither ptrace it nor read its memory or fds through /proc);
 2. with ``private_mounts``: mounts fresh size-limited tmpfs over /tmp, /var/tmp, /run/lock and
    /dev/shm and remounts / read-only (for this namespace only), so nothing written survives;
 3. forks the program as its child (so the program's parent is the launcher, never the caller),
@@ -39,11 +41,16 @@ def _mount(libc, source: str, target: str, fstype: str | None, flags: int, data:
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
 
 
+PR_SET_DUMPABLE = 4
+
+
 def main() -> int:
-    spec = json.loads(sys.argv[1])
-    with open(spec["program"], "rb") as f:
-        program = f.read()
-    files = {name: content for name, content in spec.get("files", {}).items()}
+    fd = int(sys.argv[1])
+    with os.fdopen(fd, "rb") as f:  # closes the fd: the program never inherits it
+        spec = json.loads(f.read())
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    program = spec.pop("program").encode()
+    files = spec.pop("files", {})
     workdir = spec["workdir"]
     if spec["private_mounts"]:
         libc = ctypes.CDLL(None, use_errno=True)

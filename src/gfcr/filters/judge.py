@@ -190,8 +190,9 @@ class JudgeClient:
         path = self._cache / f"{key}.json" if self._cache else None
         if path is not None and path.exists():
             res = JudgeResult(**json.loads(path.read_text()))
-            res.cached = True
-            return res
+            if res.ok or self.config.cache_failures:  # a cached failure counts only when failures are cached
+                res.cached = True
+                return res
         res = self._call(messages)
         if path is not None and (res.ok or self.config.cache_failures):
             tmp = path.with_suffix(".tmp")

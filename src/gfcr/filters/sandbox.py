@@ -6,20 +6,33 @@ Each run gets:
   wall-clock timeout;
 - **rlimits**: CPU seconds, address space, file size, processes, open files, no core dumps;
 - a **scrubbed environment** (PATH, HOME, LANG, TMPDIR only) and a fresh working dir as cwd/HOME;
+- with isolation ``"bwrap"`` (bubblewrap installed and permitted: as root, or unprivileged where
+  user namespaces are allowed): new **network**, **PID**, IPC and UTS namespaces and a minimal
+  **filesystem view** built from nothing: read-only /usr (and the /bin, /lib… links), the
+  interpreter's prefix, a few /etc files, fresh /proc and /dev, size-limited tmpfs on /tmp,
+  /var/tmp and /dev/shm, and / read-only. The caller's home, the project and the host's /tmp are
+  simply absent. As root the program drops to a fresh unprivileged uid of its own (see below);
+  unprivileged, bwrap maps it to ``nobody`` in a new user namespace.
 - with isolation ``"unshare"`` (root, where ``unshare`` is permitted): new **network** namespace
   (only ``lo``, which is down), new **mount** namespace (fresh size-limited tmpfs over /tmp,
   /var/tmp, /run/lock, /dev/shm; / remounted read-only; closed directories such as /root hidden),
   new **PID** namespace (when the program ends, every process it left behind is killed by the
-  kernel, daemons included) and the program runs as uid ``nobody``, so planted files readable only
-  by the caller stay unreadable and the fork-bomb limit (RLIMIT_NPROC) applies.
+  kernel, daemons included) and the program runs as a fresh unprivileged uid, so planted files
+  readable only by the caller stay unreadable and the fork-bomb limit (RLIMIT_NPROC) applies.
 
-With isolation ``"none"`` (no root or no ``unshare``) only the rlimits, the scrubbed environment and
-the process-group kill apply; the network is *not* cut. The isolation used is recorded in every
-:class:`SandboxResult` (and in the code verifier's evidence). ``SandboxConfig.require_isolation``
-(default on) refuses to run without isolation instead of silently degrading.
+As root, each run gets its own uid, drawn from ``RUN_UIDS`` (no passwd entry, far above the usual
+subordinate-uid ranges): RLIMIT_NPROC counts processes per uid, so a fork bomb in one run cannot
+starve a concurrent run of processes, and runs cannot signal each other.
 
-Bubblewrap is not used yet: on this machine kind the unshare path gives the same guarantees as root;
-a bwrap backend for non-root hosts is left for later (see docs/filters.md).
+``"auto"`` prefers bwrap, then unshare. With isolation ``"none"`` only the rlimits, the scrubbed
+environment and the process-group kill apply; the network is *not* cut. The isolation used is
+recorded in every :class:`SandboxResult` (and in the code verifier's evidence).
+``SandboxConfig.require_isolation`` (default on) refuses to run without isolation instead of
+silently degrading.
+
+The launcher gets its spec (program text, extra files) on an inherited file descriptor, never on
+its command line or a path the program could read, and makes itself non-dumpable before the
+program starts.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import secrets
 import shutil
 import signal
 import stat
@@ -42,6 +56,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
 NOBODY = 65534
+#: uids given to sandboxed runs when the caller is root: one drawn at random per run
+RUN_UIDS = range(3_000_000_000, 3_100_000_000)
 BOX_DIR = "/tmp/gfcr-box"
 
 
@@ -58,12 +74,14 @@ class SandboxConfig(BaseModel):
     wall_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock limit; the whole process group is killed.")
     memory_mb: int = Field(1024, ge=64, description="RLIMIT_AS: address-space limit of each process, MiB.")
     file_mb: int = Field(16, ge=1, description="RLIMIT_FSIZE: largest file the program may write, MiB (also caps stdout).")
-    nproc: int = Field(64, ge=1, description="RLIMIT_NPROC: processes of the sandbox user (only enforced when not root).")
+    nproc: int = Field(64, ge=1, description="RLIMIT_NPROC: processes of the run's uid (a fresh uid per run when the caller is root).")
     nofile: int = Field(64, ge=8, description="RLIMIT_NOFILE: open file descriptors.")
     tmpfs_mb: int = Field(64, ge=1, description="Size of each private tmpfs (/tmp, /dev/shm…) under unshare isolation.")
     max_output_bytes: int = Field(1 << 20, ge=1024, description="stdout/stderr kept in the result (rest truncated).")
-    isolation: Literal["auto", "unshare", "none"] = Field(
-        "auto", description="auto: unshare when permitted, else none. unshare: fail if not permitted."
+    isolation: Literal["auto", "bwrap", "unshare", "none"] = Field(
+        "auto",
+        description="auto: bwrap when installed and permitted, else unshare when permitted, else none "
+        "(refused unless require_isolation=False). bwrap/unshare: fail if not available.",
     )
     require_isolation: bool = Field(
         True, description="Refuse to run (SandboxUnavailable) when only isolation 'none' is possible."
@@ -112,22 +130,100 @@ def unshare_available() -> bool:
     return r.returncode == 0
 
 
+@functools.cache
+def bwrap_status() -> tuple[bool, str]:
+    """``(usable, reason)``: whether bubblewrap is installed and may build this sandbox here.
+
+    Probed once per process by running ``true`` under the same namespaces and mounts a real run uses.
+    """
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return False, "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    probe = [exe, *_bwrap_args(tmpfs_bytes=1 << 20, python_roots=[]), "true"]
+    try:
+        r = subprocess.run(probe, capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"bwrap could not be started: {e}"
+    if r.returncode != 0:
+        err = r.stderr.decode(errors="replace").strip()[-300:]
+        return False, f"bwrap is installed but may not create the sandbox here: {err or f'exit {r.returncode}'}"
+    return True, "ok"
+
+
+def bwrap_available() -> bool:
+    """True when bubblewrap is installed and permitted here (see :func:`bwrap_status`)."""
+    return bwrap_status()[0]
+
+
 def resolve_isolation(config: SandboxConfig) -> str:
     """The isolation a run with ``config`` will use; raises :class:`SandboxUnavailable` if refused."""
-    if config.isolation in ("auto", "unshare") and unshare_available():
+    want = config.isolation
+    if want in ("auto", "bwrap") and bwrap_available():
+        return "bwrap"
+    if want == "bwrap":
+        raise SandboxUnavailable(
+            f"isolation 'bwrap' is not available: {bwrap_status()[1]}; use isolation='auto' to fall back "
+            "to unshare (root), or install bubblewrap"
+        )
+    if want in ("auto", "unshare") and unshare_available():
         return "unshare"
-    if config.isolation == "unshare":
+    if want == "unshare":
         raise SandboxUnavailable(
             "isolation 'unshare' needs root and a working `unshare -n -m -p` on this host; "
-            "run as root, or set isolation='none' and require_isolation=False to run without network isolation"
+            "run as root, use isolation='bwrap' where bubblewrap is installed, or set isolation='none' "
+            "and require_isolation=False to run without network isolation"
         )
     if config.require_isolation:
         raise SandboxUnavailable(
-            "no network isolation is available here (not root, or `unshare` is not permitted); "
-            "untrusted code would run with network access. Run as root, or pass "
+            "no network isolation is available here (bubblewrap: "
+            f"{bwrap_status()[1]}; unshare: needs root and a permitted `unshare -n -m -p`); "
+            "untrusted code would run with network access. Install bubblewrap or run as root, or pass "
             "SandboxConfig(require_isolation=False) to accept isolation 'none'"
         )
     return "none"
+
+
+#: files of /etc the sandboxed interpreter may read under bwrap (the rest of /etc is absent)
+_BWRAP_ETC = ("ld.so.cache", "localtime", "passwd", "group", "nsswitch.conf")
+_BWRAP_LAUNCHER = "/run/gfcr/launcher.py"
+
+
+def _bwrap_args(tmpfs_bytes: int, python_roots: list[str]) -> list[str]:
+    """bubblewrap options (before the command) of one sandboxed run; see the module docstring."""
+    args = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", "gfcr-box", "--die-with-parent", "--new-session"]
+    if os.geteuid() == 0:
+        # real root: no user namespace; the launcher keeps only what it needs to drop to the run's uid
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                 "--cap-add", "CAP_CHOWN"]
+    else:
+        args += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for name in _BWRAP_ETC:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    # fresh /proc, /dev and tmpfs first, so an interpreter living under /tmp is bound on top
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for d in ("/tmp", "/var/tmp", "/dev/shm"):
+        args += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", d]
+    made: set[str] = set()
+    for root in dict.fromkeys(python_roots):
+        if (root + os.sep).startswith("/usr/"):
+            continue
+        # bwrap copies the modes of the source's parents (/root is 0700): make them traversable
+        for anc in reversed(Path(root).parents):
+            if str(anc) not in ("/", *made) and not str(anc).startswith("/usr"):
+                args += ["--perms", "0755", "--dir", str(anc)]
+                made.add(str(anc))
+        args += ["--ro-bind", root, root]
+    args += ["--perms", "0755", "--dir", os.path.dirname(_BWRAP_LAUNCHER),
+             "--ro-bind", str(LAUNCHER), _BWRAP_LAUNCHER, "--remount-ro", "/"]
+    return args
 
 
 def _base_python() -> str:
@@ -156,6 +252,14 @@ def _read_capped(path: Path, cap: int) -> tuple[str, bool]:
     return data[:cap].decode("utf-8", errors="replace"), len(data) > cap
 
 
+def _python_root(python: str) -> str:
+    """The directory to expose for interpreter ``python``: its install prefix (``<root>/bin/python``)."""
+    prefix = os.path.realpath(sys.base_prefix)
+    if python.startswith(prefix + os.sep):
+        return prefix
+    return os.path.dirname(os.path.dirname(os.path.realpath(python)))
+
+
 def run_python(
     source: str,
     stdin: str = "",
@@ -173,10 +277,8 @@ def run_python(
     python = cfg.python or _base_python()
     host_dir = Path(tempfile.mkdtemp(prefix="gfcr-sbx-"))
     try:
-        prog = host_dir / "program.py"
-        prog.write_text(source)
         (host_dir / "stdin").write_text(stdin)
-        private = isolation == "unshare"
+        private = isolation in ("unshare", "bwrap")
         workdir = BOX_DIR if private else str(host_dir / "box")
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -195,40 +297,61 @@ def run_python(
             "RLIMIT_NOFILE": cfg.nofile,
             "RLIMIT_CORE": 0,
         }
-        uid = NOBODY if private else None
-        if os.geteuid() != 0 or uid is not None:
+        root = os.geteuid() == 0
+        # as root the launcher drops to a uid of this run's own (RLIMIT_NPROC is per uid: a fork
+        # bomb in one run must not starve another); unprivileged bwrap maps the sandbox to
+        # `nobody` in a user namespace instead
+        uid = RUN_UIDS[secrets.randbelow(len(RUN_UIDS))] if private and root else None
+        if not root or uid is not None:
             rlimits["RLIMIT_NPROC"] = cfg.nproc
         prefix = os.path.realpath(sys.base_prefix)
         spec = {
-            "program": str(prog),
+            "program": source,
             "program_name": "main.py",
             "files": files or {},
             "workdir": workdir,
-            "private_mounts": private,
+            "private_mounts": isolation == "unshare",
             "tmpfs_bytes": cfg.tmpfs_mb * mb,
             "python_prefix": prefix if python.startswith(prefix + os.sep) else None,
-            "closed_ancestor": _closed_ancestor(python) if private else None,
+            "closed_ancestor": _closed_ancestor(python) if isolation == "unshare" else None,
             "uid": uid,
             "rlimits": rlimits,
             "argv": [python, "-I"],
             "env": env,
         }
-        cmd = [_base_python(), "-I", "-S", str(LAUNCHER), json.dumps(spec)]
-        if private:
-            cmd = [shutil.which("unshare") or "unshare", "-n", "-m", "-p", "--fork", "--mount-proc", "--kill-child", *cmd]
+        # the spec (program, tests, secrets) travels on an inherited fd of an unlinked file: never on
+        # a command line (/proc/*/cmdline is world-readable) nor at a path the program could open
+        spec_path = host_dir / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        spec_fd = os.open(spec_path, os.O_RDONLY)
+        spec_path.unlink()
+        launcher = [_base_python(), "-I", "-S"]
+        if isolation == "bwrap":
+            roots = [_python_root(_base_python()), _python_root(python)]
+            cmd = [shutil.which("bwrap") or "bwrap", *_bwrap_args(cfg.tmpfs_mb * mb, roots), *launcher,
+                   _BWRAP_LAUNCHER, str(spec_fd)]
+        elif isolation == "unshare":
+            cmd = [shutil.which("unshare") or "unshare", "-n", "-m", "-p", "--fork", "--mount-proc", "--kill-child",
+                   *launcher, str(LAUNCHER), str(spec_fd)]
+        else:
+            cmd = [*launcher, str(LAUNCHER), str(spec_fd)]
         out_path, err_path = host_dir / "stdout", host_dir / "stderr"
         t0 = time.perf_counter()
         timed_out = False
-        with open(host_dir / "stdin", "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
-            proc = subprocess.Popen(
-                cmd, stdin=fin, stdout=fout, stderr=ferr, env=env, start_new_session=True, close_fds=True
-            )
-            try:
-                proc.wait(timeout=cfg.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                _kill_group(proc)
+        try:
+            with open(host_dir / "stdin", "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
+                proc = subprocess.Popen(
+                    cmd, stdin=fin, stdout=fout, stderr=ferr, env=env, start_new_session=True, close_fds=True,
+                    pass_fds=(spec_fd,),
+                )
+                try:
+                    proc.wait(timeout=cfg.wall_s)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                finally:
+                    _kill_group(proc)
+        finally:
+            os.close(spec_fd)
         wall = time.perf_counter() - t0
         rc = proc.returncode
         stdout, t1 = _read_capped(out_path, cfg.max_output_bytes)
@@ -252,7 +375,8 @@ def run_python(
             signal=sig,
             isolation=isolation,
             truncated=t1 or t2,
-            details={"uid": uid, "limits": rlimits, "wall_limit_s": cfg.wall_s},
+            details={"uid": uid if uid is not None else (NOBODY if private else None), "limits": rlimits,
+                     "wall_limit_s": cfg.wall_s},
         )
     finally:
         shutil.rmtree(host_dir, ignore_errors=True)

@@ -336,7 +336,7 @@ class CodeVerifier:
     """
 
     name = "code"
-    version = "1"
+    version = "2"
 
     class Config(_Config):
         timeout_per_test_s: float = Field(2.0, gt=0, description="Per-test time limit inside the sandbox.")
@@ -355,10 +355,13 @@ class CodeVerifier:
         nonce = f"@@gfcr-{uuid.uuid4().hex}@@"
         spec = {"kind": kind, "tests": items, "timeout_s": self.config.timeout_per_test_s, "nonce": nonce}
         sb = self.config.sandbox
-        wall = min(sb.wall_s, self.config.timeout_per_test_s * (len(items) + 1) + 5.0)
+        # each test may time out and cost a reload of the solution in a fresh child
+        wall = min(sb.wall_s, self.config.timeout_per_test_s * (2 * len(items) + 1) + 5.0)
         sb = sb.model_copy(update={"wall_s": wall})
-        harness = (Path(__file__).with_name("_code_harness.py")).read_text()
-        res = run_python(harness, config=sb, files={"solution.py": extract_code(completion), "tests.json": json.dumps(spec)})
+        here = Path(__file__).parent
+        files = {"solution.py": extract_code(completion), "tests.json": json.dumps(spec),
+                 "child.py": (here / "_code_child.py").read_text()}
+        res = run_python((here / "_code_harness.py").read_text(), config=sb, files=files)
         report = None
         for line in reversed(res.stdout.splitlines()):
             if line.startswith(nonce):
@@ -383,6 +386,7 @@ class CodeVerifier:
             results=results,
             pass_ratio=ratio,
             first_failure=report.get("first_failure"),
+            decided_by_harness=report.get("decided_by_harness", 0),
         )
         if report.get("error"):
             ev["error"] = report["error"]
