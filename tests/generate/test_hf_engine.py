@@ -123,3 +123,21 @@ def test_bad_request_is_rejected():
         GenRequest()
     with pytest.raises(ValueError):
         SamplingParams(temperature=-1)
+
+
+def test_rows_finishing_early_leave_the_rest_of_the_batch_unchanged(engine, tiny):
+    """Finished rows are dropped from the batch (and its KV cache) mid-decode: the rows still
+    running must keep exact log-probs and sample the same tokens as when decoded alone."""
+    model, _ = tiny
+    lengths = [3, 20, 7, 14]
+    reqs = [GenRequest(messages=MSGS, params=SamplingParams(temperature=1.0, max_tokens=m, seed=40 + i))
+            for i, m in enumerate(lengths)]
+    reqs.append(GenRequest(prompt_ids=[5, 6, 7, 8, 9, 10, 11], params=SamplingParams(temperature=1.0, max_tokens=18, seed=7)))
+    together = [r[0] for r in engine.generate(reqs)]
+    assert len({len(r.token_ids) for r in together}) > 2  # rows really finish at different steps
+    for req, r in zip(reqs, together, strict=True):
+        alone = engine.generate([req])[0][0]
+        assert r.token_ids.tolist() == alone.token_ids.tolist()
+        full = np.concatenate([r.prompt_ids, r.token_ids])
+        ref = _independent_tf_logprobs(model, full, len(r.prompt_ids), 1.0)
+        np.testing.assert_allclose(r.logprobs, ref, atol=1e-4, rtol=0)

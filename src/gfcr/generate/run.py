@@ -50,6 +50,13 @@ class TopologyConfig(BaseModel):
     n: int = Field(2, ge=0, description="tree: forking points per tree per round.")
     l: int = Field(1, ge=1, description="tree: continuations per forking point.")  # noqa: E741
     t: int = Field(2, ge=0, description="tree: branching rounds.")
+    min_prefix_frac: float = Field(
+        0.5, ge=0.0, le=1.0,
+        description="tree: fork only at or after this fraction of the parent's answer (0 = TreeRL's rule).",
+    )
+    no_fork_after: list[str] = Field(
+        default_factory=list, description="tree: no forking after a generated token containing one of these words."
+    )
     env: str = Field("calculator", description="multi_turn: env name (calculator, python) or 'pkg.mod:Class'.")
     max_turns: int = Field(4, ge=1, description="multi_turn: most policy turns per episode.")
 
@@ -97,7 +104,8 @@ def build_topology(cfg: TopologyConfig, sampling: SamplingParams, seed: int | No
     if cfg.name == "group":
         return Group(k=cfg.k, params=sampling, seed=seed)
     if cfg.name == "tree":
-        return EPTree(m=cfg.m, n=cfg.n, l=cfg.l, t=cfg.t, params=sampling, seed=seed)
+        return EPTree(m=cfg.m, n=cfg.n, l=cfg.l, t=cfg.t, params=sampling, seed=seed,
+                      min_prefix_frac=cfg.min_prefix_frac, no_fork_after=tuple(cfg.no_fork_after))
     return MultiTurn(env=cfg.env, k=cfg.k, max_turns=cfg.max_turns, params=sampling, seed=seed)
 
 

@@ -203,24 +203,27 @@ class HFEngine:
         dev = self.device
         ids, attn = ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        live = list(range(B))  # original row of each row still in the batch (finished rows are dropped)
         with torch.no_grad():
             out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **self._prefill_kw)
             past = _cache_of(out)
-            logits = out.logits[:, -1, :].float().cpu()
+            can_prune = hasattr(past, "batch_select_indices")
+            logits = out.logits[:, -1, :].float().cpu()  # [len(live), V]
             for _step in range(max(max_new)):
-                nxt = torch.full((B,), pad, dtype=torch.long)
+                nxt = torch.full((len(live),), pad, dtype=torch.long)
                 lp_all = sampling_logprobs(logits, rows[0][3].temperature, rows[0][3].top_p) if uniform else None
                 probs_all = lp_all.exp() if lp_all is not None and rows[0][3].temperature > 0 else None
-                for i, (_, _, _, sp) in enumerate(rows):
+                for k, i in enumerate(live):
+                    sp = rows[i][3]
                     if finish[i] is not None:
                         continue
-                    lp = lp_all[i] if lp_all is not None else sampling_logprobs(logits[i : i + 1], sp.temperature, sp.top_p)[0]
+                    lp = lp_all[k] if lp_all is not None else sampling_logprobs(logits[k : k + 1], sp.temperature, sp.top_p)[0]
                     if sp.temperature == 0:
                         t = int(torch.argmax(lp))
                     else:
-                        probs = probs_all[i] if probs_all is not None else lp.exp()
+                        probs = probs_all[k] if probs_all is not None else lp.exp()
                         t = int(torch.multinomial(probs, 1, generator=gens[i]))
-                    nxt[i] = t
+                    nxt[k] = t
                     toks[i].append(t)
                     lps[i].append(float(lp[t]))
                     if t in stop_ids[i]:
@@ -229,9 +232,15 @@ class HFEngine:
                         finish[i] = "stop"
                     elif len(toks[i]) >= sp.max_tokens:
                         finish[i] = "length"
-                if all(f is not None for f in finish):
+                keep = [k for k, i in enumerate(live) if finish[i] is None]
+                if not keep:
                     break
-                attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=dev)], dim=1)
+                if can_prune and len(keep) < len(live):  # drop finished rows: no more compute spent on them
+                    sel = torch.tensor(keep, dtype=torch.long, device=dev)
+                    past.batch_select_indices(sel)
+                    attn, pos, nxt = attn[sel], pos[sel], nxt[keep]
+                    live = [live[k] for k in keep]
+                attn = torch.cat([attn, torch.ones((len(live), 1), dtype=attn.dtype, device=dev)], dim=1)
                 pos = pos[:, -1:] + 1
                 out = self.model(
                     input_ids=nxt[:, None].to(dev), attention_mask=attn, position_ids=pos,
