@@ -21,7 +21,7 @@ system-deps:
 	bash scripts/install_system_deps.sh
 
 demo: $(STAMP)
-	$(BIN)/gfcr store walkthrough
+	$(BIN)/gfcr demo
 
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q tests

@@ -1,9 +1,118 @@
-"""CLI commands of gfcr.train (registered by gfcr.cli)."""
+"""CLI commands of gfcr.train (registered by gfcr.cli): ``gfcr train``, ``gfcr eval``, ``gfcr demo``."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 
+def _fail(msg: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]error:[/] {msg}")
+    raise typer.Exit(2)
+
+
+def _parse_sets(sets: list[str] | None) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for s in sets or []:
+        if "=" not in s:
+            _fail(f"--set {s!r}: expected KEY=VALUE, e.g. --set optim.lr=1e-5")
+        k, v = s.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def _quiet_transformers() -> None:
+    """No per-file weight loading/saving bars from transformers in our console output."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def register(app: typer.Typer) -> None:
     """Add this room's commands to the top-level app."""
+
+    @app.command("train")
+    def train_cmd(
+        config: Annotated[Path | None, typer.Argument(help="YAML config (see configs/); omitted = all defaults.")] = None,
+        resume: Annotated[Path | None, typer.Option("--resume", help="Continue the run in this folder from its last checkpoint and store.")] = None,
+        run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Exact (new or empty) run folder instead of output_dir/run_name-TIME.")] = None,
+        set_: Annotated[list[str] | None, typer.Option("--set", help="Override a field: --set optim.lr=1e-5 (repeatable).")] = None,
+        no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar (for logs).")] = False,
+    ) -> None:
+        """RL-train a policy: select → generate → verify → signals → control → replay → store → update."""
+        from rich.console import Console
+
+        from gfcr.train.config import ConfigError, load_config
+        from gfcr.train.loop import TrainError, train
+
+        console = Console()
+        _quiet_transformers()
+        try:
+            cfg = load_config(config, _parse_sets(set_))
+            res = train(cfg, resume=resume, run_dir=run_dir, progress=not no_progress)
+        except (ConfigError, TrainError) as e:
+            _fail(str(e))
+            return
+        console.print(f"run dir:  {res.run_dir}\nstore:    {res.store_path}\nmetrics:  {res.metrics_path}\n"
+                      f"checkpoint: {res.checkpoint}\nsteps done: {res.steps_done}")
+        for name, ev in (("eval before", res.eval_before), ("eval after", res.eval_after)):
+            if ev is not None:
+                console.print(f"{name}: {ev.summary()}")
+
+    @app.command("eval")
+    def eval_cmd(
+        model: Annotated[str, typer.Option("--model", help="HF model directory/name, or 'default'.")] = "default",
+        tasks: Annotated[str, typer.Option("--tasks", help="Task source name(s), comma-separated (e.g. arith).")] = "arith",
+        k: Annotated[int, typer.Option("--k", help="Samples per prompt for pass@k/avg@k (0 = greedy only).")] = 4,
+        n: Annotated[int, typer.Option("--n", help="Held-out prompts per task.")] = 32,
+        split: Annotated[str, typer.Option("--split", help="Task split to evaluate.")] = "test",
+        task_arg: Annotated[list[str] | None, typer.Option("--task-arg", help="Task source argument KEY=VALUE (repeatable), e.g. level=2.")] = None,
+        verifier: Annotated[str, typer.Option("--verifier", help="Verifier name in gfcr.filters.")] = "numeric",
+        max_tokens: Annotated[int, typer.Option("--max-tokens", help="New tokens per sample.")] = 64,
+        temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature for pass@k.")] = 0.7,
+        no_greedy: Annotated[bool, typer.Option("--no-greedy", help="Skip greedy pass@1.")] = False,
+        seed: Annotated[int, typer.Option("--seed", help="Seed for prompts and sampling.")] = 0,
+        device: Annotated[str, typer.Option("--device", help="torch device.")] = "cpu",
+        out: Annotated[Path | None, typer.Option("--out", help="Write the JSON result here (default: stdout).")] = None,
+    ) -> None:
+        """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON)."""
+        from gfcr.evaluate import evaluate_model
+        from gfcr.generate.engines.hf import HFEngine
+        from gfcr.tasks import make_source
+
+        kw = _parse_sets(task_arg)
+        prompts = []
+        try:
+            for name in [t.strip() for t in tasks.split(",") if t.strip()]:
+                prompts.extend(make_source(name, n=n, split=split, seed=seed, **kw).prompts())
+        except (ValueError, TypeError) as e:
+            _fail(f"--tasks {tasks!r}: {e}")
+        if not prompts:
+            _fail("no prompts to evaluate")
+        engine = HFEngine(None if model == "default" else model, device=device)
+        res = evaluate_model(engine, prompts, k=k, verifier=verifier, greedy=not no_greedy,
+                             temperature=temperature, max_tokens=max_tokens, seed=seed)
+        res.info["model"] = model
+        if out is not None:
+            res.save(out)
+            typer.echo(f"{res.summary()}\nwritten: {out}")
+        else:
+            typer.echo(res.to_json())
+
+    @app.command("demo")
+    def demo_cmd(
+        full: Annotated[bool, typer.Option("--full", help="A longer run (20 steps, more prompts, k=4 eval).")] = False,
+        output_dir: Annotated[str, typer.Option("--output-dir", help="Where run folders go.")] = "runs",
+        model: Annotated[str, typer.Option("--model", help="Policy model (default: SmolLM2-135M-Instruct).")] = "default",
+    ) -> None:
+        """The main job: pull the default model, evaluate, RL a few CPU steps into a store, evaluate again."""
+        from gfcr.train.demo import run_demo
+
+        _quiet_transformers()
+        run_demo(full=full, output_dir=output_dir, model=model)

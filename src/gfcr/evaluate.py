@@ -1,0 +1,255 @@
+"""Evaluation: pass@k (unbiased), avg@k, greedy pass@1, bootstrap confidence intervals over prompts.
+
+The maths is pure (:func:`pass_at_k`, :func:`bootstrap_ci`, :func:`summarize`); :func:`evaluate_model`
+composes an engine (``gfcr.generate``'s ``Engine`` protocol) with a verifier and returns an
+:class:`EvalResult` that serialises to JSON. ROSS reuses the same functions to compare policies.
+
+pass@k is Chen et al. 2021 ("Evaluating Large Language Models Trained on Code", arXiv 2107.03374):
+with ``n`` samples of which ``c`` are correct, ``pass@k = 1 − C(n−c, k) / C(n, k)``, averaged over
+prompts. It is unbiased for ``k ≤ n``; computed as a product to avoid huge binomials.
+avg@k is the mean per-sample accuracy ``c / n`` (the expected pass@1 under sampling).
+Confidence intervals are percentile bootstrap over prompts (prompts resampled with replacement).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gfcr.records import Prompt
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one prompt: ``1 − C(n−c, k)/C(n, k)``.
+
+    Examples: ``pass_at_k(4, 1, 1) = 0.25``; ``pass_at_k(4, 1, 2) = 1 − C(3,2)/C(4,2) = 0.5``;
+    ``pass_at_k(5, 0, 3) = 0``; ``pass_at_k(5, 3, 3) = 1`` (fewer than k failures).
+    """
+    if not (0 <= c <= n):
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not (1 <= k <= n):
+        raise ValueError(f"pass@{k} needs 1 <= k <= n samples per prompt (n={n}); sample more or lower k")
+    if n - c < k:
+        return 1.0
+    # C(n-c, k)/C(n, k) = prod_{i=n-c+1}^{n} (1 - k/i)
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of per-prompt ``values`` ``[P]`` → ``(low, high)``.
+
+    Prompts are resampled with replacement ``n_boot`` times; returns the ``alpha/2`` and
+    ``1 − alpha/2`` quantiles of the resampled means. A constant vector gives ``(v, v)``.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return (float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, v.size, size=(n_boot, v.size))
+    means = v[idx].mean(axis=1)
+    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return (float(lo), float(hi))
+
+
+@dataclass
+class Metric:
+    """A mean over prompts with its bootstrap interval."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+
+    def __str__(self) -> str:
+        return f"{self.value:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+
+
+@dataclass
+class EvalResult:
+    """Evaluation summary: metric name (``pass@1``, ``pass@4``, ``avg@4``, ``greedy_pass@1``) → :class:`Metric`."""
+
+    n_prompts: int
+    n_samples: int
+    metrics: dict[str, Metric]
+    per_prompt: list[dict[str, Any]] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n_prompts": self.n_prompts,
+            "n_samples": self.n_samples,
+            "metrics": {k: asdict(m) for k, m in self.metrics.items()},
+            "per_prompt": self.per_prompt,
+            "info": self.info,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True, default=str)
+
+    def save(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(self.to_json())
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvalResult:
+        d = json.loads(Path(path).read_text())
+        return cls(
+            n_prompts=d["n_prompts"],
+            n_samples=d["n_samples"],
+            metrics={k: Metric(**m) for k, m in d["metrics"].items()},
+            per_prompt=d.get("per_prompt", []),
+            info=d.get("info", {}),
+        )
+
+    def summary(self) -> str:
+        return ", ".join(f"{k} {m}" for k, m in self.metrics.items())
+
+
+def summarize(
+    correct: Mapping[str, Sequence[bool]],
+    greedy: Mapping[str, bool] | None = None,
+    ks: Sequence[int] | None = None,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> EvalResult:
+    """Per-prompt correctness → :class:`EvalResult`.
+
+    ``correct[prompt_id]`` is the list of sampled verdicts (all prompts the same length ``n``);
+    ``greedy[prompt_id]`` the greedy verdict. ``ks`` defaults to ``{1, n}``. Metrics: ``pass@k`` for
+    each k, ``avg@n`` and, when ``greedy`` is given, ``greedy_pass@1``.
+    """
+    ids = list(correct) if correct else list(greedy or {})
+    metrics: dict[str, Metric] = {}
+    per: dict[str, dict[str, Any]] = {pid: {"prompt_id": pid} for pid in ids}
+    n = 0
+    if correct:
+        lens = {len(v) for v in correct.values()}
+        if len(lens) != 1:
+            raise ValueError(f"every prompt needs the same number of samples, got lengths {sorted(lens)}")
+        n = lens.pop()
+        ks = sorted(set(ks)) if ks else sorted({1, n})
+        cs = np.array([int(sum(bool(x) for x in correct[pid])) for pid in ids])
+        for k in ks:
+            vals = np.array([pass_at_k(n, int(c), k) for c in cs])
+            metrics[f"pass@{k}"] = Metric(float(vals.mean()), *bootstrap_ci(vals, n_boot, alpha, seed))
+        acc = cs / n
+        metrics[f"avg@{n}"] = Metric(float(acc.mean()), *bootstrap_ci(acc, n_boot, alpha, seed))
+        for pid, c in zip(ids, cs, strict=True):
+            per[pid]["n"] = n
+            per[pid]["correct"] = int(c)
+    if greedy is not None:
+        missing = [pid for pid in ids if pid not in greedy]
+        if missing:
+            raise ValueError(f"greedy verdicts missing for {len(missing)} prompt(s), e.g. {missing[0]!r}")
+        g = np.array([float(bool(greedy[pid])) for pid in ids])
+        metrics["greedy_pass@1"] = Metric(float(g.mean()), *bootstrap_ci(g, n_boot, alpha, seed))
+        for pid in ids:
+            per[pid]["greedy_correct"] = bool(greedy[pid])
+    return EvalResult(n_prompts=len(ids), n_samples=n, metrics=metrics, per_prompt=list(per.values()))
+
+
+VerifyFn = Callable[[Prompt, str], bool]
+
+
+def resolve_verifier(verifier: str | VerifyFn) -> VerifyFn:
+    """A ``(prompt, completion) -> bool`` from a callable or a ``gfcr.filters`` verifier name."""
+    if callable(verifier):
+        return verifier
+    from gfcr.filters.verifiers import get_verifier
+
+    v = get_verifier(verifier)
+
+    def fn(prompt: Prompt, completion: str) -> bool:
+        return bool(v.verify(completion, answer=prompt.answer, tests=prompt.tests).passed)
+
+    fn.__name__ = verifier
+    return fn
+
+
+def evaluate_model(
+    engine: Any,
+    prompts: Sequence[Prompt],
+    *,
+    k: int = 4,
+    ks: Sequence[int] | None = None,
+    verifier: str | VerifyFn = "numeric",
+    greedy: bool = True,
+    temperature: float = 0.7,
+    top_p: float = 1.0,
+    max_tokens: int = 128,
+    seed: int = 0,
+    n_boot: int = 1000,
+    batch_size: int = 32,
+    tokenizer: Any = None,
+) -> EvalResult:
+    """Sample ``k`` completions (and one greedy) per prompt with ``engine``, verify, summarize.
+
+    ``engine`` follows ``gfcr.generate``'s ``Engine`` protocol (``generate(list[GenRequest])``).
+    ``k = 0`` skips sampling (greedy only). Completions are taken from ``GenResult.text`` or, when
+    absent, decoded with ``tokenizer`` (or ``engine.tokenizer``).
+    """
+    from gfcr.generate.engines.base import GenRequest, SamplingParams
+
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    if k == 0 and not greedy:
+        raise ValueError("nothing to evaluate: k=0 and greedy=False")
+    if not prompts:
+        raise ValueError("no prompts to evaluate")
+    verify = resolve_verifier(verifier)
+    tok = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
+
+    def text_of(res: Any) -> str:
+        if res.text is not None:
+            return res.text
+        if tok is None:
+            raise ValueError("engine results carry no text and no tokenizer was given to decode them")
+        return tok.decode(list(res.token_ids), skip_special_tokens=True)
+
+    def run(params: SamplingParams) -> dict[str, list[bool]]:
+        out: dict[str, list[bool]] = {}
+        for i in range(0, len(prompts), batch_size):
+            chunk = prompts[i : i + batch_size]
+            reqs = [
+                GenRequest(messages=[m.to_dict() for m in p.messages], params=params, request_id=p.prompt_id)
+                for p in chunk
+            ]
+            for p, results in zip(chunk, engine.generate(reqs), strict=True):
+                out[p.prompt_id] = [verify(p, text_of(r)) for r in results]
+        return out
+
+    t0 = time.perf_counter()
+    sampled: dict[str, list[bool]] = {}
+    if k > 0:
+        sampled = run(SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed))
+    greedy_v: dict[str, bool] | None = None
+    if greedy:
+        g = run(SamplingParams(n=1, temperature=0.0, max_tokens=max_tokens, seed=seed))
+        greedy_v = {pid: v[0] for pid, v in g.items()}
+    res = summarize(sampled, greedy_v, ks=ks if k > 0 else None, n_boot=n_boot, seed=seed)
+    res.info.update(
+        {
+            "engine": getattr(engine, "name", type(engine).__name__),
+            "policy_version": getattr(engine, "policy_version", "unknown"),
+            "k": k,
+            "temperature": temperature,
+            "top_p": top_p,
+            "max_tokens": max_tokens,
+            "seed": seed,
+            "verifier": getattr(verify, "__name__", "callable"),
+            "seconds": round(time.perf_counter() - t0, 3),
+            "tasks": sorted({p.task for p in prompts}),
+        }
+    )
+    return res
+

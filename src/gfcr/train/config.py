@@ -1,0 +1,172 @@
+"""The typed training config: one pydantic model, loaded from YAML, unknown keys are errors.
+
+Components of the other rooms are chosen by name (``selector: greso``, ``buffer: exgrpo``...) with
+their keyword arguments under ``params``; names are checked against each room's name → class table
+when the loop builds them, so a typo fails before any model is loaded. The resolved config (every
+default filled in) is written to ``RUN_DIR/config.yaml``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskConfig(_Strict):
+    name: str = Field("arith", description="Task source name in gfcr.tasks (e.g. 'arith').")
+    n_train: int = Field(256, ge=1, description="Training prompts drawn from the task's train split.")
+    n_eval: int = Field(32, ge=0, description="Held-out prompts for evaluation (the task's 'test' split).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the task source besides n/split/seed (arith: level, digits, terms, ops; jsonl_math: path).")
+    eval_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments merged over params for the held-out split (e.g. a test-file path).")
+
+
+class GenerateConfig(_Strict):
+    engine: Literal["hf", "vllm", "openai"] = Field("hf", description="Generation engine; 'hf' samples with the policy being trained in place.")
+    topology: str = Field("group", description="Rollout topology name in gfcr.generate ('group', 'tree', 'multi_turn').")
+    k: int = Field(4, ge=1, description="Rollouts per prompt (group size K).")
+    prompts_per_step: int = Field(4, ge=1, description="Prompts selected per training step.")
+    temperature: float = Field(0.7, gt=0.0, le=5.0, description="Sampling temperature (the training forward divides logits by it too).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass; keep 1.0 unless the trainer also applies top-p.")
+    max_tokens: int = Field(64, ge=1, description="Most new tokens per rollout.")
+    max_batch: int = Field(32, ge=1, description="Most sequences decoded together.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments of the topology.")
+
+
+class VerifyConfig(_Strict):
+    verifier: str = Field("numeric", description="Verifier name in gfcr.filters (math, exact, numeric, format, code, env, composite); numeric uses a lenient final-answer extraction (boxed, 'Answer:' line, else the last number).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the verifier.")
+    format_pattern: str = Field(r"(?im)^\s*answer:\s*-?[\d,.]+", description="Regex of the requested answer format; a match sets the 'format' signal to 1.")
+    format_bonus: float = Field(0.0, ge=0.0, description="Reward added when the format matches (0 = off; the format signal is recorded either way).")
+
+
+class SignalsConfig(_Strict):
+    advantage: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group advantage estimator: GRPO (mean/std), Dr.GRPO (mean only), RLOO (leave-one-out).")
+    overlong_buffer: int = Field(0, ge=0, description="DAPO soft overlong punishment buffer in tokens (0 = off).")
+    overlong_penalty: float = Field(1.0, ge=0.0, description="DAPO overlong penalty factor.")
+
+
+class ControlConfig(_Strict):
+    selector: str = Field("uniform", description="Prompt selector name in gfcr.control (uniform, greso, vcrl, vade, sec).")
+    selector_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the selector.")
+    group: str | None = Field(None, description="Group control name in gfcr.control (e.g. dynamic_sampling, gfpo); null = keep every group.")
+    group_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the group control.")
+
+
+class ReplayConfig(_Strict):
+    buffer: str | None = Field(None, description="Replay buffer name in gfcr.replay (fifo, repo, exgrpo, ar3po, retrieval); null = no replay.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the buffer.")
+    per_step: int = Field(0, ge=0, description="Replayed rollouts mixed into each update.")
+
+
+class LossConfig(_Strict):
+    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field("seq-mean-token-mean", description="Loss aggregation: token-mean (DAPO), seq-mean-token-mean (GRPO), seq-mean-token-sum-norm (Dr.GRPO).")
+    clip_low: float = Field(0.2, ge=0.0, le=1.0, description="Lower clip range ε_low of the importance ratio.")
+    clip_high: float = Field(0.2, ge=0.0, le=10.0, description="Upper clip range ε_high (DAPO clip-higher uses 0.28).")
+    norm_len: int | None = Field(None, ge=1, description="Constant length for seq-mean-token-sum-norm (default: generate.max_tokens).")
+    kl_coef: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the initial (reference) policy; 0 = no reference model.")
+    tis_cap: float | None = Field(None, gt=0.0, description="Truncated importance-weight cap for stale/replayed rollouts (AReaL decoupled loss); null = off.")
+    mask_truncated: bool = Field(False, description="DAPO overlong filtering: rollouts that hit max_tokens get no loss.")
+
+
+class OptimConfig(_Strict):
+    lr: float = Field(1e-6, gt=0.0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    grad_clip: float = Field(1.0, ge=0.0, description="Max global gradient norm (0 = no clipping).")
+    micro_batch: int = Field(4, ge=1, description="Sequences per forward/backward; gradients accumulate to one optimizer step per update.")
+    epochs: int = Field(1, ge=1, description="Passes (optimizer steps) over each step's batch; >1 makes later passes off-policy (clipping matters).")
+
+
+class CheckpointConfig(_Strict):
+    every: int = Field(1, ge=1, description="Save a checkpoint every N steps (and always at the last step).")
+    keep_last: int = Field(1, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
+
+
+class EvalConfig(_Strict):
+    before: bool = Field(False, description="Evaluate the policy on held-out prompts before training.")
+    after: bool = Field(False, description="Evaluate the policy on held-out prompts after training.")
+    k: int = Field(4, ge=0, description="Samples per prompt for pass@k / avg@k (0 = greedy only).")
+    greedy: bool = Field(True, description="Also compute greedy pass@1.")
+    max_tokens: int | None = Field(None, ge=1, description="New tokens per eval sample (default: generate.max_tokens).")
+    temperature: float = Field(0.7, gt=0.0, description="Sampling temperature for pass@k.")
+
+
+class TrainConfig(_Strict):
+    """A whole run. Every field has a default, so a YAML file only names what it changes."""
+
+    run_name: str = Field("run", description="Prefix of the run folder name under output_dir.")
+    output_dir: str = Field("runs", description="Folder that holds run folders (relative paths are relative to the working directory).")
+    seed: int = Field(0, description="Seed of prompt selection, sampling and the data order.")
+    model: str = Field("default", description="Policy model: an HF directory/name, or 'default' (SmolLM2-135M-Instruct).")
+    device: str = Field("cpu", description="torch device for training and hf generation.")
+    steps: int = Field(20, ge=1, description="Training steps (each: select → generate → verify → signals → control → replay → append → update → observe → checkpoint).")
+    tasks: list[TaskConfig] = Field(default_factory=lambda: [TaskConfig()], description="Task sources; their train prompts form the pool.")
+    generate: GenerateConfig = Field(default_factory=GenerateConfig, description="Generation.")
+    verify: VerifyConfig = Field(default_factory=VerifyConfig, description="Outcome verification.")
+    signals: SignalsConfig = Field(default_factory=SignalsConfig, description="Filter signals (advantages, shaping).")
+    control: ControlConfig = Field(default_factory=ControlConfig, description="Prompt selection and group control.")
+    replay: ReplayConfig = Field(default_factory=ReplayConfig, description="Replay buffer and mixing.")
+    loss: LossConfig = Field(default_factory=LossConfig, description="Policy-gradient loss.")
+    optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation around training.")
+    tensorboard: bool = Field(True, description="Also log metrics to TensorBoard when the tensorboard package is installed.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.loss.agg == "seq-mean-token-sum-norm" and self.loss.norm_len is None:
+            self.loss.norm_len = self.generate.max_tokens
+        if self.eval.max_tokens is None:
+            self.eval.max_tokens = self.generate.max_tokens
+        if self.replay.per_step and not self.replay.buffer:
+            raise ValueError("replay.per_step > 0 needs replay.buffer (a buffer name)")
+        if not self.tasks:
+            raise ValueError("tasks: name at least one task source")
+        return self
+
+
+class ConfigError(ValueError):
+    """A config file could not be read or failed validation; the message names the field."""
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read a YAML config (``None`` = all defaults), apply dotted ``overrides`` (``{"optim.lr": 1e-5}``)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of fields")
+    for key, value in (overrides or {}).items():
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {key!r}: {part!r} is not a section")
+        node[parts[-1]] = value
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as e:
+        where = f" in {path}" if path else ""
+        lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
+        raise ConfigError(f"invalid config{where}:\n" + "\n".join(lines)) from e
+
+
+def dump_config(cfg: TrainConfig, path: str | Path) -> Path:
+    """Write the resolved config (every field, defaults filled in) as YAML."""
+    p = Path(path)
+    p.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    return p

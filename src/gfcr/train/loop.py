@@ -1,0 +1,502 @@
+"""The RL training loop: one readable driver that composes the GFCR rooms by name.
+
+Each step ``s`` (0-based) runs these stages, each timed (``seconds/<stage>`` in the metrics):
+
+    select    PromptSelector.select(n)                       (gfcr.control, by name)
+    generate  group topology over the hf engine (policy in place)  (gfcr.generate)
+    verify    Verifier.verify → reward, verified, format signal     (gfcr.filters, by name)
+    signals   group advantages (GRPO / Dr.GRPO / RLOO), overlong shaping
+    control   group control (dynamic sampling, GFPO)          (gfcr.control, by name)
+    replay    mix replayed rollouts from a buffer              (gfcr.replay, by name)
+    append    store.append(every generated rollout)            (gfcr.store)
+    update    PolicyTrainer.update(batch)                      (gfcr.train)
+    observe   selector.observe(prompt, rewards); selector.save(store); buffer.add
+    checkpoint safetensors + optimizer + loop state, atomically renamed into place
+
+Randomness is derived from ``(seed, step)``, so a resumed run draws the same prompts and samples as
+an uninterrupted one. Resume (``resume=RUN_DIR``) loads the last checkpoint ``c``; rollouts the
+store already holds for a later step (appended before a crash) are reused instead of regenerated,
+so no step is repeated or lost and the store holds each step's rollouts exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gfcr.records import Prompt, Rollout
+from gfcr.train.checkpoint import STATE_FILE, latest_checkpoint, save_checkpoint
+from gfcr.train.config import TrainConfig, dump_config, load_config
+from gfcr.train.metrics import progress_bar, step_metrics, tensorboard_writer, truncate_metrics
+
+STAGES = ("select", "generate", "verify", "signals", "control", "replay", "append", "update", "observe", "checkpoint")
+
+
+class TrainError(RuntimeError):
+    """The run cannot start or continue; the message says what to do."""
+
+
+@dataclass
+class RunResult:
+    """Where a run's outputs are."""
+
+    run_dir: Path
+    store_path: Path
+    metrics_path: Path
+    checkpoint: Path | None
+    steps_done: int
+    eval_before: Any = None
+    eval_after: Any = None
+    last_metrics: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Small pure helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def step_rng(seed: int, step: int, stage: str) -> np.random.Generator:
+    """A generator that depends only on (seed, step, stage): resumed runs draw the same numbers."""
+    return np.random.default_rng([int(seed), int(step), sum(ord(c) * 31**i for i, c in enumerate(stage)) % (2**31)])
+
+
+class StageTimer:
+    """Times named stages: ``with timer("generate"): ...``; ``seconds`` holds the totals."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------
+# Components from the other rooms (by name)
+# ---------------------------------------------------------------------------------------------
+
+
+def load_task_prompts(cfg: TrainConfig, split: str) -> list[Prompt]:
+    """Prompts of every configured task source for ``split`` ("train" or "test", the held-out split).
+
+    Each source is built with ``gfcr.tasks.make_source(name, **params)`` (``eval_params`` merged in
+    for the held-out split); ``n``, ``split`` and ``seed`` are passed when the source's factory takes
+    them, otherwise its prompts are filtered by ``prompt.split`` (when set) and cut to ``n``.
+    """
+    import importlib
+    import inspect
+
+    from gfcr.tasks import SOURCES, make_source
+
+    out: list[Prompt] = []
+    for t in cfg.tasks:
+        n = t.n_train if split == "train" else t.n_eval
+        if n == 0:
+            continue
+        params = dict(t.params) if split == "train" else {**t.params, **t.eval_params}
+        target = SOURCES.get(t.name, t.name)
+        accepted: set[str] = set()
+        if ":" in target:
+            mod, _, fn = target.partition(":")
+            with contextlib.suppress(ImportError, AttributeError, ValueError, TypeError):
+                accepted = set(inspect.signature(getattr(importlib.import_module(mod), fn)).parameters)
+        extra = {k: v for k, v in (("n", n), ("split", split), ("seed", cfg.seed)) if k in accepted and k not in params}
+        try:
+            ps = make_source(t.name, **params, **extra).prompts()
+        except (ValueError, TypeError, OSError) as e:
+            raise TrainError(f"task {t.name!r} ({split} split, n={n}, params {params}): {e}") from e
+        if "split" not in accepted:
+            ps = [p for p in ps if p.split in (None, split)]
+        out.extend(ps[:n])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+class Trainer:
+    """Holds a run's components; :meth:`run` is the loop. Use :func:`train` unless embedding."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool = True,
+                 on_step: Callable[[int, dict[str, Any]], None] | None = None):
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.run_id = run_dir.name
+        self.progress = progress
+        self.on_step = on_step
+        self.resume = resume
+
+    # --- set-up -------------------------------------------------------------------------------
+    def setup(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from gfcr.control.selectors import make_selector
+        from gfcr.filters.verifiers import get_verifier
+        from gfcr.generate.engines.hf import HFEngine
+        from gfcr.models import resolve_model
+        from gfcr.store import RolloutStore
+        from gfcr.train.trainer import PolicyTrainer
+
+        cfg = self.cfg
+        _check_supported(cfg)
+        torch.manual_seed(cfg.seed)
+        self.store = RolloutStore.open(self.run_dir / "store", create=True)
+        self.train_prompts = load_task_prompts(cfg, "train")
+        self.eval_prompts = load_task_prompts(cfg, "test")
+        if not self.train_prompts:
+            raise TrainError("the configured tasks produced no training prompts")
+        self.prompt_by_id = {p.prompt_id: p for p in self.train_prompts}
+        self.store.upsert_prompts(self.train_prompts + self.eval_prompts)
+        self.selector = make_selector(
+            cfg.control.selector, [p.prompt_id for p in self.train_prompts],
+            [p.category for p in self.train_prompts], **cfg.control.selector_params,
+        )
+        self.verifier = get_verifier(cfg.verify.verifier, **cfg.verify.params)
+        self.format_verifier = get_verifier("format", pattern=cfg.verify.format_pattern)
+        self.group_control = None
+        if cfg.control.group:
+            from gfcr.control.groups import make_group_control
+
+            params = dict(cfg.control.group_params)
+            if cfg.control.group == "dynamic_sampling":
+                params.setdefault("train_prompts", cfg.generate.prompts_per_step)
+                params.setdefault("gen_prompts", cfg.generate.prompts_per_step)
+            self.group_control = make_group_control(cfg.control.group, **params)
+        self.buffer = None
+        if cfg.replay.buffer:
+            from gfcr.replay.buffers import make_buffer
+
+            self.buffer = make_buffer(cfg.replay.buffer, **cfg.replay.params)
+
+        path = resolve_model(None if cfg.model in ("default", "") else cfg.model)
+        self.model_path = path
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.start_step = 0
+        ckpt = latest_checkpoint(self.run_dir) if self.resume else None
+        weights = ckpt if ckpt is not None else path
+        self.model = AutoModelForCausalLM.from_pretrained(str(weights), dtype=torch.float32).to(cfg.device)
+        self.model.eval()
+        ref = None
+        if cfg.loss.kl_coef > 0:
+            ref = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(cfg.device)
+            ref.eval()
+            for p in ref.parameters():
+                p.requires_grad_(False)
+        self.trainer = PolicyTrainer(self.model, cfg.loss, cfg.optim, self.tokenizer.pad_token_id,
+                                     temperature=cfg.generate.temperature, ref_model=ref)
+        self.engine = HFEngine(self.model, tokenizer=self.tokenizer, device=cfg.device, max_batch=cfg.generate.max_batch)
+        if ckpt is not None:
+            state = json.loads((ckpt / STATE_FILE).read_text())
+            self.start_step = int(state["step"]) + 1
+            self.selector.load_state_dict(state["selector"])
+            opt = ckpt / "optimizer.pt"
+            if opt.exists():
+                self.trainer.optimizer.load_state_dict(torch.load(opt, weights_only=True))
+            self.policy_version = state["policy_version"]
+            if self.buffer is not None:
+                self.buffer.clear()
+                self.buffer.add(self._trained_rollouts(0, self.start_step - 1))
+        else:
+            from gfcr.models import model_hash
+
+            self.policy_version = f"s0-{model_hash(self.model, 8)}"
+        self.engine.set_policy_version(self.policy_version)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        truncate_metrics(self.metrics_path, self.start_step)
+        self.tb = tensorboard_writer(self.run_dir) if cfg.tensorboard else None
+
+    def _trained_rollouts(self, a: int, b: int) -> list[Rollout]:
+        if b < a:
+            return []
+        rs = self.store.rollouts(run=self.run_id, steps=(a, b))
+        return [r for r in rs if r.meta.get("trained")]
+
+    # --- stages -------------------------------------------------------------------------------
+    def _generate_groups(self, prompt_ids: list[str], step: int, round_: int) -> list[list[Rollout]]:
+        """The Generate room's ``group`` topology; later dynamic-sampling rounds get their own seed and group ids."""
+        from gfcr.generate.engines.base import SamplingParams
+        from gfcr.generate.topologies import make_topology
+
+        g = self.cfg.generate
+        params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens)
+        topo = make_topology(g.topology, k=g.k, params=params, seed=self.cfg.seed * 1000 + round_, **g.params)
+        rs = topo.generate(self.engine, [self.prompt_by_id[p] for p in prompt_ids], self.run_id, step)
+        groups: dict[str, list[Rollout]] = {}
+        for r in rs:
+            if round_:
+                r.group_id = f"{r.group_id}#r{round_}"
+            groups.setdefault(r.group_id, []).append(r)
+        return list(groups.values())
+
+    def _verify(self, groups: list[list[Rollout]]) -> None:
+        from gfcr.filters.apply import verdict_record
+
+        bonus = self.cfg.verify.format_bonus
+        for grp in groups:
+            for r in grp:
+                p = self.prompt_by_id[r.prompt_id]
+                text = r.completion
+                v = self.verifier.verify(text, answer=p.answer, tests=p.tests, rollout=r)
+                f = self.format_verifier.verify(text)
+                r.verified = v.passed
+                r.verifier = verdict_record(self.verifier, v)
+                r.signals["format"] = float(f.score)
+                r.reward = float(v.score) + bonus * float(f.score)
+
+    def _signals(self, groups: list[list[Rollout]]) -> None:
+        from gfcr.filters.signals import ADVANTAGES, dapo_overlong_penalty
+
+        s, g = self.cfg.signals, self.cfg.generate
+        for grp in groups:
+            if s.overlong_buffer:
+                pens = dapo_overlong_penalty([r.n_generated for r in grp], g.max_tokens, s.overlong_buffer, s.overlong_penalty)
+                for r, pen in zip(grp, pens, strict=True):
+                    r.signals["overlong_penalty"] = float(pen)
+                    r.reward += float(pen)
+            adv = ADVANTAGES[s.advantage]([r.reward for r in grp])
+            for r, a in zip(grp, adv, strict=True):
+                r.signals["advantage"] = float(a)
+
+    def _collect(self, step: int, timer: StageTimer) -> tuple[list[list[Rollout]], list[list[Rollout]], dict[str, Any]]:
+        """select → generate → verify → signals → group control. Returns (all groups, kept groups, info)."""
+        cfg = self.cfg
+        n = cfg.generate.prompts_per_step
+        rounds = [0]
+        generated: list[list[Rollout]] = []
+
+        def one_round(n_prompts: int) -> list[list[Rollout]]:
+            with timer("select"):
+                pids = self.selector.select(min(n_prompts, len(self.train_prompts)), step_rng(cfg.seed, step, f"select{rounds[0]}"))
+            with timer("generate"):
+                groups = self._generate_groups(pids, step, rounds[0])
+            with timer("verify"):
+                self._verify(groups)
+            with timer("signals"):
+                self._signals(groups)
+            rounds[0] += 1
+            generated.extend(groups)
+            return groups
+
+        info: dict[str, Any] = {}
+        gc = self.group_control
+        if gc is not None and cfg.control.group == "dynamic_sampling":
+            res = gc.collect(one_round)
+            kept = res.groups
+            info = {"ds_rounds": res.n_gen_batches, "ds_reached_target": float(res.reached_target)}
+        else:
+            kept = one_round(n)
+            if gc is not None and cfg.control.group == "gfpo":
+                with timer("control"):
+                    new_kept = []
+                    for grp in kept:
+                        idx, adv = gc.filter([r.reward for r in grp], [r.n_generated for r in grp])
+                        for r, a in zip(grp, adv, strict=True):
+                            r.signals["advantage"] = float(a)
+                        new_kept.append([grp[i] for i in idx])
+                    kept = new_kept
+        return generated, kept, info
+
+    def _reuse(self, step: int) -> tuple[list[list[Rollout]], list[list[Rollout]]]:
+        """Rollouts a crashed attempt of ``step`` already appended: regroup them, keep the trained ones."""
+        rs = sorted(self.store.rollouts(run=self.run_id, steps=(step, step)), key=lambda r: (r.group_id, r.sample_index))
+        by: dict[str, list[Rollout]] = {}
+        for r in rs:
+            by.setdefault(r.group_id, []).append(r)
+        groups = list(by.values())
+        kept = [[r for r in g if r.meta.get("trained")] for g in groups]
+        return groups, [g for g in kept if g]
+
+    # --- loop ---------------------------------------------------------------------------------
+    def run(self, stop_after: int | None = None) -> RunResult:
+        cfg = self.cfg
+        last: dict[str, Any] = {}
+        ckpt = latest_checkpoint(self.run_dir)
+        end = cfg.steps if stop_after is None else min(cfg.steps, self.start_step + stop_after)
+        with progress_bar(self.progress, cfg.steps, self.start_step) as bar:
+            for step in range(self.start_step, end):
+                timer = StageTimer()
+                t_step = time.perf_counter()
+                stored = self.store.scan(run=self.run_id, steps=(step, step), columns=["rollout_id"]).num_rows
+                reused = stored > 0
+                if reused:
+                    generated, kept = self._reuse(step)
+                    info: dict[str, Any] = {"reused_rollouts": float(stored)}
+                else:
+                    generated, kept, info = self._collect(step, timer)
+                train_rs = [r for g in kept for r in g]
+                replayed = []
+                with timer("replay"):
+                    if self.buffer is not None and cfg.replay.per_step:
+                        replayed = self.buffer.sample(cfg.replay.per_step, step, step_rng(cfg.seed, step, "replay"))
+                if not reused:
+                    with timer("append"):
+                        trained_ids = {r.rollout_id for r in train_rs}
+                        for g in generated:
+                            for r in g:
+                                r.meta["trained"] = r.rollout_id in trained_ids
+                        self.store.append([r for g in generated for r in g])
+                with timer("update"):
+                    batch = train_rs + [s.rollout for s in replayed]
+                    advs = [r.signals.get("advantage", 0.0) for r in batch]
+                    ustats = self.trainer.update(batch, advs) if batch else {}
+                with timer("observe"):
+                    for g in generated:
+                        self.selector.observe(g[0].prompt_id, [r.reward for r in g], step)
+                    self.selector.save(self.store)
+                    if self.buffer is not None:
+                        self.buffer.add(train_rs)
+                with timer("checkpoint"):
+                    from gfcr.models import model_hash
+
+                    self.policy_version = f"s{step + 1}-{model_hash(self.model, 8)}"
+                    self.engine.set_policy_version(self.policy_version)
+                    is_last = step == cfg.steps - 1 or step == end - 1
+                    if (step + 1) % cfg.checkpoint.every == 0 or is_last:
+                        ckpt = save_checkpoint(self, step)
+                last = step_metrics(step, generated, kept, replayed, ustats, timer.seconds, info)
+                last["seconds/step"] = time.perf_counter() - t_step
+                last["policy_version"] = self.policy_version
+                with open(self.metrics_path, "a") as fh:
+                    fh.write(json.dumps(last, sort_keys=True) + "\n")
+                if self.tb is not None:
+                    for k, v in last.items():
+                        if isinstance(v, int | float):
+                            self.tb.add_scalar(k, v, step)
+                if self.on_step is not None:
+                    self.on_step(step, last)
+                bar(step, last)
+        if self.tb is not None:
+            self.tb.close()
+        return RunResult(self.run_dir, self.run_dir / "store", self.metrics_path, ckpt, end, last_metrics=last)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
+
+def new_run_dir(cfg: TrainConfig) -> Path:
+    """A fresh folder ``output_dir/run_name-YYYYmmdd-HHMMSS[-n]`` (never an existing one)."""
+    base = Path(cfg.output_dir)
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    d = base / f"{cfg.run_name}-{stamp}"
+    i = 1
+    while d.exists():
+        d = base / f"{cfg.run_name}-{stamp}-{i}"
+        i += 1
+    d.mkdir()
+    return d
+
+
+_RESUMABLE_CHANGES = {"steps", "eval", "tensorboard", "output_dir", "run_name"}
+
+
+def prepare_run(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Path | None = None) -> tuple[Path, bool]:
+    """Pick the run folder, check a resume is consistent, write the resolved config."""
+    if resume is not None:
+        d = Path(resume)
+        if not (d / "config.yaml").exists():
+            raise TrainError(f"--resume {d}: not a gfcr run folder (no config.yaml)")
+        old = load_config(d / "config.yaml").model_dump(mode="json")
+        new = cfg.model_dump(mode="json")
+        changed = sorted(k for k in new if new[k] != old.get(k) and k not in _RESUMABLE_CHANGES)
+        if changed:
+            raise TrainError(
+                f"--resume {d}: the config differs from the run's config.yaml in {changed}; "
+                "only steps/eval/tensorboard may change on resume (start a new run otherwise)"
+            )
+        dump_config(cfg, d / "config.yaml")
+        return d, True
+    if run_dir is not None:
+        d = Path(run_dir)
+        if d.exists() and any(d.iterdir()):
+            raise TrainError(f"run folder {d} exists and is not empty; gfcr never overwrites a run (use --resume)")
+        d.mkdir(parents=True, exist_ok=True)
+    else:
+        d = new_run_dir(cfg)
+    dump_config(cfg, d / "config.yaml")
+    return d, False
+
+
+def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Path | None = None,
+          progress: bool = True, stop_after: int | None = None,
+          on_step: Callable[[int, dict[str, Any]], None] | None = None) -> RunResult:
+    """Run (or resume) training. Evaluates before/after when ``cfg.eval`` asks; returns where things are."""
+    _check_supported(cfg)
+    d, resuming = prepare_run(cfg, resume, run_dir)
+    t = Trainer(cfg, d, resuming, progress=progress, on_step=on_step)
+    t.setup()
+    say = _say if progress else (lambda msg: None)
+    before = None
+    if cfg.eval.before and t.eval_prompts and not (d / "eval_before.json").exists():
+        say(f"evaluating the initial policy on {len(t.eval_prompts)} held-out prompts ...")
+        before = evaluate_policy(t)
+        before.save(d / "eval_before.json")
+        say(f"before: {before.summary()}")
+    res = t.run(stop_after=stop_after)
+    res.eval_before = before
+    if cfg.eval.after and t.eval_prompts and res.steps_done == cfg.steps:
+        say(f"evaluating the trained policy on {len(t.eval_prompts)} held-out prompts ...")
+        after = evaluate_policy(t)
+        after.save(d / "eval_after.json")
+        res.eval_after = after
+        say(f"after: {after.summary()}")
+    return res
+
+
+def _say(msg: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(msg)
+
+
+def _check_supported(cfg: TrainConfig) -> None:
+    if cfg.generate.topology != "group":
+        raise TrainError(
+            f"generate.topology {cfg.generate.topology!r}: the training loop uses group advantages and supports "
+            "the 'group' topology (tree/multi_turn advantages are not wired in yet)"
+        )
+    if cfg.generate.engine != "hf":
+        raise TrainError(
+            f"generate.engine {cfg.generate.engine!r}: the training loop samples with the policy in place "
+            "('hf'); weight sync to a vllm/openai server is not implemented yet"
+        )
+    if cfg.control.group not in (None, "dynamic_sampling", "gfpo"):
+        raise TrainError(
+            f"control.group {cfg.control.group!r} is not wired into the training loop; use dynamic_sampling or gfpo"
+        )
+
+
+def evaluate_policy(t: Trainer) -> Any:
+    """Evaluate the run's current policy on its held-out prompts with the run's verifier."""
+    from gfcr.evaluate import evaluate_model
+
+    e = t.cfg.eval
+    verifier = t.verifier
+
+    def verify(p: Prompt, text: str) -> bool:
+        return bool(verifier.verify(text, answer=p.answer, tests=p.tests).passed)
+
+    verify.__name__ = t.cfg.verify.verifier
+    return evaluate_model(
+        t.engine, t.eval_prompts, k=e.k, verifier=verify, greedy=e.greedy, temperature=e.temperature,
+        max_tokens=e.max_tokens or t.cfg.generate.max_tokens, seed=t.cfg.seed, batch_size=t.cfg.generate.max_batch,
+    )

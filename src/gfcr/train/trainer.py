@@ -1,0 +1,184 @@
+"""The policy update: stored rollouts + advantages → one optimizer step (per epoch) on the policy.
+
+Rollouts are right-padded into ``[B, T]`` batches straight from their stored ``token_ids``; the loss
+mask is ``token_role == 1`` (only generated tokens learn) and the behaviour log-probs are the stored
+``logprobs`` (aligned to each token, 0 on context). Micro-batches accumulate gradients with the
+batch's global denominators, so the step is the same as one big batch (tested in test_losses).
+The training forward divides logits by the sampling temperature, so the importance ratio of an
+on-policy rollout is 1 up to numerics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from gfcr.records import GENERATED, Rollout
+from gfcr.train.config import LossConfig, OptimConfig
+from gfcr.train.losses import policy_gradient_loss, token_entropy, token_logprobs
+
+
+@dataclass
+class Batch:
+    """Padded tensors of a list of rollouts. Shapes: ``[B, T]`` except ``advantages`` ``[B]``."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    behaviour_logp: torch.Tensor
+    advantages: torch.Tensor
+
+
+def collate(rollouts: Sequence[Rollout], advantages: Sequence[float], pad_id: int, mask_truncated: bool = False) -> Batch:
+    """Right-pad rollouts into a :class:`Batch`; ``mask_truncated`` drops rollouts cut at max length."""
+    if len(rollouts) != len(advantages):
+        raise ValueError(f"{len(rollouts)} rollouts but {len(advantages)} advantages")
+    B = len(rollouts)
+    T = max(len(r.token_ids) for r in rollouts)
+    ids = torch.full((B, T), int(pad_id), dtype=torch.long)
+    attn = torch.zeros((B, T), dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.bool)
+    blp = torch.zeros((B, T), dtype=torch.float32)
+    for i, r in enumerate(rollouts):
+        n = len(r.token_ids)
+        ids[i, :n] = torch.from_numpy(np.asarray(r.token_ids, dtype=np.int64))
+        attn[i, :n] = 1
+        if not (mask_truncated and r.finish_reason == "length"):
+            mask[i, :n] = torch.from_numpy(np.asarray(r.token_role) == GENERATED)
+        blp[i, :n] = torch.from_numpy(np.asarray(r.logprobs, dtype=np.float32))
+    mask[:, 0] = False  # the first token has no prediction
+    adv = torch.tensor([float(a) for a in advantages], dtype=torch.float32)
+    return Batch(ids, attn, mask, blp, adv)
+
+
+class PolicyTrainer:
+    """Owns the optimizer; ``update(rollouts, advantages)`` runs ``epochs`` optimizer steps.
+
+    ``ref_model`` (frozen) is needed only when ``loss.kl_coef > 0``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        loss: LossConfig,
+        optim: OptimConfig,
+        pad_id: int,
+        temperature: float = 1.0,
+        ref_model: Any = None,
+    ):
+        self.model = model
+        self.loss_cfg = loss
+        self.optim_cfg = optim
+        self.pad_id = int(pad_id)
+        self.temperature = float(temperature)
+        self.ref_model = ref_model
+        if loss.kl_coef > 0 and ref_model is None:
+            raise ValueError("loss.kl_coef > 0 needs a reference model")
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=optim.lr, weight_decay=optim.weight_decay, betas=tuple(optim.betas)
+        )
+
+    def _logits(self, model: Any, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
+        return out.logits.float() / self.temperature
+
+    def _logp_no_grad(self, model: Any, batch: Batch, mb: int) -> torch.Tensor:
+        dev = next(model.parameters()).device
+        outs = []
+        with torch.no_grad():
+            for s in range(0, batch.input_ids.shape[0], mb):
+                ids = batch.input_ids[s : s + mb].to(dev)
+                outs.append(token_logprobs(self._logits(model, ids, batch.attention_mask[s : s + mb].to(dev)), ids).cpu())
+        return torch.cat(outs)
+
+    def update(self, rollouts: Sequence[Rollout], advantages: Sequence[float]) -> dict[str, float]:
+        """Train on the rollouts; returns statistics (last epoch).
+
+        ``kl``, ``clip_frac``, ``ratio_mean`` and ``entropy`` are means over the generated tokens of
+        the rollouts run forward (those with a non-zero advantage, or all when ``kl_coef > 0``); a batch
+        whose advantages are all 0 skips the optimizer step (``skipped = 1``).
+        """
+        if not rollouts:
+            return {}
+        lc, oc = self.loss_cfg, self.optim_cfg
+        full = collate(rollouts, advantages, self.pad_id, lc.mask_truncated)
+        n_tok = float(full.loss_mask.sum())
+        n_seq = float(len(rollouts))
+        if n_tok == 0:
+            return {"n_tokens": 0.0, "n_seqs": n_seq, "skipped": 1.0}
+        # Rollouts with advantage 0 add exactly zero loss and gradient when there is no KL term: they
+        # count in the denominators (n_tok, n_seq, from the full batch) but are not run forward.
+        live = [i for i, a in enumerate(advantages) if a != 0.0] if lc.kl_coef == 0 else list(range(len(rollouts)))
+        if not live:
+            return {"n_tokens": n_tok, "n_seqs": n_seq, "n_forward": 0.0, "skipped": 1.0}
+        batch = collate([rollouts[i] for i in live], [advantages[i] for i in live], self.pad_id, lc.mask_truncated)
+        n_live_tok = float(batch.loss_mask.sum())
+        mb = oc.micro_batch
+        ref = self._logp_no_grad(self.ref_model, batch, mb) if lc.kl_coef > 0 else None
+        prox = self._logp_no_grad(self.model, batch, mb) if lc.tis_cap is not None else None
+        dev = next(self.model.parameters()).device
+        self.model.train()
+        stats: dict[str, float] = {}
+        for _epoch in range(oc.epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            acc = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip": 0.0, "ratio": 0.0, "entropy": 0.0}
+            for s in range(0, batch.input_ids.shape[0], mb):
+                sl = slice(s, s + mb)
+                ids = batch.input_ids[sl].to(dev)
+                logits = self._logits(self.model, ids, batch.attention_mask[sl].to(dev))
+                logp = token_logprobs(logits, ids)
+                m = batch.loss_mask[sl].to(dev)
+                out = policy_gradient_loss(
+                    logp,
+                    batch.behaviour_logp[sl].to(dev),
+                    batch.advantages[sl].to(dev),
+                    m,
+                    clip_low=lc.clip_low,
+                    clip_high=lc.clip_high,
+                    agg=lc.agg,
+                    norm_len=lc.norm_len,
+                    n_tokens=n_tok,
+                    n_seqs=n_seq,
+                    ref_logp=None if ref is None else ref[sl].to(dev),
+                    kl_coef=lc.kl_coef,
+                    proximal_logp=None if prox is None else prox[sl].to(dev),
+                    tis_cap=lc.tis_cap,
+                )
+                out.loss.backward()
+                with torch.no_grad():
+                    ent = token_entropy(logits.detach())
+                    acc["entropy"] += float(ent[m].sum())
+                acc["loss"] += float(out.loss.detach())
+                acc["pg_loss"] += out.pg_loss
+                acc["kl"] += out.kl
+                acc["clip"] += out.clip_frac
+                acc["ratio"] += out.ratio_mean
+                del logits, logp, out
+            gn = (
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), oc.grad_clip)
+                if oc.grad_clip > 0
+                else torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in self.model.parameters() if p.grad is not None))
+            )
+            self.optimizer.step()
+            live_tok = max(n_live_tok, 1.0)
+            stats = {
+                "loss": acc["loss"],
+                "pg_loss": acc["pg_loss"],
+                "kl": acc["kl"] / live_tok,
+                "clip_frac": acc["clip"] / live_tok,
+                "ratio_mean": acc["ratio"] / live_tok,
+                "entropy": acc["entropy"] / live_tok,
+                "grad_norm": float(gn),
+                "n_tokens": n_tok,
+                "n_seqs": n_seq,
+                "n_forward": float(len(live)),
+            }
+        self.model.eval()
+        self.optimizer.zero_grad(set_to_none=True)
+        return stats

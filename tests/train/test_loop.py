@@ -1,0 +1,92 @@
+"""The loop as a library: crash-after-append reuse, helpers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gfcr.testing import save_tiny
+from gfcr.train.config import load_config
+from gfcr.train.loop import StageTimer, Trainer, TrainError, latest_checkpoint, step_rng, train
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(str(tmp_path_factory.mktemp("m") / "model"))
+
+
+def _cfg(tiny_dir, tmp_path, steps=3, **over):
+    base = {
+        "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": steps, "tensorboard": False,
+        "tasks": [{"name": "arith", "n_train": 8, "n_eval": 2, "params": {"level": 1}}],
+        "generate.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 5,
+    }
+    base.update(over)
+    return load_config(None, base)
+
+
+def test_step_rng_depends_only_on_seed_step_stage():
+    a = step_rng(0, 3, "select").integers(0, 10**9, 4)
+    assert np.array_equal(a, step_rng(0, 3, "select").integers(0, 10**9, 4))
+    assert not np.array_equal(a, step_rng(0, 4, "select").integers(0, 10**9, 4))
+
+
+def test_crash_after_append_reuses_stored_rollouts(tiny_dir, tmp_path):
+    cfg = _cfg(tiny_dir, tmp_path, steps=3)
+    d = tmp_path / "run"
+    r1 = train(cfg, run_dir=d, progress=False, stop_after=1)
+    assert r1.steps_done == 1 and latest_checkpoint(d).name == "step_000000"
+    # simulate a crash in step 1 after its rollouts were appended (before update/checkpoint)
+    t = Trainer(cfg, d, resume=True, progress=False)
+    t.setup()
+    assert t.start_step == 1
+    generated, kept, _ = t._collect(1, StageTimer())
+    for g in generated:
+        for r in g:
+            r.meta["trained"] = True
+    t.store.append([r for g in generated for r in g])
+    ids_before = set(t.store.scan(steps=(1, 1), columns=["rollout_id"]).column("rollout_id").to_pylist())
+    r2 = train(cfg, resume=d, progress=False)
+    assert r2.steps_done == 3
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in rows] == [0, 1, 2]
+    assert rows[1]["reused_rollouts"] == 4.0 and "reused_rollouts" not in rows[2]
+    tab = t.store.scan(columns=["step", "rollout_id"])
+    assert sorted(tab.column("step").to_pylist()) == [0] * 4 + [1] * 4 + [2] * 4
+    assert set(t.store.scan(steps=(1, 1), columns=["rollout_id"]).column("rollout_id").to_pylist()) == ids_before
+
+
+def test_resume_refuses_changed_config(tiny_dir, tmp_path):
+    cfg = _cfg(tiny_dir, tmp_path, steps=1)
+    d = tmp_path / "run"
+    train(cfg, run_dir=d, progress=False)
+    changed = _cfg(tiny_dir, tmp_path, steps=2, **{"optim.lr": 0.5})
+    with pytest.raises(TrainError, match="optim"):
+        train(changed, resume=d, progress=False)
+
+
+def test_non_hf_engine_is_refused(tiny_dir, tmp_path):
+    cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"generate.engine": "vllm"})
+    with pytest.raises(TrainError, match="weight sync"):
+        train(cfg, run_dir=tmp_path / "r", progress=False)
+    assert not (tmp_path / "r").exists()  # refused before anything is written
+
+
+def test_dynamic_sampling_and_replay_are_wired(tiny_dir, tmp_path):
+    cfg = _cfg(tiny_dir, tmp_path, steps=2, **{
+        "control": {"selector": "uniform", "group": "dynamic_sampling", "group_params": {"max_num_gen_batches": 2}},
+        "replay": {"buffer": "fifo", "per_step": 2},
+    })
+    res = train(cfg, run_dir=tmp_path / "ds", progress=False)
+    rows = [json.loads(x) for x in res.metrics_path.read_text().splitlines()]
+    # a random tiny model never answers: no group has variance, so both rounds run every step
+    assert [r["ds_rounds"] for r in rows] == [2, 2]
+    assert rows[0]["n_rollouts"] == 8 and rows[0]["n_trained"] == 0
+    from gfcr.store import RolloutStore
+
+    t = RolloutStore.open(res.store_path).scan(columns=["group_id", "sample_index", "step"]).to_pylist()
+    assert len(t) == 16
+    assert len({(r["group_id"], r["sample_index"]) for r in t}) == 16
+    assert any(r["group_id"].endswith("#r1") for r in t)

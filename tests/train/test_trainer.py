@@ -1,0 +1,102 @@
+"""The policy update on a tiny random model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gfcr.records import Rollout
+from gfcr.testing import tiny_model, tiny_tokenizer
+from gfcr.train.config import ConfigError, LossConfig, OptimConfig, load_config
+from gfcr.train.trainer import PolicyTrainer, collate
+
+
+def _rollouts(tok, model, n=4, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        ctx = tok("What is 1 + 2?")["input_ids"]
+        gen = rng.integers(3, len(tok), size=5 + i).tolist()
+        ids = ctx + gen
+        role = [0] * len(ctx) + [1] * len(gen)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids])).logits[0]
+            lp = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+        lps = [0.0] + lp.tolist()
+        lps = [x if r else 0.0 for x, r in zip(lps, role, strict=True)]
+        out.append(Rollout(run_id="r", prompt_id=f"p{i // 2}", token_ids=ids, token_role=role, logprobs=lps))
+    return out
+
+
+def test_collate_masks_context_and_truncated():
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    rs = _rollouts(tok, model, n=2)
+    rs[1].finish_reason = "length"
+    b = collate(rs, [1.0, -1.0], tok.pad_token_id, mask_truncated=True)
+    assert b.input_ids.shape == (2, len(rs[1].token_ids))
+    assert b.loss_mask[0].sum().item() == rs[0].n_generated
+    assert b.loss_mask[1].sum().item() == 0
+    assert (b.input_ids[0, len(rs[0].token_ids):] == tok.pad_token_id).all()
+
+
+def test_one_step_changes_every_trainable_parameter():
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=1)
+    rs = _rollouts(tok, model)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    tr = PolicyTrainer(model, LossConfig(agg="token-mean"), OptimConfig(lr=1e-2, micro_batch=3), tok.pad_token_id)
+    stats = tr.update(rs, [1.0, -1.0, 0.5, -0.5])
+    assert stats["n_tokens"] == sum(r.n_generated for r in rs)
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # on-policy: ratio 1
+    assert stats["clip_frac"] == 0.0
+    for n, p in model.named_parameters():
+        assert not torch.equal(before[n], p.detach()), f"parameter {n} did not change"
+
+
+def test_zero_advantage_leaves_weights_unchanged():
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=2)
+    rs = _rollouts(tok, model, n=2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    PolicyTrainer(model, LossConfig(), OptimConfig(lr=1e-2), tok.pad_token_id).update(rs, [0.0, 0.0])
+    for n, p in model.named_parameters():
+        assert torch.equal(before[n], p.detach()), n
+
+
+def test_config_unknown_key_and_override(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("steps: 3\noptim:\n  lr: 0.001\n  lrr: 2\n")
+    with pytest.raises(ConfigError, match="optim.lrr"):
+        load_config(p)
+    p.write_text("steps: 3\nloss:\n  agg: seq-mean-token-sum-norm\ngenerate:\n  max_tokens: 48\n")
+    cfg = load_config(p, {"optim.lr": 1e-4})
+    assert cfg.steps == 3 and cfg.optim.lr == 1e-4 and cfg.loss.norm_len == 48
+
+
+def test_skipping_zero_advantage_rollouts_gives_the_same_step():
+    import copy
+
+    tok = tiny_tokenizer()
+    base = tiny_model(tok, seed=3)
+    rs = _rollouts(tok, base, n=4, seed=3)
+    adv = [1.0, 0.0, -0.5, 0.0]
+    a, b = copy.deepcopy(base), copy.deepcopy(base)
+    opt = OptimConfig(lr=1e-2, micro_batch=2)
+    ta = PolicyTrainer(a, LossConfig(agg="token-mean"), opt, tok.pad_token_id)
+    # kl_coef > 0 with ref == policy forwards every rollout; the k3 term and its gradient are 0 there
+    tb = PolicyTrainer(b, LossConfig(agg="token-mean", kl_coef=1e-3), opt, tok.pad_token_id, ref_model=copy.deepcopy(base))
+    # plain SGD so that parameter changes equal gradients (Adam's first step amplifies float noise)
+    ta.optimizer = torch.optim.SGD(a.parameters(), lr=1.0)
+    tb.optimizer = torch.optim.SGD(b.parameters(), lr=1.0)
+    sa = ta.update(rs, adv)
+    sb = tb.update(rs, adv)
+    assert sa["n_forward"] == 2.0
+    assert sb["n_forward"] == 4.0 and sb["kl"] == pytest.approx(0.0, abs=1e-7)
+    for (n, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        assert torch.allclose(pa, pb, atol=1e-6), n
+    before = {n: p.detach().clone() for n, p in base.named_parameters()}
+    s0 = PolicyTrainer(base, LossConfig(), opt, tok.pad_token_id).update(rs, [0.0] * 4)
+    assert s0["skipped"] == 1.0
+    assert all(torch.equal(before[n], p) for n, p in base.named_parameters())
