@@ -149,3 +149,13 @@ def test_token_arrays_numpy_roundtrip_large(store):
     back = table_to_rollouts(store.scan())
     got = {r.rollout_id: r for r in back}
     assert all(np.array_equal(got[r.rollout_id].logprobs, r.logprobs) for r in rs)
+
+
+def test_store_import_needs_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, gfcr.store, gfcr.store.importers, gfcr.records; "
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
