@@ -1,0 +1,309 @@
+"""ROSS select → audit → align over a rollout store.
+
+- :func:`select_rollouts`: verified-successful rollouts in a window (run, step range, task),
+  optionally re-verified, deduplicated by (prompt, assistant text).
+- :func:`audit_rollouts`: for each rollout, number its units, ask the judge, validate the verdict
+  strictly (retrying with the error fed back, then discarding with the reason), align the kept
+  characters to the stored tokens and write one :class:`~gfcr.records.Audit` per rollout to the
+  store's ``audits`` table, keyed by (rollout_id, judge, judge_version). Rollouts that already have
+  a ``kept`` or ``discarded`` audit for this judge and version are skipped, so re-running resumes;
+  ``error`` rows (judge unreachable) are retried. Audits are written in batches, so a crash loses
+  at most one batch of judge calls.
+- :func:`realign`: recompute stored audits' masks and TER from their excluded spans (the
+  ``align`` stage on its own, e.g. after a tokenizer fix).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gfcr.records import Audit, Cost, Prompt, Rollout, table_to_audits, table_to_rollouts
+from gfcr.ross.align import AlignError, align_mask, assistant_text
+from gfcr.ross.judges import Judge, JudgeRequest
+from gfcr.ross.units import split_units
+from gfcr.ross.verdict import Decision, VerdictError, parse_json_object, validate_verdict
+
+_ANSWER_KEYS = ("answer", "parsed", "extracted", "pred", "prediction", "parsed_answer")
+
+
+def verified_answer(rollout: Rollout, prompt: Prompt | None) -> str | None:
+    """The final answer the verifier accepted: from the rollout's verifier evidence when it names
+    one (keys ``answer``/``parsed``/``extracted``…, top level or under ``evidence``), else the
+    prompt's gold answer."""
+    v = rollout.verifier or {}
+    for scope in (v.get("evidence") if isinstance(v.get("evidence"), dict) else {}, v):
+        for k in _ANSWER_KEYS:
+            x = scope.get(k)
+            if isinstance(x, str | int | float) and not isinstance(x, bool) and str(x).strip():
+                return str(x).strip()
+    if prompt is not None and prompt.answer is not None and str(prompt.answer).strip():
+        return str(prompt.answer).strip()
+    return None
+
+
+def _prompt_text(rollout: Rollout, prompt: Prompt | None) -> str:
+    msgs = prompt.messages if prompt is not None else [m for m in rollout.messages if m.role != "assistant"]
+    return "\n".join(m.content for m in msgs if m.role in ("system", "user"))
+
+
+def select_rollouts(
+    store: Any,
+    run: str | None = None,
+    steps: tuple[int, int] | None = None,
+    task: str | None = None,
+    reverify: Callable[[Rollout, Prompt | None], bool] | None = None,
+    dedup: bool = True,
+    limit: int | None = None,
+) -> list[Rollout]:
+    """Verified-successful rollouts of the window, oldest step first.
+
+    ``reverify(rollout, prompt) -> bool`` re-checks each one (default: trust the stored
+    ``verified``). ``dedup`` keeps the first of rollouts with the same prompt and identical
+    assistant text. ``limit`` caps the result (after dedup).
+    """
+    rs = store.rollouts(run=run, steps=steps, verified=True, task=task)
+    rs.sort(key=lambda r: (r.step, r.prompt_id, r.sample_index, r.rollout_id))
+    if reverify is not None:
+        prompts = {p.prompt_id: p for p in store.prompts(ids=sorted({r.prompt_id for r in rs}))} if rs else {}
+        rs = [r for r in rs if reverify(r, prompts.get(r.prompt_id))]
+    if dedup:
+        seen: set[tuple[str, str]] = set()
+        out = []
+        for r in rs:
+            key = (r.prompt_id, r.completion)
+            if key not in seen:
+                seen.add(key)
+                out.append(r)
+        rs = out
+    return rs[:limit] if limit is not None else rs
+
+
+def judge_rollout(
+    rollout: Rollout, prompt: Prompt | None, judge: Judge, retries: int = 2, max_unit_chars: int = 200,
+    check_answer: bool = True,
+) -> tuple[Decision | None, str | None, list[str], Cost, dict[str, Any]]:
+    """Ask ``judge`` about one rollout; validate; retry with the error fed back.
+
+    Returns ``(decision or None, last error, raw outputs, summed cost, meta)``.
+    """
+    text, _ = assistant_text(rollout.messages)
+    units = split_units(text, max_unit_chars)
+    answer = verified_answer(rollout, prompt) if check_answer else None
+    req = JudgeRequest(
+        rollout_id=rollout.rollout_id, task=rollout.task, prompt=_prompt_text(rollout, prompt), text=text,
+        units=units, mode=judge.mode, answer=answer,
+        evidence=rollout.verifier if isinstance(rollout.verifier, dict) else {},
+    )
+    raws: list[str] = []
+    cost = Cost()
+    feedback: str | None = None
+    meta = {"n_units": len(units), "mode": judge.mode, "answer": answer}
+    for _ in range(retries + 1):
+        reply = judge.respond(req, feedback)
+        raws.append(reply.raw)
+        cost = Cost(cost.prompt_tokens + reply.cost.prompt_tokens, cost.gen_tokens + reply.cost.gen_tokens,
+                    cost.latency_s + reply.cost.latency_s)
+        try:
+            obj = parse_json_object(reply.raw)
+            dec = validate_verdict(obj, text, units, judge.mode, answer)
+            meta["attempts"] = len(raws)
+            return dec, None, raws, cost, meta
+        except VerdictError as e:
+            feedback = str(e)
+    meta["attempts"] = len(raws)
+    return None, feedback, raws, cost, meta
+
+
+def make_audit(
+    rollout: Rollout, decision: Decision | None, error: str | None, tokenizer: Any, judge: Judge,
+    raws: Sequence[str], cost: Cost, meta: dict[str, Any],
+) -> Audit:
+    """The audit row: a kept decision aligned to the stored tokens, or a discard with its reason."""
+    n = len(rollout.token_ids)
+    meta = {**meta, "step": int(rollout.step), "task": rollout.task, "prompt_id": rollout.prompt_id,
+            "n_generated": rollout.n_generated}
+    common = dict(rollout_id=rollout.rollout_id, judge=judge.name, judge_version=judge.version,
+                  raw_output=raws[-1] if raws else None, cost=cost)
+    if decision is None:
+        return Audit(status="discarded", reason=f"invalid judge output after {len(raws)} attempt(s): {error}",
+                     mask=np.zeros(n, np.uint8), meta=meta, **common)
+    if decision.status == "discarded":
+        return Audit(status="discarded", reason=decision.reason, mask=np.zeros(n, np.uint8), meta=meta, **common)
+    try:
+        mask = align_mask(tokenizer, rollout.token_ids, rollout.token_role, rollout.messages, decision.kept_chars)
+    except AlignError as e:
+        return Audit(status="discarded", reason=f"alignment: {e}", mask=np.zeros(n, np.uint8),
+                     excluded=decision.excluded, meta=meta, **common)
+    n_gen = rollout.n_generated
+    n_sup = int(mask.sum())
+    if n_sup == 0:
+        return Audit(status="discarded", reason="alignment: no generated token lies wholly inside kept text",
+                     mask=mask, excluded=decision.excluded, meta=meta, **common)
+    meta["n_supervised"] = n_sup
+    meta["categories"] = dict(Counter(s.category for s in decision.excluded))
+    return Audit(status="kept", mask=mask, excluded=decision.excluded, ter=1.0 - n_sup / max(n_gen, 1),
+                 meta=meta, **common)
+
+
+@dataclass
+class AuditSummary:
+    """What one audit pass did. ``cost`` sums judge cost over the newly audited rollouts."""
+
+    judge: str
+    judge_version: str
+    audited: int = 0
+    skipped: int = 0
+    status: Counter = field(default_factory=Counter)
+    reasons: Counter = field(default_factory=Counter)
+    cost: Cost = field(default_factory=Cost)
+    mean_ter: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"judge": self.judge, "judge_version": self.judge_version, "audited": self.audited,
+                "skipped": self.skipped, "status": dict(self.status), "reasons": dict(self.reasons.most_common(10)),
+                "cost": self.cost.to_dict(), "mean_ter": self.mean_ter}
+
+
+def finished_ids(store: Any, judge: str, judge_version: str, rollout_ids: Sequence[str] | None = None) -> set[str]:
+    """Rollouts with a ``kept`` or ``discarded`` audit for this judge and version."""
+    t = store.audits(judge=judge, rollout_ids=rollout_ids)
+    if t.num_rows == 0:
+        return set()
+    d = t.select(["rollout_id", "judge_version", "status"]).to_pylist()
+    return {r["rollout_id"] for r in d if r["judge_version"] == judge_version and r["status"] in ("kept", "discarded")}
+
+
+def audit_rollouts(
+    store: Any,
+    rollouts: Iterable[Rollout],
+    judge: Judge,
+    tokenizer: Any,
+    retries: int = 2,
+    concurrency: int = 1,
+    batch_size: int = 64,
+    max_unit_chars: int = 200,
+    check_answer: bool = True,
+    progress: bool = False,
+) -> AuditSummary:
+    """Audit ``rollouts`` with ``judge`` and upsert the audits (see module doc). Resumable."""
+    rs = list(rollouts)
+    summary = AuditSummary(judge.name, judge.version)
+    done = finished_ids(store, judge.name, judge.version, [r.rollout_id for r in rs]) if rs else set()
+    todo = [r for r in rs if r.rollout_id not in done]
+    summary.skipped = len(rs) - len(todo)
+    if not todo:
+        return summary
+    prompts = {p.prompt_id: p for p in store.prompts(ids=sorted({r.prompt_id for r in todo}))}
+
+    def one(r: Rollout) -> Audit:
+        p = prompts.get(r.prompt_id)
+        try:
+            dec, err, raws, cost, meta = judge_rollout(r, p, judge, retries, max_unit_chars, check_answer)
+        except Exception as e:  # judge transport failures: recorded as 'error' and retried next run
+            return Audit(rollout_id=r.rollout_id, judge=judge.name, judge_version=judge.version, status="error",
+                         reason=f"judge call failed: {type(e).__name__}: {e}", mask=np.zeros(len(r.token_ids), np.uint8))
+        return make_audit(r, dec, err, tokenizer, judge, raws, cost, meta)
+
+    ters: list[float] = []
+    buf: list[Audit] = []
+
+    def flush() -> None:
+        if buf:
+            store.upsert_audits(buf)
+            buf.clear()
+
+    bar = _progress(progress, len(todo), f"audit [{judge.name}]")
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as ex:
+        results = ex.map(one, todo) if concurrency > 1 else map(one, todo)
+        for a in results:
+            buf.append(a)
+            summary.audited += 1
+            summary.status[a.status] += 1
+            if a.reason:
+                summary.reasons[a.reason[:80]] += 1
+            c = summary.cost
+            summary.cost = Cost(c.prompt_tokens + a.cost.prompt_tokens, c.gen_tokens + a.cost.gen_tokens,
+                                c.latency_s + a.cost.latency_s)
+            if a.ter is not None:
+                ters.append(a.ter)
+            if len(buf) >= batch_size:
+                flush()
+            bar.advance()
+    flush()
+    bar.close()
+    summary.mean_ter = float(np.mean(ters)) if ters else None
+    return summary
+
+
+def realign(store: Any, tokenizer: Any, judge: str, judge_version: str) -> dict[str, int]:
+    """Recompute masks and TER of the stored ``kept`` audits from their excluded spans."""
+    t = store.audits(judge=judge)
+    aus = [a for a in table_to_audits(t) if a.judge_version == judge_version and a.status == "kept"] if t.num_rows else []
+    if not aus:
+        return {"realigned": 0, "discarded": 0}
+    rmap = {r.rollout_id: r for r in table_to_rollouts(store.get([a.rollout_id for a in aus]))}
+    out, n_disc = [], 0
+    for a in aus:
+        r = rmap[a.rollout_id]
+        text, _ = assistant_text(r.messages)
+        kept = np.ones(len(text), bool)
+        for s in a.excluded:
+            kept[s.start : s.end] = False
+        try:
+            mask = align_mask(tokenizer, r.token_ids, r.token_role, r.messages, kept)
+            a.mask, a.ter = mask, 1.0 - int(mask.sum()) / max(r.n_generated, 1)
+        except AlignError as e:
+            a.status, a.reason, a.mask, a.ter = "discarded", f"alignment: {e}", np.zeros(len(r.token_ids), np.uint8), None
+            n_disc += 1
+        out.append(a)
+    store.upsert_audits(out)
+    return {"realigned": len(out) - n_disc, "discarded": n_disc}
+
+
+def load_kept(store: Any, judge: str, judge_version: str | None = None) -> tuple[list[Audit], dict[str, Rollout]]:
+    """Kept audits of ``judge`` (the only stored version if ``judge_version`` is None) and their rollouts."""
+    t = store.audits(judge=judge)
+    aus = table_to_audits(t) if t.num_rows else []
+    versions = sorted({a.judge_version for a in aus})
+    if judge_version is None:
+        if len(versions) > 1:
+            raise ValueError(f"judge {judge!r} has audits of several versions {versions}; pass judge_version")
+        judge_version = versions[0] if versions else None
+    aus = [a for a in aus if a.judge_version == judge_version and a.status == "kept"]
+    if not aus:
+        return [], {}
+    tab = store.get([a.rollout_id for a in aus])
+    rmap = {r.rollout_id: r for r in table_to_rollouts(tab)}
+    aus.sort(key=lambda a: a.rollout_id)
+    return aus, rmap
+
+
+class _NoBar:
+    def advance(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _RichBar:
+    def __init__(self, total: int, desc: str):
+        from rich.progress import Progress
+
+        self.p = Progress(transient=True)
+        self.p.start()
+        self.t = self.p.add_task(desc, total=total)
+
+    def advance(self) -> None:
+        self.p.advance(self.t)
+
+    def close(self) -> None:
+        self.p.stop()
+
+
+def _progress(enabled: bool, total: int, desc: str) -> _NoBar | _RichBar:
+    return _RichBar(total, desc) if enabled else _NoBar()
