@@ -45,6 +45,9 @@ def main() -> None:
         "after": {k: vars(m) for k, m in res.eval_after.metrics.items()} if res.eval_after else None,
         "n_eval_prompts": res.eval_after.n_prompts if res.eval_after else None,
         "stage_seconds_total": {k: round(v, 1) for k, v in stage_s.items()},
+        # the per-rollout entropy forward (signals["entropy"]) against the stages it sits between
+        "entropy_over_generate": round(stage_s.get("entropy", 0.0) / max(stage_s.get("generate", 0.0), 1e-9), 3),
+        "entropy_over_update": round(stage_s.get("entropy", 0.0) / max(stage_s.get("update", 0.0), 1e-9), 3),
         "reward_per_step": [round(r["reward_mean"], 3) for r in rows],
         "format_rate_per_step": [round(r["format_rate"], 3) for r in rows],
         "zero_variance_share_per_step": [round(r["zero_variance_share"], 3) for r in rows],
@@ -59,6 +62,7 @@ def main() -> None:
         fa = f"{a['value']:.3f} [{a['ci_low']:.3f}, {a['ci_high']:.3f}]" if a else "-"
         print(f"| {k} | {b['value']:.3f} [{b['ci_low']:.3f}, {b['ci_high']:.3f}] | {fa} |")
     print(f"\nwall {wall:.0f} s; stage seconds {out['stage_seconds_total']}")
+    print(f"entropy forward / generate = {out['entropy_over_generate']}, / update = {out['entropy_over_update']}")
 
 
 if __name__ == "__main__":

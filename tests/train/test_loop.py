@@ -78,6 +78,7 @@ def test_dynamic_sampling_and_replay_are_wired(tiny_dir, tmp_path):
     cfg = _cfg(tiny_dir, tmp_path, steps=2, **{
         "control": {"selector": "uniform", "group": "dynamic_sampling", "group_params": {"max_num_gen_batches": 2}},
         "replay": {"buffer": "fifo", "per_step": 2},
+        "signals.entropy": False,
     })
     res = train(cfg, run_dir=tmp_path / "ds", progress=False)
     rows = [json.loads(x) for x in res.metrics_path.read_text().splitlines()]
@@ -90,3 +91,6 @@ def test_dynamic_sampling_and_replay_are_wired(tiny_dir, tmp_path):
     assert len(t) == 16
     assert len({(r["group_id"], r["sample_index"]) for r in t}) == 16
     assert any(r["group_id"].endswith("#r1") for r in t)
+    # signals.entropy off: no entropy forward, no entropy signal
+    assert all("seconds/entropy" not in r and "rollout_entropy" not in r for r in rows)
+    assert all("entropy" not in r.signals for r in RolloutStore.open(res.store_path).rollouts())

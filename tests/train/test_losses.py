@@ -10,6 +10,7 @@ import torch
 from gfcr.train.losses import (
     aggregate,
     k3_kl,
+    masked_row_mean,
     policy_gradient_loss,
     token_logprobs,
     truncated_is_weight,
@@ -158,3 +159,12 @@ def test_tis_weights_scale_loss():
     assert out.loss.item() == pytest.approx(-2.0)
     with pytest.raises(ValueError, match="proximal_logp"):
         policy_gradient_loss(logp, behaviour, torch.tensor([1.0]), torch.ones(1, 1), tis_cap=2.0)
+
+
+def test_masked_row_mean_by_hand():
+    v = torch.tensor([[1.0, 2.0, 9.0], [4.0, float("nan"), 0.0], [float("inf"), 3.0, 5.0]])
+    m = torch.tensor([[1, 1, 0], [0, 0, 0], [0, 1, 1]])
+    out = masked_row_mean(v, m)
+    assert out[0].item() == pytest.approx(1.5)
+    assert math.isnan(out[1].item())  # no masked token
+    assert out[2].item() == pytest.approx(4.0)  # the inf at a masked-out position is ignored

@@ -9,7 +9,7 @@ import torch
 from gfcr.records import Rollout
 from gfcr.testing import tiny_model, tiny_tokenizer
 from gfcr.train.config import ConfigError, LossConfig, OptimConfig, load_config
-from gfcr.train.trainer import PolicyTrainer, collate
+from gfcr.train.trainer import PolicyTrainer, collate, is_live
 
 
 def _rollouts(tok, model, n=4, seed=0):
@@ -100,3 +100,66 @@ def test_skipping_zero_advantage_rollouts_gives_the_same_step():
     s0 = PolicyTrainer(base, LossConfig(), opt, tok.pad_token_id).update(rs, [0.0] * 4)
     assert s0["skipped"] == 1.0
     assert all(torch.equal(before[n], p) for n, p in base.named_parameters())
+
+
+def test_per_token_advantages_collate_and_train_like_constant_scalars():
+    import copy
+
+    tok = tiny_tokenizer()
+    base = tiny_model(tok, seed=4)
+    rs = _rollouts(tok, base, n=3, seed=4)
+    arr = np.arange(len(rs[1].token_ids), dtype=np.float32)
+    b = collate(rs, [1.0, arr, -2.0], tok.pad_token_id)
+    assert b.advantages.shape == b.input_ids.shape
+    assert (b.advantages[0] == 1.0).all() and (b.advantages[2] == -2.0).all()
+    assert b.advantages[1, : len(arr)].tolist() == arr.tolist()
+    assert (b.advantages[1, len(arr):] == 0).all()
+    with pytest.raises(ValueError, match="per-token advantages have shape"):
+        collate(rs, [1.0, arr[:-1], 0.0], tok.pad_token_id)
+    assert is_live(np.array([0.0, 0.0, 0.3])) and not is_live(np.zeros(4)) and not is_live(0.0)
+
+    # a per-token array that is constant on a rollout trains exactly like that scalar
+    scal = [0.7, -0.4, 0.0]
+    toks = [np.full(len(r.token_ids), a, dtype=np.float32) for r, a in zip(rs, scal, strict=True)]
+    a, c = copy.deepcopy(base), copy.deepcopy(base)
+    opt = OptimConfig(lr=1e-2, micro_batch=2)
+    ta = PolicyTrainer(a, LossConfig(agg="seq-mean-token-mean"), opt, tok.pad_token_id)
+    tc = PolicyTrainer(c, LossConfig(agg="seq-mean-token-mean"), opt, tok.pad_token_id)
+    ta.optimizer = torch.optim.SGD(a.parameters(), lr=1.0)
+    tc.optimizer = torch.optim.SGD(c.parameters(), lr=1.0)
+    sa, sc = ta.update(rs, scal), tc.update(rs, toks)
+    assert sa["n_forward"] == sc["n_forward"] == 2.0  # the all-zero array is skipped like a 0 scalar
+    for (n, pa), (_, pc) in zip(a.named_parameters(), c.named_parameters(), strict=True):
+        assert torch.allclose(pa, pc, atol=1e-6), n
+
+
+def test_rollout_entropy_matches_an_unpadded_forward():
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=5)
+    rs = _rollouts(tok, model, n=3, seed=5)  # different lengths: the batch is right-padded
+    temp = 0.7
+    tr = PolicyTrainer(model, LossConfig(), OptimConfig(micro_batch=2), tok.pad_token_id, temperature=temp)
+    got = tr.rollout_entropy(rs)
+    for r, e in zip(rs, got, strict=True):
+        ids = torch.tensor([r.token_ids.tolist()])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0].double() / temp
+        p = torch.softmax(logits, -1)
+        h = -(p * torch.log(p)).sum(-1)  # h[t] = entropy of the distribution of token t + 1
+        gen = [t for t in range(1, len(r.token_ids)) if r.token_role[t] == 1]
+        assert e == pytest.approx(float(np.mean([h[t - 1].item() for t in gen])), rel=1e-4)
+        assert 0 < e < np.log(len(tok))
+
+
+def test_last_importance_weight_on_and_off_policy():
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=6)
+    rs = _rollouts(tok, model, n=3, seed=6)  # behaviour log-probs = this model's (on-policy)
+    gen = rs[2].token_role == 1
+    rs[2].logprobs = np.where(gen, rs[2].logprobs - np.log(4.0), 0.0).astype(np.float32)  # π/μ = 4 on every token
+    tr = PolicyTrainer(model, LossConfig(tis_cap=2.0), OptimConfig(lr=1e-3), tok.pad_token_id)
+    tr.update(rs, [1.0, 0.0, -1.0])
+    w = tr.last_importance_weight
+    assert w[0] == pytest.approx(1.0, abs=1e-4)  # on-policy
+    assert np.isnan(w[1])  # advantage 0: not run forward
+    assert w[2] == pytest.approx(2.0)  # 4, truncated at tis_cap

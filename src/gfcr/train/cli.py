@@ -112,7 +112,10 @@ def register(app: typer.Typer) -> None:
         model: Annotated[str, typer.Option("--model", help="Policy model (default: SmolLM2-135M-Instruct).")] = "default",
     ) -> None:
         """The main job: pull the default model, evaluate, RL a few CPU steps into a store, evaluate again."""
-        from gfcr.train.demo import run_demo
+        from gfcr.train.demo import DemoError, run_demo
 
         _quiet_transformers()
-        run_demo(full=full, output_dir=output_dir, model=model)
+        try:
+            run_demo(full=full, output_dir=output_dir, model=model)
+        except DemoError as e:
+            _fail(str(e))

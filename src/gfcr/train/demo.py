@@ -11,7 +11,8 @@ Extending it (ROSS, the HTML report): write ``def my_stage(ctx: DemoContext) -> 
 it with :func:`add_demo_stage` (``after="train"`` to run right after training, default: before the
 summary); anything put in ``ctx.outputs`` (name → path) is printed by the summary. A room registers
 its stage when its module is imported; list that module in :data:`DEMO_EXTENSIONS` so that
-``gfcr demo`` imports it (a missing module is skipped with a note, never an error).
+``gfcr demo`` imports it. Every listed module must import: a missing or broken extension stops the
+demo before any stage runs (:class:`DemoError`), instead of silently dropping its stage.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class DemoContext:
     result: Any = None
     outputs: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 DemoStage = Callable[[DemoContext], None]
@@ -102,7 +104,9 @@ def stage_summary(ctx: DemoContext) -> None:
     for k, v in ctx.outputs.items():
         t.add_row(k, str(v))
     ctx.console.print(t)
-    ctx.console.print("stage seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in ctx.seconds.items()))
+    ctx.console.print("stage seconds (wall): " + ", ".join(f"{k} {v:.0f}" for k, v in ctx.seconds.items()))
+    ctx.console.print("stage seconds (CPU, this process, all threads): "
+                      + ", ".join(f"{k} {v:.0f}" for k, v in ctx.cpu_seconds.items()))
 
 
 DEMO_STAGES: list[tuple[str, DemoStage]] = [("model", stage_model), ("train", stage_train), ("summary", stage_summary)]
@@ -120,24 +124,39 @@ def add_demo_stage(name: str, fn: DemoStage, after: str | None = None) -> None:
     DEMO_STAGES.insert(names.index(anchor) + 1, (name, fn))
 
 
+class DemoError(RuntimeError):
+    """The demo cannot run as configured; the message names the stage or extension."""
+
+
+def load_extensions(modules: list[str] | None = None) -> None:
+    """Import every demo extension module (default :data:`DEMO_EXTENSIONS`) so it registers its stage.
+
+    Raises :class:`DemoError` naming the module when one is missing or fails to import.
+    """
+    for mod in DEMO_EXTENSIONS if modules is None else modules:
+        try:
+            importlib.import_module(mod)
+        except Exception as e:  # any import failure of an extension is fatal, with its name
+            raise DemoError(
+                f"demo extension {mod!r} (listed in gfcr.train.demo.DEMO_EXTENSIONS) failed to import: "
+                f"{type(e).__name__}: {e}. Fix the module or remove it from DEMO_EXTENSIONS."
+            ) from e
+
+
 def run_demo(full: bool = False, output_dir: str = "runs", model: str = "default",
              only: list[str] | None = None, console: Any = None) -> DemoContext:
     """Run the demo stages in order; returns the context (paths, results, timings)."""
     from rich.console import Console
 
     console = console or Console()
-    for mod in DEMO_EXTENSIONS:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+    load_extensions()
     ctx = DemoContext(cfg=demo_config(full, output_dir, model), full=full, console=console)
     for name, fn in list(DEMO_STAGES):
         if only is not None and name not in only and name != "summary":
             continue
         console.rule(f"demo: {name}")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn(ctx)
         ctx.seconds[name] = time.perf_counter() - t0
+        ctx.cpu_seconds[name] = time.process_time() - c0
     return ctx

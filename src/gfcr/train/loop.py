@@ -3,20 +3,24 @@
 Each step ``s`` (0-based) runs these stages, each timed (``seconds/<stage>`` in the metrics):
 
     select    PromptSelector.select(n)                       (gfcr.control, by name)
-    generate  group topology over the hf engine (policy in place)  (gfcr.generate)
+    generate  group or tree topology over the hf engine (policy in place)  (gfcr.generate)
     verify    Verifier.verify → reward, verified, format signal     (gfcr.filters, by name)
-    signals   group advantages (GRPO / Dr.GRPO / RLOO), overlong shaping
+    signals   advantages (group: GRPO / Dr.GRPO / RLOO; tree: TreeRL per token), overlong shaping
+    entropy   signals["entropy"]: mean token entropy of each rollout under the sampling policy
     control   group control (dynamic sampling, GFPO)          (gfcr.control, by name)
     replay    mix replayed rollouts from a buffer              (gfcr.replay, by name)
     append    store.append(every generated rollout)            (gfcr.store)
     update    PolicyTrainer.update(batch)                      (gfcr.train)
+    annotate  replayed rows get meta["replayed_at_step"] (+ the importance weight) via store.update
     observe   selector.observe(prompt, rewards); selector.save(store); buffer.add
     checkpoint safetensors + optimizer + loop state, atomically renamed into place
 
 Randomness is derived from ``(seed, step)``, so a resumed run draws the same prompts and samples as
 an uninterrupted one. Resume (``resume=RUN_DIR``) loads the last checkpoint ``c``; rollouts the
 store already holds for a later step (appended before a crash) are reused instead of regenerated,
-so no step is repeated or lost and the store holds each step's rollouts exactly once.
+so no step is repeated or lost and the store holds each step's rollouts exactly once. The replay
+annotation of a step is idempotent (it sets that step's entries), so redoing a step after a crash
+leaves each replay event recorded once.
 """
 
 from __future__ import annotations
@@ -32,12 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.records import Prompt, Rollout
+from gfcr.records import GENERATED, Prompt, Rollout
 from gfcr.train.checkpoint import STATE_FILE, latest_checkpoint, save_checkpoint
 from gfcr.train.config import TrainConfig, dump_config, load_config
 from gfcr.train.metrics import progress_bar, step_metrics, tensorboard_writer, truncate_metrics
 
-STAGES = ("select", "generate", "verify", "signals", "control", "replay", "append", "update", "observe", "checkpoint")
+STAGES = ("select", "generate", "verify", "signals", "entropy", "control", "replay", "append", "update", "annotate",
+          "observe", "checkpoint")
+
+#: topologies the loop trains on, and how their advantages are computed
+TOPOLOGIES = {"group": "group advantages (signals.advantage)", "tree": "TreeRL per-token advantages"}
 
 
 class TrainError(RuntimeError):
@@ -61,6 +69,30 @@ class RunResult:
 # ---------------------------------------------------------------------------------------------
 # Small pure helpers
 # ---------------------------------------------------------------------------------------------
+
+
+def with_replay_events(meta: dict[str, Any], step: int, weights: list[float | None]) -> dict[str, Any]:
+    """A copy of ``meta`` recording that the rollout was replayed ``len(weights)`` times at ``step``.
+
+    ``meta["replayed_at_step"]`` (list of ints, Diagnose's annotation form) and
+    ``meta["replay_importance_weight"]`` (parallel list: mean importance weight of each use, ``None``
+    when not measured) get exactly these entries for ``step``: earlier entries of the same step are
+    replaced, so redoing a step after a crash does not count it twice. Entries stay sorted by step.
+
+    Example: ``{"replayed_at_step": [3]}``, step 5, ``[0.9]`` → ``replayed_at_step [3, 5]``,
+    ``replay_importance_weight [None, 0.9]``; applying it again gives the same.
+    """
+    out = dict(meta)
+    at = out.get("replayed_at_step", [])
+    at = [int(a) for a in (at if isinstance(at, list) else [at])]
+    ws = list(out.get("replay_importance_weight", []))
+    ws = (ws + [None] * len(at))[: len(at)]
+    pairs = [(a, w) for a, w in zip(at, ws, strict=True) if a != int(step)]
+    pairs += [(int(step), None if w is None or not np.isfinite(w) else float(w)) for w in weights]
+    pairs.sort(key=lambda p: p[0])
+    out["replayed_at_step"] = [a for a, _ in pairs]
+    out["replay_importance_weight"] = [w for _, w in pairs]
+    return out
 
 
 def step_rng(seed: int, step: int, stage: str) -> np.random.Generator:
@@ -261,6 +293,8 @@ class Trainer:
                 r.reward = float(v.score) + bonus * float(f.score)
 
     def _signals(self, groups: list[list[Rollout]]) -> None:
+        """Overlong shaping, then ``signals["advantage"]``: the group advantage, or for a tree the mean of
+        the leaf's TreeRL per-token advantages over its generated tokens (what replay and Diagnose read)."""
         from gfcr.filters.signals import ADVANTAGES, dapo_overlong_penalty
 
         s, g = self.cfg.signals, self.cfg.generate
@@ -270,9 +304,50 @@ class Trainer:
                 for r, pen in zip(grp, pens, strict=True):
                     r.signals["overlong_penalty"] = float(pen)
                     r.reward += float(pen)
+            if g.topology == "tree":
+                for r, a in zip(grp, self._advantages(grp), strict=True):
+                    gen = np.asarray(r.token_role) == GENERATED
+                    r.signals["advantage"] = float(np.asarray(a)[gen].mean()) if gen.any() else 0.0
+                continue
             adv = ADVANTAGES[s.advantage]([r.reward for r in grp])
             for r, a in zip(grp, adv, strict=True):
                 r.signals["advantage"] = float(a)
+
+    def _advantages(self, rollouts: list[Rollout]) -> list[Any]:
+        """What the update trains fresh rollouts with: ``signals["advantage"]`` (group), or TreeRL's
+        per-token advantages recomputed from the stored rewards of each whole tree (``tree``)."""
+        if self.cfg.generate.topology != "tree":
+            return [r.signals.get("advantage", 0.0) for r in rollouts]
+        from gfcr.generate.topologies import tree_advantages_for
+
+        tok = tree_advantages_for(rollouts)
+        return [tok[r.rollout_id] for r in rollouts]
+
+    def _entropy(self, groups: list[list[Rollout]]) -> None:
+        """``signals["entropy"]``: mean token entropy of the generated tokens under the sampling policy
+        (the policy has not been updated since it sampled them), one no-grad forward per micro-batch."""
+        rs = [r for g in groups for r in g]
+        for r, e in zip(rs, self.trainer.rollout_entropy(rs), strict=True):
+            if np.isfinite(e):
+                r.signals["entropy"] = float(e)
+
+    def _annotate_replay(self, step: int, replayed: list[Any], weights: np.ndarray) -> None:
+        """Record the replay events of ``step`` on the replayed rows in the store (one ``store.update``)."""
+        from gfcr.records import table_to_rollouts
+
+        uses: dict[str, list[float | None]] = {}
+        for s, w in zip(replayed, weights, strict=True):
+            uses.setdefault(s.rollout.rollout_id, []).append(float(w))
+        stored = table_to_rollouts(self.store.get(list(uses)))
+        if len(stored) != len(uses):
+            missing = sorted(set(uses) - {r.rollout_id for r in stored})
+            raise TrainError(f"replayed rollout(s) {missing[:3]} are not in the run's store; the replay buffer and the store disagree")
+        for r in stored:
+            r.meta = with_replay_events(r.meta, step, uses[r.rollout_id])
+        self.store.update(stored)
+        by_id = {r.rollout_id: r.meta for r in stored}
+        for s in replayed:  # keep the buffer's copies in step with the store
+            s.rollout.meta = dict(by_id[s.rollout.rollout_id])
 
     def _collect(self, step: int, timer: StageTimer) -> tuple[list[list[Rollout]], list[list[Rollout]], dict[str, Any]]:
         """select → generate → verify → signals → group control. Returns (all groups, kept groups, info)."""
@@ -290,6 +365,9 @@ class Trainer:
                 self._verify(groups)
             with timer("signals"):
                 self._signals(groups)
+            if cfg.signals.entropy:
+                with timer("entropy"):
+                    self._entropy(groups)
             rounds[0] += 1
             generated.extend(groups)
             return groups
@@ -354,8 +432,15 @@ class Trainer:
                         self.store.append([r for g in generated for r in g])
                 with timer("update"):
                     batch = train_rs + [s.rollout for s in replayed]
-                    advs = [r.signals.get("advantage", 0.0) for r in batch]
+                    advs = self._advantages(train_rs) + [s.rollout.signals.get("advantage", 0.0) for s in replayed]
                     ustats = self.trainer.update(batch, advs) if batch else {}
+                if replayed:
+                    with timer("annotate"):
+                        iw = self.trainer.last_importance_weight[len(train_rs):]
+                        self._annotate_replay(step, replayed, iw)
+                        info["replay_lag_mean"] = float(np.mean([s.lag for s in replayed]))
+                        if np.isfinite(iw).any():
+                            info["replay_iw_mean"] = float(np.nanmean(iw))
                 with timer("observe"):
                     for g in generated:
                         self.selector.observe(g[0].prompt_id, [r.reward for r in g], step)
@@ -469,10 +554,15 @@ def _say(msg: str) -> None:
 
 
 def _check_supported(cfg: TrainConfig) -> None:
-    if cfg.generate.topology != "group":
+    if cfg.generate.topology not in TOPOLOGIES:
         raise TrainError(
-            f"generate.topology {cfg.generate.topology!r}: the training loop uses group advantages and supports "
-            "the 'group' topology (tree/multi_turn advantages are not wired in yet)"
+            f"generate.topology {cfg.generate.topology!r} is not wired into the training loop; use one of "
+            f"{sorted(TOPOLOGIES)} (multi_turn advantages are not wired in yet)"
+        )
+    if cfg.generate.topology == "tree" and cfg.control.group == "gfpo":
+        raise TrainError(
+            "control.group 'gfpo' keeps a subset of each group, which would cut a tree's leaves out from under "
+            "its TreeRL advantages; use dynamic_sampling (it keeps or drops whole trees) or no group control"
         )
     if cfg.generate.engine != "hf":
         raise TrainError(

@@ -194,3 +194,16 @@ def policy_gradient_loss(
         ratio_mean=float(torch.where(m, ratio, zeros).detach().sum()),
         n_tokens=int(m.sum()),
     )
+
+
+def masked_row_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-row mean of ``values`` over ``mask``: ``[B, T], [B, T] → [B]``; ``nan`` for a row with no masked token.
+
+    Masked-out positions are ignored even when they hold ``inf``/``nan``. Example:
+    ``values = [[1, 2, 9], [4, nan, 0]]``, ``mask = [[1, 1, 0], [0, 0, 0]]`` → ``[1.5, nan]``.
+    """
+    m = mask.bool()
+    v = torch.where(m, values.float(), torch.zeros_like(values, dtype=torch.float32))
+    n = m.sum(-1)
+    out = v.sum(-1) / n.clamp(min=1)
+    return torch.where(n > 0, out, torch.full_like(out, float("nan")))

@@ -37,6 +37,9 @@ def step_metrics(step: int, generated: list[list[Rollout]], kept: list[list[Roll
         "length_max": int(lens.max()) if rs else 0,
         "truncated_share": float(np.mean([r.finish_reason == "length" for r in rs])) if rs else 0.0,
     }
+    ents = [r.signals["entropy"] for r in rs if "entropy" in r.signals]
+    if ents:  # mean token entropy of what the sampling policy generated (the update's `entropy` is its forward's)
+        out["rollout_entropy"] = float(np.mean(ents))
     out.update({k: float(v) for k, v in ustats.items()})
     out.update({f"seconds/{k}": round(v, 4) for k, v in seconds.items()})
     out.update(info)

@@ -4,6 +4,8 @@ Rollouts are right-padded into ``[B, T]`` batches straight from their stored ``t
 mask is ``token_role == 1`` (only generated tokens learn) and the behaviour log-probs are the stored
 ``logprobs`` (aligned to each token, 0 on context). Micro-batches accumulate gradients with the
 batch's global denominators, so the step is the same as one big batch (tested in test_losses).
+An advantage is one float per rollout (group advantages) or a per-token array aligned to its
+``token_ids`` (tree advantages, TreeRL); a batch mixing both is padded to ``[B, T]``.
 The training forward divides logits by the sampling temperature, so the importance ratio of an
 on-policy rollout is 1 up to numerics.
 """
@@ -19,12 +21,12 @@ import torch
 
 from gfcr.records import GENERATED, Rollout
 from gfcr.train.config import LossConfig, OptimConfig
-from gfcr.train.losses import policy_gradient_loss, token_entropy, token_logprobs
+from gfcr.train.losses import masked_row_mean, policy_gradient_loss, token_entropy, token_logprobs
 
 
 @dataclass
 class Batch:
-    """Padded tensors of a list of rollouts. Shapes: ``[B, T]`` except ``advantages`` ``[B]``."""
+    """Padded tensors of a list of rollouts. Shapes: ``[B, T]``; ``advantages`` ``[B]`` or ``[B, T]``."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -33,7 +35,34 @@ class Batch:
     advantages: torch.Tensor
 
 
-def collate(rollouts: Sequence[Rollout], advantages: Sequence[float], pad_id: int, mask_truncated: bool = False) -> Batch:
+Advantage = float | np.ndarray  # one per rollout, or per token (aligned to token_ids)
+
+
+def is_live(advantage: Advantage) -> bool:
+    """Whether an advantage (a float or a per-token array) is non-zero anywhere."""
+    return bool(np.any(np.asarray(advantage) != 0.0))
+
+
+def _advantage_tensor(rollouts: Sequence[Rollout], advantages: Sequence[Advantage], T: int) -> torch.Tensor:
+    """``[B]`` when every advantage is a float, else ``[B, T]`` (floats broadcast over their row)."""
+    if all(np.ndim(a) == 0 for a in advantages):
+        return torch.tensor([float(a) for a in advantages], dtype=torch.float32)
+    out = torch.zeros((len(rollouts), T), dtype=torch.float32)
+    for i, (r, a) in enumerate(zip(rollouts, advantages, strict=True)):
+        if np.ndim(a) == 0:
+            out[i, :] = float(a)
+            continue
+        a = np.asarray(a, dtype=np.float32)
+        if a.shape != (len(r.token_ids),):
+            raise ValueError(
+                f"rollout {r.rollout_id}: per-token advantages have shape {a.shape}, expected ({len(r.token_ids)},) "
+                "(one per token_ids entry)"
+            )
+        out[i, : len(a)] = torch.from_numpy(a)
+    return out
+
+
+def collate(rollouts: Sequence[Rollout], advantages: Sequence[Advantage], pad_id: int, mask_truncated: bool = False) -> Batch:
     """Right-pad rollouts into a :class:`Batch`; ``mask_truncated`` drops rollouts cut at max length."""
     if len(rollouts) != len(advantages):
         raise ValueError(f"{len(rollouts)} rollouts but {len(advantages)} advantages")
@@ -51,14 +80,16 @@ def collate(rollouts: Sequence[Rollout], advantages: Sequence[float], pad_id: in
             mask[i, :n] = torch.from_numpy(np.asarray(r.token_role) == GENERATED)
         blp[i, :n] = torch.from_numpy(np.asarray(r.logprobs, dtype=np.float32))
     mask[:, 0] = False  # the first token has no prediction
-    adv = torch.tensor([float(a) for a in advantages], dtype=torch.float32)
-    return Batch(ids, attn, mask, blp, adv)
+    return Batch(ids, attn, mask, blp, _advantage_tensor(rollouts, advantages, T))
 
 
 class PolicyTrainer:
     """Owns the optimizer; ``update(rollouts, advantages)`` runs ``epochs`` optimizer steps.
 
-    ``ref_model`` (frozen) is needed only when ``loss.kl_coef > 0``.
+    ``ref_model`` (frozen) is needed only when ``loss.kl_coef > 0``. After an update,
+    ``last_importance_weight`` ``[B]`` holds each rollout's mean importance weight ``π_θ/μ`` over its
+    generated tokens at the start of the update (truncated at ``tis_cap`` when set; ``nan`` for a
+    rollout not run forward): ~1 for fresh rollouts, the off-policy gap for replayed ones.
     """
 
     def __init__(
@@ -82,6 +113,7 @@ class PolicyTrainer:
         self.optimizer = torch.optim.AdamW(
             params, lr=optim.lr, weight_decay=optim.weight_decay, betas=tuple(optim.betas)
         )
+        self.last_importance_weight = np.zeros(0)
 
     def _logits(self, model: Any, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
@@ -97,13 +129,37 @@ class PolicyTrainer:
                 outs.append(token_logprobs(self._logits(model, ids, batch.attention_mask[s : s + mb].to(dev)), ids).cpu())
         return torch.cat(outs)
 
-    def update(self, rollouts: Sequence[Rollout], advantages: Sequence[float]) -> dict[str, float]:
+    def rollout_entropy(self, rollouts: Sequence[Rollout]) -> np.ndarray:
+        """Mean token entropy of each rollout's generated tokens under the current policy, ``[B]``.
+
+        The entropy is that of ``softmax(logits / temperature)``, the distribution sampled from (with
+        ``top_p = 1``); taken before the update it is the sampling policy's. One no-grad forward per
+        micro-batch; a rollout without generated tokens gets ``nan``.
+        """
+        if not rollouts:
+            return np.zeros(0)
+        batch = collate(rollouts, [0.0] * len(rollouts), self.pad_id)
+        dev = next(self.model.parameters()).device
+        mb = self.optim_cfg.micro_batch
+        out = []
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            for s in range(0, batch.input_ids.shape[0], mb):
+                ids = batch.input_ids[s : s + mb].to(dev)
+                ent = token_entropy(self._logits(self.model, ids, batch.attention_mask[s : s + mb].to(dev)))
+                out.append(masked_row_mean(ent, batch.loss_mask[s : s + mb].to(dev)).cpu())
+        self.model.train(was_training)
+        return torch.cat(out).numpy().astype(np.float64)
+
+    def update(self, rollouts: Sequence[Rollout], advantages: Sequence[Advantage]) -> dict[str, float]:
         """Train on the rollouts; returns statistics (last epoch).
 
         ``kl``, ``clip_frac``, ``ratio_mean`` and ``entropy`` are means over the generated tokens of
         the rollouts run forward (those with a non-zero advantage, or all when ``kl_coef > 0``); a batch
         whose advantages are all 0 skips the optimizer step (``skipped = 1``).
         """
+        self.last_importance_weight = np.full(len(rollouts), np.nan)
         if not rollouts:
             return {}
         lc, oc = self.loss_cfg, self.optim_cfg
@@ -114,7 +170,7 @@ class PolicyTrainer:
             return {"n_tokens": 0.0, "n_seqs": n_seq, "skipped": 1.0}
         # Rollouts with advantage 0 add exactly zero loss and gradient when there is no KL term: they
         # count in the denominators (n_tok, n_seq, from the full batch) but are not run forward.
-        live = [i for i, a in enumerate(advantages) if a != 0.0] if lc.kl_coef == 0 else list(range(len(rollouts)))
+        live = [i for i, a in enumerate(advantages) if is_live(a)] if lc.kl_coef == 0 else list(range(len(rollouts)))
         if not live:
             return {"n_tokens": n_tok, "n_seqs": n_seq, "n_forward": 0.0, "skipped": 1.0}
         batch = collate([rollouts[i] for i in live], [advantages[i] for i in live], self.pad_id, lc.mask_truncated)
@@ -125,7 +181,8 @@ class PolicyTrainer:
         dev = next(self.model.parameters()).device
         self.model.train()
         stats: dict[str, float] = {}
-        for _epoch in range(oc.epochs):
+        row_iw: list[torch.Tensor] = []
+        for epoch in range(oc.epochs):
             self.optimizer.zero_grad(set_to_none=True)
             acc = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip": 0.0, "ratio": 0.0, "entropy": 0.0}
             for s in range(0, batch.input_ids.shape[0], mb):
@@ -154,6 +211,11 @@ class PolicyTrainer:
                 with torch.no_grad():
                     ent = token_entropy(logits.detach())
                     acc["entropy"] += float(ent[m].sum())
+                    if epoch == 0:  # π_θ/μ per rollout at the start of the update (before any step)
+                        w = torch.exp(logp.detach() - batch.behaviour_logp[sl].to(dev))
+                        if lc.tis_cap is not None:
+                            w = w.clamp(max=lc.tis_cap)
+                        row_iw.append(masked_row_mean(w, m).cpu())
                 acc["loss"] += float(out.loss.detach())
                 acc["pg_loss"] += out.pg_loss
                 acc["kl"] += out.kl
@@ -181,4 +243,5 @@ class PolicyTrainer:
             }
         self.model.eval()
         self.optimizer.zero_grad(set_to_none=True)
+        self.last_importance_weight[live] = torch.cat(row_iw).numpy()
         return stats
