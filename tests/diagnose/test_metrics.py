@@ -47,7 +47,7 @@ def hand_store(tmp_path_factory):
                    sample_index=1)]
     # a replayed copy at step 1 (lag 3, weight 0.5) and a step-0 row annotated as replayed at step 1 and 2
     rs.append(rollout("r", 1, "z", 1.0, signals={"replayed": 1.0, "staleness": 3.0, "importance_weight": 0.5}))
-    rs.append(rollout("r", 0, "y", 1.0, meta={"replayed_at_step": [1, 2]}))
+    rs.append(rollout("r", 0, "y", 1.0, meta={"replayed_at_step": [1, 2], "replay_importance_weight": [2.0, 1.5]}))
     # a second run that must not leak into run r
     rs += group("other", 0, "q", [0.0, 1.0], [False, True])
     store.append(rs)
@@ -93,11 +93,12 @@ def test_step_metrics_hand_worked(hand_store):
     assert s1["entropy_mean"] == pytest.approx((0.5 + 0.5 + 1.5 + 1.0) / 4)
     assert s1["nll_mean"] == pytest.approx(2.0)
     assert s1["waste_share"] == pytest.approx(0.5)
-    # replay events at step 1: the copy (lag 3, w 0.5) and the annotation (lag 1)
+    # replay events at step 1: the copy (lag 3, w 0.5) and the annotation (lag 1, w 2.0)
     assert s1["n_replayed"] == 2
     assert s1["staleness_mean"] == pytest.approx(2.0) and s1["staleness_max"] == pytest.approx(3.0)
-    assert s1["iw_mean"] == pytest.approx(0.5) and s1["iw_max"] == pytest.approx(0.5)
+    assert s1["iw_mean"] == pytest.approx(1.25) and s1["iw_max"] == pytest.approx(2.0)
     assert m[("r", 2)]["staleness_mean"] == pytest.approx(2.0) and m[("r", 2)]["n_rollouts"] == 0
+    assert m[("r", 2)]["iw_mean"] == pytest.approx(1.5)
     assert s1["n_audited"] == 0 and s1["ter_mean"] is None
 
 

@@ -17,7 +17,8 @@ The keys the metrics read (configurable in :class:`MetricsConfig`):
   ``signals["replayed"] > 0`` at the step it was trained on, its lag in ``signals["staleness"]``
   (policy versions behind) or else ``step - meta["generated_at_step"]``; or the original row
   annotated with ``meta["replayed_at_step"]`` (an int or a list of ints), each such step a
-  replay event with lag ``replayed_at_step - step``. ``signals["importance_weight"]`` is the
+  replay event with lag ``replayed_at_step - step`` and importance weight from the parallel list
+  ``meta["replay_importance_weight"]`` when present (what the train loop writes). ``signals["importance_weight"]`` is the
   (mean, truncated) importance weight a replayed row was trained with.
 
 Replayed copies are left out of the generation metrics of the step they are replayed at (reward,
@@ -200,9 +201,13 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
         at = meta.get("replayed_at_step")
         if at is None:
             continue
-        for t in at if isinstance(at, list) else [at]:
+        ats = at if isinstance(at, list) else [at]
+        ws = meta.get("replay_importance_weight")
+        ws = ws if isinstance(ws, list) and len(ws) == len(ats) else [ws if not isinstance(ws, list) else None] * len(ats)
+        for t, w in zip(ats, ws, strict=True):
             if isinstance(t, int | float):
-                ev_run.append(runs[i]), ev_step.append(int(t)), ev_lag.append(float(t - steps[i])), ev_iw.append(np.nan)
+                ev_run.append(runs[i]), ev_step.append(int(t)), ev_lag.append(float(t - steps[i]))
+                ev_iw.append(float(w) if isinstance(w, int | float) and not isinstance(w, bool) else np.nan)
 
     feats = pa.table(
         {
