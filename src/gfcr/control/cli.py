@@ -17,13 +17,12 @@ def register(app: typer.Typer) -> None:
         no_plot: bool = typer.Option(False, "--no-plot", help="skip the matplotlib PNG"),
     ) -> None:
         """Compare Control/Replay strategies in a model-free simulator (same seed and token budget)."""
-        from pydantic import ValidationError
-
+        from gfcr.config import ConfigError
         from gfcr.sim.simulator import format_table, load_config, simulate
 
         try:
             cfg = load_config(config)
-        except (FileNotFoundError, ValidationError) as e:
+        except ConfigError as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from e
         try:

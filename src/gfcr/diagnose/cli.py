@@ -14,14 +14,15 @@ def _load_configs(config: Path | None):  # noqa: ANN202 - (MetricsConfig, Detect
 
     if config is None:
         return MetricsConfig(), DetectorConfig()
-    import yaml
     from pydantic import ValidationError
 
+    from gfcr.config import ConfigError, read_yaml_mapping
+
     try:
-        raw = yaml.safe_load(config.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise typer.BadParameter(f"cannot read config {config}: {e}") from e
-    if not isinstance(raw, dict) or set(raw) - {"metrics", "detectors"}:
+        raw = read_yaml_mapping(config)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e)) from e
+    if set(raw) - {"metrics", "detectors"}:
         raise typer.BadParameter(f"{config}: expected a mapping with keys 'metrics' and/or 'detectors'")
     try:
         return MetricsConfig.model_validate(raw.get("metrics") or {}), DetectorConfig.model_validate(raw.get("detectors") or {})

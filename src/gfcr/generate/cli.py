@@ -49,12 +49,13 @@ def generate(
 
     data: dict = {}
     if config is not None:
-        import yaml
+        from gfcr.config import ConfigError, read_yaml_mapping
 
-        if not config.exists():
-            typer.echo(f"error: no config file {config}", err=True)
-            raise typer.Exit(2)
-        data = yaml.safe_load(config.read_text()) or {}
+        try:
+            data = read_yaml_mapping(config)
+        except ConfigError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from e
     for key, val in (("store", store), ("run_id", run_id), ("step", step), ("seed", seed)):
         if val is not None:
             data[key] = val

@@ -79,12 +79,9 @@ class GenerateConfig(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> GenerateConfig:
-        p = Path(path)
-        if not p.exists():
-            raise FileNotFoundError(f"no config file {p}")
-        data = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{p}: the config must be a YAML mapping")
+        from gfcr.config import read_yaml_mapping
+
+        data = read_yaml_mapping(path)
         data.update({k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(data)
 

@@ -21,19 +21,12 @@ RUN_DIR = typer.Option(..., "--run-dir", help="The run folder (written by `gfcr 
 
 
 def _cfg(path: Path, sets: list[str] | None) -> Any:
-    import yaml
-
+    from gfcr.config import ConfigError, parse_sets
     from gfcr.ross.config import load_config
 
-    over = {}
-    for s in sets or []:
-        if "=" not in s:
-            raise typer.BadParameter(f"--set needs key=value, got {s!r}")
-        k, v = s.split("=", 1)
-        over[k.strip()] = yaml.safe_load(v)
     try:
-        return load_config(path, over)
-    except (ValueError, FileNotFoundError) as e:
+        return load_config(path, parse_sets(sets))
+    except ConfigError as e:
         raise typer.BadParameter(str(e)) from e
 
 

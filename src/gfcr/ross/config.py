@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
+from gfcr.config import load_config_model
 
 VARIANTS = ("positive_sft", "ross_nomask", "ross", "ross_from_base")
 
@@ -114,21 +116,4 @@ class RossConfig(_Strict):
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RossConfig:
     """Read a YAML config (plus dotted overrides like ``{"train.epochs": 1}``) into :class:`RossConfig`."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise FileNotFoundError(f"config {p} does not exist")
-        data = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"config {p} must be a YAML mapping")
-    for key, val in (overrides or {}).items():
-        cur = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            cur = cur.setdefault(part, {})
-        cur[parts[-1]] = val
-    try:
-        return RossConfig(**data)
-    except ValidationError as e:
-        raise ValueError(f"invalid ROSS config{f' {path}' if path else ''}:\n{e}") from e
+    return load_config_model(RossConfig, path, overrides)

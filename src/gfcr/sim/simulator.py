@@ -151,13 +151,9 @@ class SimConfig(BaseModel):
 
 def load_config(path: str | Path) -> SimConfig:
     """Read a YAML config; unknown keys and bad values fail with the field named."""
-    import yaml
+    from gfcr.config import load_config_model
 
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"simulator config {p} not found")
-    data = yaml.safe_load(p.read_text()) or {}
-    return SimConfig.model_validate(data)
+    return load_config_model(SimConfig, path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,15 +16,12 @@ def _fail(msg: str) -> None:
 
 
 def _parse_sets(sets: list[str] | None) -> dict[str, Any]:
-    import yaml
+    from gfcr.config import ConfigError, parse_sets
 
-    out: dict[str, Any] = {}
-    for s in sets or []:
-        if "=" not in s:
-            _fail(f"--set {s!r}: expected KEY=VALUE, e.g. --set optim.lr=1e-5")
-        k, v = s.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
-    return out
+    try:
+        return parse_sets(sets)
+    except ConfigError as e:
+        _fail(str(e))
 
 
 def _quiet_transformers() -> None:

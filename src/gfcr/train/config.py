@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
+from gfcr.config import load_config_model
 
 
 class _Strict(BaseModel):
@@ -133,37 +136,9 @@ class TrainConfig(_Strict):
         return self
 
 
-class ConfigError(ValueError):
-    """A config file could not be read or failed validation; the message names the field."""
-
-
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Read a YAML config (``None`` = all defaults), apply dotted ``overrides`` (``{"optim.lr": 1e-5}``)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: not valid YAML: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: the top level must be a mapping of fields")
-    for key, value in (overrides or {}).items():
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {key!r}: {part!r} is not a section")
-        node[parts[-1]] = value
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as e:
-        where = f" in {path}" if path else ""
-        lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
-        raise ConfigError(f"invalid config{where}:\n" + "\n".join(lines)) from e
+    return load_config_model(TrainConfig, path, overrides)
 
 
 def dump_config(cfg: TrainConfig, path: str | Path) -> Path:

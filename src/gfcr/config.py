@@ -1,0 +1,70 @@
+"""Typed configs from YAML: one loader for every room's pydantic config.
+
+``load_config_model(Model, path, overrides)`` reads a YAML mapping (``None`` = all defaults),
+applies dotted overrides (``{"optim.lr": 1e-5}``, as given by ``--set optim.lr=1e-5``) and
+validates; any failure is a :class:`ConfigError` whose message names the file and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config file could not be read or failed validation; the message names the field."""
+
+
+def parse_sets(sets: list[str] | None) -> dict[str, Any]:
+    """``["optim.lr=1e-5", "steps=4"]`` → ``{"optim.lr": 1e-5, "steps": 4}`` (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for s in sets or []:
+        if "=" not in s:
+            raise ConfigError(f"--set {s!r}: expected KEY=VALUE, e.g. --set optim.lr=1e-5")
+        k, v = s.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of fields")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """Set dotted keys in a nested mapping (in place; returns it)."""
+    for key, value in (overrides or {}).items():
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {key!r}: {part!r} is not a section")
+        node[parts[-1]] = value
+    return data
+
+
+def load_config_model(model: type[M], path: str | Path | None = None,
+                      overrides: dict[str, Any] | None = None) -> M:
+    """Read, override and validate a config of type ``model``."""
+    data = read_yaml_mapping(path) if path is not None else {}
+    apply_overrides(data, overrides)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        where = f" in {path}" if path else ""
+        lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']} [{err['type']}]" for err in e.errors()]
+        raise ConfigError(f"invalid {model.__name__}{where}:\n" + "\n".join(lines)) from e
