@@ -108,7 +108,8 @@ def register(app: typer.Typer) -> None:
         output_dir: Annotated[str, typer.Option("--output-dir", help="Where run folders go.")] = "runs",
         model: Annotated[str, typer.Option("--model", help="Policy model (default: SmolLM2-135M-Instruct).")] = "default",
     ) -> None:
-        """The main job: pull the default model, evaluate, RL a few CPU steps into a store, evaluate again."""
+        """The main job: pull the default model, evaluate it, RL a few CPU steps into a store, evaluate again,
+        relearn from the stored successes with ROSS, and write the HTML report."""
         from gfcr.train.demo import DemoError, run_demo
 
         _quiet_transformers()
