@@ -32,14 +32,14 @@ class TaskConfig(_Strict):
 
 class GenerateConfig(_Strict):
     engine: Literal["hf", "vllm", "openai"] = Field("hf", description="Generation engine; 'hf' samples with the policy being trained in place.")
-    topology: Literal["group", "tree", "multi_turn"] = Field("group", description="Rollout topology in gfcr.generate: 'group' (K samples per prompt, group advantages) or 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac goes in params and k is ignored). 'multi_turn' is not wired into the loop yet.")
+    topology: Literal["group", "tree", "multi_turn"] = Field("group", description="Rollout topology in gfcr.generate: 'group' (K samples per prompt, group advantages) or 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac goes in params and k is ignored) or 'multi_turn' (K policy-env episodes per prompt, group advantages on the policy's tokens only; env and max_turns go in params, max_tokens is per turn).")
     k: int = Field(4, ge=1, description="Rollouts per prompt (group size K).")
     prompts_per_step: int = Field(4, ge=1, description="Prompts selected per training step.")
     temperature: float = Field(0.7, gt=0.0, le=5.0, description="Sampling temperature (the training forward divides logits by it too).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass; keep 1.0 unless the trainer also applies top-p.")
     max_tokens: int = Field(64, ge=1, description="Most new tokens per rollout.")
     max_batch: int = Field(32, ge=1, description="Most sequences decoded together.")
-    params: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments of the topology (tree: m, n, l, t, min_prefix_frac, no_fork_after).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments of the topology (tree: m, n, l, t, min_prefix_frac, no_fork_after; multi_turn: env, max_turns, obs_role).")
 
 
 class VerifyConfig(_Strict):

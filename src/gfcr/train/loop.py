@@ -3,9 +3,11 @@
 Each step ``s`` (0-based) runs these stages, each timed (``seconds/<stage>`` in the metrics):
 
     select    PromptSelector.select(n)                       (gfcr.control, by name)
-    generate  group or tree topology over the hf engine (policy in place)  (gfcr.generate)
-    verify    Verifier.verify → reward, verified, format signal     (gfcr.filters, by name)
-    signals   advantages (group: GRPO / Dr.GRPO / RLOO; tree: TreeRL per token), overlong shaping
+    generate  group, tree or multi_turn topology over the hf engine (policy in place)  (gfcr.generate)
+    verify    Verifier.verify → reward, verified, format signal     (gfcr.filters, by name; a
+              multi_turn episode is judged on its final assistant turn)
+    signals   advantages (group / multi_turn: GRPO / Dr.GRPO / RLOO over the K samples or episodes
+              of a prompt; tree: TreeRL per token), overlong shaping
     entropy   signals["entropy"]: mean token entropy of each rollout under the sampling policy
     control   group control (dynamic sampling, GFPO)          (gfcr.control, by name)
     replay    mix replayed rollouts from a buffer              (gfcr.replay, by name)
@@ -45,7 +47,11 @@ STAGES = ("select", "generate", "verify", "signals", "entropy", "control", "repl
           "observe", "checkpoint")
 
 #: topologies the loop trains on, and how their advantages are computed
-TOPOLOGIES = {"group": "group advantages (signals.advantage)", "tree": "TreeRL per-token advantages"}
+TOPOLOGIES = {"group": "group advantages (signals.advantage)", "tree": "TreeRL per-token advantages",
+              "multi_turn": "group advantages over the K episodes of a prompt, on the policy's tokens only"}
+
+#: keyword arguments ``generate.params`` may give the multi_turn topology (k, seed and sampling come from the config)
+MULTI_TURN_PARAMS = ("env", "max_turns", "obs_role")
 
 
 class TrainError(RuntimeError):
@@ -93,6 +99,24 @@ def with_replay_events(meta: dict[str, Any], step: int, weights: list[float | No
     out["replayed_at_step"] = [a for a, _ in pairs]
     out["replay_importance_weight"] = [w for _, w in pairs]
     return out
+
+
+def longest_generated_run(token_role: np.ndarray) -> int:
+    """Length of the longest contiguous run of generated (role 1) tokens. token_role: ``(T,)`` → int.
+
+    For a multi-turn episode this is its longest policy turn, the length ``max_tokens`` caps (each
+    turn has its own budget), so DAPO overlong shaping reads it instead of the episode's total.
+    Example: roles ``[0, 0, 1, 1, 1, 0, 1, 1, 0]`` → 3; ``[0, 0]`` → 0.
+    """
+    gen = np.concatenate([[False], np.asarray(token_role) == GENERATED, [False]])
+    edges = np.flatnonzero(np.diff(gen.astype(np.int8)))
+    return int((edges[1::2] - edges[0::2]).max()) if edges.size else 0
+
+
+def final_turn_text(r: Rollout) -> str:
+    """The last assistant message of a rollout (its final answer; ``""`` when it has none)."""
+    turns = [m.content for m in r.messages if m.role == "assistant"]
+    return turns[-1] if turns else ""
 
 
 def step_rng(seed: int, step: int, stage: str) -> np.random.Generator:
@@ -281,10 +305,11 @@ class Trainer:
         from gfcr.filters.apply import verdict_record
 
         bonus = self.cfg.verify.format_bonus
+        multi_turn = self.cfg.generate.topology == "multi_turn"
         for grp in groups:
             for r in grp:
                 p = self.prompt_by_id[r.prompt_id]
-                text = r.completion
+                text = final_turn_text(r) if multi_turn else r.completion
                 v = self.verifier.verify(text, answer=p.answer, tests=p.tests, rollout=r)
                 f = self.format_verifier.verify(text)
                 r.verified = v.passed
@@ -300,7 +325,9 @@ class Trainer:
         s, g = self.cfg.signals, self.cfg.generate
         for grp in groups:
             if s.overlong_buffer:
-                pens = dapo_overlong_penalty([r.n_generated for r in grp], g.max_tokens, s.overlong_buffer, s.overlong_penalty)
+                lengths = ([longest_generated_run(r.token_role) for r in grp] if g.topology == "multi_turn"
+                           else [r.n_generated for r in grp])
+                pens = dapo_overlong_penalty(lengths, g.max_tokens, s.overlong_buffer, s.overlong_penalty)
                 for r, pen in zip(grp, pens, strict=True):
                     r.signals["overlong_penalty"] = float(pen)
                     r.reward += float(pen)
@@ -557,8 +584,10 @@ def _check_supported(cfg: TrainConfig) -> None:
     if cfg.generate.topology not in TOPOLOGIES:
         raise TrainError(
             f"generate.topology {cfg.generate.topology!r} is not wired into the training loop; use one of "
-            f"{sorted(TOPOLOGIES)} (multi_turn advantages are not wired in yet)"
+            f"{sorted(TOPOLOGIES)}"
         )
+    if cfg.generate.topology == "multi_turn":
+        _check_multi_turn(cfg.generate.params)
     if cfg.generate.topology == "tree" and cfg.control.group == "gfpo":
         raise TrainError(
             "control.group 'gfpo' keeps a subset of each group, which would cut a tree's leaves out from under "
@@ -573,6 +602,26 @@ def _check_supported(cfg: TrainConfig) -> None:
         raise TrainError(
             f"control.group {cfg.control.group!r} is not wired into the training loop; use dynamic_sampling or gfpo"
         )
+
+
+def _check_multi_turn(params: dict[str, Any]) -> None:
+    from gfcr.generate.envs import ENVS
+
+    extra = sorted(set(params) - set(MULTI_TURN_PARAMS))
+    if extra:
+        raise TrainError(
+            f"generate.params {extra} are not multi_turn options; give only {list(MULTI_TURN_PARAMS)} "
+            "(k, temperature and max_tokens are set in generate itself; max_tokens is per turn)"
+        )
+    env = params.get("env")
+    if not isinstance(env, str) or not (env in ENVS or ":" in env):
+        raise TrainError(
+            f"generate.topology multi_turn needs generate.params.env: one of {sorted(ENVS)} or 'pkg.module:Class' "
+            f"(got {env!r}), e.g. generate: {{topology: multi_turn, params: {{env: calculator, max_turns: 3}}}}"
+        )
+    mt = params.get("max_turns", 4)
+    if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
+        raise TrainError(f"generate.params.max_turns must be an integer >= 1, got {mt!r}")
 
 
 def evaluate_policy(t: Trainer) -> Any:
