@@ -85,7 +85,7 @@ def _in_list(col: str, values: Iterable[Any]) -> str:
 
 def _is_conflict(e: BaseException) -> bool:
     msg = str(e).lower()
-    return "conflict" in msg or "retryable" in msg or "commit" in msg and "retry" in msg
+    return "conflict" in msg or "retryable" in msg or ("commit" in msg and "retry" in msg)
 
 
 def _retry(fn: Callable[[], T], attempts: int = 20) -> T:
