@@ -424,6 +424,21 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
 
 
+def _lenient_default(o: Any) -> Any:
+    try:
+        return _json_default(o)
+    except TypeError:
+        if isinstance(o, set | frozenset):
+            return list(o)
+        return str(o)
+
+
+def json_safe(x: Any) -> Any:
+    """``x`` as plain JSON data: numpy scalars/arrays and datetimes converted, sets as lists, anything
+    else as its ``str``. For free-form evidence and env/task info that goes into JSON fields."""
+    return json.loads(json.dumps(x, default=_lenient_default))
+
+
 def _list_array(arrays: list[np.ndarray], value_type: pa.DataType, np_dtype: np.dtype) -> pa.Array:
     lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
     offsets = np.zeros(len(arrays) + 1, dtype=np.int32 if lengths.sum() < 2**31 - 1 else np.int64)

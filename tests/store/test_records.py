@@ -67,3 +67,17 @@ def test_audit_roundtrip_and_validation():
     a.excluded[0].category = "nonsense"
     with pytest.raises(RecordError, match="category"):
         a.validate()
+
+
+def test_json_safe_converts_numpy_dates_sets_and_unknowns():
+    from datetime import UTC, datetime
+
+    from gfcr.records import json_safe
+
+    class Odd:
+        def __str__(self):
+            return "odd"
+
+    out = json_safe({"a": np.int64(3), "b": np.float32(0.5), "c": np.arange(2), "d": {1}, "e": (1, 2),
+                     "t": datetime(2026, 1, 2, tzinfo=UTC), "o": Odd()})
+    assert out == {"a": 3, "b": 0.5, "c": [0, 1], "d": [1], "e": [1, 2], "t": "2026-01-02T00:00:00+00:00", "o": "odd"}

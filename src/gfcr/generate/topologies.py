@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gfcr.generate.engines.base import Engine, GenRequest, GenResult, SamplingParams
-from gfcr.records import CONTEXT, GENERATED, Cost, Message, Prompt, Rollout
+from gfcr.records import CONTEXT, GENERATED, Cost, Message, Prompt, Rollout, json_safe
 
 
 class Topology(Protocol):
@@ -626,7 +626,7 @@ class MultiTurn:
                 sample_index=e["i"], finish_reason=e["finish"],
                 sampling=self.params.to_record(engine.name) | {"max_turns": self.max_turns, "env": env_name},
                 cost=Cost(prompt_tokens=e["n_prompt"], gen_tokens=n_gen, latency_s=e["latency"]),
-                meta=e["meta"] | {"turns": e["turns"], "env": env_name, "env_info": _jsonable(e["info"])},
+                meta=e["meta"] | {"turns": e["turns"], "env": env_name, "env_info": json_safe(e["info"])},
             ))
         return out
 
@@ -650,12 +650,6 @@ def _extend_context(tok: Any, e: dict[str, Any], add_generation_prompt: bool) ->
         e["role"] += [CONTEXT] * len(ext)
         e["lps"] += [0.0] * len(ext)
     return True
-
-
-def _jsonable(x: Any) -> Any:
-    import json
-
-    return json.loads(json.dumps(x, default=str))
 
 
 TOPOLOGIES: dict[str, type] = {"group": Group, "tree": EPTree, "multi_turn": MultiTurn}

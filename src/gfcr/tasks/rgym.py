@@ -9,17 +9,12 @@ dataset's own scorer later from the store alone. reasoning-gym scorers are stric
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
-from gfcr.records import Message, Prompt
+from gfcr.records import Message, Prompt, json_safe
 from gfcr.tasks import ListSource
 
 INSTRUCTION = "{question}\n\nThink step by step, then finish with a final line of the form 'Answer: <answer>'."
-
-
-def _jsonable(x: Any) -> Any:
-    return json.loads(json.dumps(x, default=lambda o: list(o) if isinstance(o, tuple | set) else str(o)))
 
 
 def make_reasoning_gym(
@@ -42,7 +37,7 @@ def make_reasoning_gym(
         raise ValueError(f"reasoning-gym could not create dataset {dataset!r} with config {config}: {e}") from e
     out = []
     for i in range(n):
-        entry = _jsonable(ds[i])
+        entry = json_safe(ds[i])
         q = entry["question"]
         pid = "rg-" + hashlib.blake2b(f"{dataset}|{q}".encode(), digest_size=8).hexdigest()
         md = entry.get("metadata", {}) or {}

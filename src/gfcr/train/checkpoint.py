@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gfcr.train.metrics import jsonable as _jsonable
+from gfcr.records import json_safe
 
 CKPT_DIR = "checkpoints"
 STATE_FILE = "loop_state.json"
@@ -45,7 +45,7 @@ def save_checkpoint(t: Any, step: int) -> Path:
         "buffer": t.buffer.state_dict() if t.buffer is not None else None,
         "store_version": t.store.version,
     }
-    (tmp / STATE_FILE).write_text(json.dumps(state, default=_jsonable))
+    (tmp / STATE_FILE).write_text(json.dumps(json_safe(state)))
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

@@ -49,18 +49,6 @@ def step_metrics(step: int, generated: list[list[Rollout]], kept: list[list[Roll
 # ---------------------------------------------------------------------------------------------
 
 
-def jsonable(x: Any) -> Any:
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, dict | list | str | int | float | bool) or x is None:
-        return x
-    return str(x)
-
-
 def truncate_metrics(path: Path, start_step: int) -> None:
     """Drop metric rows of steps >= start_step (they are redone after a resume)."""
     if not path.exists():
