@@ -33,6 +33,7 @@ ROOMS = (
     "gfcr.train.cli",
     "gfcr.ross.cli",
     "gfcr.diagnose.cli",
+    "gfcr.scale.cli",
 )
 
 for _mod in ROOMS:

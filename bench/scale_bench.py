@@ -1,0 +1,112 @@
+"""Verification throughput on Ray (gfcr.scale.ray_verify) at 1 and 2 workers vs in-process verify_many.
+
+Run: .venv/bin/python bench/scale_bench.py [--n 1000] [--repeat 2] [--verifier math] [--out bench/out/scale.json]
+
+All rows are measured in the same run, side by side (best of ``--repeat``), on the same rollouts in a fresh store. The
+in-process baseline is ``verify_many(workers=1)`` (its math-verify worker warmed first); each
+``ray_verify`` call includes what a call costs: starting its actors, their math-verify worker's
+cold start, reading the store, sending chunks (no write: ``write=False``). The marginal rate
+``n / (t(2n) - t(n))`` removes the fixed start-up and shows the steady-state throughput. Ratios
+are to the in-process baseline. Starting the local Ray cluster is timed separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from gfcr.filters import verify_many
+from gfcr.filters.verifiers import get_verifier
+from gfcr.records import Message, Prompt, Rollout
+from gfcr.scale import init_ray, ray_verify
+from gfcr.store import RolloutStore
+
+
+def workload(n: int, seed: int = 0) -> tuple[list[Rollout], list[Prompt]]:
+    """``n`` fraction answers, about 60% equivalent to the gold in another form."""
+    rng = random.Random(seed)
+    rollouts, prompts = [], []
+    for i in range(n):
+        a, b = rng.randint(1, 60), rng.randint(2, 60)
+        prompts.append(Prompt(prompt_id=f"q{i}", task="math", messages=[Message("user", f"{a}/{b}?")],
+                              answer=f"\\frac{{{a}}}{{{b}}}"))
+        m = rng.randint(2, 4)
+        pred = f"\\frac{{{a * m}}}{{{b * m}}}" if rng.random() < 0.6 else f"{a / b + 0.25:.3f}"
+        rollouts.append(Rollout(run_id="bench", prompt_id=f"q{i}", task="math", token_ids=[1, 2], token_role=[0, 1],
+                                logprobs=[0.0, -0.1], messages=[Message("user", "q"),
+                                                                Message("assistant", f"Work.\nAnswer: {pred}")]))
+    return rollouts, prompts
+
+
+def timed(fn, repeat: int = 1) -> tuple[float, object]:
+    """Best wall time of ``repeat`` calls, and the last result."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000, help="Rollouts in the small set (the large one has 2n).")
+    ap.add_argument("--verifier", default="math")
+    ap.add_argument("--chunk-size", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=2, help="Best of this many runs per cell.")
+    ap.add_argument("--out", default="bench/out/scale.json")
+    args = ap.parse_args()
+
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        stores = {}
+        for n in (args.n, 2 * args.n):
+            rs, ps = workload(n)
+            st = RolloutStore.open(Path(tmp) / f"s{n}", create=True)
+            st.upsert_prompts(ps)
+            st.append(rs)
+            stores[n] = (st, ps)
+        v = get_verifier(args.verifier)
+        v.prepare(1)
+        verify_many(workload(4)[0], v, workload(4)[1])  # warm the in-process math-verify worker
+        t_init, _ = timed(lambda: init_ray(num_cpus=os.cpu_count()))
+        base = {}
+        for n, (st, ps) in stores.items():
+            def local(st=st, ps=ps):
+                return verify_many(st.rollouts(), v, ps, workers=1)
+            base[n], _ = timed(local, args.repeat)
+        rows.append({"what": "in-process verify_many, 1 worker", "t_n": base[args.n], "t_2n": base[2 * args.n]})
+        for w in (1, 2):
+            t = {}
+            for n, (st, _) in stores.items():
+                t[n], out = timed(lambda st=st, w=w: ray_verify(st, args.verifier, workers=w, chunk_size=args.chunk_size,
+                                                              write=False), args.repeat)
+            rows.append({"what": f"ray_verify, {w} worker(s)", "t_n": t[args.n], "t_2n": t[2 * args.n]})
+    n = args.n
+    for r in rows:
+        r["rate_n"] = n / r["t_n"]
+        r["rate_2n"] = 2 * n / r["t_2n"]
+        d = r["t_2n"] - r["t_n"]
+        r["marginal_rate"] = n / d if d > 0.05 * r["t_n"] else float("nan")  # nan: lost in the noise
+    b = rows[0]
+    for r in rows:
+        r["ratio_2n"] = r["rate_2n"] / b["rate_2n"]
+        r["ratio_marginal"] = r["marginal_rate"] / b["marginal_rate"]
+    load = os.getloadavg()
+    print(f"ray.init (local, {os.cpu_count()} CPUs): {t_init:.1f} s; load average {load[0]:.1f}; n = {n} / {2 * n}")
+    print(f"{'what':36s} {'t(n) s':>8s} {'t(2n) s':>8s} {'/s at 2n':>9s} {'marginal/s':>11s} {'x base 2n':>9s} {'x base marg':>11s}")
+    for r in rows:
+        print(f"{r['what']:36s} {r['t_n']:8.2f} {r['t_2n']:8.2f} {r['rate_2n']:9.1f} {r['marginal_rate']:11.1f} "
+              f"{r['ratio_2n']:9.2f} {r['ratio_marginal']:11.2f}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"n": n, "verifier": args.verifier, "ray_init_s": t_init, "load": load,
+                                          "cpus": os.cpu_count(), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
