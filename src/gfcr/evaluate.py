@@ -9,6 +9,11 @@ with ``n`` samples of which ``c`` are correct, ``pass@k = 1 − C(n−c, k) / C(
 prompts. It is unbiased for ``k ≤ n``; computed as a product to avoid huge binomials.
 avg@k is the mean per-sample accuracy ``c / n`` (the expected pass@1 under sampling).
 Confidence intervals are percentile bootstrap over prompts (prompts resampled with replacement).
+
+:func:`evaluate_episodes` is the multi-turn counterpart: each sample is a whole policy ↔ env episode
+(``gfcr.generate``'s ``MultiTurn`` topology, the same env and ``max_turns`` as training), judged by
+the verifier on its final assistant turn and/or the env's own success signal (``reward_source``),
+and summarised by the same :func:`summarize`.
 """
 
 from __future__ import annotations
@@ -237,19 +242,112 @@ def evaluate_model(
         g = run(SamplingParams(n=1, temperature=0.0, max_tokens=max_tokens, seed=seed))
         greedy_v = {pid: v[0] for pid, v in g.items()}
     res = summarize(sampled, greedy_v, ks=ks if k > 0 else None, n_boot=n_boot, seed=seed)
+    res.info.update(_run_info(engine, verify, prompts, k, temperature, top_p, max_tokens, seed, t0))
+    return res
+
+
+def _run_info(engine: Any, verify: Any, prompts: Sequence[Prompt], k: int, temperature: float, top_p: float,
+              max_tokens: int, seed: int, t0: float) -> dict[str, Any]:
+    """What an evaluation ran with (``EvalResult.info``)."""
+    return {
+        "engine": getattr(engine, "name", type(engine).__name__),
+        "policy_version": getattr(engine, "policy_version", "unknown"),
+        "k": k,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "verifier": getattr(verify, "__name__", "callable"),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "tasks": sorted({p.task for p in prompts}),
+    }
+
+
+def evaluate_episodes(
+    engine: Any,
+    prompts: Sequence[Prompt],
+    *,
+    env: str | Callable[[], Any],
+    max_turns: int = 4,
+    obs_role: str = "user",
+    k: int = 4,
+    ks: Sequence[int] | None = None,
+    verifier: str | VerifyFn = "numeric",
+    reward_source: str = "verifier",
+    env_weight: float = 0.5,
+    greedy: bool = True,
+    temperature: float = 0.7,
+    top_p: float = 1.0,
+    max_tokens: int = 128,
+    seed: int = 0,
+    n_boot: int = 1000,
+) -> EvalResult:
+    """Run ``k`` sampled (and one greedy) env episodes per prompt, judge each, summarize as pass@k.
+
+    ``env`` is an env name (``calculator``, ``python``), ``'pkg.module:Class'`` or a zero-argument
+    factory; ``max_turns`` and ``max_tokens`` (per turn) as in training. An episode counts as
+    correct when :func:`gfcr.generate.envs.episode_reward` under ``reward_source`` (``verifier``,
+    ``env``, ``env_or_verifier``, ``weighted``) gives ``verified = True``; the verifier sees the
+    final assistant turn. ``engine`` needs a local tokenizer (``engine.tokenizer``: hf, vllm).
+    ``info`` adds the env, ``max_turns``, ``reward_source``, and over all episodes run (sampled and
+    greedy) the mean number of turns, the share with an env signal and the finish reasons.
+    """
+    from gfcr.generate.engines.base import SamplingParams
+    from gfcr.generate.envs import REWARD_SOURCES, episode_reward, last_assistant_text, make_env
+    from gfcr.generate.topologies import MultiTurn
+
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    if k == 0 and not greedy:
+        raise ValueError("nothing to evaluate: k=0 and greedy=False")
+    if not prompts:
+        raise ValueError("no prompts to evaluate")
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    if reward_source not in REWARD_SOURCES:
+        raise ValueError(f"unknown reward_source {reward_source!r}; choose one of {list(REWARD_SOURCES)}")
+    verify = resolve_verifier(verifier)
+    factory = (lambda: make_env(env)) if isinstance(env, str) else env
+    by_id = {p.prompt_id: p for p in prompts}
+    if len(by_id) != len(prompts):
+        raise ValueError("prompt ids must be unique")
+    episodes: list[Any] = []
+
+    def run(n: int, params: SamplingParams, tag: str) -> dict[str, list[bool]]:
+        topo = MultiTurn(env=factory, k=n, max_turns=max_turns, params=params, seed=seed, obs_role=obs_role)
+        rs = topo.generate(engine, list(prompts), run_id=f"eval-{tag}")
+        out: dict[str, list[tuple[int, bool]]] = {pid: [] for pid in by_id}
+        for r in rs:
+            p = by_id[r.prompt_id]
+            v = bool(verify(p, last_assistant_text(r.messages)))
+            env_r, env_ok = r.signals.get("env_reward"), r.meta.get("env_success")
+            _, passed, _ = episode_reward(reward_source, float(v), v, env_r, env_ok, env_weight)
+            out[r.prompt_id].append((r.sample_index, passed is True))
+            episodes.append(r)
+        return {pid: [ok for _, ok in sorted(v)] for pid, v in out.items()}
+
+    t0 = time.perf_counter()
+    sampled: dict[str, list[bool]] = {}
+    if k > 0:
+        sampled = run(k, SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens), "sampled")
+    greedy_v: dict[str, bool] | None = None
+    if greedy:
+        g = run(1, SamplingParams(temperature=0.0, max_tokens=max_tokens), "greedy")
+        greedy_v = {pid: v[0] for pid, v in g.items()}
+    res = summarize(sampled, greedy_v, ks=ks if k > 0 else None, n_boot=n_boot, seed=seed)
+    finishes: dict[str, int] = {}
+    for r in episodes:
+        finishes[r.finish_reason] = finishes.get(r.finish_reason, 0) + 1
+    res.info.update(_run_info(engine, verify, prompts, k, temperature, top_p, max_tokens, seed, t0))
     res.info.update(
         {
-            "engine": getattr(engine, "name", type(engine).__name__),
-            "policy_version": getattr(engine, "policy_version", "unknown"),
-            "k": k,
-            "temperature": temperature,
-            "top_p": top_p,
-            "max_tokens": max_tokens,
-            "seed": seed,
-            "verifier": getattr(verify, "__name__", "callable"),
-            "seconds": round(time.perf_counter() - t0, 3),
-            "tasks": sorted({p.task for p in prompts}),
+            "env": episodes[0].meta.get("env", "env") if episodes else None,
+            "max_turns": max_turns,
+            "reward_source": reward_source,
+            "turns_mean": float(np.mean([r.meta["turns"] for r in episodes])) if episodes else None,
+            "env_signal_share": (float(np.mean(["env_reward" in r.signals for r in episodes]))
+                                 if episodes else None),
+            "finish_reasons": finishes,
         }
     )
     return res
-

@@ -541,6 +541,10 @@ class MultiTurn:
     and the episode closes with the template's end-of-turn text (context). A last observation sent
     with ``done`` is never seen by the policy: it goes to ``meta["final_observation"]``.
 
+    An env that judges the episode (``info["success"]`` / ``info["reward"]`` from ``step``, see
+    :mod:`gfcr.generate.envs`) gets its latest values stored as ``signals["env_reward"]`` and
+    ``meta["env_success"]``; an env that reports neither leaves both out.
+
     Departure: episodes are run one turn at a time for all prompts together (one engine call per
     turn); the group of ``k`` episodes per prompt shares a ``group_id``.
     """
@@ -558,6 +562,8 @@ class MultiTurn:
         self.obs_role = obs_role
 
     def generate(self, engine: Engine, prompts: Sequence[Prompt], run_id: str, step: int = 0) -> list[Rollout]:
+        from gfcr.generate.envs import env_signal
+
         tok = _tokenizer(engine)
         if tok is None:
             raise ValueError("multi_turn needs an engine with a local tokenizer (hf, vllm) to keep tokens exact")
@@ -619,13 +625,17 @@ class MultiTurn:
             _extend_context(tok, e, add_generation_prompt=False)
             p = e["prompt"]
             n_gen = sum(1 for x in e["role"] if x == GENERATED)
+            env_reward, env_success = env_signal(e["info"], env_name)
+            signals = {} if env_reward is None else {"env_reward": env_reward}
+            if env_success is not None:
+                e["meta"]["env_success"] = env_success
             out.append(Rollout(
                 run_id=run_id, prompt_id=p.prompt_id, token_ids=e["ids"], token_role=e["role"], logprobs=e["lps"],
                 messages=e["msgs"], task=p.task,
                 step=step, policy_version=version, group_id=group_id_of(p.prompt_id, step, run_id),
                 sample_index=e["i"], finish_reason=e["finish"],
                 sampling=self.params.to_record(engine.name) | {"max_turns": self.max_turns, "env": env_name},
-                cost=Cost(prompt_tokens=e["n_prompt"], gen_tokens=n_gen, latency_s=e["latency"]),
+                cost=Cost(prompt_tokens=e["n_prompt"], gen_tokens=n_gen, latency_s=e["latency"]), signals=signals,
                 meta=e["meta"] | {"turns": e["turns"], "env": env_name, "env_info": json_safe(e["info"])},
             ))
         return out

@@ -77,12 +77,32 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed", help="Seed for prompts and sampling.")] = 0,
         device: Annotated[str, typer.Option("--device", help="torch device.")] = "cpu",
         out: Annotated[Path | None, typer.Option("--out", help="Write the JSON result here (default: stdout).")] = None,
+        env: Annotated[str | None, typer.Option("--env", help="Evaluate multi-turn episodes against this env (calculator, python or pkg.module:Class) instead of single answers.")] = None,
+        max_turns: Annotated[int, typer.Option("--max-turns", help="With --env: most policy turns per episode (--max-tokens is per turn).")] = 4,
+        obs_role: Annotated[str, typer.Option("--obs-role", help="With --env: chat role of the env's observations.")] = "user",
+        reward_source: Annotated[str, typer.Option("--reward-source", help="With --env: what counts as solved: verifier (final turn), env (the env's success), env_or_verifier, weighted.")] = "verifier",
+        env_weight: Annotated[float, typer.Option("--env-weight", help="With --env and --reward-source weighted: the env's weight in [0, 1].")] = 0.5,
     ) -> None:
-        """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON)."""
-        from gfcr.evaluate import evaluate_model
+        """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON).
+        With --env, each sample is a whole policy-env episode (as in multi_turn training)."""
+        from gfcr.evaluate import evaluate_episodes, evaluate_model
         from gfcr.generate.engines.hf import HFEngine
+        from gfcr.generate.envs import REWARD_SOURCES, make_env
         from gfcr.tasks import make_source
 
+        if env is None and (max_turns != 4 or obs_role != "user" or reward_source != "verifier" or env_weight != 0.5):
+            _fail("--max-turns, --obs-role, --reward-source and --env-weight apply to multi-turn episodes: add --env NAME")
+        if env is not None:
+            try:
+                make_env(env)  # fail before the model is loaded
+            except (ValueError, ImportError, AttributeError, TypeError) as e:
+                _fail(f"--env {env!r} could not be built: {e}")
+            if max_turns < 1:
+                _fail(f"--max-turns must be >= 1, got {max_turns}")
+            if reward_source not in REWARD_SOURCES:
+                _fail(f"--reward-source {reward_source!r}: choose one of {list(REWARD_SOURCES)}")
+            if not 0.0 <= env_weight <= 1.0:
+                _fail(f"--env-weight must lie in [0, 1], got {env_weight}")
         kw = _parse_sets(task_arg)
         prompts = []
         try:
@@ -93,8 +113,13 @@ def register(app: typer.Typer) -> None:
         if not prompts:
             _fail("no prompts to evaluate")
         engine = HFEngine(None if model == "default" else model, device=device)
-        res = evaluate_model(engine, prompts, k=k, verifier=verifier, greedy=not no_greedy,
-                             temperature=temperature, max_tokens=max_tokens, seed=seed)
+        if env is not None:
+            res = evaluate_episodes(engine, prompts, env=env, max_turns=max_turns, obs_role=obs_role, k=k,
+                                    verifier=verifier, reward_source=reward_source, env_weight=env_weight,
+                                    greedy=not no_greedy, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        else:
+            res = evaluate_model(engine, prompts, k=k, verifier=verifier, greedy=not no_greedy,
+                                 temperature=temperature, max_tokens=max_tokens, seed=seed)
         res.info["model"] = model
         if out is not None:
             res.save(out)
