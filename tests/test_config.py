@@ -1,7 +1,7 @@
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from gfcr.config import ConfigError, load_config_model, parse_sets
+from gfcr.config import ConfigError, load_config_model, parse_sets, read_yaml_mapping
 
 
 class Inner(BaseModel):
@@ -37,3 +37,12 @@ def test_yaml_overrides_and_errors(tmp_path):
         load_config_model(Outer, tmp_path / "list.yaml")
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_sets(["novalue"])
+
+
+def test_a_key_given_twice_is_an_error_not_a_silent_override(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("a: 1\nb:\n  x: 1\n  y: 2\n  x: 3\n")
+    with pytest.raises(ConfigError, match=r"'x' appears twice in one mapping \(lines 3 and 5\)"):
+        read_yaml_mapping(p)
+    p.write_text("a: 1\nb: {x: 1, y: 2}\n")
+    assert read_yaml_mapping(p) == {"a": 1, "b": {"x": 1, "y": 2}}

@@ -67,11 +67,22 @@ def test_resume_refuses_changed_config(tiny_dir, tmp_path):
         train(changed, resume=d, progress=False)
 
 
-def test_non_hf_engine_is_refused(tiny_dir, tmp_path):
+def test_unusable_engines_are_refused_before_anything_is_written(tiny_dir, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
     cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"generate.engine": "vllm"})
-    with pytest.raises(TrainError, match="weight sync"):
+    with pytest.raises(TrainError, match=r"pip install 'gfcr\[vllm\]'"):
         train(cfg, run_dir=tmp_path / "r", progress=False)
-    assert not (tmp_path / "r").exists()  # refused before anything is written
+    assert not (tmp_path / "r").exists()
+    from gfcr.generate.serve import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"generate.engine": "openai", "generate.engine_params": {"base_url": url}})
+    with pytest.raises(TrainError, match="no server answers"):
+        train(cfg, run_dir=tmp_path / "r", progress=False)
+    assert not (tmp_path / "r").exists()
 
 
 def test_dynamic_sampling_and_replay_are_wired(tiny_dir, tmp_path):

@@ -104,11 +104,30 @@ def serve_cmd(
     port: int = typer.Option(8000, help="Port."),
     name: Optional[str] = typer.Option(None, help="Served model name (default: the --model value or 'default')."),  # noqa: UP045
     device: str = typer.Option("cpu", help="cpu or cuda."),
+    allow_weight_updates: bool = typer.Option(
+        False, help="Enable POST /gfcr/weights so a trainer (gfcr train with engine openai, sync http) can load new "
+                    "weights from a safetensors file the server can read."),
+    admin_token: Optional[str] = typer.Option(  # noqa: UP045
+        None, envvar="GFCR_SERVE_ADMIN_TOKEN", help="Require 'Authorization: Bearer TOKEN' on /gfcr/weights."),
+    max_batch: int = typer.Option(32, "--max-batch", min=1,
+                                  help="Most sequences (sum of n over merged requests) per engine call."),
+    batch_wait_ms: float = typer.Option(
+        20.0, "--batch-wait-ms", min=0.0,
+        help="How long a request waits for others to share its engine call (0 = one request at a time)."),
+    batch_seeded: bool = typer.Option(
+        False, "--batch-seeded",
+        help="Let seeded requests share calls too (faster for RL; same tokens only up to float rounding)."),
 ) -> None:
     """Serve a model over an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models)."""
     from gfcr.generate.serve import serve
 
-    serve(model, host=host, port=port, model_name=name, device=device)
+    if allow_weight_updates and host not in ("127.0.0.1", "localhost", "::1") and not admin_token:
+        typer.echo("error: --allow-weight-updates on a non-loopback address needs --admin-token "
+                   "(or GFCR_SERVE_ADMIN_TOKEN): anyone who can reach the port could swap the weights", err=True)
+        raise typer.Exit(2)
+    serve(model, host=host, port=port, model_name=name, device=device,
+          allow_weight_updates=allow_weight_updates, admin_token=admin_token,
+          max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded)
 
 
 def register(app: typer.Typer) -> None:

@@ -31,7 +31,10 @@ class TaskConfig(_Strict):
 
 
 class GenerateConfig(_Strict):
-    engine: Literal["hf", "vllm", "openai"] = Field("hf", description="Generation engine; 'hf' samples with the policy being trained in place.")
+    engine: Literal["hf", "vllm", "openai"] = Field("hf", description="Generation engine: 'hf' (transformers; samples with the policy being trained in place unless sync is 'copy'), 'vllm' (in-process vLLM on the same GPU, weights copied after each update), 'openai' (a `gfcr serve --allow-weight-updates` server, weights pushed over HTTP through a safetensors file).")
+    engine_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the engine. openai: base_url (required), model, max_concurrency, timeout_s; api_key_env names an environment variable holding the key (keys are never written into the run folder). vllm: vllm.LLM arguments (gpu_memory_utilization, max_model_len, dtype, enforce_eager...). hf with sync 'copy': dtype of the sampling copy (e.g. bfloat16).")
+    sync: Literal["auto", "in_place", "copy", "http"] = Field("auto", description="How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: nothing moves), 'copy' (an in-process engine with its own weights loads the state dict: hf copy, vllm), 'http' (POST to gfcr serve). 'auto': in_place for hf, copy for vllm, http for openai.")
+    sync_every: int = Field(1, ge=1, description="Push weights to the engine every N updates (N > 1: rollouts up to N-1 updates stale, recorded in policy_version; the truncated-IS/clipped ratio corrects them). The last step always pushes. Needs sync 'copy' or 'http'.")
     topology: Literal["group", "tree", "multi_turn"] = Field("group", description="Rollout topology in gfcr.generate: 'group' (K samples per prompt, group advantages) or 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac goes in params and k is ignored) or 'multi_turn' (K policy-env episodes per prompt, group advantages on the policy's tokens only; env and max_turns go in params, max_tokens is per turn).")
     k: int = Field(4, ge=1, description="Rollouts per prompt (group size K).")
     prompts_per_step: int = Field(4, ge=1, description="Prompts selected per training step.")
@@ -47,6 +50,8 @@ class VerifyConfig(_Strict):
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the verifier.")
     format_pattern: str = Field(r"(?im)^\s*answer:\s*-?[\d,.]+", description="Regex of the requested answer format; a match sets the 'format' signal to 1.")
     format_bonus: float = Field(0.0, ge=0.0, description="Reward added when the format matches (0 = off; the format signal is recorded either way).")
+    reward_source: Literal["verifier", "env", "env_or_verifier", "weighted"] = Field("verifier", description="Where a multi_turn episode's reward comes from: 'verifier' (the verifier on the final assistant turn), 'env' (the env's own info['reward'/'success']; 0 when it reports nothing), 'env_or_verifier' (the env's when it reported, else the verifier's) or 'weighted' (env_weight*env + (1-env_weight)*verifier). Only multi_turn episodes carry an env signal; other topologies need 'verifier'. The format bonus is added on top either way.")
+    env_weight: float = Field(0.5, ge=0.0, le=1.0, description="Weight of the env's reward under reward_source 'weighted' (the verifier's score gets 1 - env_weight).")
 
 
 class SignalsConfig(_Strict):
@@ -133,6 +138,24 @@ class TrainConfig(_Strict):
             raise ValueError("replay.per_step > 0 needs replay.buffer (a buffer name)")
         if not self.tasks:
             raise ValueError("tasks: name at least one task source")
+        if self.verify.reward_source != "verifier" and self.generate.topology != "multi_turn":
+            raise ValueError(f"verify.reward_source {self.verify.reward_source!r} reads the env's own verdict, which "
+                             "only multi-turn episodes have: set generate.topology: multi_turn, or reward_source: verifier")
+        g = self.generate
+        if g.sync == "auto":
+            g.sync = {"hf": "in_place", "vllm": "copy", "openai": "http"}[g.engine]
+        allowed = {"hf": ("in_place", "copy"), "vllm": ("copy",), "openai": ("http",)}[g.engine]
+        if g.sync not in allowed:
+            raise ValueError(f"generate.sync {g.sync!r} does not work with engine {g.engine!r}; use one of {list(allowed)}")
+        if g.sync == "in_place" and g.sync_every != 1:
+            raise ValueError("generate.sync_every > 1 needs an engine with its own weights (sync 'copy' or 'http'): "
+                             "an in-place hf engine always samples with the current weights")
+        if "api_key" in g.engine_params:
+            raise ValueError("generate.engine_params.api_key: give api_key_env (the name of an environment variable) "
+                             "instead, so the key is not written into the run folder's config.yaml")
+        if g.engine == "openai" and not g.engine_params.get("base_url"):
+            raise ValueError("engine 'openai' needs generate.engine_params.base_url, e.g. http://127.0.0.1:8000/v1 of a "
+                             "`gfcr serve --allow-weight-updates` server")
         return self
 
 

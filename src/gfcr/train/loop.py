@@ -3,9 +3,11 @@
 Each step ``s`` (0-based) runs these stages, each timed (``seconds/<stage>`` in the metrics):
 
     select    PromptSelector.select(n)                       (gfcr.control, by name)
-    generate  group, tree or multi_turn topology over the hf engine (policy in place)  (gfcr.generate)
+    generate  group, tree or multi_turn topology over the engine   (gfcr.generate: hf on the policy
+              in place, or an engine with its own weights: an hf copy, vllm, a gfcr serve server)
     verify    Verifier.verify → reward, verified, format signal     (gfcr.filters, by name; a
-              multi_turn episode is judged on its final assistant turn)
+              multi_turn episode is judged on its final assistant turn,
+              or by the env itself: verify.reward_source)
     signals   advantages (group / multi_turn: GRPO / Dr.GRPO / RLOO over the K samples or episodes
               of a prompt; tree: TreeRL per token), overlong shaping
     entropy   signals["entropy"]: mean token entropy of each rollout under the sampling policy
@@ -15,6 +17,8 @@ Each step ``s`` (0-based) runs these stages, each timed (``seconds/<stage>`` in 
     update    PolicyTrainer.update(batch)                      (gfcr.train)
     annotate  replayed rows get meta["replayed_at_step"] (+ the importance weight) via store.update
     observe   selector.observe(prompt, rewards); selector.save(store); buffer.add
+    sync      push the new weights to the engine (every generate.sync_every steps and at the last
+              one; gfcr.generate.sync: in_place / copy / http); rollouts record the engine's version
     checkpoint safetensors + optimizer + loop state, atomically renamed into place
 
 Randomness is derived from ``(seed, step)``, so a resumed run draws the same prompts and samples as
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -115,8 +120,9 @@ def longest_generated_run(token_role: np.ndarray) -> int:
 
 def final_turn_text(r: Rollout) -> str:
     """The last assistant message of a rollout (its final answer; ``""`` when it has none)."""
-    turns = [m.content for m in r.messages if m.role == "assistant"]
-    return turns[-1] if turns else ""
+    from gfcr.generate.envs import last_assistant_text
+
+    return last_assistant_text(r.messages)
 
 
 def step_rng(seed: int, step: int, stage: str) -> np.random.Generator:
@@ -203,7 +209,6 @@ class Trainer:
 
         from gfcr.control.selectors import make_selector
         from gfcr.filters.verifiers import get_verifier
-        from gfcr.generate.engines.hf import HFEngine
         from gfcr.models import resolve_model
         from gfcr.store import RolloutStore
         from gfcr.train.trainer import PolicyTrainer
@@ -257,7 +262,7 @@ class Trainer:
                 p.requires_grad_(False)
         self.trainer = PolicyTrainer(self.model, cfg.loss, cfg.optim, self.tokenizer.pad_token_id,
                                      temperature=cfg.generate.temperature, ref_model=ref)
-        self.engine = HFEngine(self.model, tokenizer=self.tokenizer, device=cfg.device, max_batch=cfg.generate.max_batch)
+        self.engine = self._make_engine()
         if ckpt is not None:
             state = json.loads((ckpt / STATE_FILE).read_text())
             self.start_step = int(state["step"]) + 1
@@ -273,10 +278,40 @@ class Trainer:
             from gfcr.models import model_hash
 
             self.policy_version = f"s0-{model_hash(self.model, 8)}"
-        self.engine.set_policy_version(self.policy_version)
+        from gfcr.generate.sync import make_sync
+
+        self.sync = make_sync(cfg.generate.sync, self.engine, folder=self.run_dir / "sync",
+                              admin_token=os.environ.get("GFCR_SERVE_ADMIN_TOKEN"))
+        self.sync.push(self.model, self.policy_version)  # the engine starts from the trainer's weights
         self.metrics_path = self.run_dir / "metrics.jsonl"
         truncate_metrics(self.metrics_path, self.start_step)
         self.tb = tensorboard_writer(self.run_dir) if cfg.tensorboard else None
+
+    def _make_engine(self) -> Any:
+        """The sampling engine of ``generate.engine`` (see :mod:`gfcr.generate.sync` for how weights reach it)."""
+        from gfcr.generate.engines.hf import HFEngine
+
+        cfg, g = self.cfg, self.cfg.generate
+        kw = dict(g.engine_params)
+        if g.engine == "hf" and g.sync == "in_place":
+            if kw:
+                raise TrainError(f"generate.engine_params {sorted(kw)}: the in-place hf engine takes none "
+                                 "(set sync: copy for a separate sampling copy, e.g. engine_params: {dtype: bfloat16})")
+            return HFEngine(self.model, tokenizer=self.tokenizer, device=cfg.device, max_batch=g.max_batch)
+        if g.engine == "hf":
+            return HFEngine(self.model_path, tokenizer=self.tokenizer, device=cfg.device, max_batch=g.max_batch,
+                            policy_version="unsynced", **kw)
+        if g.engine == "vllm":
+            from gfcr.generate.engines.vllm import VLLMEngine
+
+            return VLLMEngine(self.model_path, policy_version="unsynced", weight_sync=True, **kw)
+        from gfcr.generate.engines.openai import OpenAIEngine
+
+        key_env = kw.pop("api_key_env", None)
+        if key_env is not None and key_env not in os.environ:
+            raise TrainError(f"generate.engine_params.api_key_env: environment variable {key_env!r} is not set")
+        return OpenAIEngine(tokenizer=self.tokenizer, policy_version="unsynced",
+                            api_key=os.environ[key_env] if key_env else None, **kw)
 
     def _trained_rollouts(self, a: int, b: int) -> list[Rollout]:
         if b < a:
@@ -302,10 +337,21 @@ class Trainer:
         return list(groups.values())
 
     def _verify(self, groups: list[list[Rollout]]) -> None:
+        """reward, verified, ``verifier`` evidence and the format signal of every rollout. A multi_turn
+        episode is judged on its final assistant turn, and its reward comes from ``verify.reward_source``
+        (:func:`gfcr.generate.envs.episode_reward`): ``r.verifier`` then also records ``reward_source``
+        (configured), ``reward_from`` (what decided) and the env's ``env_reward`` / ``env_success``."""
         from gfcr.filters.apply import verdict_record
+        from gfcr.generate.envs import episode_reward
 
-        bonus = self.cfg.verify.format_bonus
+        vc = self.cfg.verify
+        bonus = vc.format_bonus
         multi_turn = self.cfg.generate.topology == "multi_turn"
+        if vc.reward_source != "verifier" and not multi_turn:
+            raise TrainError(
+                f"verify.reward_source {vc.reward_source!r} reads the env's success signal, which only "
+                f"multi_turn episodes have; use reward_source 'verifier' with topology {self.cfg.generate.topology!r}"
+            )
         for grp in groups:
             for r in grp:
                 p = self.prompt_by_id[r.prompt_id]
@@ -315,7 +361,15 @@ class Trainer:
                 r.verified = v.passed
                 r.verifier = verdict_record(self.verifier, v)
                 r.signals["format"] = float(f.score)
-                r.reward = float(v.score) + bonus * float(f.score)
+                score = float(v.score)
+                if multi_turn:
+                    env_reward, env_success = r.signals.get("env_reward"), r.meta.get("env_success")
+                    score, r.verified, used = episode_reward(vc.reward_source, float(v.score), v.passed,
+                                                             env_reward, env_success, vc.env_weight)
+                    r.verifier |= {"reward_source": vc.reward_source, "reward_from": used,
+                                   "env_reward": env_reward, "env_success": env_success}
+                    r.signals["verifier_score"] = float(v.score)
+                r.reward = score + bonus * float(f.score)
 
     def _signals(self, groups: list[list[Rollout]]) -> None:
         """Overlong shaping, then ``signals["advantage"]``: the group advantage, or for a tree the mean of
@@ -478,8 +532,11 @@ class Trainer:
                     from gfcr.models import model_hash
 
                     self.policy_version = f"s{step + 1}-{model_hash(self.model, 8)}"
-                    self.engine.set_policy_version(self.policy_version)
                     is_last = step == cfg.steps - 1 or step == end - 1
+                if (step + 1) % cfg.generate.sync_every == 0 or is_last:
+                    with timer("sync"):
+                        self.sync.push(self.model, self.policy_version)
+                with timer("checkpoint"):
                     if (step + 1) % cfg.checkpoint.every == 0 or is_last:
                         ckpt = save_checkpoint(self, step)
                 last = step_metrics(step, generated, kept, replayed, ustats, timer.seconds, info)
@@ -593,15 +650,32 @@ def _check_supported(cfg: TrainConfig) -> None:
             "control.group 'gfpo' keeps a subset of each group, which would cut a tree's leaves out from under "
             "its TreeRL advantages; use dynamic_sampling (it keeps or drops whole trees) or no group control"
         )
-    if cfg.generate.engine != "hf":
-        raise TrainError(
-            f"generate.engine {cfg.generate.engine!r}: the training loop samples with the policy in place "
-            "('hf'); weight sync to a vllm/openai server is not implemented yet"
-        )
+    if cfg.generate.engine == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise TrainError("generate.engine 'vllm' needs vllm installed: pip install 'gfcr[vllm]' on a GPU machine "
+                             "(or use engine: hf)")
+    if cfg.generate.engine == "openai":
+        _check_server(cfg.generate.engine_params)
     if cfg.control.group not in (None, "dynamic_sampling", "gfpo"):
         raise TrainError(
             f"control.group {cfg.control.group!r} is not wired into the training loop; use dynamic_sampling or gfpo"
         )
+
+
+def _check_server(params: dict[str, Any]) -> None:
+    """Fail before anything is written when the openai engine's server does not answer."""
+    import httpx
+
+    url = str(params["base_url"]).rstrip("/") + "/models"
+    try:
+        resp = httpx.get(url, timeout=10.0)
+    except httpx.TransportError as e:
+        raise TrainError(f"generate.engine_params.base_url: no server answers at {url} ({type(e).__name__}); start "
+                         "one with `gfcr serve --model MODEL --allow-weight-updates` first") from e
+    if resp.status_code != 200:
+        raise TrainError(f"generate.engine_params.base_url: GET {url} -> HTTP {resp.status_code}")
 
 
 def _check_multi_turn(params: dict[str, Any]) -> None:
@@ -625,17 +699,27 @@ def _check_multi_turn(params: dict[str, Any]) -> None:
 
 
 def evaluate_policy(t: Trainer) -> Any:
-    """Evaluate the run's current policy on its held-out prompts with the run's verifier."""
-    from gfcr.evaluate import evaluate_model
+    """Evaluate the run's current policy on its held-out prompts with the run's verifier. A multi_turn
+    run is evaluated on the same env episodes it trains on (same env, ``max_turns``, ``obs_role``,
+    and ``verify.reward_source`` deciding what counts as solved): :func:`gfcr.evaluate.evaluate_episodes`."""
+    from gfcr.evaluate import evaluate_episodes, evaluate_model
 
-    e = t.cfg.eval
+    e, g = t.cfg.eval, t.cfg.generate
     verifier = t.verifier
 
     def verify(p: Prompt, text: str) -> bool:
         return bool(verifier.verify(text, answer=p.answer, tests=p.tests).passed)
 
     verify.__name__ = t.cfg.verify.verifier
+    max_tokens = e.max_tokens or g.max_tokens
+    if g.topology == "multi_turn":
+        return evaluate_episodes(
+            t.engine, t.eval_prompts, env=g.params["env"], max_turns=g.params.get("max_turns", 4),
+            obs_role=g.params.get("obs_role", "user"), k=e.k, verifier=verify,
+            reward_source=t.cfg.verify.reward_source, env_weight=t.cfg.verify.env_weight, greedy=e.greedy,
+            temperature=e.temperature, max_tokens=max_tokens, seed=t.cfg.seed,
+        )
     return evaluate_model(
         t.engine, t.eval_prompts, k=e.k, verifier=verify, greedy=e.greedy, temperature=e.temperature,
-        max_tokens=e.max_tokens or t.cfg.generate.max_tokens, seed=t.cfg.seed, batch_size=t.cfg.generate.max_batch,
+        max_tokens=max_tokens, seed=t.cfg.seed, batch_size=g.max_batch,
     )

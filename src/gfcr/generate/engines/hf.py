@@ -121,9 +121,13 @@ class HFEngine:
         return self._version
 
     def load_weights(self, weights: Any, policy_version: str | None = None) -> None:
-        """Load new weights (a state dict or a model whose state dict to copy); resets the version."""
+        """Load new weights (a state dict or a model whose state dict to copy), cast to this engine's
+        dtype; all or nothing (:func:`gfcr.generate.sync.check_state_dict`). ``policy_version``: the
+        new version string (``None``: the weights hash, computed on next use)."""
+        from gfcr.generate.sync import load_state_dict_checked
+
         sd = weights.state_dict() if hasattr(weights, "state_dict") else weights
-        self.model.load_state_dict(sd)
+        load_state_dict_checked(self.model, sd)
         self._version = policy_version
 
     def set_policy_version(self, version: str | None) -> None:

@@ -66,6 +66,11 @@ class OpenAIEngine:
     def close(self) -> None:
         self._client.close()
 
+    def set_policy_version(self, version: str) -> None:
+        """The version recorded with rollouts from now on (set by :class:`gfcr.generate.sync.HTTPSync`
+        after the server loaded new weights)."""
+        self.policy_version = version
+
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         import httpx
 

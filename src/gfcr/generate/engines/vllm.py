@@ -4,10 +4,17 @@ Prompts are passed as token ids; each sample's ids and the log-prob of each samp
 from vLLM's output. ``logprobs_mode="processed_logprobs"`` is requested (vLLM >= 0.10) so the
 log-probs are those of the distribution sampled from (after temperature/top-p), as in ``hf``;
 with older vLLM they are the raw model log-probs and ``meta["logprobs_mode"]`` says so.
+
+Weight sync (RL with the trainer in the same process, "colocated"): :meth:`VLLMEngine.load_weights`
+hands the trainer's state dict (HF names) to the vLLM model's own ``load_weights``, which maps HF
+names onto vLLM's fused layers, then resets the prefix cache so no cached KV of the old weights is
+reused. This needs the model in this process: build the engine with ``weight_sync=True``, which sets
+``VLLM_ENABLE_V1_MULTIPROCESSING=0`` before vLLM starts (TRL's colocate mode does the same).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -21,7 +28,10 @@ class VLLMEngine:
 
     name = "vllm"
 
-    def __init__(self, model: Any = None, policy_version: str | None = None, **llm_kwargs: Any):
+    def __init__(self, model: Any = None, policy_version: str | None = None, weight_sync: bool = False,
+                 **llm_kwargs: Any):
+        if weight_sync:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         try:
             import vllm
         except ImportError as e:
@@ -41,6 +51,25 @@ class VLLMEngine:
         self.policy_version = policy_version or model_hash(path)
         eos = self.tokenizer.eos_token_id
         self.eos_ids = {int(eos)} if eos is not None else set()
+
+    def set_policy_version(self, version: str) -> None:
+        self.policy_version = version
+
+    def load_weights(self, weights: Any, policy_version: str | None = None) -> None:
+        """Load a state dict (HF names, any dtype/device) or a model's weights into the running vLLM model."""
+        sd = weights.state_dict() if hasattr(weights, "state_dict") else weights
+        target = vllm_model(self.llm)
+        target.load_weights(weights=((k, v.detach()) for k, v in sd.items()))
+        reset = getattr(self.llm, "reset_prefix_cache", None)
+        if callable(reset):
+            reset()
+        if policy_version is None:
+            from types import SimpleNamespace
+
+            from gfcr.models import model_hash
+
+            policy_version = model_hash(SimpleNamespace(state_dict=lambda: sd))
+        self.policy_version = policy_version
 
     def encode_messages(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
@@ -73,3 +102,27 @@ class VLLMEngine:
                 ))
             results.append(rs)
         return results
+
+
+#: attribute paths from ``vllm.LLM`` to the model in this process (V0 and V1 in-process executors)
+_MODEL_PATHS = (
+    ("llm_engine", "model_executor", "driver_worker", "model_runner", "model"),
+    ("llm_engine", "model_executor", "driver_worker", "worker", "model_runner", "model"),
+)
+
+
+def vllm_model(llm: Any) -> Any:
+    """The ``torch.nn.Module`` a ``vllm.LLM`` runs, when it runs in this process (has ``load_weights``)."""
+    from gfcr.generate.sync import WeightSyncError
+
+    for path in _MODEL_PATHS:
+        obj = llm
+        for attr in path:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        if obj is not None and callable(getattr(obj, "load_weights", None)):
+            return obj
+    raise WeightSyncError(
+        "cannot reach the vLLM model in this process to load weights: build the engine with weight_sync=True "
+        "(sets VLLM_ENABLE_V1_MULTIPROCESSING=0 before vLLM starts) and tensor_parallel_size=1")

@@ -1,0 +1,126 @@
+"""Benchmark (not a test): ``gfcr serve`` with dynamic batching off vs on, side by side in one run.
+
+    .venv/bin/python bench/serve_bench.py [--clients 16] [--max-tokens 32] [--wait-ms 20] [--threads 0]
+        [--rounds 2] [--seeded-check] [--out bench/out/serve_bench.json]
+
+On the default model (SmolLM2-135M-Instruct, fp32, CPU) one hf engine is served on loopback,
+alternately (``--rounds`` pairs, medians reported):
+``--batch-wait-ms 0`` (one request per engine call, the old behaviour) and ``--batch-wait-ms WAIT``
+(concurrent requests share calls). Each time, ``clients`` concurrent clients (the openai engine with
+``max_concurrency = clients``) ask for 1 greedy sample of ``max_tokens`` tokens on distinct prompts.
+Reports generated tokens/s, engine calls, and the ratio on/off; checks that both runs return the
+same tokens. ``--seeded-check`` adds two seeded (temperature 1) runs, alone vs ``--batch-seeded``,
+and counts samples whose tokens differ (the float-rounding caveat of batching seeded requests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+
+class _Counting:
+    """Delegates to an engine; counts generate calls and rows."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls = 0
+        self.rows: list[int] = []
+        self.call_s: list[float] = []
+
+    def __getattr__(self, k):
+        return getattr(self.inner, k)
+
+    def generate(self, reqs):
+        self.calls += 1
+        self.rows.append(sum(r.params.n for r in reqs))
+        t0 = time.perf_counter()
+        out = self.inner.generate(reqs)
+        self.call_s.append(round(time.perf_counter() - t0, 2))
+        return out
+
+
+def _run(engine, prompts, params, wait_ms: float, max_batch: int, batch_seeded: bool = False) -> dict:
+    from gfcr.generate.engines import GenRequest
+    from gfcr.generate.engines.openai import OpenAIEngine
+    from gfcr.generate.serve import serve_in_thread
+
+    counted = _Counting(engine)
+    with serve_in_thread(counted, model_name="bench", batch_wait_ms=wait_ms, max_batch=max_batch,
+                         batch_seeded=batch_seeded) as url:
+        client = OpenAIEngine(url, "bench", max_concurrency=len(prompts), max_retries=0, timeout_s=1800)
+        client.generate([GenRequest(prompt_ids=prompts[0], params=params[0].model_copy(update={"max_tokens": 2}))])
+        counted.calls, counted.rows, counted.call_s = 0, [], []
+        reqs = [GenRequest(prompt_ids=p, params=sp) for p, sp in zip(prompts, params, strict=True)]
+        t0 = time.perf_counter()
+        res = client.generate(reqs)
+        dt = time.perf_counter() - t0
+        client.close()
+    toks = [r[0].token_ids.tolist() for r in res]
+    n = sum(len(t) for t in toks)
+    return {"wait_ms": wait_ms, "batch_seeded": batch_seeded, "seconds": round(dt, 2), "tokens": n,
+            "tokens_per_s": round(n / dt, 2), "engine_calls": counted.calls, "rows_per_call": counted.rows, "call_seconds": counted.call_s,
+            "_tokens": toks}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="HF dir (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--wait-ms", type=float, default=20.0, help="--batch-wait-ms of the batching run")
+    ap.add_argument("--max-batch", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    ap.add_argument("--rounds", type=int, default=2, help="off/on pairs, alternated; medians are reported")
+    ap.add_argument("--seeded-check", action="store_true", help="also compare seeded samples alone vs batched")
+    ap.add_argument("--out", default="bench/out/serve_bench.json")
+    a = ap.parse_args()
+
+    import torch
+
+    from gfcr.generate.engines import SamplingParams
+    from gfcr.generate.engines.hf import HFEngine
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    engine = HFEngine(a.model, max_batch=a.max_batch)
+    prompts = [engine.encode_messages([{"role": "user", "content": f"What is {7 * i + 3} + {11 * i + 5}? Explain briefly."}])
+               for i in range(a.clients)]
+    greedy = [SamplingParams(temperature=0.0, max_tokens=a.max_tokens)] * a.clients
+    runs: dict[str, list[dict]] = {"off": [], "on": []}
+    for r in range(a.rounds):  # alternated, so load from other processes hits both modes alike
+        for mode, wait in (("off", 0.0), ("on", a.wait_ms)):
+            x = _run(engine, prompts, greedy, wait, a.max_batch)
+            runs[mode].append(x)
+            print(f"round {r} {mode:3s}: {x['tokens']} tokens in {x['seconds']} s = {x['tokens_per_s']} tok/s, "
+                  f"{x['engine_calls']} engine calls of {x['rows_per_call']} rows taking {x['call_seconds']} s", flush=True)
+    med = {m: statistics.median(x["tokens_per_s"] for x in xs) for m, xs in runs.items()}
+    same = sum(x == y for x, y in zip(runs["off"][0]["_tokens"], runs["on"][0]["_tokens"], strict=True))
+    out = {"model": engine.model_name, "clients": a.clients, "max_tokens": a.max_tokens, "wait_ms": a.wait_ms,
+           "torch_threads": torch.get_num_threads(), "rounds": a.rounds,
+           "off_tokens_per_s": round(med["off"], 2), "on_tokens_per_s": round(med["on"], 2),
+           "ratio_tokens_per_s": round(med["on"] / med["off"], 2),
+           "greedy_same_tokens": f"{same}/{a.clients}",
+           "runs": {m: [{k: v for k, v in x.items() if k != "_tokens"} for x in xs] for m, xs in runs.items()}}
+    print(f"median tok/s off {out['off_tokens_per_s']}, on {out['on_tokens_per_s']}: ratio on/off "
+          f"{out['ratio_tokens_per_s']}x; greedy answers identical off vs on: {out['greedy_same_tokens']}")
+    if a.seeded_check:
+        seeded = [SamplingParams(temperature=1.0, max_tokens=a.max_tokens, seed=1000 + i) for i in range(a.clients)]
+        alone = _run(engine, prompts, seeded, a.wait_ms, a.max_batch)  # seeded jobs run alone by default
+        shared = _run(engine, prompts, seeded, a.wait_ms, a.max_batch, batch_seeded=True)
+        same_s = sum(x == y for x, y in zip(alone["_tokens"], shared["_tokens"], strict=True))
+        out |= {"seeded_same_tokens": f"{same_s}/{a.clients}",
+                "ratio_seeded_batched_vs_alone": round(shared["tokens_per_s"] / alone["tokens_per_s"], 2),
+                "seeded_runs": [{k: v for k, v in x.items() if k != "_tokens"} for x in (alone, shared)]}
+        print(f"seeded alone: {alone['tokens_per_s']} tok/s ({alone['engine_calls']} calls); --batch-seeded: "
+              f"{shared['tokens_per_s']} tok/s ({shared['engine_calls']} calls); same tokens {same_s}/{a.clients}")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

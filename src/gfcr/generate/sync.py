@@ -1,0 +1,248 @@
+"""Weight sync: put the trainer's new weights into the engine that samples the next rollouts.
+
+RL trains one copy of the policy and samples with another whenever the sampler is not the training
+module itself (a vLLM engine, a bf16 inference copy, a server on another process or machine). After
+each update (or every ``every`` updates) the trainer pushes its weights and the engine's
+``policy_version`` becomes the trainer's, so every stored rollout names the weights that sampled it.
+
+=============  ===========================================================================================
+``in_place``   :class:`InPlaceSync`: the ``hf`` engine samples with the training module itself; nothing
+               moves, only the version string changes.
+``copy``       :class:`StateDictSync`: an in-process engine with its own weights (``hf`` copy in another
+               dtype, ``vllm`` colocated) loads the trainer's state dict via ``engine.load_weights``.
+``http``       :class:`HTTPSync`: a ``gfcr serve --allow-weight-updates`` server, in another process or on
+               another machine with a shared filesystem: the trainer writes one safetensors file and asks the
+               server to load it (``POST /gfcr/weights``); the server swaps weights between requests.
+=============  ===========================================================================================
+
+Loading is all-or-nothing: names and shapes are checked against the engine's model before a single
+tensor is copied (:func:`check_state_dict`), so a bad file leaves the engine serving the old weights.
+Files are safetensors only; nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+SYNC_METHODS = ("in_place", "copy", "http")
+
+#: The route of ``gfcr serve`` that loads new weights (enabled by ``--allow-weight-updates``).
+WEIGHTS_ROUTE = "/gfcr/weights"
+
+
+class WeightSyncError(RuntimeError):
+    """Weights could not be moved into the engine; the engine keeps its previous weights."""
+
+
+@dataclass
+class SyncReport:
+    """What one push did: the version now served, bytes moved, wall seconds."""
+
+    policy_version: str
+    bytes: int
+    seconds: float
+    method: str
+
+
+class WeightSync(Protocol):
+    """Moves a trainer's weights into a sampling engine."""
+
+    method: str
+
+    def push(self, model: Any, policy_version: str) -> SyncReport: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking and loading state dicts (used by the engines and by gfcr serve)
+# ---------------------------------------------------------------------------------------------
+
+
+def _tied_groups(model: Any) -> dict[str, set[str]]:
+    """For each state-dict name, the names sharing its storage (tied embeddings share one tensor)."""
+    by_ptr: dict[tuple[int, tuple[int, ...]], set[str]] = {}
+    sd = model.state_dict(keep_vars=True)
+    for name, t in sd.items():
+        by_ptr.setdefault((t.data_ptr(), tuple(t.shape)), set()).add(name)
+    return {name: group for group in by_ptr.values() for name in group}
+
+
+def check_state_dict(model: Any, state_dict: dict[str, Any]) -> list[str]:
+    """Check ``state_dict`` can replace ``model``'s weights; return the names it omits because they are
+    tied to a name it has (e.g. ``lm_head.weight`` tied to the input embedding, which safetensors files
+    store once). Raises :class:`WeightSyncError` naming every unexpected, missing or mis-shaped tensor."""
+    own = model.state_dict()
+    unexpected = sorted(set(state_dict) - set(own))
+    bad_shape = [f"{k}: got {tuple(v.shape)}, model has {tuple(own[k].shape)}"
+                 for k, v in state_dict.items() if k in own and tuple(v.shape) != tuple(own[k].shape)]
+    tied = _tied_groups(model)
+    missing, omitted = [], []
+    for k in own:
+        if k in state_dict:
+            continue
+        if any(o in state_dict for o in tied.get(k, ())):
+            omitted.append(k)
+        else:
+            missing.append(k)
+    problems = []
+    if unexpected:
+        problems.append(f"unexpected tensors {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+    if missing:
+        problems.append(f"missing tensors {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+    if bad_shape:
+        problems.append(f"wrong shapes {bad_shape[:3]}{' ...' if len(bad_shape) > 3 else ''}")
+    if problems:
+        raise WeightSyncError("these weights do not fit the engine's model (nothing was loaded): " + "; ".join(problems))
+    return omitted
+
+
+def load_state_dict_checked(model: Any, state_dict: dict[str, Any]) -> int:
+    """Copy ``state_dict`` into ``model`` (casting to each parameter's dtype and device) after
+    :func:`check_state_dict`; returns the bytes read. All or nothing."""
+    import torch
+
+    check_state_dict(model, state_dict)
+    with torch.no_grad():
+        model.load_state_dict(state_dict, strict=False)
+    return int(sum(v.numel() * v.element_size() for v in state_dict.values()))
+
+
+def read_safetensors(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Tensors of a ``.safetensors`` file, or of every ``*.safetensors`` file of a directory (an HF
+    checkpoint folder, sharded or not). Only safetensors are read: nothing is unpickled."""
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(p.glob("*.safetensors"))
+        if not files:
+            raise WeightSyncError(f"{p} holds no *.safetensors file")
+    elif p.is_file() and p.suffix == ".safetensors":
+        files = [p]
+    elif p.exists():
+        raise WeightSyncError(f"{p} is not a .safetensors file or a folder of them (pickled weights are never loaded)")
+    else:
+        raise WeightSyncError(f"{p} does not exist (the server must see the path the trainer wrote: same machine or "
+                              "a shared filesystem)")
+    sd: dict[str, Any] = {}
+    for f in files:
+        try:
+            part = load_file(str(f))
+        except Exception as e:  # noqa: BLE001 - a corrupt/truncated file
+            raise WeightSyncError(f"{f} is not a readable safetensors file: {e}") from e
+        dup = set(sd) & set(part)
+        if dup:
+            raise WeightSyncError(f"tensors {sorted(dup)[:3]} appear in more than one file of {p}")
+        sd.update(part)
+    return sd
+
+
+def write_safetensors(model: Any, path: str | os.PathLike[str]) -> int:
+    """Write ``model``'s weights to ``path`` atomically (temp file, then rename; tied tensors once).
+    Returns the file size in bytes."""
+    from safetensors.torch import save_model
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    save_model(model, str(tmp))
+    os.replace(tmp, p)
+    return p.stat().st_size
+
+
+# ---------------------------------------------------------------------------------------------
+# The three syncs
+# ---------------------------------------------------------------------------------------------
+
+
+class InPlaceSync:
+    """The engine samples with the training module itself (``hf`` on the policy): only the version moves."""
+
+    method = "in_place"
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+
+    def push(self, model: Any, policy_version: str) -> SyncReport:
+        if getattr(self.engine, "model", None) is not model:
+            raise WeightSyncError("in_place sync needs an engine built on the training module itself")
+        self.engine.set_policy_version(policy_version)
+        return SyncReport(policy_version, 0, 0.0, self.method)
+
+
+class StateDictSync:
+    """An in-process engine with its own weights loads the trainer's state dict (``engine.load_weights``)."""
+
+    method = "copy"
+
+    def __init__(self, engine: Any):
+        if not hasattr(engine, "load_weights"):
+            raise WeightSyncError(f"engine {getattr(engine, 'name', engine)!r} cannot load weights in process")
+        self.engine = engine
+
+    def push(self, model: Any, policy_version: str) -> SyncReport:
+        t0 = time.perf_counter()
+        sd = model.state_dict()
+        n = int(sum(v.numel() * v.element_size() for v in sd.values()))
+        self.engine.load_weights(sd, policy_version=policy_version)
+        return SyncReport(policy_version, n, time.perf_counter() - t0, self.method)
+
+
+class HTTPSync:
+    """Push to ``gfcr serve --allow-weight-updates`` at ``base_url`` through a safetensors file in ``folder``.
+
+    The file is rewritten on each push (temp file + rename), so a crash never leaves a half file that
+    the server could load. ``folder`` must be visible to the server under the same path.
+    """
+
+    method = "http"
+
+    def __init__(self, engine: Any, folder: str | os.PathLike[str], admin_token: str | None = None,
+                 timeout_s: float = 600.0):
+        base = getattr(engine, "base_url", None)
+        if not base:
+            raise WeightSyncError("http sync needs the openai engine (with base_url) of a gfcr serve server")
+        self.engine = engine
+        self.url = base.rstrip("/").removesuffix("/v1") + WEIGHTS_ROUTE
+        self.folder = Path(folder)
+        self.admin_token = admin_token
+        self.timeout_s = timeout_s
+
+    def push(self, model: Any, policy_version: str) -> SyncReport:
+        import httpx
+
+        t0 = time.perf_counter()
+        path = (self.folder / "weights.safetensors").resolve()
+        size = write_safetensors(model, path)
+        headers = {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
+        try:
+            resp = httpx.post(self.url, json={"path": str(path), "policy_version": policy_version},
+                              headers=headers, timeout=self.timeout_s)
+        except httpx.TransportError as e:
+            raise WeightSyncError(f"POST {self.url} failed: {type(e).__name__}: {e}") from e
+        if resp.status_code == 404:
+            raise WeightSyncError(f"{self.url} not found: start the server with `gfcr serve --allow-weight-updates`")
+        if resp.status_code != 200:
+            raise WeightSyncError(f"POST {self.url} -> HTTP {resp.status_code}: {resp.text[:500]}")
+        served = resp.json().get("policy_version")
+        if served != policy_version:
+            raise WeightSyncError(f"the server reports policy_version {served!r} after loading {policy_version!r}")
+        self.engine.set_policy_version(policy_version)
+        return SyncReport(policy_version, size, time.perf_counter() - t0, self.method)
+
+
+def make_sync(method: str, engine: Any, folder: str | os.PathLike[str] | None = None,
+              admin_token: str | None = None) -> WeightSync:
+    """The sync ``method`` (``in_place``, ``copy``, ``http``) for ``engine``."""
+    if method == "in_place":
+        return InPlaceSync(engine)
+    if method == "copy":
+        return StateDictSync(engine)
+    if method == "http":
+        if folder is None:
+            raise WeightSyncError("http sync needs a folder for the weights file")
+        return HTTPSync(engine, folder, admin_token=admin_token)
+    raise WeightSyncError(f"unknown weight sync {method!r}; choose one of {list(SYNC_METHODS)}")

@@ -1,0 +1,262 @@
+"""Dynamic batching in gfcr serve (gfcr.generate.batching): concurrent requests share engine calls,
+each client gets exactly its own answer, bad and seeded requests are isolated, and weight loads
+never land inside a generation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+
+from gfcr.generate.batching import Batcher, BatcherClosedError, split_results
+from gfcr.generate.engines import GenRequest, GenResult, SamplingParams
+from gfcr.generate.engines.hf import HFEngine, teacher_forced_logprobs
+from gfcr.generate.serve import serve_in_thread
+from gfcr.generate.sync import write_safetensors
+from gfcr.testing import tiny_model, tiny_tokenizer
+
+POISON = 99  # a prompt starting with this id makes the wrapped engine raise, as an engine rejecting bad input
+
+
+class Counting:
+    """Wraps an engine; records the requests of every generate call (and can reject POISON prompts)."""
+
+    def __init__(self, inner, on_call=None):
+        self.inner = inner
+        self.calls: list[list[GenRequest]] = []
+        self.on_call = on_call
+
+    def __getattr__(self, k):
+        return getattr(self.inner, k)
+
+    def generate(self, reqs):
+        self.calls.append(list(reqs))
+        if self.on_call is not None:
+            self.on_call(len(self.calls))
+        if any(r.prompt_ids and r.prompt_ids[0] == POISON for r in reqs):
+            raise ValueError("poisoned prompt")
+        return self.inner.generate(reqs)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return tiny_model(tok, seed=0)
+
+
+def _prompts(k):
+    """``k`` distinct token-id prompts of different lengths (so batching really pads)."""
+    return [[5 + i, 40 + 3 * i] + list(range(60, 60 + (i % 5) * 3)) for i in range(k)]
+
+
+def _post(url, ids, **kw):
+    body = {"prompt": ids, "max_tokens": 8, "temperature": 0.0, "logprobs": 1, "return_token_ids": True} | kw
+    return httpx.post(f"{url}/completions", json=body, timeout=120)
+
+
+def _together(url, bodies):
+    """Send ``(ids, kwargs)`` bodies from one thread each, released at once; the responses in order."""
+    gate = threading.Barrier(len(bodies))
+
+    def one(b):
+        gate.wait()
+        return _post(url, b[0], **b[1])
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(one, bodies))
+
+
+# --- pure helpers and the batcher on its own ------------------------------------------------
+
+
+def test_split_results_hand_worked():
+    a, b, c = [1], [2], [3]
+    assert split_results([a, b, c], [2, 1]) == [[a, b], [c]]
+    assert split_results([a, b, c], [1, 0, 2]) == [[a], [], [b, c]]
+    with pytest.raises(RuntimeError, match="3 result lists for 2 requests"):
+        split_results([a, b, c], [1, 1])
+
+
+class _Echo:
+    """A model-free engine: each sample's single token is its prompt's first id; records call sizes."""
+
+    def __init__(self, delay_s=0.0):
+        self.rows: list[int] = []
+        self.delay_s = delay_s
+
+    def generate(self, reqs):
+        self.rows.append(sum(r.params.n for r in reqs))
+        time.sleep(self.delay_s)
+        return [[GenResult(token_ids=np.asarray([r.prompt_ids[0]], np.int32), logprobs=np.zeros(1, np.float32),
+                           finish_reason="length") for _ in range(r.params.n)] for r in reqs]
+
+
+def test_batcher_respects_max_rows_and_runs_oversized_jobs_alone():
+    eng = _Echo(delay_s=0.05)
+    b = Batcher(eng, max_batch_rows=4, max_wait_ms=300)
+    try:
+        futs = [b.submit([GenRequest(prompt_ids=[i + 1], params=SamplingParams(n=1 + (i == 3) * 5))]) for i in range(9)]
+        outs = [f.result(timeout=30) for f in futs]
+    finally:
+        b.close()
+    for i, out in enumerate(outs):  # each job its own answer, n samples
+        assert [int(r.token_ids[0]) for r in out[0]] == [i + 1] * (6 if i == 3 else 1)
+    assert 6 in eng.rows  # the n=6 job ran alone ...
+    assert all(r <= 4 for r in eng.rows if r != 6)  # ... every other call kept to 4 rows
+    assert sum(eng.rows) == 14 and len(eng.rows) < 9
+
+
+def test_batcher_close_fails_queued_jobs_and_refuses_new_ones():
+    eng = _Echo(delay_s=0.3)
+    b = Batcher(eng, max_batch_rows=1, max_wait_ms=1)
+    first = b.submit([GenRequest(prompt_ids=[1])])
+    time.sleep(0.1)  # the first call is running; the next job waits in the queue
+    queued = b.submit([GenRequest(prompt_ids=[2])])
+    b.close()
+    assert int(first.result(timeout=5)[0][0].token_ids[0]) == 1
+    with pytest.raises(BatcherClosedError):
+        queued.result(timeout=5)
+    with pytest.raises(BatcherClosedError):
+        b.submit([GenRequest(prompt_ids=[3])])
+    with pytest.raises(ValueError, match="max_batch_rows"):
+        Batcher(eng, max_batch_rows=0)
+
+
+# --- through the server ---------------------------------------------------------------------
+
+
+def test_concurrent_clients_get_their_own_answers_in_fewer_calls(tok, model):
+    direct = HFEngine(model, tok, policy_version="tiny")
+    eng = Counting(HFEngine(model, tok, policy_version="tiny"))
+    prompts = _prompts(8)
+    bodies = [(p, {}) for p in prompts] + [(p, {"temperature": 0.7}) for p in prompts[:4]]
+    with serve_in_thread(eng, model_name="tiny", batch_wait_ms=300, max_batch=32) as url:
+        resps = _together(url, bodies)
+    assert len(eng.calls) < len(bodies)
+    assert max(len(c) for c in eng.calls) > 1  # requests really shared a call
+    assert any(len({r.params.temperature for r in c}) == 2 for c in eng.calls)  # mixed params shared one
+    for (ids, kw), resp in zip(bodies, resps, strict=True):
+        assert resp.status_code == 200, resp.text
+        ch = resp.json()["choices"]
+        assert len(ch) == 1 and ch[0]["prompt_token_ids"] == ids
+        got, lps = ch[0]["token_ids"], ch[0]["logprobs"]["token_logprobs"]
+        if not kw:  # greedy: the same tokens as a direct call on this prompt alone
+            want = direct.generate([GenRequest(prompt_ids=ids, params=SamplingParams(temperature=0.0, max_tokens=8))])[0][0]
+            assert got == want.token_ids.tolist()
+            np.testing.assert_allclose(lps, want.logprobs, atol=1e-4)
+        else:  # sampled at its own temperature, whatever its neighbours asked for
+            ref = teacher_forced_logprobs(model, np.asarray(ids + got), len(ids), 0.7)
+            np.testing.assert_allclose(lps, ref, atol=1e-4)
+
+
+def test_wait_zero_serves_one_request_per_call(tok, model):
+    eng = Counting(HFEngine(model, tok, policy_version="tiny"))
+    with serve_in_thread(eng, model_name="tiny", batch_wait_ms=0) as url:
+        resps = _together(url, [(p, {}) for p in _prompts(4)])
+    assert all(r.status_code == 200 for r in resps)
+    assert len(eng.calls) == 4 and all(len(c) == 1 for c in eng.calls)
+
+
+def test_a_bad_request_fails_alone(tok, model):
+    direct = HFEngine(model, tok, policy_version="tiny")
+    eng = Counting(HFEngine(model, tok, policy_version="tiny"))
+    good = _prompts(4)
+    bodies = [(p, {}) for p in good] + [([POISON, 7, 8], {}), ([10**7], {})]
+    with serve_in_thread(eng, model_name="tiny", batch_wait_ms=300) as url:
+        resps = _together(url, bodies)
+    assert [r.status_code for r in resps] == [200] * 4 + [400, 400]
+    assert "poisoned prompt" in resps[4].json()["detail"] and "token ids must lie" in resps[5].json()["detail"]
+    assert any(len(c) > 1 and any(r.prompt_ids[0] == POISON for r in c) for c in eng.calls)  # it did share a call
+    for ids, resp in zip(good, resps[:4], strict=True):
+        want = direct.generate([GenRequest(prompt_ids=ids, params=SamplingParams(temperature=0.0, max_tokens=8))])[0][0]
+        assert resp.json()["choices"][0]["token_ids"] == want.token_ids.tolist()
+
+
+@pytest.mark.parametrize("batch_seeded", [False, True])
+def test_seeded_request_gives_the_same_tokens_batched_and_alone(tok, model, batch_seeded):
+    direct = HFEngine(model, tok, policy_version="tiny")
+    eng = Counting(HFEngine(model, tok, policy_version="tiny"))
+    prompts = _prompts(6)
+    seeded = {"temperature": 1.0, "seed": 1234, "n": 2, "max_tokens": 12}
+    bodies = [(prompts[0], seeded)] + [(p, {"temperature": 1.0, "max_tokens": 12}) for p in prompts[1:]]
+    with serve_in_thread(eng, model_name="tiny", batch_wait_ms=300, batch_seeded=batch_seeded) as url:
+        resps = _together(url, bodies)
+    assert all(r.status_code == 200 for r in resps)
+    alone = direct.generate([GenRequest(prompt_ids=prompts[0], params=SamplingParams(
+        temperature=1.0, seed=1234, n=2, max_tokens=12))])[0]
+    got = [c["token_ids"] for c in resps[0].json()["choices"]]
+    assert got == [a.token_ids.tolist() for a in alone]
+    with_seeded = [c for c in eng.calls if any(r.params.seed is not None for r in c)]
+    assert len(with_seeded) == 1
+    if batch_seeded:  # it shared its call (tiny model: equal tokens; in general up to float rounding)
+        assert len(with_seeded[0]) > 1
+    else:  # it ran in its own call: exactly the unbatched tokens, by construction
+        assert len(with_seeded[0]) == 1
+        assert len(eng.calls) < len(bodies)  # the unseeded ones still shared calls
+
+
+def test_weight_update_during_concurrent_generation_never_mixes_weights(tok, tmp_path):
+    """Each response's log-probs match teacher-forced log-probs under exactly one of the two weight
+    sets: a weight load waits for the generation in progress and lands between engine calls."""
+    old, new = tiny_model(tok, seed=0), tiny_model(tok, seed=1)
+    path = tmp_path / "w.safetensors"
+    write_safetensors(new, path)
+    started = threading.Event()
+    served = tiny_model(tok, seed=0)
+    served.register_forward_hook(lambda *a: time.sleep(0.005))  # slow decode steps: the load lands mid-call
+    eng = Counting(HFEngine(served, tok, policy_version="v0"), on_call=lambda i: started.set())
+    prompts = _prompts(6)
+    load = {}
+    with serve_in_thread(eng, model_name="tiny", batch_wait_ms=50, max_batch=4, allow_weight_updates=True) as url:
+        def push():
+            started.wait(60)  # a generation is in progress: the load must wait for it
+            load["resp"] = httpx.post(f"{url.removesuffix('/v1')}/gfcr/weights",
+                                      json={"path": str(path), "policy_version": "v1"}, timeout=60)
+
+        def client(i):
+            out = []
+            for _ in range(3):
+                out.append(_post(url, prompts[i], temperature=1.0, max_tokens=16))
+            return out
+
+        pusher = threading.Thread(target=push)
+        pusher.start()
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            per_client = list(pool.map(client, range(len(prompts))))
+        pusher.join(60)
+        after = _post(url, prompts[0], temperature=1.0, max_tokens=16)  # sent after the load returned
+    assert load["resp"].status_code == 200 and load["resp"].json()["policy_version"] == "v1"
+    seen = []
+    for ids, resp in [(prompts[i], r) for i, rs in enumerate(per_client) for r in rs] + [(prompts[0], after)]:
+        assert resp.status_code == 200
+        ch = resp.json()["choices"][0]
+        full = np.asarray(ids + ch["token_ids"])
+        lps = np.asarray(ch["logprobs"]["token_logprobs"])
+        under = [np.allclose(lps, teacher_forced_logprobs(m, full, len(ids), 1.0), atol=1e-4, rtol=0) for m in (old, new)]
+        assert sum(under) == 1, f"response matches {sum(under)} weight sets"
+        seen.append(under.index(True))
+    assert seen[-1] == 1  # after the load: the new weights
+    assert 0 in seen  # the call in progress when the load arrived finished on the old weights
+
+
+def test_cli_passes_the_batching_options(monkeypatch):
+    from typer.testing import CliRunner
+
+    import gfcr.generate.serve as serve_mod
+    from gfcr.cli import app
+
+    seen = {}
+    monkeypatch.setattr(serve_mod, "serve", lambda model, **kw: seen.update(kw))
+    r = CliRunner().invoke(app, ["serve", "--max-batch", "8", "--batch-wait-ms", "0", "--batch-seeded"])
+    assert r.exit_code == 0, r.output
+    assert (seen["max_batch"], seen["batch_wait_ms"], seen["batch_seeded"]) == (8, 0.0, True)
+    r = CliRunner().invoke(app, ["serve", "--max-batch", "0"])
+    assert r.exit_code == 2 and "max-batch" in r.output
