@@ -227,3 +227,23 @@ def test_vllm_engine_without_an_in_process_model_says_how_to_fix_it(tok):
     with pytest.raises(WeightSyncError, match="weight_sync=True"):
         eng.load_weights(tiny_model(tok).state_dict(), "new")
     assert eng.policy_version == "old"
+
+
+def test_cli_refuses_weight_updates_on_a_public_address_without_a_token(monkeypatch):
+    from typer.testing import CliRunner
+
+    import gfcr.generate.serve as serve_mod
+    from gfcr.cli import app
+
+    seen = {}
+    monkeypatch.setattr(serve_mod, "serve", lambda model, **kw: seen.update(kw))  # nothing binds
+    monkeypatch.delenv("GFCR_SERVE_ADMIN_TOKEN", raising=False)
+    r = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "--allow-weight-updates"])
+    assert r.exit_code == 2 and "--admin-token" in r.output and not seen
+    r = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "--allow-weight-updates"],
+                           env={"GFCR_SERVE_ADMIN_TOKEN": "t0k"})
+    assert r.exit_code == 0, r.output
+    assert seen["allow_weight_updates"] is True and seen["admin_token"] == "t0k" and seen["host"] == "0.0.0.0"
+    seen.clear()
+    r = CliRunner().invoke(app, ["serve", "--allow-weight-updates"])  # loopback: no token needed
+    assert r.exit_code == 0 and seen["host"] == "127.0.0.1" and seen["admin_token"] is None

@@ -31,9 +31,9 @@ class TaskConfig(_Strict):
 
 
 class GenerateConfig(_Strict):
-    engine: Literal["hf", "vllm", "openai"] = Field("hf", description="Generation engine: 'hf' (transformers; samples with the policy being trained in place unless sync is 'copy'), 'vllm' (in-process vLLM on the same GPU, weights copied after each update), 'openai' (a `gfcr serve --allow-weight-updates` server, weights pushed over HTTP through a safetensors file).")
-    engine_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the engine. openai: base_url (required), model, max_concurrency, timeout_s; api_key_env names an environment variable holding the key (keys are never written into the run folder). vllm: vllm.LLM arguments (gpu_memory_utilization, max_model_len, dtype, enforce_eager...). hf with sync 'copy': dtype of the sampling copy (e.g. bfloat16).")
-    sync: Literal["auto", "in_place", "copy", "http"] = Field("auto", description="How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: nothing moves), 'copy' (an in-process engine with its own weights loads the state dict: hf copy, vllm), 'http' (POST to gfcr serve). 'auto': in_place for hf, copy for vllm, http for openai.")
+    engine: Literal["hf", "vllm", "openai", "ray"] = Field("hf", description="Generation engine: 'hf' (transformers; samples with the policy being trained in place unless sync is 'copy'), 'vllm' (in-process vLLM on the same GPU, weights copied after each update), 'openai' (a `gfcr serve --allow-weight-updates` server, weights pushed over HTTP through a safetensors file), 'ray' (generation actors on a Ray cluster, gfcr.scale.RayEngine; weights put in Ray's object store once and loaded by every actor).")
+    engine_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the engine. openai: base_url (required), model, max_concurrency, timeout_s; api_key_env names an environment variable holding the key (keys are never written into the run folder). vllm: vllm.LLM arguments (gpu_memory_utilization, max_model_len, dtype, enforce_eager...). hf with sync 'copy': dtype of the sampling copy (e.g. bfloat16). ray: workers, inner (hf or vllm), inner_params, actor_options, address, num_cpus.")
+    sync: Literal["auto", "in_place", "copy", "http"] = Field("auto", description="How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: nothing moves), 'copy' (an in-process engine with its own weights loads the state dict: hf copy, vllm), 'http' (POST to gfcr serve). 'auto': in_place for hf, copy for vllm and ray, http for openai.")
     sync_every: int = Field(1, ge=1, description="Push weights to the engine every N updates (N > 1: rollouts up to N-1 updates stale, recorded in policy_version; the truncated-IS/clipped ratio corrects them). The last step always pushes. Needs sync 'copy' or 'http'.")
     topology: Literal["group", "tree", "multi_turn"] = Field("group", description="Rollout topology in gfcr.generate: 'group' (K samples per prompt, group advantages) or 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac goes in params and k is ignored) or 'multi_turn' (K policy-env episodes per prompt, group advantages on the policy's tokens only; env and max_turns go in params, max_tokens is per turn).")
     k: int = Field(4, ge=1, description="Rollouts per prompt (group size K).")
@@ -143,8 +143,8 @@ class TrainConfig(_Strict):
                              "only multi-turn episodes have: set generate.topology: multi_turn, or reward_source: verifier")
         g = self.generate
         if g.sync == "auto":
-            g.sync = {"hf": "in_place", "vllm": "copy", "openai": "http"}[g.engine]
-        allowed = {"hf": ("in_place", "copy"), "vllm": ("copy",), "openai": ("http",)}[g.engine]
+            g.sync = {"hf": "in_place", "vllm": "copy", "openai": "http", "ray": "copy"}[g.engine]
+        allowed = {"hf": ("in_place", "copy"), "vllm": ("copy",), "openai": ("http",), "ray": ("copy",)}[g.engine]
         if g.sync not in allowed:
             raise ValueError(f"generate.sync {g.sync!r} does not work with engine {g.engine!r}; use one of {list(allowed)}")
         if g.sync == "in_place" and g.sync_every != 1:

@@ -202,6 +202,12 @@ class Trainer:
         self.on_step = on_step
         self.resume = resume
 
+    def close(self) -> None:
+        """Release what the engine holds (an HTTP client, Ray actors); the run folder stays as it is."""
+        close = getattr(getattr(self, "engine", None), "close", None)
+        if callable(close):
+            close()
+
     # --- set-up -------------------------------------------------------------------------------
     def setup(self) -> None:
         import torch
@@ -305,6 +311,10 @@ class Trainer:
             from gfcr.generate.engines.vllm import VLLMEngine
 
             return VLLMEngine(self.model_path, policy_version="unsynced", weight_sync=True, **kw)
+        if g.engine == "ray":
+            from gfcr.scale.engine import RayEngine
+
+            return RayEngine(model=self.model_path, tokenizer=self.tokenizer, policy_version="unsynced", **kw)
         from gfcr.generate.engines.openai import OpenAIEngine
 
         key_env = kw.pop("api_key_env", None)
@@ -612,7 +622,15 @@ def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Pat
     _check_supported(cfg)
     d, resuming = prepare_run(cfg, resume, run_dir)
     t = Trainer(cfg, d, resuming, progress=progress, on_step=on_step)
-    t.setup()
+    try:
+        t.setup()
+        return _train(t, d, progress, stop_after)
+    finally:
+        t.close()
+
+
+def _train(t: Trainer, d: Path, progress: bool, stop_after: int | None) -> RunResult:
+    cfg = t.cfg
     say = _say if progress else (lambda msg: None)
     before = None
     if cfg.eval.before and t.eval_prompts and not (d / "eval_before.json").exists():
@@ -656,6 +674,11 @@ def _check_supported(cfg: TrainConfig) -> None:
         if importlib.util.find_spec("vllm") is None:
             raise TrainError("generate.engine 'vllm' needs vllm installed: pip install 'gfcr[vllm]' on a GPU machine "
                              "(or use engine: hf)")
+    if cfg.generate.engine == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise TrainError("generate.engine 'ray' needs Ray installed: pip install 'gfcr[ray]'")
     if cfg.generate.engine == "openai":
         _check_server(cfg.generate.engine_params)
     if cfg.control.group not in (None, "dynamic_sampling", "gfpo"):
