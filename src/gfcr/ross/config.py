@@ -48,9 +48,16 @@ class BuildConfig(_Strict):
 class SFTConfig(_Strict):
     epochs: int = Field(3, ge=1, description="Passes over the dataset (the seed reports 3 for single-turn).")
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
-    batch_size: int = Field(8, ge=1, description="Rows per length-grouped batch.")
+    batch_size: int = Field(8, ge=1, description="Sequences per step (a length-grouped padded batch, or packed rows).")
     grad_clip: float = Field(1.0, ge=0, description="Gradient-norm clip (0: off).")
     seed: int = Field(0, description="Seed of the batch order and torch.")
+    packing: bool = Field(
+        False, description="Pack each step's batch_size sequences into rows without cross-sequence attention "
+                           "(block-diagonal causal mask, positions restarting per sequence) instead of padding "
+                           "length-grouped batches; same loss and gradient per batch.")
+    max_tokens_per_row: int = Field(
+        1024, ge=8, description="packing: at most this many tokens per packed row (a longer sequence gets a row "
+                                "of its own).")
 
 
 class EvalConfig(_Strict):

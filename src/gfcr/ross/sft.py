@@ -6,6 +6,13 @@ only to selected model-generated tokens. :func:`masked_nll` is that loss as a pu
 length, cut into batches, batch order shuffled each epoch) with right padding, AdamW, gradient
 clipping, a linear warm-up. Departure: the paper's batch size, learning rate and packing are not
 public; the defaults here are sized for a 135M model on CPU (the seed's 3 epochs kept).
+
+Packing (``packing=True``) is a layout change only: each step still takes ``batch_size`` sequences
+(seeded random batches instead of length-grouped ones), :func:`pack_sequences` fits them into rows of
+at most ``max_tokens_per_row`` tokens, and :func:`collate_packed` builds one row per pack with
+``position_ids`` restarting at 0 per sequence and a block-diagonal causal 4D attention mask, so no
+token sees another sequence. The loss is still the mean NLL over the supervised tokens of the batch,
+so a packed step computes the same loss and gradient as the same sequences unpacked.
 """
 
 from __future__ import annotations
@@ -67,6 +74,127 @@ def collate(rows: Sequence[dict[str, Any]], pad_id: int) -> dict[str, Any]:
     return {"input_ids": ids, "attention_mask": att, "loss_mask": mask}
 
 
+def pack_sequences(lengths: Sequence[int], max_tokens: int, balance: bool = False) -> list[list[int]]:
+    """First-fit-decreasing plan of sequences into rows of at most ``max_tokens`` tokens.
+
+    Shapes: ``lengths [N]`` (each >= 1) → a list of rows, each a list of indices into ``lengths``;
+    every index appears exactly once. Sequences are placed longest first (ties by index), each into
+    the first row it fits; a sequence longer than ``max_tokens`` gets a row of its own. Deterministic.
+
+    ``balance``: keep first-fit-decreasing's number of rows ``R`` but spread the sequences evenly
+    over them (longest first, each into the least-filled row, ties by row index), so the rows of one
+    ``[R, L]`` tensor need little padding; if that breaks ``max_tokens`` the first-fit plan is kept.
+
+    Example: lengths [5, 3, 8, 2, 4, 11], max_tokens 10 → [[5], [2, 3], [0, 4], [1]]
+    (11 alone; 8 + 2 = 10; 5 + 4 = 9; 3 fits nowhere else). With ``balance``: [[5], [2], [0, 3], [4, 1]]
+    (row loads 11, 8, 7, 7 instead of 11, 10, 9, 3).
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    bad = [i for i, n in enumerate(lengths) if n < 1]
+    if bad:
+        raise ValueError(f"sequences must have at least 1 token; empty at indices {bad[:10]}")
+    rows: list[list[int]] = []
+    used: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda j: (-lengths[j], j)):
+        n = lengths[i]
+        for r, u in enumerate(used):
+            if u + n <= max_tokens:
+                rows[r].append(i)
+                used[r] += n
+                break
+        else:
+            rows.append([i])
+            used.append(n)
+    if not balance or len(rows) < 2:
+        return rows
+    even: list[list[int]] = [[] for _ in rows]
+    load = [0] * len(rows)
+    for i in sorted(range(len(lengths)), key=lambda j: (-lengths[j], j)):
+        r = min(range(len(rows)), key=lambda k: (load[k], k))
+        even[r].append(i)
+        load[r] += lengths[i]
+    if all(len(row) == 1 or ld <= max_tokens for row, ld in zip(even, load, strict=True)):
+        return even
+    return rows
+
+
+def collate_packed(packs: Sequence[Sequence[dict[str, Any]]], pad_id: int) -> dict[str, Any]:
+    """Concatenate each pack's sequences into one row, with no attention across sequences.
+
+    ``packs``: ``B`` packs, each a list of rows (dicts with ``input_ids`` and ``loss_mask``). Returns,
+    with ``L`` the longest pack (shorter packs right-padded with ``pad_id``):
+
+    - ``input_ids [B, L]``, ``position_ids [B, L]`` (0, 1, … restarting at each sequence; 0 on padding);
+    - ``attention_mask [B, 1, L, L]`` bool, True where query ``q`` may attend to key ``k``: same
+      sequence and ``k <= q`` (block-diagonal causal); a padding position attends only to itself;
+      pass it to the model through :func:`additive_mask`;
+    - ``loss_mask [B, L]``: each sequence's mask, with its first token set to 0 (a sequence's first
+      token is never predicted from the previous sequence's last token), 0 on padding;
+    - ``labels [B, L]``: ``input_ids`` where ``loss_mask`` is 1, else -100 (HF's ``labels`` convention);
+    - ``seq_ids [B, L]``: index of the sequence within its pack, -1 on padding.
+
+    Example: one pack of sequences [7, 8] and [9], mask 1s → input_ids [[7, 8, 9]],
+    position_ids [[0, 1, 0]], loss_mask [[0, 1, 0]], token 9 attends only to itself.
+    """
+    import torch
+
+    if not packs or any(not p for p in packs):
+        raise ValueError("collate_packed needs at least one pack and no empty packs")
+    lens = [sum(len(r["input_ids"]) for r in p) for p in packs]
+    b, t = len(packs), max(lens)
+    ids = torch.full((b, t), pad_id, dtype=torch.long)
+    pos = torch.zeros((b, t), dtype=torch.long)
+    mask = torch.zeros((b, t), dtype=torch.long)
+    seg = torch.full((b, t), -1, dtype=torch.long)
+    for i, p in enumerate(packs):
+        o = 0
+        for j, r in enumerate(p):
+            n = len(r["input_ids"])
+            if len(r["loss_mask"]) != n:
+                raise ValueError(f"pack {i} row {j}: loss_mask has {len(r['loss_mask'])} entries for {n} tokens")
+            ids[i, o : o + n] = torch.tensor(r["input_ids"], dtype=torch.long)
+            mask[i, o : o + n] = torch.tensor(r["loss_mask"], dtype=torch.long)
+            mask[i, o] = 0
+            pos[i, o : o + n] = torch.arange(n)
+            seg[i, o : o + n] = j
+            o += n
+    idx = torch.arange(t)
+    causal = idx[None, :] <= idx[:, None]  # [L, L]: key k <= query q
+    same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)
+    att = (same & causal) | torch.eye(t, dtype=torch.bool)
+    labels = torch.where(mask.bool(), ids, torch.full_like(ids, -100))
+    return {"input_ids": ids, "position_ids": pos, "attention_mask": att[:, None], "loss_mask": mask,
+            "labels": labels, "seq_ids": seg}
+
+
+def additive_mask(mask: Any, dtype: Any) -> Any:
+    """Boolean attention mask (True = attend) → additive float mask: 0 where True, the dtype's min elsewhere.
+
+    Shapes: ``mask [B, 1, L, L]`` → same shape in ``dtype``. Transformers passes a 4D mask through
+    unchanged; its eager attention adds the mask to the scores, so it must be additive (sdpa accepts both).
+    """
+    import torch
+
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+def packed_batches(lengths: Sequence[int], batch_size: int, max_tokens: int, seed: int) -> list[list[list[int]]]:
+    """Seeded random batches of ``batch_size`` sequences, each planned into balanced rows by :func:`pack_sequences`.
+
+    Returns batches → rows → indices into ``lengths``. Each batch holds the same sequences a padded
+    step of ``batch_size`` would, so the number of optimiser steps does not change.
+    """
+    order = list(range(len(lengths)))
+    random.Random(seed).shuffle(order)
+    out = []
+    for s in range(0, len(order), batch_size):
+        chunk = order[s : s + batch_size]
+        plan = pack_sequences([lengths[i] for i in chunk], max_tokens, balance=True)
+        out.append([[chunk[k] for k in row] for row in plan])
+    return out
+
+
 @dataclass
 class SFTResult:
     out_dir: Path | None
@@ -74,12 +202,15 @@ class SFTResult:
     losses: list[float] = field(default_factory=list)
     tokens: int = 0
     seconds: float = 0.0
+    slots: int = 0
+    real: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"out_dir": str(self.out_dir) if self.out_dir else None, "steps": self.steps,
                 "first_loss": self.losses[0] if self.losses else None,
                 "last_loss": self.losses[-1] if self.losses else None, "tokens": self.tokens,
-                "seconds": round(self.seconds, 2)}
+                "seconds": round(self.seconds, 2),
+                "pad_fraction": round(1 - self.real / self.slots, 4) if self.slots else None}
 
 
 def train_masked_sft(
@@ -96,11 +227,17 @@ def train_masked_sft(
     out_dir: str | Path | None = None,
     tokenizer: Any = None,
     progress: bool = False,
+    packing: bool = False,
+    max_tokens_per_row: int = 1024,
 ) -> SFTResult:
     """Train ``model`` (a causal LM, modified in place) on ``rows`` with :func:`masked_nll`.
 
     ``rows``: dicts with ``input_ids`` and ``loss_mask`` (as written by :mod:`gfcr.ross.build`).
     Saves model (and ``tokenizer``) to ``out_dir`` if given (a new folder).
+    ``packing``: each step's ``batch_size`` sequences (seeded random batches) are packed into rows of at
+    most ``max_tokens_per_row`` tokens without cross-sequence attention (see :func:`collate_packed`);
+    off by default (length-grouped padded batches). The loss is the mean over the batch's supervised
+    tokens either way. Packing needs an attention implementation that takes a 4D mask (eager, sdpa).
     """
     import torch
 
@@ -108,6 +245,13 @@ def train_masked_sft(
         raise ValueError("no training rows")
     if out_dir is not None and Path(out_dir).exists() and any(Path(out_dir).iterdir()):
         raise FileExistsError(f"{out_dir} exists and is not empty; choose a new folder")
+    if packing and max_tokens_per_row < 1:
+        raise ValueError(f"max_tokens_per_row must be >= 1, got {max_tokens_per_row}")
+    if packing:
+        impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        if impl not in (None, "eager", "sdpa"):
+            raise ValueError(f"packing builds a 4D attention mask, which attention {impl!r} does not take here; "
+                             "load the model with attn_implementation='sdpa' or 'eager', or set packing=False")
     torch.manual_seed(seed)
     lengths = [len(r["input_ids"]) for r in rows]
     steps_per_epoch = math.ceil(len(rows) / batch_size)
@@ -125,12 +269,23 @@ def train_masked_sft(
         bar = Progress(transient=True)
         bar.start()
         task = bar.add_task("masked SFT", total=total)
+    dtype = next(model.parameters()).dtype
     for ep in range(epochs):
-        for idx in length_grouped_batches(lengths, batch_size, seed + ep):
-            b = collate([rows[i] for i in idx], pad_id)
+        if packing:
+            batches = packed_batches(lengths, batch_size, max_tokens_per_row, seed + ep)
+        else:
+            batches = [[idx] for idx in length_grouped_batches(lengths, batch_size, seed + ep)]
+        for bt in batches:
+            if packing:
+                b = collate_packed([[rows[i] for i in row] for row in bt], pad_id)
+                fwd = {"input_ids": b["input_ids"], "position_ids": b["position_ids"],
+                       "attention_mask": additive_mask(b["attention_mask"], dtype)}
+            else:
+                b = collate([rows[i] for i in bt[0]], pad_id)
+                fwd = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
             if b["loss_mask"][:, 1:].sum() == 0:
                 continue
-            out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+            out = model(**fwd)
             loss, n = masked_nll(out.logits, b["input_ids"], b["loss_mask"])
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -140,6 +295,8 @@ def train_masked_sft(
             sched.step()
             res.steps += 1
             res.tokens += int(n)
+            res.slots += b["input_ids"].numel()
+            res.real += sum(lengths[i] for row in bt for i in row)
             res.losses.append(float(loss.detach()))
             if bar is not None:
                 bar.update(task, advance=1, description=f"masked SFT ep {ep + 1} loss {res.losses[-1]:.3f}")
@@ -153,7 +310,9 @@ def train_masked_sft(
         if tokenizer is not None:
             tokenizer.save_pretrained(str(out_dir))
         (Path(out_dir) / "sft.json").write_text(json.dumps({**res.to_dict(), "epochs": epochs, "lr": lr,
-                                                            "batch_size": batch_size, "seed": seed}, indent=2))
+                                                            "batch_size": batch_size, "seed": seed,
+                                                            "packing": packing,
+                                                            "max_tokens_per_row": max_tokens_per_row}, indent=2))
     return res
 
 
