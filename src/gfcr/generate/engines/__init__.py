@@ -6,6 +6,7 @@ name       class
 ``hf``     :class:`HFEngine` (transformers, CPU/GPU, exact behaviour log-probs)
 ``openai`` :class:`OpenAIEngine` (any OpenAI-compatible server, e.g. ``gfcr serve``)
 ``vllm``   :class:`VLLMEngine` (offline ``vllm.LLM``; extra ``gfcr[vllm]``, GPU)
+``ray``    :class:`gfcr.scale.engine.RayEngine` (hf/vllm engines in Ray actors; extra ``gfcr[ray]``)
 =========  =====================================================================
 """
 
@@ -19,6 +20,7 @@ ENGINES: dict[str, str] = {
     "hf": "gfcr.generate.engines.hf:HFEngine",
     "openai": "gfcr.generate.engines.openai:OpenAIEngine",
     "vllm": "gfcr.generate.engines.vllm:VLLMEngine",
+    "ray": "gfcr.scale.engine:RayEngine",
 }
 
 
