@@ -655,3 +655,17 @@ def conform(table: pa.Table, schema: pa.Schema, source: str = "table") -> pa.Tab
                 raise RecordError(f.name, f"type {col.type} in {source} cannot be read as {f.type}: {e}") from e
         cols.append(col)
     return pa.Table.from_arrays(cols, schema=schema)
+
+
+#: label of a token that is not a training target (the ignore index of PyTorch's cross-entropy)
+IGNORE_INDEX = -100
+
+
+def labels_from_mask(input_ids: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
+    """``labels[t] = input_ids[t]`` where ``loss_mask[t] == 1`` else −100. Shapes ``[T]`` → ``[T]``.
+
+    Example: ids [5, 6, 7], mask [0, 1, 0] → [-100, 6, -100].
+    """
+    if len(input_ids) != len(loss_mask):
+        raise ValueError(f"input_ids has {len(input_ids)} tokens but loss_mask has {len(loss_mask)}")
+    return np.where(np.asarray(loss_mask).astype(bool), np.asarray(input_ids, np.int64), IGNORE_INDEX)

@@ -21,20 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gfcr.records import GENERATED
+from gfcr.records import GENERATED, IGNORE_INDEX, labels_from_mask
 from gfcr.ross.audit import load_kept
 
-IGNORE_INDEX = -100
-
-
-def labels_from_mask(input_ids: np.ndarray, loss_mask: np.ndarray) -> np.ndarray:
-    """``labels[t] = input_ids[t]`` where ``loss_mask[t] == 1`` else −100. Shapes ``[T]`` → ``[T]``.
-
-    Example: ids [5, 6, 7], mask [0, 1, 0] → [-100, 6, -100].
-    """
-    if len(input_ids) != len(loss_mask):
-        raise ValueError(f"input_ids has {len(input_ids)} tokens but loss_mask has {len(loss_mask)}")
-    return np.where(np.asarray(loss_mask).astype(bool), np.asarray(input_ids, np.int64), IGNORE_INDEX)
+__all__ = ["IGNORE_INDEX", "BuildResult", "build_dataset", "build_rows", "labels_from_mask", "load_dataset_rows"]
 
 
 @dataclass

@@ -117,6 +117,38 @@ def export_(
     console.print(f"wrote {n} rollouts to {out}")
 
 
+@store_app.command("export-sft")
+def export_sft_(
+    path: StorePath,
+    out: Annotated[Path, typer.Argument(help="Output .parquet file (must not exist).")],
+    format_: Annotated[str, typer.Option("--format", help="tokens | messages | prompt-completion | slime")],
+    where: Annotated[
+        str | None, typer.Option(help="DuckDB SQL predicate over rollouts, e.g. \"verified\" or \"reward > 0\".")
+    ] = None,
+    dedup: Annotated[
+        bool, typer.Option("--dedup/--no-dedup", help="Drop repeats of the same generated tokens per prompt.")
+    ] = True,
+    tokenizer: Annotated[
+        str | None, typer.Option(help="Tokenizer (HF name or dir) to decode rollouts stored without an assistant turn.")
+    ] = None,
+) -> None:
+    """Export rollouts as an SFT dataset for TRL, verl or slime (e.g. --where verified for RFT)."""
+    from gfcr.store import StoreError
+    from gfcr.store.sft_export import export_sft
+
+    store = _open(path)
+    try:
+        res = export_sft(store, out, format_, where=where, dedup=dedup, tokenizer=tokenizer)
+    except StoreError as e:
+        _fail(str(e))
+    for reason, n in res["skipped"].items():
+        console.print(f"[yellow]note:[/] skipped {n} rollout(s): {reason}")
+    if res["dropped_fields"]:
+        console.print(f"[yellow]note:[/] {res['dropped_fields']} message(s) had tool_calls/name, not exported")
+    console.print(f"wrote {res['rows']} rows ({res['format']}; {res['matched']} matched, "
+                  f"{res['duplicates_dropped']} duplicates dropped) to {out}")
+
+
 @store_app.command("stats")
 def stats(
     path: StorePath,
