@@ -94,8 +94,15 @@ def rollout_from_result(
     prefix_role: Sequence[int] | None = None,
     prefix_logprobs: Sequence[float] | None = None,
     meta: dict[str, Any] | None = None,
+    prefix_entropies: Sequence[float] | None = None,
 ) -> Rollout:
-    """One rollout: (prefix or prompt) + generated tokens with roles and behaviour log-probs."""
+    """One rollout: (prefix or prompt) + generated tokens with roles and behaviour log-probs.
+
+    When the engine reports per-token entropies (``GenResult.entropies``, the hf engine does) and,
+    for a continued prefix, ``prefix_entropies`` gives those of the prefix (``nan`` on context),
+    ``signals["entropy"]`` is the mean entropy over the rollout's generated tokens: the entropy of
+    the distribution each was sampled from (the top-p nucleus when ``top_p < 1``).
+    """
     if prefix_ids is not None:
         ids = np.concatenate([np.asarray(prefix_ids, np.int32), res.token_ids.astype(np.int32)])
         role = np.concatenate([np.asarray(prefix_role, np.uint8), np.full(len(res.token_ids), GENERATED, np.uint8)])
@@ -112,6 +119,9 @@ def rollout_from_result(
         n_prompt = len(p)
     gen = ids[role == GENERATED]
     text = decode_completion(engine, gen, res.text)
+    ent = token_entropies(res, len(ids) - len(res.token_ids), prefix_entropies if prefix_ids is not None else None,
+                          continued=prefix_ids is not None)
+    signals = mean_generated_entropy(ent, role)
     return Rollout(
         run_id=run_id,
         prompt_id=prompt.prompt_id,
@@ -130,8 +140,32 @@ def rollout_from_result(
         sampling=params.to_record(getattr(engine, "name", type(engine).__name__)),
         cost=Cost(prompt_tokens=n_prompt, gen_tokens=int(len(res.token_ids)), latency_s=float(res.latency_s)),
         tokens_source=res.tokens_source,
+        signals=signals,
         meta=dict(meta or {}),
     )
+
+
+def token_entropies(res: GenResult, n_before: int, prefix_entropies: Sequence[float] | None,
+                    continued: bool) -> np.ndarray | None:
+    """Per-token entropies of a whole rollout ``[n_before + T]`` (``nan`` on context tokens), or None
+    when the engine reported none or a continued prefix has none."""
+    if res.entropies is None or len(res.entropies) != len(res.token_ids):
+        return None
+    if continued:
+        if prefix_entropies is None:
+            return None
+        head = np.asarray(prefix_entropies, np.float32)
+    else:
+        head = np.full(n_before, np.nan, np.float32)
+    return np.concatenate([head, np.asarray(res.entropies, np.float32)])
+
+
+def mean_generated_entropy(ent: np.ndarray | None, role: np.ndarray) -> dict[str, float]:
+    """``{"entropy": mean over generated tokens}`` when every generated token has one, else ``{}``."""
+    if ent is None:
+        return {}
+    g = np.asarray(ent, np.float64)[np.asarray(role) == GENERATED]
+    return {"entropy": float(g.mean())} if g.size and np.isfinite(g).all() else {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,6 +498,7 @@ class EPTree:
         ]
         trees: list[list[Rollout]] = []
         roots_of: list[list[int]] = []  # per prompt: root index of each path
+        tok_ents: list[list[np.ndarray | None]] = []  # per prompt: per-token entropies of each path (nan on context)
         for pi, (p, ids, req, res) in enumerate(zip(prompts, prompt_ids, reqs, engine.generate(reqs), strict=True)):
             gid = group_id_of(p.prompt_id, step, run_id)
             paths = [
@@ -473,6 +508,7 @@ class EPTree:
             ]
             trees.append(paths)
             roots_of.append(list(range(len(paths))))
+            tok_ents.append([token_entropies(r, len(ids), None, continued=False) for r in res])
         P = [len(ids) for ids in prompt_ids]
         used: set[tuple[int, int, int]] = set()  # (prompt idx, path idx, token position)
         ends_of: list[list[int | None]] = [self._fork_ends(engine, paths) for paths in trees]
@@ -503,10 +539,13 @@ class EPTree:
             new: list[tuple[int, Rollout]] = []
             for (pi, ai, pos), req, res in zip(forks, freqs, engine.generate(freqs), strict=True):
                 a = trees[pi][ai]
+                parent_ent = tok_ents[pi][ai]
                 for r in res:
+                    prefix_ent = None if parent_ent is None else parent_ent[:pos]
+                    tok_ents[pi].append(token_entropies(r, pos, prefix_ent, continued=True))
                     child = rollout_from_result(
                         engine, prompts[pi], r, None, req.params, run_id, step, len(trees[pi]), a.group_id, version,
-                        parent_id=a.rollout_id, branch_pos=pos,
+                        parent_id=a.rollout_id, branch_pos=pos, prefix_entropies=prefix_ent,
                         prefix_ids=a.token_ids[:pos], prefix_role=a.token_role[:pos], prefix_logprobs=a.logprobs[:pos],
                         meta={"tree": {"root": roots_of[pi][ai], "round": rnd, "prompt_index": pi,
                                        "fork_entropy_proxy": -float(a.logprobs[pos]),
@@ -582,7 +621,7 @@ class MultiTurn:
                 ids = _template_ids(tok, msgs, True)
                 eps.append({
                     "prompt": p, "i": i, "env": env, "msgs": msgs, "ids": ids, "role": [CONTEXT] * len(ids),
-                    "lps": [0.0] * len(ids), "done": False, "finish": None, "latency": 0.0, "turns": 0,
+                    "lps": [0.0] * len(ids), "ents": [], "done": False, "finish": None, "latency": 0.0, "turns": 0,
                     "info": [], "meta": {}, "n_prompt": len(ids),
                 })
         env_name = getattr(eps[0]["env"], "name", "env") if eps else "env"
@@ -601,6 +640,9 @@ class MultiTurn:
                 e["ids"] += gen
                 e["role"] += [GENERATED] * len(gen)
                 e["lps"] += [float(x) for x in r.logprobs]
+                if e["ents"] is not None:
+                    has = r.entropies is not None and len(r.entropies) == len(gen)
+                    e["ents"] = e["ents"] + [float(x) for x in r.entropies] if has else None
                 body = gen[:-1] if r.finish_reason == "stop" and gen and gen[-1] in getattr(engine, "eos_ids", {tok.eos_token_id}) else gen
                 text = tok.decode(body, skip_special_tokens=False)
                 e["msgs"].append({"role": "assistant", "content": text})
@@ -627,6 +669,8 @@ class MultiTurn:
             n_gen = sum(1 for x in e["role"] if x == GENERATED)
             env_reward, env_success = env_signal(e["info"], env_name)
             signals = {} if env_reward is None else {"env_reward": env_reward}
+            if e["ents"]:  # every policy token's entropy (turns in order), when the engine reported them
+                signals["entropy"] = float(np.mean(e["ents"]))
             if env_success is not None:
                 e["meta"]["env_success"] = env_success
             out.append(Rollout(

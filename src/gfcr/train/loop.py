@@ -10,7 +10,8 @@ Each step ``s`` (0-based) runs these stages, each timed (``seconds/<stage>`` in 
               or by the env itself: verify.reward_source)
     signals   advantages (group / multi_turn: GRPO / Dr.GRPO / RLOO over the K samples or episodes
               of a prompt; tree: TreeRL per token), overlong shaping
-    entropy   signals["entropy"]: mean token entropy of each rollout under the sampling policy
+    entropy   signals["entropy"]: mean token entropy of each rollout under the sampling policy (the
+              hf engine reports it while sampling; a no-grad forward fills it in for other engines)
     control   group control (dynamic sampling, GFPO)          (gfcr.control, by name)
     replay    mix replayed rollouts from a buffer              (gfcr.replay, by name)
     append    store.append(every generated rollout)            (gfcr.store)
@@ -415,9 +416,13 @@ class Trainer:
         return [tok[r.rollout_id] for r in rollouts]
 
     def _entropy(self, groups: list[list[Rollout]]) -> None:
-        """``signals["entropy"]``: mean token entropy of the generated tokens under the sampling policy
-        (the policy has not been updated since it sampled them), one no-grad forward per micro-batch."""
-        rs = [r for g in groups for r in g]
+        """``signals["entropy"]``: mean token entropy of the generated tokens under the sampling policy.
+        The hf engine reports it while sampling (free); for the rollouts of engines that do not
+        (vllm, openai) one no-grad forward per micro-batch computes it (the policy has not been
+        updated since it sampled them)."""
+        rs = [r for g in groups for r in g if "entropy" not in r.signals]
+        if not rs:
+            return
         for r, e in zip(rs, self.trainer.rollout_entropy(rs), strict=True):
             if np.isfinite(e):
                 r.signals["entropy"] = float(e)

@@ -70,6 +70,7 @@ class GenResult:
     text: str | None = None
     tokens_source: str = "engine"  # "engine" (exact ids) or "retokenized"
     meta: dict[str, Any] = field(default_factory=dict)
+    entropies: np.ndarray | None = None  # float32 [T] entropy of the distribution each token was sampled from (hf)
 
     @property
     def n_tokens(self) -> int:

@@ -54,6 +54,17 @@ def sampling_logprobs(logits: Any, temperature: float, top_p: float = 1.0) -> An
     return lp
 
 
+def entropy_of(lp: Any, probs: Any) -> Any:
+    """Entropy ``-Σ p log p`` over the last axis of log-probs ``lp`` and their ``probs = lp.exp()``
+    (``[..., V]`` → ``[...]``); tokens cut by top-p (``lp = -inf``, ``p = 0``) add 0.
+
+    Example: ``lp = [ln 0.5, ln 0.5, -inf]`` → ``ln 2``.
+    """
+    import torch
+
+    return -torch.where(probs > 0, probs * lp, torch.zeros_like(lp)).sum(-1)
+
+
 class HFEngine:
     """Batched sampling with a transformers causal LM (see module docstring).
 
@@ -203,6 +214,7 @@ class HFEngine:
         uniform = len({(sp.temperature, sp.top_p) for _, _, _, sp in rows}) == 1
         toks: list[list[int]] = [[] for _ in range(B)]
         lps: list[list[float]] = [[] for _ in range(B)]
+        ents: list[list[float]] = [[] for _ in range(B)]
         finish: list[str | None] = [None] * B
         dev = self.device
         ids, attn = ids.to(dev), attn.to(dev)
@@ -216,20 +228,26 @@ class HFEngine:
             for _step in range(max(max_new)):
                 nxt = torch.full((len(live),), pad, dtype=torch.long)
                 lp_all = sampling_logprobs(logits, rows[0][3].temperature, rows[0][3].top_p) if uniform else None
-                probs_all = lp_all.exp() if lp_all is not None and rows[0][3].temperature > 0 else None
+                probs_all = lp_all.exp() if lp_all is not None else None
+                ent_all = entropy_of(lp_all, probs_all) if lp_all is not None else None
                 for k, i in enumerate(live):
                     sp = rows[i][3]
                     if finish[i] is not None:
                         continue
-                    lp = lp_all[k] if lp_all is not None else sampling_logprobs(logits[k : k + 1], sp.temperature, sp.top_p)[0]
+                    if lp_all is not None:
+                        lp, probs, ent = lp_all[k], probs_all[k], float(ent_all[k])
+                    else:
+                        lp = sampling_logprobs(logits[k : k + 1], sp.temperature, sp.top_p)[0]
+                        probs = lp.exp()
+                        ent = float(entropy_of(lp, probs))
                     if sp.temperature == 0:
                         t = int(torch.argmax(lp))
                     else:
-                        probs = probs_all[k] if probs_all is not None else lp.exp()
                         t = int(torch.multinomial(probs, 1, generator=gens[i]))
                     nxt[k] = t
                     toks[i].append(t)
                     lps[i].append(float(lp[t]))
+                    ents[i].append(ent)
                     if t in stop_ids[i]:
                         finish[i] = "stop"
                     elif sp.stop and self._hit_stop(toks[i], sp.stop):
@@ -266,6 +284,7 @@ class HFEngine:
                     prompt_ids=np.asarray(p, dtype=np.int32),
                     text=self.tokenizer.decode(toks[i], skip_special_tokens=False),
                     meta={"batch_size": B},
+                    entropies=np.asarray(ents[i], dtype=np.float32),
                 )
             )
         return res
