@@ -25,6 +25,7 @@ def test_openai_engine_greedy_matches_hf(engine, server):
         assert g.token_ids.tolist() == want.token_ids.tolist()
         assert g.tokens_source == "engine"
         np.testing.assert_allclose(g.logprobs, want.logprobs, atol=1e-5)
+        np.testing.assert_allclose(g.entropies, want.entropies, atol=1e-5)  # gfcr serve's token_entropies
         assert g.prompt_ids.tolist() == ids
         assert g.finish_reason == want.finish_reason
 

@@ -3,7 +3,8 @@
 Endpoints: ``GET /v1/models``, ``POST /v1/completions`` (prompt as text or token ids),
 ``POST /v1/chat/completions``, ``GET /health``. Log-probs are the engine's behaviour log-probs.
 Extensions (as in vLLM): ``return_token_ids: true`` adds ``token_ids`` and ``prompt_token_ids`` to
-each choice, so clients get the exact sampled tokens. It binds to 127.0.0.1 unless told otherwise.
+each choice, so clients get the exact sampled tokens, and (gfcr's own) ``token_entropies``, the
+entropy of the distribution each token was sampled from. It binds to 127.0.0.1 unless told otherwise.
 
 Dynamic batching (:mod:`gfcr.generate.batching`): requests arriving within ``batch_wait_ms``
 (``--batch-wait-ms``, default 20) of each other share one engine call of up to ``max_batch`` rows
@@ -158,6 +159,8 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
                 if body.return_token_ids:
                     c["token_ids"] = r.token_ids.tolist()
                     c["prompt_token_ids"] = list(req.prompt_ids or [])
+                    if r.entropies is not None:
+                        c["token_entropies"] = [float(x) for x in r.entropies]
                 choices.append(c)
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": model_name, "choices": choices,
@@ -182,6 +185,8 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
             else:
                 c["logprobs"] = None
             if body.return_token_ids:
+                if r.entropies is not None:
+                    c["token_entropies"] = [float(x) for x in r.entropies]
                 c["token_ids"] = r.token_ids.tolist()
                 c["prompt_token_ids"] = ids
             choices.append(c)

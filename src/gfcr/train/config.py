@@ -58,7 +58,7 @@ class SignalsConfig(_Strict):
     advantage: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group advantage estimator: GRPO (mean/std), Dr.GRPO (mean only), RLOO (leave-one-out).")
     overlong_buffer: int = Field(0, ge=0, description="DAPO soft overlong punishment buffer in tokens (0 = off).")
     overlong_penalty: float = Field(1.0, ge=0.0, description="DAPO overlong penalty factor.")
-    entropy: bool = Field(True, description="Write signals['entropy'] (mean token entropy under the sampling policy) for every rollout. The hf engine (and ray actors running it) reports it while sampling, at no cost; for rollouts of engines that do not (vllm, openai) a no-grad forward computes it, ~0.75x the generation time on CPU. Off: no forward; rollouts keep what the engine reported, if anything (Diagnose falls back to nll_mean).")
+    entropy: bool = Field(True, description="Write signals['entropy'] (mean token entropy under the sampling policy) for every rollout. The hf engine (also behind gfcr serve and in ray actors) reports it while sampling, at no cost; for rollouts of engines that do not (vllm, other OpenAI-compatible servers) a no-grad forward computes it, ~0.75x the generation time on CPU. Off: no forward; rollouts keep what the engine reported, if anything (Diagnose falls back to nll_mean).")
 
 
 class ControlConfig(_Strict):

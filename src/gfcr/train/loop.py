@@ -418,7 +418,7 @@ class Trainer:
     def _entropy(self, groups: list[list[Rollout]]) -> None:
         """``signals["entropy"]``: mean token entropy of the generated tokens under the sampling policy.
         The hf engine reports it while sampling (free); for the rollouts of engines that do not
-        (vllm, openai) one no-grad forward per micro-batch computes it (the policy has not been
+        (vllm, servers other than gfcr serve) one no-grad forward per micro-batch computes it (the policy has not been
         updated since it sampled them)."""
         rs = [r for g in groups for r in g if "entropy" not in r.signals]
         if not rs:

@@ -152,6 +152,7 @@ class OpenAIEngine:
             prompt_ids=None if prompt_ids is None else np.asarray(prompt_ids, dtype=np.int32),
             text=text,
             tokens_source=source,
+            entropies=_entropies(c.get("token_entropies"), len(ids)) if source == "engine" else None,
         )
 
     def generate(self, requests: list[GenRequest]) -> list[list[GenResult]]:
@@ -166,3 +167,11 @@ class OpenAIEngine:
 
         req = GenRequest(messages=messages, params=SamplingParams(**params))
         return self._one(req)[0].text or ""
+
+
+def _entropies(values: Any, n: int) -> np.ndarray | None:
+    """``token_entropies`` of a ``gfcr serve`` answer, when there is one per token and all are finite."""
+    if not isinstance(values, list) or len(values) != n:
+        return None
+    arr = np.asarray(values, dtype=np.float32)
+    return arr if np.isfinite(arr).all() else None
