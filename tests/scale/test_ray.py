@@ -16,23 +16,6 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    from gfcr.scale import init_ray
-
-    started = init_ray(num_cpus=2)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from gfcr.testing import save_tiny
-
-    return save_tiny(str(tmp_path_factory.mktemp("tiny") / "model"))
-
-
-@pytest.fixture(scope="module")
 def prompts():
     from gfcr.tasks.arith import make_arith
 

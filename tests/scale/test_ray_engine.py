@@ -22,23 +22,6 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    from gfcr.scale import init_ray
-
-    started = init_ray(num_cpus=2)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from gfcr.testing import save_tiny
-
-    return save_tiny(str(tmp_path_factory.mktemp("tiny") / "model"))
-
-
-@pytest.fixture(scope="module")
 def other_model(tmp_path_factory):
     """A tiny model with the same shapes and different weights (seed 1)."""
     from transformers import AutoModelForCausalLM

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -23,11 +23,71 @@ def model_pull(force: bool = typer.Option(False, help="Convert again even if alr
         raise typer.Exit(1) from e
 
 
+def config_from_flags(config: Path | None, *, store: str | None = None, run_id: str | None = None,
+                      step: int | None = None, seed: int | None = None, batch_prompts: int | None = None,
+                      engine: str | None = None, model: str | None = None, base_url: str | None = None,
+                      device: str | None = None, topology: str | None = None, k: int | None = None,
+                      task: str | None = None, n: int | None = None, level: int | None = None,
+                      max_tokens: int | None = None, temperature: float | None = None) -> Any:
+    """The ``GenerateConfig`` of a YAML file (optional) with the given flags laid over it (``None`` =
+    not given). Bad input prints the reason and exits with code 2. Shared by ``gfcr generate`` and
+    ``gfcr scale generate``."""
+    from pydantic import ValidationError
+
+    from gfcr.generate.run import GenerateConfig
+
+    data: dict[str, Any] = {}
+    if config is not None:
+        from gfcr.config import ConfigError, read_yaml_mapping
+
+        try:
+            data = read_yaml_mapping(config)
+        except ConfigError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from e
+    for key, val in (("store", store), ("run_id", run_id), ("step", step), ("seed", seed), ("batch_prompts", batch_prompts)):
+        if val is not None:
+            data[key] = val
+    eng = data.setdefault("engine", {})
+    for key, val in (("name", engine), ("model", model)):
+        if val is not None:
+            eng[key] = val
+    for key, val in (("base_url", base_url), ("device", device)):
+        if val is not None:
+            eng.setdefault("args", {})[key] = val
+    topo = data.setdefault("topology", {})
+    if topology is not None:
+        topo["name"] = topology
+    if k is not None:
+        topo["k"] = k
+    tasks = data.setdefault("tasks", {})
+    if task is not None:
+        tasks["source"] = task
+    targs = tasks.setdefault("args", {} if task is not None else {"n": 8, "level": 1})
+    if n is not None:
+        targs["n"] = n
+    if level is not None:
+        targs["level"] = level
+    samp = data.setdefault("sampling", {"temperature": 0.7, "max_tokens": 96})
+    if max_tokens is not None:
+        samp["max_tokens"] = max_tokens
+    if temperature is not None:
+        samp["temperature"] = temperature
+    if "store" not in data:
+        typer.echo("error: give --store or 'store:' in the config", err=True)
+        raise typer.Exit(2)
+    try:
+        return GenerateConfig.model_validate(data)
+    except ValidationError as e:
+        typer.echo(f"error: invalid generate config:\n{e}", err=True)
+        raise typer.Exit(2) from e
+
+
 def generate(
     config: Optional[Path] = typer.Argument(None, help="YAML GenerateConfig (flags override it)."),  # noqa: UP045
     store: Optional[str] = typer.Option(None, help="Store directory (created if missing)."),  # noqa: UP045
     model: Optional[str] = typer.Option(None, help="Model dir/name (default: SmolLM2-135M-Instruct)."),  # noqa: UP045
-    engine: Optional[str] = typer.Option(None, help="Engine: hf, openai, vllm."),  # noqa: UP045
+    engine: Optional[str] = typer.Option(None, help="Engine: hf, openai, vllm, ray."),  # noqa: UP045
     base_url: Optional[str] = typer.Option(None, help="openai engine: server URL (http://127.0.0.1:8000/v1)."),  # noqa: UP045
     topology: Optional[str] = typer.Option(None, help="group, tree or multi_turn."),  # noqa: UP045
     k: Optional[int] = typer.Option(None, help="Samples per prompt (group/multi_turn)."),  # noqa: UP045
@@ -43,57 +103,11 @@ def generate(
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
     """Sample tasks × topology × engine into a store (run id, step, policy version, sampling, cost)."""
-    from pydantic import ValidationError
+    from gfcr.generate.run import run_generate
 
-    from gfcr.generate.run import GenerateConfig, run_generate
-
-    data: dict = {}
-    if config is not None:
-        from gfcr.config import ConfigError, read_yaml_mapping
-
-        try:
-            data = read_yaml_mapping(config)
-        except ConfigError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from e
-    for key, val in (("store", store), ("run_id", run_id), ("step", step), ("seed", seed)):
-        if val is not None:
-            data[key] = val
-    eng = data.setdefault("engine", {})
-    if engine is not None:
-        eng["name"] = engine
-    if model is not None:
-        eng["model"] = model
-    if base_url is not None:
-        eng.setdefault("args", {})["base_url"] = base_url
-    if device is not None:
-        eng.setdefault("args", {})["device"] = device
-    topo = data.setdefault("topology", {})
-    if topology is not None:
-        topo["name"] = topology
-    if k is not None:
-        topo["k"] = k
-    tasks = data.setdefault("tasks", {})
-    if task is not None:
-        tasks["source"] = task
-    targs = tasks.setdefault("args", {} if task is not None or "args" in tasks else {"n": 8, "level": 1})
-    if n is not None:
-        targs["n"] = n
-    if level is not None:
-        targs["level"] = level
-    samp = data.setdefault("sampling", {"temperature": 0.7, "max_tokens": 96})
-    if max_tokens is not None:
-        samp["max_tokens"] = max_tokens
-    if temperature is not None:
-        samp["temperature"] = temperature
-    if "store" not in data:
-        typer.echo("error: give --store or 'store:' in the config", err=True)
-        raise typer.Exit(2)
-    try:
-        cfg = GenerateConfig.model_validate(data)
-    except ValidationError as e:
-        typer.echo(f"error: invalid generate config:\n{e}", err=True)
-        raise typer.Exit(2) from e
+    cfg = config_from_flags(config, store=store, run_id=run_id, step=step, seed=seed, engine=engine, model=model,
+                            base_url=base_url, device=device, topology=topology, k=k, task=task, n=n, level=level,
+                            max_tokens=max_tokens, temperature=temperature)
     summary = run_generate(cfg, progress=not quiet)
     typer.echo(json.dumps(summary, indent=1))
 

@@ -20,7 +20,7 @@ def generate_cmd(
     config: Optional[Path] = typer.Argument(None, help="YAML GenerateConfig (flags override it)."),  # noqa: UP045
     store: Optional[str] = typer.Option(None, help="Store directory (created if missing)."),  # noqa: UP045
     workers: int = typer.Option(2, "--workers", "-w", min=1, help="Generation actors (each holds one engine)."),
-    engine: Optional[str] = typer.Option(None, help="Engine: hf, openai, vllm."),  # noqa: UP045
+    engine: Optional[str] = typer.Option(None, help="Engine: hf, openai, vllm, ray."),  # noqa: UP045
     model: Optional[str] = typer.Option(None, help="Model dir/name (default: SmolLM2-135M-Instruct)."),  # noqa: UP045
     base_url: Optional[str] = typer.Option(None, help="openai engine: server URL."),  # noqa: UP045
     device: Optional[str] = typer.Option(None, help="hf engine device (cpu, cuda)."),  # noqa: UP045
@@ -43,58 +43,14 @@ def generate_cmd(
     quiet: bool = typer.Option(False, help="No progress bar."),
 ) -> None:
     """Generate tasks × topology × engine on N Ray actors into a store (one commit per batch of shards)."""
-    from pydantic import ValidationError
-
-    from gfcr.generate.run import GenerateConfig
+    from gfcr.generate.cli import config_from_flags
 
     from .cluster import ScaleError
     from .generate import ray_generate
 
-    data: dict[str, Any] = {}
-    if config is not None:
-        from gfcr.config import ConfigError, read_yaml_mapping
-
-        try:
-            data = read_yaml_mapping(config)
-        except ConfigError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from e
-    for key, val in (("store", store), ("run_id", run_id), ("step", step), ("seed", seed), ("batch_prompts", batch_prompts)):
-        if val is not None:
-            data[key] = val
-    eng = data.setdefault("engine", {})
-    for key, val in (("name", engine), ("model", model)):
-        if val is not None:
-            eng[key] = val
-    for key, val in (("base_url", base_url), ("device", device)):
-        if val is not None:
-            eng.setdefault("args", {})[key] = val
-    topo = data.setdefault("topology", {})
-    if topology is not None:
-        topo["name"] = topology
-    if k is not None:
-        topo["k"] = k
-    tasks = data.setdefault("tasks", {})
-    if task is not None:
-        tasks["source"] = task
-    targs = tasks.setdefault("args", {} if task is not None else {"n": 8, "level": 1})
-    if n is not None:
-        targs["n"] = n
-    if level is not None:
-        targs["level"] = level
-    samp = data.setdefault("sampling", {"temperature": 0.7, "max_tokens": 96})
-    if max_tokens is not None:
-        samp["max_tokens"] = max_tokens
-    if temperature is not None:
-        samp["temperature"] = temperature
-    if "store" not in data:
-        typer.echo("error: give --store or 'store:' in the config", err=True)
-        raise typer.Exit(2)
-    try:
-        cfg = GenerateConfig.model_validate(data)
-    except ValidationError as e:
-        typer.echo(f"error: invalid generate config:\n{e}", err=True)
-        raise typer.Exit(2) from e
+    cfg = config_from_flags(config, store=store, run_id=run_id, step=step, seed=seed, batch_prompts=batch_prompts,
+                            engine=engine, model=model, base_url=base_url, device=device, topology=topology, k=k,
+                            task=task, n=n, level=level, max_tokens=max_tokens, temperature=temperature)
     opts: dict[str, Any] = {"num_gpus": gpus_per_worker} if gpus_per_worker else {}
     try:
         summary = ray_generate(cfg, workers, shards_per_commit=shards_per_commit, max_retries=max_retries,
