@@ -121,3 +121,24 @@ def test_tree_and_multi_turn_sample_through_gfcr_serve(tiny_dir, tmp_path, topol
         assert any(r.parent_id is not None for r in rs)
     else:
         assert all((r.token_role == 0).any() and (r.token_role == 1).any() for r in rs)
+
+
+def test_resume_pushes_the_checkpoint_weights_to_a_copy_engine(tiny_dir, tmp_path):
+    """A resumed run's engine must sample from the checkpoint, not from the base model it was built from."""
+    from gfcr.models import model_hash
+    from gfcr.train.loop import train
+
+    cfg = _cfg(tiny_dir, tmp_path, 3, **{"generate.sync": "copy"})
+    first = train(cfg, run_dir=tmp_path / "r", progress=False, stop_after=2)
+    assert first.steps_done == 2
+    metrics = [json.loads(x) for x in first.metrics_path.read_text().splitlines()]
+    d, resuming = prepare_run(cfg, tmp_path / "r", None)
+    t = Trainer(cfg, d, resuming, progress=False)
+    t.setup()
+    assert t.start_step == 2 and t.engine.model is not t.model
+    assert model_hash(t.engine.model) == model_hash(t.model)  # the initial push loaded the checkpoint
+    assert t.engine.policy_version == metrics[-1]["policy_version"]
+    t.run()
+    step2 = {r.policy_version for r in t.store.rollouts(run=t.run_id, steps=(2, 2))}
+    assert step2 == {metrics[-1]["policy_version"]}
+    t.close()

@@ -163,3 +163,53 @@ def test_last_importance_weight_on_and_off_policy():
     assert w[0] == pytest.approx(1.0, abs=1e-4)  # on-policy
     assert np.isnan(w[1])  # advantage 0: not run forward
     assert w[2] == pytest.approx(2.0)  # 4, truncated at tis_cap
+
+
+def _params(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_ppo_mini_batches_equal_sequential_updates_on_each_mini_batch(agg):
+    """optim.mini_batch = 2 over 4 rollouts: two optimizer steps, each exactly an update on its half
+    (its own denominators), the second one starting from the weights the first left."""
+    tok = tiny_tokenizer()
+    rs = _rollouts(tok, tiny_model(tok, seed=4), n=4)
+    adv = [1.0, -1.0, 0.5, -0.5]
+    loss = LossConfig(agg=agg)
+    a = tiny_model(tok, seed=4)
+    stats = PolicyTrainer(a, loss, OptimConfig(lr=1e-2, micro_batch=1, mini_batch=2), tok.pad_token_id).update(rs, adv)
+    assert stats["n_optimizer_steps"] == 2.0 and stats["n_forward"] == 4.0
+    b = tiny_model(tok, seed=4)
+    tb = PolicyTrainer(b, loss, OptimConfig(lr=1e-2, micro_batch=1), tok.pad_token_id)
+    tb.update(rs[:2], adv[:2])
+    second = tb.update(rs[2:], adv[2:])
+    assert second["ratio_mean"] != pytest.approx(1.0, abs=1e-6)  # the second half sees a moved policy
+    pa, pb = _params(a), _params(b)
+    for n in pa:
+        torch.testing.assert_close(pa[n], pb[n], atol=1e-6, rtol=0)
+
+
+def test_mini_batch_as_large_as_the_batch_is_the_plain_update():
+    tok = tiny_tokenizer()
+    rs = _rollouts(tok, tiny_model(tok, seed=5), n=4)
+    adv = [1.0, -1.0, 0.0, -0.5]
+    out = []
+    for mini in (None, 4, 10):
+        m = tiny_model(tok, seed=5)
+        st = PolicyTrainer(m, LossConfig(), OptimConfig(lr=1e-2, epochs=2, mini_batch=mini), tok.pad_token_id).update(rs, adv)
+        assert st["n_optimizer_steps"] == 2.0
+        out.append(_params(m))
+    for n in out[0]:
+        torch.testing.assert_close(out[0][n], out[1][n], atol=0, rtol=0)
+        torch.testing.assert_close(out[0][n], out[2][n], atol=0, rtol=0)
+
+
+def test_a_mini_batch_with_nothing_to_learn_takes_no_step():
+    tok = tiny_tokenizer()
+    rs = _rollouts(tok, tiny_model(tok, seed=6), n=4)
+    m = tiny_model(tok, seed=6)
+    tr = PolicyTrainer(m, LossConfig(), OptimConfig(lr=1e-2, mini_batch=2), tok.pad_token_id)
+    st = tr.update(rs, [0.0, 0.0, 1.0, -1.0])
+    assert st["n_optimizer_steps"] == 1.0 and st["n_forward"] == 2.0
+    assert np.isnan(tr.last_importance_weight[:2]).all() and np.isfinite(tr.last_importance_weight[2:]).all()

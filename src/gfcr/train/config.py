@@ -90,7 +90,8 @@ class OptimConfig(_Strict):
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     grad_clip: float = Field(1.0, ge=0.0, description="Max global gradient norm (0 = no clipping).")
     micro_batch: int = Field(4, ge=1, description="Sequences per forward/backward; gradients accumulate to one optimizer step per update.")
-    epochs: int = Field(1, ge=1, description="Passes (optimizer steps) over each step's batch; >1 makes later passes off-policy (clipping matters).")
+    epochs: int = Field(1, ge=1, description="Passes over each step's batch; >1 makes later passes off-policy (clipping matters).")
+    mini_batch: int | None = Field(None, ge=1, description="PPO mini-batch: rollouts per optimizer step (verl's ppo_mini_batch_size); the step's batch is cut in order into mini-batches, each one optimizer step with its own token/sequence denominators, so epochs × mini-batches steps per training step. null = the whole batch is one mini-batch (one step per epoch).")
 
 
 class CheckpointConfig(_Strict):

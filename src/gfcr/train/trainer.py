@@ -1,4 +1,4 @@
-"""The policy update: stored rollouts + advantages → one optimizer step (per epoch) on the policy.
+"""The policy update: stored rollouts + advantages → optimizer steps on the policy (one per PPO mini-batch and epoch).
 
 Rollouts are right-padded into ``[B, T]`` batches straight from their stored ``token_ids``; the loss
 mask is ``token_role == 1`` (only generated tokens learn) and the behaviour log-probs are the stored
@@ -155,80 +155,57 @@ class PolicyTrainer:
     def update(self, rollouts: Sequence[Rollout], advantages: Sequence[Advantage]) -> dict[str, float]:
         """Train on the rollouts; returns statistics (last epoch).
 
+        The batch is cut, in order, into PPO mini-batches of ``optim.mini_batch`` rollouts (``None``:
+        the whole batch is one), and each epoch takes one optimizer step per mini-batch, each with its
+        own mini-batch's denominators (token and sequence counts); ``micro_batch`` only splits the
+        forward/backward inside a step. So ``epochs × mini-batches`` optimizer steps in all
+        (``n_optimizer_steps``); after the first, the policy has moved and the clipped ratio matters.
         ``kl``, ``clip_frac``, ``ratio_mean`` and ``entropy`` are means over the generated tokens of
-        the rollouts run forward (those with a non-zero advantage, or all when ``kl_coef > 0``); a batch
-        whose advantages are all 0 skips the optimizer step (``skipped = 1``).
+        the rollouts run forward in the last epoch (those with a non-zero advantage, or all when
+        ``kl_coef > 0``); ``grad_norm`` is the mean over its steps. A mini-batch whose advantages are
+        all 0 takes no step; a batch with none to take reports ``skipped = 1``.
         """
         self.last_importance_weight = np.full(len(rollouts), np.nan)
         if not rollouts:
             return {}
         lc, oc = self.loss_cfg, self.optim_cfg
-        full = collate(rollouts, advantages, self.pad_id, lc.mask_truncated)
-        n_tok = float(full.loss_mask.sum())
-        n_seq = float(len(rollouts))
-        if n_tok == 0:
-            return {"n_tokens": 0.0, "n_seqs": n_seq, "skipped": 1.0}
-        # Rollouts with advantage 0 add exactly zero loss and gradient when there is no KL term: they
-        # count in the denominators (n_tok, n_seq, from the full batch) but are not run forward.
-        live = [i for i, a in enumerate(advantages) if is_live(a)] if lc.kl_coef == 0 else list(range(len(rollouts)))
-        if not live:
-            return {"n_tokens": n_tok, "n_seqs": n_seq, "n_forward": 0.0, "skipped": 1.0}
-        batch = collate([rollouts[i] for i in live], [advantages[i] for i in live], self.pad_id, lc.mask_truncated)
-        n_live_tok = float(batch.loss_mask.sum())
+        size = oc.mini_batch or len(rollouts)
+        chunks = [list(range(s, min(s + size, len(rollouts)))) for s in range(0, len(rollouts), size)]
+        n_tok_all = float(sum(collate([rollouts[i] for i in c], [advantages[i] for i in c], self.pad_id,
+                                      lc.mask_truncated).loss_mask.sum() for c in chunks))
+        plans = []
+        for c in chunks:
+            full = collate([rollouts[i] for i in c], [advantages[i] for i in c], self.pad_id, lc.mask_truncated)
+            n_tok = float(full.loss_mask.sum())
+            # Rollouts with advantage 0 add exactly zero loss and gradient when there is no KL term: they
+            # count in the denominators (n_tok, n_seq, of their mini-batch) but are not run forward.
+            live = [i for i in c if is_live(advantages[i])] if lc.kl_coef == 0 else list(c)
+            if n_tok > 0 and live:
+                plans.append((live, n_tok, float(len(c))))
+        n_seq_all = float(len(rollouts))
+        if n_tok_all == 0:
+            return {"n_tokens": 0.0, "n_seqs": n_seq_all, "skipped": 1.0}
+        if not plans:
+            return {"n_tokens": n_tok_all, "n_seqs": n_seq_all, "n_forward": 0.0, "skipped": 1.0}
         mb = oc.micro_batch
-        ref = self._logp_no_grad(self.ref_model, batch, mb) if lc.kl_coef > 0 else None
-        prox = self._logp_no_grad(self.model, batch, mb) if lc.tis_cap is not None else None
-        dev = next(self.model.parameters()).device
+        batches = []
+        for live, n_tok, n_seq in plans:
+            batch = collate([rollouts[i] for i in live], [advantages[i] for i in live], self.pad_id, lc.mask_truncated)
+            ref = self._logp_no_grad(self.ref_model, batch, mb) if lc.kl_coef > 0 else None
+            prox = self._logp_no_grad(self.model, batch, mb) if lc.tis_cap is not None else None
+            batches.append((live, batch, n_tok, n_seq, ref, prox))
         self.model.train()
         stats: dict[str, float] = {}
-        row_iw: list[torch.Tensor] = []
         for epoch in range(oc.epochs):
-            self.optimizer.zero_grad(set_to_none=True)
             acc = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip": 0.0, "ratio": 0.0, "entropy": 0.0}
-            for s in range(0, batch.input_ids.shape[0], mb):
-                sl = slice(s, s + mb)
-                ids = batch.input_ids[sl].to(dev)
-                logits = self._logits(self.model, ids, batch.attention_mask[sl].to(dev))
-                logp = token_logprobs(logits, ids)
-                m = batch.loss_mask[sl].to(dev)
-                out = policy_gradient_loss(
-                    logp,
-                    batch.behaviour_logp[sl].to(dev),
-                    batch.advantages[sl].to(dev),
-                    m,
-                    clip_low=lc.clip_low,
-                    clip_high=lc.clip_high,
-                    agg=lc.agg,
-                    norm_len=lc.norm_len,
-                    n_tokens=n_tok,
-                    n_seqs=n_seq,
-                    ref_logp=None if ref is None else ref[sl].to(dev),
-                    kl_coef=lc.kl_coef,
-                    proximal_logp=None if prox is None else prox[sl].to(dev),
-                    tis_cap=lc.tis_cap,
-                )
-                out.loss.backward()
-                with torch.no_grad():
-                    ent = token_entropy(logits.detach())
-                    acc["entropy"] += float(ent[m].sum())
-                    if epoch == 0:  # π_θ/μ per rollout at the start of the update (before any step)
-                        w = torch.exp(logp.detach() - batch.behaviour_logp[sl].to(dev))
-                        if lc.tis_cap is not None:
-                            w = w.clamp(max=lc.tis_cap)
-                        row_iw.append(masked_row_mean(w, m).cpu())
-                acc["loss"] += float(out.loss.detach())
-                acc["pg_loss"] += out.pg_loss
-                acc["kl"] += out.kl
-                acc["clip"] += out.clip_frac
-                acc["ratio"] += out.ratio_mean
-                del logits, logp, out
-            gn = (
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), oc.grad_clip)
-                if oc.grad_clip > 0
-                else torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in self.model.parameters() if p.grad is not None))
-            )
-            self.optimizer.step()
-            live_tok = max(n_live_tok, 1.0)
+            norms, live_tok = [], 0.0
+            for live, batch, n_tok, n_seq, ref, prox in batches:
+                gn, iw = self._optimizer_step(batch, n_tok, n_seq, ref, prox, acc, record_iw=epoch == 0)
+                norms.append(gn)
+                live_tok += float(batch.loss_mask.sum())
+                if iw is not None:  # π_θ/μ per rollout at the first pass over its mini-batch
+                    self.last_importance_weight[live] = iw
+            live_tok = max(live_tok, 1.0)
             stats = {
                 "loss": acc["loss"],
                 "pg_loss": acc["pg_loss"],
@@ -236,12 +213,67 @@ class PolicyTrainer:
                 "clip_frac": acc["clip"] / live_tok,
                 "ratio_mean": acc["ratio"] / live_tok,
                 "entropy": acc["entropy"] / live_tok,
-                "grad_norm": float(gn),
-                "n_tokens": n_tok,
-                "n_seqs": n_seq,
-                "n_forward": float(len(live)),
+                "grad_norm": float(np.mean(norms)),
+                "n_tokens": n_tok_all,
+                "n_seqs": n_seq_all,
+                "n_forward": float(sum(len(b[0]) for b in batches)),
+                "n_optimizer_steps": float(oc.epochs * len(batches)),
             }
         self.model.eval()
         self.optimizer.zero_grad(set_to_none=True)
-        self.last_importance_weight[live] = torch.cat(row_iw).numpy()
         return stats
+
+    def _optimizer_step(self, batch: Batch, n_tok: float, n_seq: float, ref: torch.Tensor | None,
+                        prox: torch.Tensor | None, acc: dict[str, float], record_iw: bool) -> tuple[float, np.ndarray | None]:
+        """One optimizer step over ``batch`` (gradients accumulated over micro-batches with the
+        denominators ``n_tok``/``n_seq``); adds to ``acc``; returns the gradient norm and, when
+        ``record_iw``, each row's mean importance weight before the step."""
+        lc, oc = self.loss_cfg, self.optim_cfg
+        mb = oc.micro_batch
+        dev = next(self.model.parameters()).device
+        self.optimizer.zero_grad(set_to_none=True)
+        row_iw: list[torch.Tensor] = []
+        for s in range(0, batch.input_ids.shape[0], mb):
+            sl = slice(s, s + mb)
+            ids = batch.input_ids[sl].to(dev)
+            logits = self._logits(self.model, ids, batch.attention_mask[sl].to(dev))
+            logp = token_logprobs(logits, ids)
+            m = batch.loss_mask[sl].to(dev)
+            out = policy_gradient_loss(
+                logp,
+                batch.behaviour_logp[sl].to(dev),
+                batch.advantages[sl].to(dev),
+                m,
+                clip_low=lc.clip_low,
+                clip_high=lc.clip_high,
+                agg=lc.agg,
+                norm_len=lc.norm_len,
+                n_tokens=n_tok,
+                n_seqs=n_seq,
+                ref_logp=None if ref is None else ref[sl].to(dev),
+                kl_coef=lc.kl_coef,
+                proximal_logp=None if prox is None else prox[sl].to(dev),
+                tis_cap=lc.tis_cap,
+            )
+            out.loss.backward()
+            with torch.no_grad():
+                ent = token_entropy(logits.detach())
+                acc["entropy"] += float(ent[m].sum())
+                if record_iw:
+                    w = torch.exp(logp.detach() - batch.behaviour_logp[sl].to(dev))
+                    if lc.tis_cap is not None:
+                        w = w.clamp(max=lc.tis_cap)
+                    row_iw.append(masked_row_mean(w, m).cpu())
+            acc["loss"] += float(out.loss.detach())
+            acc["pg_loss"] += out.pg_loss
+            acc["kl"] += out.kl
+            acc["clip"] += out.clip_frac
+            acc["ratio"] += out.ratio_mean
+            del logits, logp, out
+        gn = (
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), oc.grad_clip)
+            if oc.grad_clip > 0
+            else torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in self.model.parameters() if p.grad is not None))
+        )
+        self.optimizer.step()
+        return float(gn), (torch.cat(row_iw).numpy() if record_iw else None)
