@@ -94,6 +94,12 @@ def test_replay_is_recorded_in_the_store_and_read_by_diagnose(tiny_dir, tmp_path
         assert m[s]["n_replayed"] == 3
         lags = [s - step for _, at, step in events if at == s]
         assert m[s]["staleness_mean"] == pytest.approx(np.mean(lags))
+        ws = [w for r in rs for at, w in zip(r.meta.get("replayed_at_step", []), r.meta.get("replay_importance_weight", []),
+                                              strict=True) if at == s and w is not None]
+        if ws:  # Diagnose reads the weights the loop recorded
+            assert m[s]["iw_mean"] == pytest.approx(np.mean(ws)) and m[s]["iw_max"] == pytest.approx(max(ws))
+        else:
+            assert m[s]["iw_mean"] is None
 
     # per-rollout entropy: written for every rollout, finite, within [0, log V]; Diagnose reads it
     ents = [r.signals.get("entropy") for r in rs]
