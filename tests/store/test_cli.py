@@ -45,3 +45,4 @@ def test_store_cli_end_to_end(tmp_path: Path):
 def test_walkthrough(tmp_path):
     out = gfcr("store", "walkthrough", tmp_path / "w").stdout
     assert "imported  24 rollouts from a verl dump" in out and "token_faithful" in out
+    assert "from a roll dump" in out

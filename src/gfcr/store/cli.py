@@ -69,13 +69,13 @@ def init(path: StorePath) -> None:
 def import_(
     path: StorePath,
     files: Annotated[list[Path], typer.Argument(help="Files or directories to import.")],
-    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | slime | jsonl | parquet")],
+    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | slime | roll | skyrl | jsonl | parquet")],
     run: Annotated[str | None, typer.Option(help="run_id for the imported rows (default import-FORMAT).")] = None,
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer (HF name or dir) to retokenize text-only formats.")
     ] = None,
     trust_pickle: Annotated[
-        bool, typer.Option("--trust-pickle", help="slime: allow arbitrary unpickling (only for files you trust).")
+        bool, typer.Option("--trust-pickle", help="slime, skyrl: allow arbitrary unpickling (only for files you trust).")
     ] = False,
     create: Annotated[bool, typer.Option(help="Create the store if it does not exist.")] = True,
 ) -> None:

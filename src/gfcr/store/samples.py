@@ -116,3 +116,25 @@ def write_slime(d: Path, rollout_id: int = 5, k: int = 2) -> Path:
     p = d / f"{rollout_id}.pt"
     torch.save({"rollout_id": rollout_id, "samples": samples}, p)
     return p
+
+
+def write_roll(d: Path, steps: int = 2, k: int = 4) -> Path:
+    """``rollout_dump_data.step_{N}.jsonl``: one columnar line per step, every column a list with one
+    entry per response (ROLL's ``write_to_json_process``): global_step, id, source, difficulty,
+    prompt, messages (JSON text), ground_truth, tag, domain, responses, scores, sampling_params."""
+    d.mkdir(parents=True, exist_ok=True)
+    for step in range(1, steps + 1):
+        cols: dict[str, list] = {c: [] for c in ("global_step", "id", "source", "difficulty", "prompt", "messages",
+                                                 "ground_truth", "tag", "domain", "responses", "scores",
+                                                 "sampling_params")}
+        for qi, (q, gold) in enumerate(QUESTIONS):
+            for out, score in _answers(q, gold, k):
+                for c, v in (("global_step", step), ("id", f"q{qi}"), ("source", "sample"), ("difficulty", str(qi)),
+                             ("prompt", q), ("messages", json.dumps([{"role": "user", "content": q}])),
+                             ("ground_truth", gold), ("tag", "arith"), ("domain", "math_rule"), ("responses", out),
+                             ("scores", score),
+                             ("sampling_params", json.dumps({"generation_config": {"temperature": 0.99}}))):
+                    cols[c].append(v)
+        with open(d / f"rollout_dump_data.step_{step}.jsonl", "w") as f:
+            f.write(json.dumps(cols) + "\n")
+    return d

@@ -26,6 +26,7 @@ def run_walkthrough(path: Path | None = None, console: Console | None = None) ->
             ("verl", S.write_verl(t / "verl"), "run-verl"),
             ("trl", S.write_trl(t / "trl"), "run-trl"),
             ("prime-rl", S.write_prime_rl(t / "prime"), "run-prime"),
+            ("roll", S.write_roll(t / "roll"), "run-roll"),
         ]
         for fmt, p, run in dumps:
             res = import_rollouts(store, fmt, [str(p)], run_id=run)
