@@ -56,8 +56,11 @@ def register(app: typer.Typer) -> None:
         except (ConfigError, TrainError) as e:
             _fail(str(e))
             return
-        console.print(f"run dir:  {res.run_dir}\nstore:    {res.store_path}\nmetrics:  {res.metrics_path}\n"
-                      f"checkpoint: {res.checkpoint}\nsteps done: {res.steps_done}")
+        from gfcr.train import dist
+
+        if dist.is_main():  # under torchrun, rank 0 speaks for the run
+            console.print(f"run dir:  {res.run_dir}\nstore:    {res.store_path}\nmetrics:  {res.metrics_path}\n"
+                          f"checkpoint: {res.checkpoint}\nsteps done: {res.steps_done}")
         for name, ev in (("eval before", res.eval_before), ("eval after", res.eval_after)):
             if ev is not None:
                 console.print(f"{name}: {ev.summary()}")

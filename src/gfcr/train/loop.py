@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from gfcr.records import GENERATED, Prompt, Rollout
+from gfcr.train import dist
 from gfcr.train.checkpoint import STATE_FILE, latest_checkpoint, save_checkpoint
 from gfcr.train.config import TrainConfig, dump_config, load_config
 from gfcr.train.metrics import progress_bar, step_metrics, tensorboard_writer, truncate_metrics
@@ -199,7 +200,8 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = run_dir
         self.run_id = run_dir.name
-        self.progress = progress
+        self.progress = progress and dist.is_main()
+        self.device = cfg.device  # this rank's device (cuda → cuda:LOCAL_RANK under torchrun)
         self.on_step = on_step
         self.resume = resume
 
@@ -223,13 +225,19 @@ class Trainer:
         cfg = self.cfg
         _check_supported(cfg)
         torch.manual_seed(cfg.seed)
-        self.store = RolloutStore.open(self.run_dir / "store", create=True)
+        self.device = dist.init_from_env(cfg.device)
+        if dist.is_main():  # rank 0 creates the store; the other ranks open it once it exists
+            self.store = RolloutStore.open(self.run_dir / "store", create=True)
+        dist.barrier()
+        if not dist.is_main():
+            self.store = RolloutStore.open(self.run_dir / "store")
         self.train_prompts = load_task_prompts(cfg, "train")
         self.eval_prompts = load_task_prompts(cfg, "test")
         if not self.train_prompts:
             raise TrainError("the configured tasks produced no training prompts")
         self.prompt_by_id = {p.prompt_id: p for p in self.train_prompts}
-        self.store.upsert_prompts(self.train_prompts + self.eval_prompts)
+        if dist.is_main():
+            self.store.upsert_prompts(self.train_prompts + self.eval_prompts)
         self.selector = make_selector(
             cfg.control.selector, [p.prompt_id for p in self.train_prompts],
             [p.category for p in self.train_prompts], **cfg.control.selector_params,
@@ -259,11 +267,11 @@ class Trainer:
         self.start_step = 0
         ckpt = latest_checkpoint(self.run_dir) if self.resume else None
         weights = ckpt if ckpt is not None else path
-        self.model = AutoModelForCausalLM.from_pretrained(str(weights), dtype=torch.float32).to(cfg.device)
+        self.model = AutoModelForCausalLM.from_pretrained(str(weights), dtype=torch.float32).to(self.device)
         self.model.eval()
         ref = None
         if cfg.loss.kl_coef > 0:
-            ref = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(cfg.device)
+            ref = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device)
             ref.eval()
             for p in ref.parameters():
                 p.requires_grad_(False)
@@ -291,22 +299,23 @@ class Trainer:
                               admin_token=os.environ.get("GFCR_SERVE_ADMIN_TOKEN"))
         self.sync.push(self.model, self.policy_version)  # the engine starts from the trainer's weights
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        truncate_metrics(self.metrics_path, self.start_step)
-        self.tb = tensorboard_writer(self.run_dir) if cfg.tensorboard else None
+        if dist.is_main():
+            truncate_metrics(self.metrics_path, self.start_step)
+        self.tb = tensorboard_writer(self.run_dir) if cfg.tensorboard and dist.is_main() else None
 
     def _make_engine(self) -> Any:
         """The sampling engine of ``generate.engine`` (see :mod:`gfcr.generate.sync` for how weights reach it)."""
         from gfcr.generate.engines.hf import HFEngine
 
-        cfg, g = self.cfg, self.cfg.generate
+        g = self.cfg.generate
         kw = dict(g.engine_params)
         if g.engine == "hf" and g.sync == "in_place":
             if kw:
                 raise TrainError(f"generate.engine_params {sorted(kw)}: the in-place hf engine takes none "
                                  "(set sync: copy for a separate sampling copy, e.g. engine_params: {dtype: bfloat16})")
-            return HFEngine(self.model, tokenizer=self.tokenizer, device=cfg.device, max_batch=g.max_batch)
+            return HFEngine(self.model, tokenizer=self.tokenizer, device=self.device, max_batch=g.max_batch)
         if g.engine == "hf":
-            return HFEngine(self.model_path, tokenizer=self.tokenizer, device=cfg.device, max_batch=g.max_batch,
+            return HFEngine(self.model_path, tokenizer=self.tokenizer, device=self.device, max_batch=g.max_batch,
                             policy_version="unsynced", **kw)
         if g.engine == "vllm":
             from gfcr.generate.engines.vllm import VLLMEngine
@@ -339,7 +348,12 @@ class Trainer:
         g = self.cfg.generate
         params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens)
         topo = make_topology(g.topology, k=g.k, params=params, seed=self.cfg.seed * 1000 + round_, **g.params)
-        rs = topo.generate(self.engine, [self.prompt_by_id[p] for p in prompt_ids], self.run_id, step)
+        mine = dist.shard(prompt_ids)  # data parallel: each rank samples its share, every rank gets all
+        rs = topo.generate(self.engine, [self.prompt_by_id[p] for p in mine], self.run_id, step) if mine else []
+        if dist.world() > 1:
+            order = {p: i for i, p in enumerate(prompt_ids)}
+            rs = sorted((r for part in dist.all_gather(rs) for r in part),
+                        key=lambda r: (order[r.prompt_id], r.sample_index))
         groups: dict[str, list[Rollout]] = {}
         for r in rs:
             if round_:
@@ -440,7 +454,8 @@ class Trainer:
             raise TrainError(f"replayed rollout(s) {missing[:3]} are not in the run's store; the replay buffer and the store disagree")
         for r in stored:
             r.meta = with_replay_events(r.meta, step, uses[r.rollout_id])
-        self.store.update(stored)
+        if dist.is_main():
+            self.store.update(stored)
         by_id = {r.rollout_id: r.meta for r in stored}
         for s in replayed:  # keep the buffer's copies in step with the store
             s.rollout.meta = dict(by_id[s.rollout.rollout_id])
@@ -525,7 +540,8 @@ class Trainer:
                         for g in generated:
                             for r in g:
                                 r.meta["trained"] = r.rollout_id in trained_ids
-                        self.store.append([r for g in generated for r in g])
+                        if dist.is_main():
+                            self.store.append([r for g in generated for r in g])
                 with timer("update"):
                     batch = train_rs + [s.rollout for s in replayed]
                     advs = self._advantages(train_rs) + [s.rollout.signals.get("advantage", 0.0) for s in replayed]
@@ -540,7 +556,8 @@ class Trainer:
                 with timer("observe"):
                     for g in generated:
                         self.selector.observe(g[0].prompt_id, [r.reward for r in g], step)
-                    self.selector.save(self.store)
+                    if dist.is_main():
+                        self.selector.save(self.store)
                     if self.buffer is not None:
                         self.buffer.add(train_rs)
                 with timer("checkpoint"):
@@ -552,18 +569,19 @@ class Trainer:
                     with timer("sync"):
                         self.sync.push(self.model, self.policy_version)
                 with timer("checkpoint"):
-                    if (step + 1) % cfg.checkpoint.every == 0 or is_last:
+                    if ((step + 1) % cfg.checkpoint.every == 0 or is_last) and dist.is_main():
                         ckpt = save_checkpoint(self, step)
                 last = step_metrics(step, generated, kept, replayed, ustats, timer.seconds, info)
                 last["seconds/step"] = time.perf_counter() - t_step
                 last["policy_version"] = self.policy_version
-                with open(self.metrics_path, "a") as fh:
-                    fh.write(json.dumps(last, sort_keys=True) + "\n")
+                if dist.is_main():
+                    with open(self.metrics_path, "a") as fh:
+                        fh.write(json.dumps(last, sort_keys=True) + "\n")
                 if self.tb is not None:
                     for k, v in last.items():
                         if isinstance(v, int | float):
                             self.tb.add_scalar(k, v, step)
-                if self.on_step is not None:
+                if self.on_step is not None and dist.is_main():
                     self.on_step(step, last)
                 bar(step, last)
         if self.tb is not None:
@@ -625,7 +643,8 @@ def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Pat
           on_step: Callable[[int, dict[str, Any]], None] | None = None) -> RunResult:
     """Run (or resume) training. Evaluates before/after when ``cfg.eval`` asks; returns where things are."""
     _check_supported(cfg)
-    d, resuming = prepare_run(cfg, resume, run_dir)
+    dist.init_from_env(cfg.device)
+    d, resuming = dist.broadcast(prepare_run(cfg, resume, run_dir) if dist.is_main() else None)
     t = Trainer(cfg, d, resuming, progress=progress, on_step=on_step)
     try:
         t.setup()
@@ -638,19 +657,22 @@ def _train(t: Trainer, d: Path, progress: bool, stop_after: int | None) -> RunRe
     cfg = t.cfg
     say = _say if progress else (lambda msg: None)
     before = None
-    if cfg.eval.before and t.eval_prompts and not (d / "eval_before.json").exists():
+    main = dist.is_main()  # data parallel: rank 0 evaluates while the others wait
+    if main and cfg.eval.before and t.eval_prompts and not (d / "eval_before.json").exists():
         say(f"evaluating the initial policy on {len(t.eval_prompts)} held-out prompts ...")
         before = evaluate_policy(t)
         before.save(d / "eval_before.json")
         say(f"before: {before.summary()}")
+    dist.barrier()
     res = t.run(stop_after=stop_after)
     res.eval_before = before
-    if cfg.eval.after and t.eval_prompts and res.steps_done == cfg.steps:
+    if main and cfg.eval.after and t.eval_prompts and res.steps_done == cfg.steps:
         say(f"evaluating the trained policy on {len(t.eval_prompts)} held-out prompts ...")
         after = evaluate_policy(t)
         after.save(d / "eval_after.json")
         res.eval_after = after
         say(f"after: {after.summary()}")
+    dist.barrier()
     return res
 
 
@@ -679,6 +701,9 @@ def _check_supported(cfg: TrainConfig) -> None:
         if importlib.util.find_spec("vllm") is None:
             raise TrainError("generate.engine 'vllm' needs vllm installed: pip install 'gfcr[vllm]' on a GPU machine "
                              "(or use engine: hf)")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and cfg.generate.engine in ("openai", "ray"):
+        raise TrainError(f"generate.engine {cfg.generate.engine!r} is one shared sampler; data-parallel runs "
+                         "(WORLD_SIZE > 1) give each rank its own engine: use hf or vllm")
     if cfg.generate.engine == "ray":
         import importlib.util
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from gfcr.records import GENERATED, Rollout
+from gfcr.train import dist
 from gfcr.train.config import LossConfig, OptimConfig
 from gfcr.train.losses import masked_row_mean, policy_gradient_loss, token_entropy, token_logprobs
 
@@ -190,22 +191,28 @@ class PolicyTrainer:
         mb = oc.micro_batch
         batches = []
         for live, n_tok, n_seq in plans:
-            batch = collate([rollouts[i] for i in live], [advantages[i] for i in live], self.pad_id, lc.mask_truncated)
-            ref = self._logp_no_grad(self.ref_model, batch, mb) if lc.kl_coef > 0 else None
-            prox = self._logp_no_grad(self.model, batch, mb) if lc.tis_cap is not None else None
-            batches.append((live, batch, n_tok, n_seq, ref, prox))
+            mine = dist.shard(live)  # data parallel: this rank's rows (all of them in one process)
+            batch = (collate([rollouts[i] for i in mine], [advantages[i] for i in mine], self.pad_id, lc.mask_truncated)
+                     if mine else None)
+            ref = self._logp_no_grad(self.ref_model, batch, mb) if lc.kl_coef > 0 and batch is not None else None
+            prox = self._logp_no_grad(self.model, batch, mb) if lc.tis_cap is not None and batch is not None else None
+            batches.append((live, mine, batch, n_tok, n_seq, ref, prox))
         self.model.train()
         stats: dict[str, float] = {}
         for epoch in range(oc.epochs):
-            acc = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip": 0.0, "ratio": 0.0, "entropy": 0.0}
-            norms, live_tok = [], 0.0
-            for live, batch, n_tok, n_seq, ref, prox in batches:
+            acc = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip": 0.0, "ratio": 0.0, "entropy": 0.0, "live_tok": 0.0}
+            norms = []
+            for _live, mine, batch, n_tok, n_seq, ref, prox in batches:
                 gn, iw = self._optimizer_step(batch, n_tok, n_seq, ref, prox, acc, record_iw=epoch == 0)
                 norms.append(gn)
-                live_tok += float(batch.loss_mask.sum())
-                if iw is not None:  # π_θ/μ per rollout at the first pass over its mini-batch
-                    self.last_importance_weight[live] = iw
-            live_tok = max(live_tok, 1.0)
+                if batch is not None:
+                    acc["live_tok"] += float(batch.loss_mask.sum())
+                if epoch == 0:  # π_θ/μ per rollout at the first pass over its mini-batch
+                    for rows, ws in dist.all_gather((mine, iw)):
+                        if ws is not None:
+                            self.last_importance_weight[rows] = ws
+            acc = dist.all_reduce_sums(acc)
+            live_tok = max(acc["live_tok"], 1.0)
             stats = {
                 "loss": acc["loss"],
                 "pg_loss": acc["pg_loss"],
@@ -217,23 +224,27 @@ class PolicyTrainer:
                 "n_tokens": n_tok_all,
                 "n_seqs": n_seq_all,
                 "n_forward": float(sum(len(b[0]) for b in batches)),
+                "world_size": float(dist.world()),
                 "n_optimizer_steps": float(oc.epochs * len(batches)),
             }
         self.model.eval()
         self.optimizer.zero_grad(set_to_none=True)
         return stats
 
-    def _optimizer_step(self, batch: Batch, n_tok: float, n_seq: float, ref: torch.Tensor | None,
+    def _optimizer_step(self, batch: Batch | None, n_tok: float, n_seq: float, ref: torch.Tensor | None,
                         prox: torch.Tensor | None, acc: dict[str, float], record_iw: bool) -> tuple[float, np.ndarray | None]:
         """One optimizer step over ``batch`` (gradients accumulated over micro-batches with the
-        denominators ``n_tok``/``n_seq``); adds to ``acc``; returns the gradient norm and, when
-        ``record_iw``, each row's mean importance weight before the step."""
+        mini-batch's denominators ``n_tok``/``n_seq``, then summed over ranks); adds to ``acc``;
+        returns the gradient norm and, when ``record_iw``, each row's mean importance weight before
+        the step. ``batch`` is None on a rank that holds none of the mini-batch's rows: it still
+        joins the gradient sum and the step."""
         lc, oc = self.loss_cfg, self.optim_cfg
         mb = oc.micro_batch
         dev = next(self.model.parameters()).device
         self.optimizer.zero_grad(set_to_none=True)
         row_iw: list[torch.Tensor] = []
-        for s in range(0, batch.input_ids.shape[0], mb):
+        n_rows = 0 if batch is None else batch.input_ids.shape[0]
+        for s in range(0, n_rows, mb):
             sl = slice(s, s + mb)
             ids = batch.input_ids[sl].to(dev)
             logits = self._logits(self.model, ids, batch.attention_mask[sl].to(dev))
@@ -270,10 +281,11 @@ class PolicyTrainer:
             acc["clip"] += out.clip_frac
             acc["ratio"] += out.ratio_mean
             del logits, logp, out
+        dist.all_reduce_grads([p for p in self.model.parameters() if p.requires_grad])
         gn = (
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), oc.grad_clip)
             if oc.grad_clip > 0
             else torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in self.model.parameters() if p.grad is not None))
         )
         self.optimizer.step()
-        return float(gn), (torch.cat(row_iw).numpy() if record_iw else None)
+        return float(gn), (torch.cat(row_iw).numpy() if record_iw and row_iw else None)
