@@ -278,6 +278,7 @@ class Trainer:
         self.trainer = PolicyTrainer(self.model, cfg.loss, cfg.optim, self.tokenizer.pad_token_id,
                                      temperature=cfg.generate.temperature, ref_model=ref)
         self.engine = self._make_engine()
+        self.outcomes: dict[str, tuple[int, int]] = {}  # prompt → (verified, failed) rollouts so far
         if ckpt is not None:
             state = json.loads((ckpt / STATE_FILE).read_text())
             self.start_step = int(state["step"]) + 1
@@ -289,6 +290,8 @@ class Trainer:
             if self.buffer is not None:
                 self.buffer.clear()
                 self.buffer.add(self._trained_rollouts(0, self.start_step - 1))
+            if cfg.control.group == "adaptive_k":  # the counts are a function of the stored rollouts
+                self._count_outcomes(self.store.rollouts(run=self.run_id, steps=(0, self.start_step - 1)))
         else:
             from gfcr.models import model_hash
 
@@ -340,17 +343,39 @@ class Trainer:
         return [r for r in rs if r.meta.get("trained")]
 
     # --- stages -------------------------------------------------------------------------------
+    def group_sizes(self, prompt_ids: list[str]) -> dict[str, int]:
+        """Samples per prompt: ``generate.k`` for every prompt, or with ``control.group: adaptive_k``
+        :class:`~gfcr.control.groups.AdaptiveK`'s split of ``len(prompt_ids) × k`` by each prompt's
+        Beta(1 + verified, 1 + failed) posterior over this run's earlier rollouts."""
+        k = self.cfg.generate.k
+        if self.cfg.control.group != "adaptive_k":
+            return {p: k for p in prompt_ids}
+        a = np.array([1.0 + self.outcomes.get(p, (0, 0))[0] for p in prompt_ids])
+        b = np.array([1.0 + self.outcomes.get(p, (0, 0))[1] for p in prompt_ids])
+        ks = self.group_control.allocate(a, b, len(prompt_ids) * k)
+        return {p: int(n) for p, n in zip(prompt_ids, ks, strict=True)}
+
+    def _count_outcomes(self, rollouts: list[Rollout]) -> None:
+        """Add verified / failed rollouts to the per-prompt counts adaptive K allocates by."""
+        for r in rollouts:
+            ok, bad = self.outcomes.get(r.prompt_id, (0, 0))
+            self.outcomes[r.prompt_id] = (ok + (r.verified is True), bad + (r.verified is False))
+
     def _generate_groups(self, prompt_ids: list[str], step: int, round_: int) -> list[list[Rollout]]:
-        """The Generate room's ``group`` topology; later dynamic-sampling rounds get their own seed and group ids."""
+        """The Generate room's topology (K per prompt from :meth:`group_sizes`: prompts sharing a K
+        share an engine call); later dynamic-sampling rounds get their own seed and group ids."""
         from gfcr.generate.engines.base import SamplingParams
         from gfcr.generate.topologies import make_topology
 
         g = self.cfg.generate
         params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens)
-        topo = make_topology(g.topology, k=g.k, params=params, seed=self.cfg.seed * 1000 + round_, **g.params)
+        sizes = self.group_sizes(prompt_ids)
         mine = dist.shard(prompt_ids)  # data parallel: each rank samples its share, every rank gets all
-        rs = topo.generate(self.engine, [self.prompt_by_id[p] for p in mine], self.run_id, step) if mine else []
-        if dist.world() > 1:
+        rs = []
+        for k in sorted({sizes[p] for p in mine}):
+            topo = make_topology(g.topology, k=k, params=params, seed=self.cfg.seed * 1000 + round_, **g.params)
+            rs += topo.generate(self.engine, [self.prompt_by_id[p] for p in mine if sizes[p] == k], self.run_id, step)
+        if len({sizes[p] for p in mine}) > 1 or dist.world() > 1:
             order = {p: i for i, p in enumerate(prompt_ids)}
             rs = sorted((r for part in dist.all_gather(rs) for r in part),
                         key=lambda r: (order[r.prompt_id], r.sample_index))
@@ -529,6 +554,9 @@ class Trainer:
                     info: dict[str, Any] = {"reused_rollouts": float(stored)}
                 else:
                     generated, kept, info = self._collect(step, timer)
+                if cfg.control.group == "adaptive_k" and generated:
+                    sizes = [len(g) for g in generated]
+                    info |= {"k_min": float(min(sizes)), "k_max": float(max(sizes)), "k_mean": float(np.mean(sizes))}
                 train_rs = [r for g in kept for r in g]
                 replayed = []
                 with timer("replay"):
@@ -556,6 +584,7 @@ class Trainer:
                 with timer("observe"):
                     for g in generated:
                         self.selector.observe(g[0].prompt_id, [r.reward for r in g], step)
+                    self._count_outcomes([r for g in generated for r in g])
                     if dist.is_main():
                         self.selector.save(self.store)
                     if self.buffer is not None:
@@ -711,10 +740,14 @@ def _check_supported(cfg: TrainConfig) -> None:
             raise TrainError("generate.engine 'ray' needs Ray installed: pip install 'gfcr[ray]'")
     if cfg.generate.engine == "openai":
         _check_server(cfg.generate.engine_params)
-    if cfg.control.group not in (None, "dynamic_sampling", "gfpo"):
+    if cfg.control.group not in (None, "dynamic_sampling", "gfpo", "adaptive_k"):
         raise TrainError(
-            f"control.group {cfg.control.group!r} is not wired into the training loop; use dynamic_sampling or gfpo"
+            f"control.group {cfg.control.group!r} is not wired into the training loop; use dynamic_sampling, gfpo "
+            "or adaptive_k"
         )
+    if cfg.control.group == "adaptive_k" and cfg.generate.topology == "tree":
+        raise TrainError("control.group 'adaptive_k' sets K per prompt; a tree's size is its shape (m, n, l, t), "
+                         "not K: use it with the group or multi_turn topology")
 
 
 def _check_server(params: dict[str, Any]) -> None:

@@ -1,0 +1,86 @@
+"""control.group: adaptive_k in the training loop: K per prompt from AdaptiveK over each prompt's
+Beta(1 + verified, 1 + failed) posterior, rebuilt from the store on resume."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from gfcr.control.groups import AdaptiveK
+from gfcr.testing import save_tiny
+from gfcr.train.config import load_config
+from gfcr.train.loop import Trainer, TrainError, prepare_run, train
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_tiny(str(tmp_path_factory.mktemp("m") / "model"))
+
+
+def _cfg(tiny_dir, tmp_path, steps=3, **over):
+    base = {
+        "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": steps, "tensorboard": False,
+        "tasks": [{"name": "arith", "n_train": 6, "n_eval": 0, "params": {"level": 1}}],
+        "generate.k": 4, "generate.prompts_per_step": 3, "generate.max_tokens": 3, "signals.entropy": False,
+        "control.group": "adaptive_k", "control.group_params": {"k_min": 2, "k_max": 8},
+    }
+    base.update(over)
+    return load_config(None, base)
+
+
+def _scripted_verify(self, groups):
+    """A deterministic judge: prompts whose id's CRC is even pass on even sample indices."""
+    for g in groups:
+        for r in g:
+            r.verified = zlib.crc32(r.prompt_id.encode()) % 2 == 0 and r.sample_index % 2 == 0
+            r.reward = float(r.verified)
+            r.verifier = {"name": "scripted", "passed": r.verified}
+
+
+def test_group_sizes_follow_adaptive_k_by_hand(tiny_dir, tmp_path):
+    cfg = _cfg(tiny_dir, tmp_path)
+    d, _ = prepare_run(cfg)
+    t = Trainer(cfg, d, False, progress=False)
+    t.setup()
+    pids = [p.prompt_id for p in t.train_prompts[:3]]
+    t.outcomes = {pids[0]: (3, 3), pids[1]: (0, 9), pids[2]: (9, 0)}
+    sizes = t.group_sizes(pids)
+    want = AdaptiveK(2, 8).allocate(np.array([4.0, 1.0, 10.0]), np.array([4.0, 10.0, 1.0]), 12)
+    assert [sizes[p] for p in pids] == want.tolist() and sum(sizes.values()) == 12
+    assert sizes[pids[0]] > sizes[pids[1]]  # the uncertain prompt gets more samples
+    t.close()
+
+
+def test_loop_allocates_k_from_the_stored_outcomes_and_resume_agrees(tiny_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(Trainer, "_verify", _scripted_verify)
+    full = train(_cfg(tiny_dir, tmp_path), run_dir=tmp_path / "full", progress=False)
+    from gfcr.store import RolloutStore
+
+    rs = RolloutStore.open(full.store_path).rollouts()
+    counts = {s: Counter(r.prompt_id for r in rs if r.step == s) for s in range(3)}
+    assert all(sum(c.values()) == 12 for c in counts.values())  # the budget: 3 prompts × K=4
+    assert any(len(set(c.values())) > 1 for c in counts.values())  # K differs between prompts
+    for s in range(1, 3):  # each step's K is AdaptiveK over the outcomes of the steps before it
+        ok = Counter(r.prompt_id for r in rs if r.step < s and r.verified)
+        bad = Counter(r.prompt_id for r in rs if r.step < s and not r.verified)
+        pids = list(counts[s])
+        want = AdaptiveK(2, 8).allocate(np.array([1.0 + ok[p] for p in pids]), np.array([1.0 + bad[p] for p in pids]), 12)
+        assert [counts[s][p] for p in pids] == want.tolist()
+    m = [json.loads(x) for x in full.metrics_path.read_text().splitlines()]
+    assert all(2 <= row["k_min"] <= row["k_max"] <= 8 for row in m)
+
+    cfg = _cfg(tiny_dir, tmp_path)
+    train(cfg, run_dir=tmp_path / "cut", progress=False, stop_after=2)
+    res = train(cfg, resume=tmp_path / "cut", progress=False)
+    rs2 = RolloutStore.open(res.store_path).rollouts()
+    assert Counter(r.prompt_id for r in rs2 if r.step == 2) == counts[2]  # rebuilt from the store
+
+
+def test_adaptive_k_with_a_tree_is_refused(tiny_dir, tmp_path):
+    cfg = _cfg(tiny_dir, tmp_path, **{"generate.topology": "tree", "generate.params": {"m": 2, "n": 1, "l": 1, "t": 1}})
+    with pytest.raises(TrainError, match="adaptive_k"):
+        train(cfg, run_dir=tmp_path / "t", progress=False)
