@@ -58,6 +58,8 @@ class SignalsConfig(_Strict):
     advantage: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group advantage estimator: GRPO (mean/std), Dr.GRPO (mean only), RLOO (leave-one-out).")
     overlong_buffer: int = Field(0, ge=0, description="DAPO soft overlong punishment buffer in tokens (0 = off).")
     overlong_penalty: float = Field(1.0, ge=0.0, description="DAPO overlong penalty factor.")
+    length_reward: Literal["shorter_better"] | None = Field(None, description="Length control of the reward: 'shorter_better' (ShorterBetter, arXiv 2504.21370) replaces a rollout's correctness reward by alpha·1[verified] − beta·|length − SOL|, SOL = the group's shortest verified length (its mean length when none is verified); the format bonus and the overlong penalty still add on top. null = off.")
+    length_params: dict[str, float] = Field(default_factory=dict, description="ShorterBetter's alpha (default 1.0) and beta (per token, default 0.001).")
     entropy: bool = Field(True, description="Write signals['entropy'] (mean token entropy under the sampling policy) for every rollout. The hf engine (also behind gfcr serve and in ray actors) reports it while sampling, at no cost; for rollouts of engines that do not (vllm, other OpenAI-compatible servers) a no-grad forward computes it, ~0.75x the generation time on CPU. Off: no forward; rollouts keep what the engine reported, if anything (Diagnose falls back to nll_mean).")
 
 
@@ -139,6 +141,11 @@ class TrainConfig(_Strict):
             raise ValueError("replay.per_step > 0 needs replay.buffer (a buffer name)")
         if not self.tasks:
             raise ValueError("tasks: name at least one task source")
+        if self.signals.length_params and not self.signals.length_reward:
+            raise ValueError("signals.length_params is set but signals.length_reward is not (set it to shorter_better)")
+        if set(self.signals.length_params) - {"alpha", "beta"}:
+            raise ValueError(f"signals.length_params: unknown keys {sorted(set(self.signals.length_params) - {'alpha', 'beta'})}; "
+                             "ShorterBetter takes alpha and beta")
         if self.verify.reward_source != "verifier" and self.generate.topology != "multi_turn":
             raise ValueError(f"verify.reward_source {self.verify.reward_source!r} reads the env's own verdict, which "
                              "only multi-turn episodes have: set generate.topology: multi_turn, or reward_source: verifier")

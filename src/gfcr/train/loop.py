@@ -428,6 +428,8 @@ class Trainer:
 
         s, g = self.cfg.signals, self.cfg.generate
         for grp in groups:
+            if s.length_reward == "shorter_better":
+                self._shorter_better(grp)
             if s.overlong_buffer:
                 lengths = ([longest_generated_run(r.token_role) for r in grp] if g.topology == "multi_turn"
                            else [r.n_generated for r in grp])
@@ -443,6 +445,19 @@ class Trainer:
             adv = ADVANTAGES[s.advantage]([r.reward for r in grp])
             for r, a in zip(grp, adv, strict=True):
                 r.signals["advantage"] = float(a)
+
+    def _shorter_better(self, grp: list[Rollout]) -> None:
+        """ShorterBetter (arXiv 2504.21370) on one group: the correctness part of each reward becomes
+        ``alpha·1[verified] − beta·|length − SOL|`` (:func:`gfcr.control.groups.sol_rewards`); the
+        format bonus stays on top. Lengths are generated tokens (all policy turns for multi_turn)."""
+        from gfcr.control.groups import ShorterBetter
+
+        sb = ShorterBetter(**self.cfg.signals.length_params)
+        shaped = sb.rewards([r.verified is True for r in grp], [r.n_generated for r in grp])
+        bonus = self.cfg.verify.format_bonus
+        for r, v in zip(grp, shaped, strict=True):
+            r.signals["length_reward"] = float(v)
+            r.reward = float(v) + bonus * float(r.signals.get("format", 0.0))
 
     def _advantages(self, rollouts: list[Rollout]) -> list[Any]:
         """What the update trains fresh rollouts with: ``signals["advantage"]`` (group), or TreeRL's

@@ -1,5 +1,6 @@
-"""control.group: adaptive_k in the training loop: K per prompt from AdaptiveK over each prompt's
-Beta(1 + verified, 1 + failed) posterior, rebuilt from the store on resume."""
+"""Control in the training loop: control.group adaptive_k (K per prompt from AdaptiveK over each prompt's
+Beta(1 + verified, 1 + failed) posterior, rebuilt from the store on resume) and the ShorterBetter
+length reward (signals.length_reward)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,36 @@ def test_adaptive_k_with_a_tree_is_refused(tiny_dir, tmp_path):
     cfg = _cfg(tiny_dir, tmp_path, **{"generate.topology": "tree", "generate.params": {"m": 2, "n": 1, "l": 1, "t": 1}})
     with pytest.raises(TrainError, match="adaptive_k"):
         train(cfg, run_dir=tmp_path / "t", progress=False)
+
+
+def test_shorter_better_shapes_rewards_and_advantages_by_hand(tiny_dir, tmp_path):
+    """signals.length_reward: shorter_better on a hand-made group: verified [T, F, T], lengths [10, 4, 6],
+    alpha 1, beta 0.1 → SOL 6 → rewards [0.6, -0.2, 1.0] (plus the format bonus), GRPO advantages on them."""
+    from gfcr.filters.signals import ADVANTAGES
+    from gfcr.testing import make_rollout
+
+    cfg = _cfg(tiny_dir, tmp_path, **{"control.group": None, "control.group_params": {},
+                                      "signals.length_reward": "shorter_better",
+                                      "signals.length_params": {"alpha": 1.0, "beta": 0.1},
+                                      "verify.format_bonus": 0.5})
+    d, _ = prepare_run(cfg)
+    t = Trainer(cfg, d, False, progress=False)
+    t.setup()
+    grp = [make_rollout(i, prompt="p", n_ctx=3, n_gen=n) for i, n in enumerate([10, 4, 6])]
+    for r, ok, fmt in zip(grp, [True, False, True], [0.0, 0.0, 1.0], strict=True):
+        r.verified, r.reward, r.signals = ok, float(ok), {"format": fmt}
+    t._signals([grp])
+    assert [r.signals["length_reward"] for r in grp] == pytest.approx([0.6, -0.2, 1.0])
+    assert [r.reward for r in grp] == pytest.approx([0.6, -0.2, 1.5])
+    want = ADVANTAGES["grpo"]([0.6, -0.2, 1.5])
+    assert [r.signals["advantage"] for r in grp] == pytest.approx(list(want))
+    t.close()
+
+
+def test_length_params_without_length_reward_fail_at_load(tiny_dir, tmp_path):
+    from gfcr.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="length_reward"):
+        _cfg(tiny_dir, tmp_path, **{"signals.length_params": {"beta": 0.1}})
+    with pytest.raises(ConfigError, match="alpha and beta"):
+        _cfg(tiny_dir, tmp_path, **{"signals.length_reward": "shorter_better", "signals.length_params": {"gamma": 1}})
