@@ -118,3 +118,27 @@ def test_length_params_without_length_reward_fail_at_load(tiny_dir, tmp_path):
         _cfg(tiny_dir, tmp_path, **{"signals.length_params": {"beta": 0.1}})
     with pytest.raises(ConfigError, match="alpha and beta"):
         _cfg(tiny_dir, tmp_path, **{"signals.length_reward": "shorter_better", "signals.length_params": {"gamma": 1}})
+
+
+def test_early_exit_on_repetition_reaches_the_store(tiny_dir, tmp_path):
+    from gfcr.control.groups import tail_ngram_count
+    from gfcr.store import RolloutStore
+
+    cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"control.group": None, "control.group_params": {},
+                                                "generate.max_tokens": 24, "generate.repeat_ngram": 1,
+                                                "generate.repeat_max": 2})
+    res = train(cfg, run_dir=tmp_path / "ee", progress=False)
+    rs = RolloutStore.open(res.store_path).rollouts()
+    cut = [r for r in rs if r.finish_reason == "abort"]
+    assert cut, "with a 1-gram seen twice as the rule, some of the 12 rollouts must stop early"
+    for r in cut:
+        gen = r.token_ids[r.token_role == 1].tolist()
+        assert r.meta["early_exit"] == "repetition" and tail_ngram_count(gen, 1) == 2 and len(gen) < 24
+    assert r.sampling["repeat_ngram"] == 1 and r.sampling["repeat_max"] == 2
+
+
+def test_repeat_ngram_with_vllm_fails_at_load(tiny_dir, tmp_path):
+    from gfcr.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="repeat_ngram"):
+        _cfg(tiny_dir, tmp_path, **{"generate.engine": "vllm", "generate.repeat_ngram": 8})

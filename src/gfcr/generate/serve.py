@@ -49,10 +49,13 @@ class _Common(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = None
     return_token_ids: bool = False
+    repeat_ngram: int = Field(0, ge=0, le=4096)  # gfcr extension: early exit on repetition (SamplingParams)
+    repeat_max: int = Field(4, ge=2, le=4096)
 
     def params(self, max_tokens: int) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        return SamplingParams(n=self.n, temperature=self.temperature, top_p=self.top_p, max_tokens=max_tokens, stop=stop, seed=self.seed)
+        return SamplingParams(n=self.n, temperature=self.temperature, top_p=self.top_p, max_tokens=max_tokens, stop=stop,
+                              seed=self.seed, repeat_ngram=self.repeat_ngram, repeat_max=self.repeat_max)
 
 
 class CompletionBody(_Common):

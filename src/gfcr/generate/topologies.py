@@ -141,7 +141,7 @@ def rollout_from_result(
         cost=Cost(prompt_tokens=n_prompt, gen_tokens=int(len(res.token_ids)), latency_s=float(res.latency_s)),
         tokens_source=res.tokens_source,
         signals=signals,
-        meta=dict(meta or {}),
+        meta=dict(meta or {}) | ({"early_exit": res.meta["early_exit"]} if res.meta.get("early_exit") else {}),
     )
 
 

@@ -42,6 +42,8 @@ class GenerateConfig(_Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass; keep 1.0 unless the trainer also applies top-p.")
     max_tokens: int = Field(64, ge=1, description="Most new tokens per rollout.")
     max_batch: int = Field(32, ge=1, description="Most sequences decoded together.")
+    repeat_ngram: int = Field(0, ge=0, description="Early exit on repetition (gfcr.control.groups.EarlyExit's rule, Kimi k1.5-style): stop a rollout, finish_reason 'abort', once its last repeat_ngram tokens have occurred repeat_max times; saves the tokens a degenerate loop would burn up to max_tokens. 0 = off. hf engine and gfcr serve.")
+    repeat_max: int = Field(4, ge=2, description="Occurrences of the trailing n-gram that stop a rollout (with repeat_ngram > 0).")
     params: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments of the topology (tree: m, n, l, t, min_prefix_frac, no_fork_after; multi_turn: env, max_turns, obs_role).")
 
 
@@ -155,6 +157,9 @@ class TrainConfig(_Strict):
         allowed = {"hf": ("in_place", "copy"), "vllm": ("copy",), "openai": ("http",), "ray": ("copy",)}[g.engine]
         if g.sync not in allowed:
             raise ValueError(f"generate.sync {g.sync!r} does not work with engine {g.engine!r}; use one of {list(allowed)}")
+        if g.repeat_ngram and g.engine == "vllm":
+            raise ValueError("generate.repeat_ngram (early exit on repetition) is not supported by the vllm engine; "
+                             "set it to 0 or use hf / gfcr serve")
         if g.sync == "in_place" and g.sync_every != 1:
             raise ValueError("generate.sync_every > 1 needs an engine with its own weights (sync 'copy' or 'http'): "
                              "an in-place hf engine always samples with the current weights")

@@ -368,7 +368,8 @@ class Trainer:
         from gfcr.generate.topologies import make_topology
 
         g = self.cfg.generate
-        params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens)
+        params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens,
+                                repeat_ngram=g.repeat_ngram, repeat_max=g.repeat_max)
         sizes = self.group_sizes(prompt_ids)
         mine = dist.shard(prompt_ids)  # data parallel: each rank samples its share, every rank gets all
         rs = []

@@ -28,6 +28,8 @@ class SamplingParams(BaseModel):
     stop: list[str] = Field(default_factory=list, description="Stop strings (the tokens that complete one are kept).")
     stop_token_ids: list[int] = Field(default_factory=list, description="Extra token ids that end a sample (eos is always one).")
     seed: int | None = Field(None, description="Seed; the same seed gives the same tokens (sample i uses seed + i).")
+    repeat_ngram: int = Field(0, ge=0, le=4096, description="Early exit on repetition (the rule of gfcr.control.groups.EarlyExit): stop a sample, finish_reason 'abort', once its last repeat_ngram generated tokens have occurred repeat_max times. 0 = off. hf engine (and gfcr serve) only.")
+    repeat_max: int = Field(4, ge=2, le=4096, description="Occurrences of the trailing n-gram that stop a sample (with repeat_ngram > 0).")
 
     @model_validator(mode="after")
     def _check(self) -> SamplingParams:

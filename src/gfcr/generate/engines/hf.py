@@ -54,6 +54,33 @@ def sampling_logprobs(logits: Any, temperature: float, top_p: float = 1.0) -> An
     return lp
 
 
+class NgramCounter:
+    """Counts, as tokens arrive, how often each n-gram has occurred; :meth:`add` returns the count of
+    the n-gram the new token completes, i.e. how often the sequence's trailing n-gram occurs in it
+    (the quantity ``gfcr.control.groups.tail_ngram_count`` computes from scratch), in O(1) per token.
+    ``n = 0`` counts nothing (always 0).
+
+    Example (n = 2): tokens 1, 2, 1, 2 → add returns 0, 1, 1, 2.
+    """
+
+    def __init__(self, n: int):
+        self.n = int(n)
+        self.tail: list[int] = []
+        self.counts: dict[tuple[int, ...], int] = {}
+
+    def add(self, token: int) -> int:
+        if self.n <= 0:
+            return 0
+        self.tail.append(int(token))
+        if len(self.tail) > self.n:
+            del self.tail[0]
+        if len(self.tail) < self.n:
+            return 0
+        key = tuple(self.tail)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return self.counts[key]
+
+
 def entropy_of(lp: Any, probs: Any) -> Any:
     """Entropy ``-Σ p log p`` over the last axis of log-probs ``lp`` and their ``probs = lp.exp()``
     (``[..., V]`` → ``[...]``); tokens cut by top-p (``lp = -inf``, ``p = 0``) add 0.
@@ -215,6 +242,8 @@ class HFEngine:
         toks: list[list[int]] = [[] for _ in range(B)]
         lps: list[list[float]] = [[] for _ in range(B)]
         ents: list[list[float]] = [[] for _ in range(B)]
+        repeats = [NgramCounter(sp.repeat_ngram) for _, _, _, sp in rows]  # early exit on repetition
+        exits: list[str | None] = [None] * B
         finish: list[str | None] = [None] * B
         dev = self.device
         ids, attn = ids.to(dev), attn.to(dev)
@@ -254,6 +283,9 @@ class HFEngine:
                         finish[i] = "stop"
                     elif len(toks[i]) >= sp.max_tokens:
                         finish[i] = "length"
+                    elif sp.repeat_ngram and repeats[i].add(t) >= sp.repeat_max:
+                        finish[i] = "abort"
+                        exits[i] = "repetition"
                 keep = [k for k, i in enumerate(live) if finish[i] is None]
                 if not keep:
                     break
@@ -283,7 +315,7 @@ class HFEngine:
                     latency_s=dt,
                     prompt_ids=np.asarray(p, dtype=np.int32),
                     text=self.tokenizer.decode(toks[i], skip_special_tokens=False),
-                    meta={"batch_size": B},
+                    meta={"batch_size": B} | ({"early_exit": exits[i]} if exits[i] else {}),
                     entropies=np.asarray(ents[i], dtype=np.float32),
                 )
             )

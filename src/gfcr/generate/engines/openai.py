@@ -100,6 +100,8 @@ class OpenAIEngine:
             body["seed"] = p.seed
         if p.stop_token_ids:
             body["stop_token_ids"] = p.stop_token_ids
+        if p.repeat_ngram:  # gfcr serve's extension; other servers may refuse it
+            body |= {"repeat_ngram": p.repeat_ngram, "repeat_max": p.repeat_max}
         body.update(self.extra_body)
         t0 = time.perf_counter()
         if req.prompt_ids is not None:

@@ -80,6 +80,9 @@ class VLLMEngine:
         for r in requests:
             ids = r.prompt_ids if r.prompt_ids is not None else self.encode_messages(r.messages or [])
             p = r.params
+            if p.repeat_ngram:
+                raise ValueError("repeat_ngram (early exit on repetition) is not supported by the vllm engine; "
+                                 "use the hf engine or gfcr serve, or set it to 0")
             prompts.append({"prompt_token_ids": [int(t) for t in ids]})
             sps.append(self._vllm.SamplingParams(
                 n=p.n, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_tokens, stop=p.stop or None,
