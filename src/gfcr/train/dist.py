@@ -16,11 +16,13 @@ rank runs the same loop on the same data:
 * **writes**: only rank 0 writes the store, checkpoints, metrics and the run folder; the others
   read them.
 
-Single-process runs (no ``WORLD_SIZE``, or 1) never touch ``torch.distributed``.
+Single-process runs (no ``WORLD_SIZE``, or 1) never touch ``torch.distributed``. Collectives time
+out after ``GFCR_DIST_TIMEOUT_S`` seconds (default 7200: rank 0 may evaluate alone for a while).
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 from typing import Any
 
@@ -57,7 +59,9 @@ def init_from_env(device: str) -> str:
     if not dist.is_initialized():
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device))
-        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+        # generous: rank 0 evaluates and checkpoints alone while the others wait in a barrier
+        timeout = datetime.timedelta(seconds=float(os.environ.get("GFCR_DIST_TIMEOUT_S", "7200")))
+        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo", timeout=timeout)
     return device
 
 
