@@ -44,7 +44,7 @@ def hand_store(tmp_path_factory):
     rs += group("r", 1, "a", [0.0, 0.0], [False, False], gen_len=20, logprob=-2.0, signals={"entropy": 0.5})
     rs += [rollout("r", 1, "b", 1.0, gen_len=20, verified=False, logprob=-2.0, signals={"entropy": 1.5}),
            rollout("r", 1, "b", 0.0, gen_len=20, verified=False, logprob=-2.0, signals={"entropy": 1.0},
-                   sample_index=1)]
+                   sample_index=1, finish="abort")]  # stopped early (e.g. the repetition early exit)
     # a replayed copy at step 1 (lag 3, weight 0.5) and a step-0 row annotated as replayed at step 1 and 2
     rs.append(rollout("r", 1, "z", 1.0, signals={"replayed": 1.0, "staleness": 3.0, "importance_weight": 0.5}))
     rs.append(rollout("r", 0, "y", 1.0, meta={"replayed_at_step": [1, 2], "replay_importance_weight": [2.0, 1.5]}))
@@ -72,7 +72,8 @@ def test_step_metrics_hand_worked(hand_store):
     assert s0["waste_share"] == pytest.approx(20 / 90)
     assert s0["len_mean"] == pytest.approx(90 / 7)
     assert s0["len_p95"] == pytest.approx(30 - 0.3 * 20)  # quantile_cont over [10]*6 + [30]
-    assert s0["trunc_rate"] == pytest.approx(1 / 7)
+    assert s0["trunc_rate"] == pytest.approx(1 / 7) and s0["abort_rate"] == 0.0
+    assert s1["abort_rate"] == pytest.approx(1 / 4) and s1["trunc_rate"] == 0.0  # fresh rows of step 1: a, a, b, b
     assert s0["nll_mean"] == pytest.approx(1.0) and s0["entropy_mean"] is None
     # hack: reward >= 0.5 and verified false: c's 0.5 and 0.52 → 2 of 6 verified-known
     assert s0["hack_rate"] == pytest.approx(2 / 6)

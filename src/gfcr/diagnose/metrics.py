@@ -45,7 +45,7 @@ FEATURE_COLUMNS = [
 METRIC_COLUMNS = [
     "run_id", "step", "n_rollouts", "n_groups", "reward_mean", "reward_std", "verified_rate",
     "zero_var_share", "all_correct_share", "all_wrong_share", "gen_tokens", "wasted_tokens",
-    "waste_share", "len_mean", "len_p95", "trunc_rate", "entropy_mean", "nll_mean", "hack_rate",
+    "waste_share", "len_mean", "len_p95", "trunc_rate", "abort_rate", "entropy_mean", "nll_mean", "hack_rate",
     "adv_disagreement", "low_std_share", "n_replayed", "replay_share", "staleness_mean",
     "staleness_max", "iw_mean", "iw_min", "iw_max", "n_audited", "kept_share", "ter_mean",
     *[f"excl_{c}" for c in EXCLUSION_CATEGORIES],
@@ -340,6 +340,7 @@ def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | Non
                    sum(gen_len) AS gen_tokens, avg(gen_len) AS len_mean,
                    quantile_cont(gen_len, 0.95) AS len_p95,
                    avg(CASE WHEN finish_reason = 'length' THEN 1.0 ELSE 0.0 END) AS trunc_rate,
+                   avg(CASE WHEN finish_reason = 'abort' THEN 1.0 ELSE 0.0 END) AS abort_rate,
                    avg(entropy) AS entropy_mean, avg(nll_mean) AS nll_mean,
                    CASE WHEN count(verified) > 0 THEN
                        count(*) FILTER (WHERE reward >= {float(cfg.reward_high)} AND verified = false)::DOUBLE
@@ -365,7 +366,7 @@ def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | Non
                gs.n_all_wrong::DOUBLE / nullif(gs.n_groups, 0) AS all_wrong_share,
                coalesce(r.gen_tokens, 0)::BIGINT AS gen_tokens, coalesce(gs.wasted, 0)::BIGINT AS wasted_tokens,
                gs.wasted::DOUBLE / nullif(r.gen_tokens, 0) AS waste_share,
-               r.len_mean, r.len_p95, r.trunc_rate, r.entropy_mean, r.nll_mean, r.hack_rate, r.adv_disagreement,
+               r.len_mean, r.len_p95, r.trunc_rate, r.abort_rate, r.entropy_mean, r.nll_mean, r.hack_rate, r.adv_disagreement,
                gs.n_low_std::DOUBLE / nullif(gs.n_var, 0) AS low_std_share,
                coalesce(e.n_replayed, 0)::BIGINT AS n_replayed,
                coalesce(e.n_replayed, 0)::DOUBLE / nullif(greatest(ra.n_rows, coalesce(e.n_replayed, 0)), 0) AS replay_share,

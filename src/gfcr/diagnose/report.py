@@ -39,7 +39,7 @@ CHARTS: list[tuple[str, list[str], str]] = [
     ("Zero-variance groups", ["zero_var_share", "all_correct_share", "all_wrong_share"], "share of groups"),
     ("Compute waste", ["waste_share"], "share of generated tokens"),
     ("Generated length", ["len_mean", "len_p95"], "tokens"),
-    ("Truncation rate", ["trunc_rate"], "share"),
+    ("Truncated (max_tokens) / stopped early (abort, e.g. repetition)", ["trunc_rate", "abort_rate"], "share"),
     ("Token entropy", ["entropy_mean", "nll_mean"], "nats/token"),
     ("Reward–verifier disagreement", ["hack_rate", "adv_disagreement", "low_std_share"], "share"),
     ("Replay staleness", ["staleness_mean", "staleness_max"], "policy versions"),
