@@ -15,3 +15,11 @@ def store(tmp_path):
     from gfcr.store import RolloutStore
 
     return RolloutStore.open(tmp_path / "store", create=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny random Llama + tokenizer saved as an HF folder (one per test module)."""
+    from gfcr.testing import save_tiny
+
+    return save_tiny(str(tmp_path_factory.mktemp("tiny") / "model"))

@@ -205,12 +205,7 @@ def evaluate_model(
     """
     from gfcr.generate.engines.base import GenRequest, SamplingParams
 
-    if k < 0:
-        raise ValueError("k must be >= 0")
-    if k == 0 and not greedy:
-        raise ValueError("nothing to evaluate: k=0 and greedy=False")
-    if not prompts:
-        raise ValueError("no prompts to evaluate")
+    _check_eval_args(k, greedy, prompts)
     verify = resolve_verifier(verifier)
     tok = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
 
@@ -244,6 +239,15 @@ def evaluate_model(
     res = summarize(sampled, greedy_v, ks=ks if k > 0 else None, n_boot=n_boot, seed=seed)
     res.info.update(_run_info(engine, verify, prompts, k, temperature, top_p, max_tokens, seed, t0))
     return res
+
+
+def _check_eval_args(k: int, greedy: bool, prompts: Sequence[Prompt]) -> None:
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    if k == 0 and not greedy:
+        raise ValueError("nothing to evaluate: k=0 and greedy=False")
+    if not prompts:
+        raise ValueError("no prompts to evaluate")
 
 
 def _run_info(engine: Any, verify: Any, prompts: Sequence[Prompt], k: int, temperature: float, top_p: float,
@@ -296,12 +300,7 @@ def evaluate_episodes(
     from gfcr.generate.envs import REWARD_SOURCES, episode_reward, last_assistant_text, make_env
     from gfcr.generate.topologies import MultiTurn
 
-    if k < 0:
-        raise ValueError("k must be >= 0")
-    if k == 0 and not greedy:
-        raise ValueError("nothing to evaluate: k=0 and greedy=False")
-    if not prompts:
-        raise ValueError("no prompts to evaluate")
+    _check_eval_args(k, greedy, prompts)
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
     if reward_source not in REWARD_SOURCES:

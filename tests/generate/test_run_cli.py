@@ -1,15 +1,7 @@
 import json
 
 import numpy as np
-import pytest
 from typer.testing import CliRunner
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from gfcr.testing import save_tiny
-
-    return save_tiny(str(tmp_path_factory.mktemp("m") / "tiny"))
 
 
 def test_run_generate_into_store(tmp_path, tiny_dir):

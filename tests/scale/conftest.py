@@ -1,4 +1,4 @@
-"""Fixtures of the Ray tests: one loopback-only 2-CPU cluster per module, a tiny model folder."""
+"""Fixtures of the Ray tests: one loopback-only 2-CPU cluster per module (tiny_dir is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,3 @@ def cluster():
     yield ray
     if started:
         ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from gfcr.testing import save_tiny
-
-    return save_tiny(str(tmp_path_factory.mktemp("tiny") / "model"))

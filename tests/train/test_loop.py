@@ -7,14 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from gfcr.testing import save_tiny
 from gfcr.train.config import load_config
 from gfcr.train.loop import StageTimer, Trainer, TrainError, latest_checkpoint, step_rng, train
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_tiny(str(tmp_path_factory.mktemp("m") / "model"))
 
 
 def _cfg(tiny_dir, tmp_path, steps=3, **over):

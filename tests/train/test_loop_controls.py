@@ -12,14 +12,8 @@ import numpy as np
 import pytest
 
 from gfcr.control.groups import AdaptiveK
-from gfcr.testing import save_tiny
 from gfcr.train.config import load_config
 from gfcr.train.loop import Trainer, TrainError, prepare_run, train
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_tiny(str(tmp_path_factory.mktemp("m") / "model"))
 
 
 def _cfg(tiny_dir, tmp_path, steps=3, **over):

@@ -15,7 +15,7 @@ from gfcr.filters.verifiers import Verdict
 from gfcr.generate import envs
 from gfcr.records import Message
 from gfcr.store import RolloutStore
-from gfcr.testing import make_rollout, save_tiny
+from gfcr.testing import make_rollout
 from gfcr.train.config import load_config
 from gfcr.train.loop import TrainError, final_turn_text, longest_generated_run, train
 
@@ -50,11 +50,6 @@ class EvenFinalTurn:
         EvenFinalTurn.seen.append(completion)
         ok = len(completion) % 2 == 0
         return Verdict(passed=ok, score=float(ok), evidence={"len": len(completion)})
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_tiny(str(tmp_path_factory.mktemp("m") / "model"))
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import pytest
 from gfcr.filters import verifiers
 from gfcr.filters.verifiers import Verdict
 from gfcr.store import RolloutStore
-from gfcr.testing import save_tiny
 from gfcr.train.config import load_config
 from gfcr.train.loop import TrainError, train, with_replay_events
 
@@ -26,11 +25,6 @@ class LastTokenParity:
         r = context["rollout"]
         ok = int(r.token_ids[-1]) % 2 == 0
         return Verdict(passed=ok, score=float(ok), evidence={"last": int(r.token_ids[-1])})
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_tiny(str(tmp_path_factory.mktemp("m") / "model"))
 
 
 @pytest.fixture

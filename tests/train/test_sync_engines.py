@@ -9,14 +9,8 @@ import json
 import pytest
 import torch
 
-from gfcr.testing import save_tiny
 from gfcr.train.config import ConfigError, load_config
 from gfcr.train.loop import Trainer, prepare_run
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_tiny(str(tmp_path_factory.mktemp("m") / "model"))
 
 
 def _cfg(tiny_dir, tmp_path, steps, **over):

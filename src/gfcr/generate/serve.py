@@ -199,7 +199,7 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
                 "usage": {"prompt_tokens": len(ids), "completion_tokens": n_gen, "total_tokens": len(ids) + n_gen}}
 
     if allow_weight_updates:
-        from gfcr.generate.sync import WEIGHTS_ROUTE, WeightSyncError, read_safetensors
+        from gfcr.generate.sync import WEIGHTS_ROUTE, WeightSyncError, read_safetensors, state_dict_bytes
 
         @app.post(WEIGHTS_ROUTE)
         def load_weights(body: WeightsBody, authorization: str | None = Header(None)) -> dict[str, Any]:
@@ -212,7 +212,7 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
                     engine.load_weights(sd, policy_version=body.policy_version)
             except WeightSyncError as e:
                 raise HTTPException(status_code=400, detail=str(e)) from e
-            n = int(sum(v.numel() * v.element_size() for v in sd.values()))
+            n = state_dict_bytes(sd)
             return {"policy_version": engine.policy_version, "tensors": len(sd), "bytes": n,
                     "seconds": round(time.perf_counter() - t0, 4)}
 

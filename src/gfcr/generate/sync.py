@@ -99,6 +99,11 @@ def check_state_dict(model: Any, state_dict: dict[str, Any]) -> list[str]:
     return omitted
 
 
+def state_dict_bytes(state_dict: dict[str, Any]) -> int:
+    """Bytes held by the tensors of a state dict."""
+    return int(sum(v.numel() * v.element_size() for v in state_dict.values()))
+
+
 def load_state_dict_checked(model: Any, state_dict: dict[str, Any]) -> int:
     """Copy ``state_dict`` into ``model`` (casting to each parameter's dtype and device) after
     :func:`check_state_dict`; returns the bytes read. All or nothing."""
@@ -107,7 +112,7 @@ def load_state_dict_checked(model: Any, state_dict: dict[str, Any]) -> int:
     check_state_dict(model, state_dict)
     with torch.no_grad():
         model.load_state_dict(state_dict, strict=False)
-    return int(sum(v.numel() * v.element_size() for v in state_dict.values()))
+    return state_dict_bytes(state_dict)
 
 
 def read_safetensors(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -186,7 +191,7 @@ class StateDictSync:
     def push(self, model: Any, policy_version: str) -> SyncReport:
         t0 = time.perf_counter()
         sd = model.state_dict()
-        n = int(sum(v.numel() * v.element_size() for v in sd.values()))
+        n = state_dict_bytes(sd)
         self.engine.load_weights(sd, policy_version=policy_version)
         return SyncReport(policy_version, n, time.perf_counter() - t0, self.method)
 

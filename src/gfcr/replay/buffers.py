@@ -217,7 +217,28 @@ class FIFO(_Buffer):
         return {"key": self.key, "ids": [r.rollout_id for r in self.items]}
 
 
-class RePO(_Buffer):
+class _PerPromptCache(_Buffer):
+    """A bounded deque of rollouts per prompt (RePO's replay cache, AR3PO's correct-response cache)."""
+
+    def __init__(self, maxlen: int):
+        self.maxlen = maxlen
+        self.cache: dict[str, deque[Rollout]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self.cache.values())
+
+    def clear(self) -> None:
+        self.cache.clear()
+
+    def _keep(self, r: Rollout) -> None:
+        """Append ``r`` to its prompt's deque (the oldest drops out when full)."""
+        self.cache.setdefault(r.prompt_id, deque(maxlen=self.maxlen)).append(r)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "cache": {p: [r.rollout_id for r in d] for p, d in sorted(self.cache.items())}}
+
+
+class RePO(_PerPromptCache):
     """RePO, Replay-Enhanced Policy Optimization (arXiv 2506.09340): a per-prompt replay cache.
 
     Rule: every fresh completion is pushed to its prompt's deque (``max_cache_size``); a prompt
@@ -240,17 +261,11 @@ class RePO(_Buffer):
         self.strategy, self.num_replays = strategy, num_replays
         self.max_cache_size, self.min_cache_to_replay = max_cache_size, min_cache_to_replay
         self.adv_norm_mode = adv_norm_mode
-        self.cache: dict[str, deque[Rollout]] = {}
-
-    def __len__(self) -> int:
-        return sum(len(d) for d in self.cache.values())
-
-    def clear(self) -> None:
-        self.cache.clear()
+        super().__init__(max_cache_size)
 
     def add(self, rollouts: Iterable[Rollout]) -> None:
         for r in _canonical(rollouts):
-            self.cache.setdefault(r.prompt_id, deque(maxlen=self.max_cache_size)).append(r)
+            self._keep(r)
 
     def replay_for(self, prompt_id: str, rng: np.random.Generator | None = None) -> list[Rollout]:
         """The ``num_replays`` cached rollouts of one prompt (empty until the cache is warm)."""
@@ -286,8 +301,6 @@ class RePO(_Buffer):
     def advantages(self, on_rewards: Sequence[float], off_rewards: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
         return split_advantages(on_rewards, off_rewards, self.adv_norm_mode)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "cache": {p: [r.rollout_id for r in d] for p, d in sorted(self.cache.items())}}
 
 
 class ExGRPO(_Buffer):
@@ -381,7 +394,7 @@ class ExGRPO(_Buffer):
         }
 
 
-class AR3PO(_Buffer):
+class AR3PO(_PerPromptCache):
     """AR3PO, adaptive rollout and response reuse (arXiv 2509.25808).
 
     Rule: cache verified-correct responses per prompt (``verified is True`` only: a reward alone
@@ -396,18 +409,12 @@ class AR3PO(_Buffer):
 
     def __init__(self, max_per_prompt: int = 4):
         self.max_per_prompt = max_per_prompt
-        self.cache: dict[str, deque[Rollout]] = {}
-
-    def __len__(self) -> int:
-        return sum(len(d) for d in self.cache.values())
-
-    def clear(self) -> None:
-        self.cache.clear()
+        super().__init__(max_per_prompt)
 
     def add(self, rollouts: Iterable[Rollout]) -> None:
         for r in _canonical(rollouts):
             if r.verified is True:
-                self.cache.setdefault(r.prompt_id, deque(maxlen=self.max_per_prompt)).append(r)
+                self._keep(r)
 
     def inject(self, group: Sequence[Rollout], policy_version: int) -> tuple[list[Rollout], ReplaySample | None]:
         """Return ``group`` plus one cached correct response if (and only if) the group is all-wrong
@@ -446,9 +453,6 @@ class AR3PO(_Buffer):
                 n += len(rs)
             todo = [p for p in todo if not any(r.verified is True for r in out[p])]
         return out, n
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "cache": {p: [r.rollout_id for r in d] for p, d in sorted(self.cache.items())}}
 
 
 BUFFERS: dict[str, type[_Buffer]] = {

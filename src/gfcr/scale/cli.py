@@ -74,23 +74,12 @@ def verify_cmd(
     num_cpus: Optional[int] = _NUM_CPUS,  # noqa: UP045
 ) -> None:
     """Re-verify stored rollouts on N Ray actors; writes one new store version."""
-    from gfcr.filters.verifiers import get_verifier
-    from gfcr.store import RolloutStore, StoreError
+    from gfcr.filters.cli import open_verify_inputs
 
     from .cluster import ScaleError
     from .verify import ray_verify
 
-    try:
-        cfg = json.loads(options) if options else {}
-        if not isinstance(cfg, dict):
-            raise ValueError("--options must be a JSON object")
-        get_verifier(verifier, **cfg)
-    except (ValueError, TypeError) as e:
-        raise typer.BadParameter(str(e)) from e
-    try:
-        st = RolloutStore.open(store)
-    except StoreError as e:
-        raise typer.BadParameter(str(e), param_hint="STORE") from e
+    st, _, cfg = open_verify_inputs(store, verifier, options)
     try:
         summary = ray_verify(st, verifier, options=cfg, where=where, workers=workers, chunk_size=chunk_size,
                              max_retries=max_retries, address=address, num_cpus=num_cpus)

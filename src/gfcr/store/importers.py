@@ -402,6 +402,23 @@ def parse_prime_rl(paths: list[str], run_id: str, tokenizer: Any | None = None) 
     return ImportResult("prime-rl", [str(f) for f in files], rollouts, list(prompts.values()), [])
 
 
+def _load_weights_only(torch: Any, f: Path, why: str) -> Any:
+    """``torch.load(f, weights_only=True)``; a file that needs arbitrary unpickling is refused with
+    ``why`` and the ``--trust-pickle`` hint (unpickling can execute code)."""
+    try:
+        with warnings.catch_warnings():  # torch warns about the pickle protocol before refusing
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many types; report them all the same way
+        if "weights_only" in str(e):
+            raise ImportFormatError(
+                f, "file", "-",
+                f"needs arbitrary unpickling ({why}); refusing. Re-run with --trust-pickle only if you trust this "
+                "file: unpickling can execute code",
+            ) from e
+        raise ImportFormatError(f, "file", "-", f"cannot be loaded as a torch file: {e}") from e
+
+
 def parse_slime(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pickle: bool = False) -> ImportResult:
     try:
         import torch
@@ -414,16 +431,13 @@ def parse_slime(paths: list[str], run_id: str, tokenizer: Any | None = None, tru
         return v.tolist() if hasattr(v, "tolist") else list(v)
 
     for f in files:
-        try:
-            obj = torch.load(f, map_location="cpu", weights_only=not trust_pickle)
-        except Exception as e:  # noqa: BLE001 - torch raises many types; report them all the same way
-            if not trust_pickle and "weights_only" in str(e):
-                raise ImportFormatError(
-                    f, "file", "-",
-                    "needs arbitrary unpickling (custom objects inside); refusing. Re-run with --trust-pickle "
-                    "only if you trust this file: unpickling can execute code",
-                ) from e
-            raise ImportFormatError(f, "file", "-", f"cannot be loaded as a torch file: {e}") from e
+        if trust_pickle:
+            try:
+                obj = torch.load(f, map_location="cpu", weights_only=False)
+            except Exception as e:  # noqa: BLE001 - torch raises many types; report them all the same way
+                raise ImportFormatError(f, "file", "-", f"cannot be loaded as a torch file: {e}") from e
+        else:
+            obj = _load_weights_only(torch, f, "custom objects inside")
         if not isinstance(obj, dict) or not isinstance(obj.get("samples"), list):
             raise ImportFormatError(f, "file", "samples", "expected a dict with a 'samples' list")
         rid = obj.get("rollout_id", 0)
@@ -702,19 +716,8 @@ def parse_skyrl(paths: list[str], run_id: str, tokenizer: Any | None = None, tru
     notes: list[str] = []
     for f in files:
         if not trust_pickle:
-            try:
-                with warnings.catch_warnings():  # torch warns about the pickle protocol before refusing
-                    warnings.simplefilter("ignore", UserWarning)
-                    obj = torch.load(f, map_location="cpu", weights_only=True)
-            except Exception as e:  # noqa: BLE001 - torch raises many types; report them all the same way
-                if "weights_only" not in str(e):
-                    raise ImportFormatError(f, "file", "-", f"cannot be loaded: {e}") from e
-                raise ImportFormatError(
-                    f, "file", "-",
-                    "needs arbitrary unpickling (SkyRL pickles its own TrainingInputBatch class, which a "
-                    "weights-only load cannot rebuild); refusing. Re-run with --trust-pickle only if you trust "
-                    "this file: unpickling can execute code",
-                ) from e
+            obj = _load_weights_only(torch, f, "SkyRL pickles its own TrainingInputBatch class, which a "
+                                               "weights-only load cannot rebuild")
         else:
             try:
                 obj = _skyrl_unpickle(f)
@@ -985,24 +988,43 @@ def import_rollouts(
     return res
 
 
-def export(store: RolloutStore, fmt: str, out: str | os.PathLike[str], where: str | None = None) -> int:
-    """Write rollouts (optionally those matching the DuckDB predicate ``where``) as gfcr JSONL or
-    Parquet. Refuses to overwrite an existing file. Returns the number of rows written."""
+def refuse_existing(out: str | os.PathLike[str]) -> Path:
+    """``out`` as a Path; a :class:`StoreError` when it exists (exports never overwrite)."""
     out = Path(out)
     if out.exists():
         raise StoreError(f"{out} exists; gfcr never overwrites outputs: choose a new path")
+    return out
+
+
+def write_new_file(out: Path, write: Callable[[Path], None]) -> None:
+    """Have ``write`` fill a temp file next to ``out``, then rename it into place; a failure leaves
+    neither ``out`` nor the temp file behind."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def export(store: RolloutStore, fmt: str, out: str | os.PathLike[str], where: str | None = None) -> int:
+    """Write rollouts (optionally those matching the DuckDB predicate ``where``) as gfcr JSONL or
+    Parquet. Refuses to overwrite an existing file. Returns the number of rows written."""
+    out = refuse_existing(out)
     if fmt not in ("jsonl", "parquet"):
         raise StoreError(f"unknown export format {fmt!r}; choose jsonl or parquet")
     t = store.sql(f"SELECT * FROM rollouts WHERE {where}") if where else store.scan()
     t = conform(t, ROLLOUT_SCHEMA, "export")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".partial")
-    if fmt == "parquet":
-        pq.write_table(t, tmp)
-    else:
+
+    def write(tmp: Path) -> None:
+        if fmt == "parquet":
+            pq.write_table(t, tmp)
+            return
         with open(tmp, "w", encoding="utf-8") as fh:
             for batch in t.to_batches(max_chunksize=1024):
                 for row in batch.to_pylist():
                     fh.write(json.dumps(rollout_to_json(row), ensure_ascii=False) + "\n")
-    os.replace(tmp, out)
+
+    write_new_file(out, write)
     return t.num_rows

@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 
 from gfcr.records import GENERATED, IGNORE_INDEX, labels_from_mask
 from gfcr.store.core import RolloutStore, StoreError
+from gfcr.store.importers import refuse_existing, write_new_file
 
 SFT_FORMATS = ("tokens", "messages", "prompt-completion", "slime")
 
@@ -192,8 +193,7 @@ def export_sft(
     out = Path(out)
     if out.suffix != ".parquet":
         raise StoreError(f"{out}: SFT exports are Parquet files; give a path ending in .parquet")
-    if out.exists():
-        raise StoreError(f"{out} exists; gfcr never overwrites outputs: choose a new path")
+    refuse_existing(out)
     t = _select(store, where)
     ids_col, role_col = _list_slices(t.column("token_ids"), np.int64), _list_slices(t.column("token_role"), np.int8)
     meta = {c: t.column(c).to_pylist() for c in ("rollout_id", "run_id", "step", "policy_version", "prompt_id",
@@ -252,13 +252,7 @@ def export_sft(
                          + (f", skipped {dict(skipped)}" if skipped else "")
                          + "; nothing written")
     table = _to_table(rows, schema, fmt)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_new_file(out, lambda tmp: pq.write_table(table, tmp))
     return {"path": str(out), "format": fmt, "rows": len(rows), "matched": t.num_rows, "duplicates_dropped": dups,
             "skipped": dict(skipped), "dropped_fields": dropped_fields}
 

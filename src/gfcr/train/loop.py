@@ -397,12 +397,7 @@ class Trainer:
 
         vc = self.cfg.verify
         bonus = vc.format_bonus
-        multi_turn = self.cfg.generate.topology == "multi_turn"
-        if vc.reward_source != "verifier" and not multi_turn:
-            raise TrainError(
-                f"verify.reward_source {vc.reward_source!r} reads the env's success signal, which only "
-                f"multi_turn episodes have; use reward_source 'verifier' with topology {self.cfg.generate.topology!r}"
-            )
+        multi_turn = self.cfg.generate.topology == "multi_turn"  # (TrainConfig refuses env rewards otherwise)
         for grp in groups:
             for r in grp:
                 p = self.prompt_by_id[r.prompt_id]
@@ -600,7 +595,8 @@ class Trainer:
                 with timer("observe"):
                     for g in generated:
                         self.selector.observe(g[0].prompt_id, [r.reward for r in g], step)
-                    self._count_outcomes([r for g in generated for r in g])
+                    if cfg.control.group == "adaptive_k":
+                        self._count_outcomes([r for g in generated for r in g])
                     if dist.is_main():
                         self.selector.save(self.store)
                     if self.buffer is not None:
@@ -688,6 +684,8 @@ def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Pat
           on_step: Callable[[int, dict[str, Any]], None] | None = None) -> RunResult:
     """Run (or resume) training. Evaluates before/after when ``cfg.eval`` asks; returns where things are."""
     _check_supported(cfg)
+    if cfg.generate.engine == "openai":
+        _check_server(cfg.generate.engine_params)
     dist.init_from_env(cfg.device)
     d, resuming = dist.broadcast(prepare_run(cfg, resume, run_dir) if dist.is_main() else None)
     t = Trainer(cfg, d, resuming, progress=progress, on_step=on_step)
@@ -740,22 +738,16 @@ def _check_supported(cfg: TrainConfig) -> None:
             "control.group 'gfpo' keeps a subset of each group, which would cut a tree's leaves out from under "
             "its TreeRL advantages; use dynamic_sampling (it keeps or drops whole trees) or no group control"
         )
-    if cfg.generate.engine == "vllm":
+    needs = {"vllm": "pip install 'gfcr[vllm]' on a GPU machine (or use engine: hf)", "ray": "pip install 'gfcr[ray]'"}
+    if cfg.generate.engine in needs:
         import importlib.util
 
-        if importlib.util.find_spec("vllm") is None:
-            raise TrainError("generate.engine 'vllm' needs vllm installed: pip install 'gfcr[vllm]' on a GPU machine "
-                             "(or use engine: hf)")
+        if importlib.util.find_spec(cfg.generate.engine) is None:
+            raise TrainError(f"generate.engine {cfg.generate.engine!r} needs the {cfg.generate.engine} package: "
+                             f"{needs[cfg.generate.engine]}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and cfg.generate.engine in ("openai", "ray"):
         raise TrainError(f"generate.engine {cfg.generate.engine!r} is one shared sampler; data-parallel runs "
                          "(WORLD_SIZE > 1) give each rank its own engine: use hf or vllm")
-    if cfg.generate.engine == "ray":
-        import importlib.util
-
-        if importlib.util.find_spec("ray") is None:
-            raise TrainError("generate.engine 'ray' needs Ray installed: pip install 'gfcr[ray]'")
-    if cfg.generate.engine == "openai":
-        _check_server(cfg.generate.engine_params)
     if cfg.control.group not in (None, "dynamic_sampling", "gfpo", "adaptive_k"):
         raise TrainError(
             f"control.group {cfg.control.group!r} is not wired into the training loop; use dynamic_sampling, gfpo "

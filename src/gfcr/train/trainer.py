@@ -172,12 +172,11 @@ class PolicyTrainer:
         lc, oc = self.loss_cfg, self.optim_cfg
         size = oc.mini_batch or len(rollouts)
         chunks = [list(range(s, min(s + size, len(rollouts)))) for s in range(0, len(rollouts), size)]
-        n_tok_all = float(sum(collate([rollouts[i] for i in c], [advantages[i] for i in c], self.pad_id,
-                                      lc.mask_truncated).loss_mask.sum() for c in chunks))
-        plans = []
+        n_tok_all, plans = 0.0, []
         for c in chunks:
             full = collate([rollouts[i] for i in c], [advantages[i] for i in c], self.pad_id, lc.mask_truncated)
             n_tok = float(full.loss_mask.sum())
+            n_tok_all += n_tok
             # Rollouts with advantage 0 add exactly zero loss and gradient when there is no KL term: they
             # count in the denominators (n_tok, n_seq, of their mini-batch) but are not run forward.
             live = [i for i in c if is_live(advantages[i])] if lc.kl_coef == 0 else list(c)
