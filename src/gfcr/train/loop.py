@@ -393,6 +393,7 @@ class Trainer:
         (:func:`gfcr.generate.envs.episode_reward`): ``r.verifier`` then also records ``reward_source``
         (configured), ``reward_from`` (what decided) and the env's ``env_reward`` / ``env_success``."""
         from gfcr.filters.apply import verdict_record
+        from gfcr.filters.verifiers import stated_answer_format
         from gfcr.generate.envs import episode_reward
 
         vc = self.cfg.verify
@@ -402,7 +403,8 @@ class Trainer:
             for r in grp:
                 p = self.prompt_by_id[r.prompt_id]
                 text = final_turn_text(r) if multi_turn else r.completion
-                v = self.verifier.verify(text, answer=p.answer, tests=p.tests, rollout=r)
+                v = self.verifier.verify(text, answer=p.answer, tests=p.tests, rollout=r,
+                                         answer_format=stated_answer_format(p))
                 f = self.format_verifier.verify(text)
                 r.verified = v.passed
                 r.verifier = verdict_record(self.verifier, v)
@@ -797,12 +799,13 @@ def evaluate_policy(t: Trainer) -> Any:
     run is evaluated on the same env episodes it trains on (same env, ``max_turns``, ``obs_role``,
     and ``verify.reward_source`` deciding what counts as solved): :func:`gfcr.evaluate.evaluate_episodes`."""
     from gfcr.evaluate import evaluate_episodes, evaluate_model
+    from gfcr.filters.verifiers import stated_answer_format
 
     e, g = t.cfg.eval, t.cfg.generate
     verifier = t.verifier
 
     def verify(p: Prompt, text: str) -> bool:
-        return bool(verifier.verify(text, answer=p.answer, tests=p.tests).passed)
+        return bool(verifier.verify(text, answer=p.answer, tests=p.tests, answer_format=stated_answer_format(p)).passed)
 
     verify.__name__ = t.cfg.verify.verifier
     max_tokens = e.max_tokens or g.max_tokens
