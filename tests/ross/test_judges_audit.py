@@ -181,7 +181,7 @@ def test_audit_writes_store_and_resume_skips_finished(tmp_path, tok):
     assert s1.audited == 3 and s1.status["kept"] == 3 and Counting.calls == 3
     s2 = audit_rollouts(store, sel, Counting(), tok, concurrency=2)
     assert s2.skipped == 3 and s2.audited == len(sel) - 3 and Counting.calls == len(sel)
-    assert finished_ids(store, "arith-steps", "1") == {r.rollout_id for r in sel}
+    assert finished_ids(store, "arith-steps", ArithSteps.version) == {r.rollout_id for r in sel}
     t = store.audits(judge="arith-steps")
     assert t.num_rows == len(sel)
     ters = t.column("ter").to_pylist()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gfcr.records import Cost
+from gfcr.ross.claims import find_claims
 from gfcr.ross.units import Unit, render_units
 from gfcr.ross.verdict import answer_positions
 
@@ -64,45 +65,8 @@ class KeepAll:
         return JudgeReply(json.dumps(obj))
 
 
-_NUM = r"-?\d+(?:\.\d+)?"
-_EQ_RE = re.compile(rf"({_NUM})\s*([+\-*/x×÷])\s*({_NUM})\s*=\s*({_NUM})")
-
-
-@dataclass(frozen=True)
-class Equation:
-    a: float
-    op: str
-    b: float
-    c: float
-    start: int  # char range of the equation in the text
-    end: int
-
-    @property
-    def value(self) -> float | None:
-        if self.op == "+":
-            return self.a + self.b
-        if self.op == "-":
-            return self.a - self.b
-        if self.op in "*x×":
-            return self.a * self.b
-        return None if self.b == 0 else self.a / self.b
-
-    @property
-    def correct(self) -> bool:
-        v = self.value
-        return v is not None and abs(v - self.c) <= 1e-6 * max(1.0, abs(v)) + (0.005 if self.op in "/÷" else 0.0)
-
-    def key(self) -> tuple[float, str, float]:
-        return (self.a, "*" if self.op in "*x×" else "/" if self.op in "/÷" else self.op, self.b)
-
-
-def find_equations(text: str, start: int = 0, end: int | None = None) -> list[Equation]:
-    """Every stated ``a op b = c`` in ``text[start:end]`` (ops ``+ - * x × / ÷``)."""
-    out = []
-    for m in _EQ_RE.finditer(text, start, len(text) if end is None else end):
-        a, op, b, c = m.groups()
-        out.append(Equation(float(a), op, float(b), float(c), m.start(), m.end()))
-    return out
+#: kept for callers of the first version: every arithmetic claim, recomputed (:mod:`gfcr.ross.claims`)
+find_equations = find_claims
 
 
 def _norm(s: str) -> str:
@@ -113,16 +77,19 @@ class ArithSteps:
     """Rule-based step judge for the procedural arithmetic tasks (gfcr's stand-in for ROSS's LLM
     judge, arXiv 2609.35954, on tasks where every step can be recomputed).
 
-    Rule: recompute each stated ``a op b = c``; a wrong one later restated correctly →
-    ``corrected_mistake`` (with the equation-free units in between, the doubt and chatter; only
-    the equation itself, quoted, when the fix is in the same unit or the unit states the answer);
-    a wrong one never corrected → ``incorrect_claim``; a repeated unit, and everything after
-    the unit stating the final answer → ``redundant_exploration``. Departure: the paper's judge
-    is an LLM reading meaning; this one only sees equations, repeats and position.
+    Rule: recompute every arithmetic claim (:func:`gfcr.ross.claims.find_claims`: equations,
+    chains and running totals, "gives"/"results in"/"is"…, word operations such as "multiply 11
+    by 9"); a false one later restated correctly → ``corrected_mistake`` (with the claim-free
+    units in between, the doubt and chatter; only the claim itself, quoted, when the fix is in
+    the same unit or the unit states the answer); a false one never corrected →
+    ``incorrect_claim``; a repeated unit, and everything after the unit stating the final
+    answer → ``redundant_exploration``. Departure: the paper's judge is an LLM reading meaning;
+    this one only sees arithmetic claims, repeats and position. Version 2: claims beyond
+    ``a op b = c`` (version 1 saw only those).
     """
 
     name = "arith-steps"
-    version = "1"
+    version = "2"
     mode = "select-keep"
 
     def respond(self, request: JudgeRequest, feedback: str | None = None) -> JudgeReply:
@@ -137,7 +104,7 @@ class ArithSteps:
             return {"verdict": "discard", "reason": "the verified final answer does not appear in the text"}
         excl: dict[int, str] = {}
         quotes: list[dict[str, Any]] = []
-        eqs = {u.number: find_equations(text, u.start, u.end) for u in units if u.number <= final}
+        eqs = {u.number: find_claims(text, u.start, u.end) for u in units if u.number <= final}
         for u in units:
             if u.number > final:
                 break
