@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from gfcr.records import GENERATED, Prompt, Rollout, table_to_audits
+from gfcr.ross.evaluation import comparison_table, evaluate_models  # noqa: F401  (re-exported)
 
 
 def policy_entropy(r: Rollout) -> float | None:
@@ -150,35 +151,3 @@ def complementarity(engine: Any, prompts: Sequence[Prompt], k: int = 32, ks: Seq
     half = sum(1 for p in res.per_prompt if p.get("correct", 0) <= k / 2)
     return {"n_prompts": res.n_prompts, "metrics": {m: v.__dict__ for m, v in res.metrics.items()},
             "at_most_half": half, "solved_any": sum(1 for p in res.per_prompt if p.get("correct", 0) > 0)}
-
-
-def evaluate_models(models: dict[str, Any], tokenizer: Any, prompts: Sequence[Prompt], k: int = 8,
-                    ks: Sequence[int] | None = None, max_tokens: int = 96, verifier: str = "numeric",
-                    seed: int = 0, greedy: bool = True) -> dict[str, dict[str, Any]]:
-    """``{name: {metric: {value, ci_low, ci_high}}}`` for each model (a loaded model or a path)."""
-    from gfcr.evaluate import evaluate_model
-    from gfcr.generate.engines.hf import HFEngine
-
-    out = {}
-    for name, m in models.items():  # paths are loaded one at a time, so only one model is in memory
-        eng = HFEngine(m, tokenizer=tokenizer, policy_version=name)
-        res = evaluate_model(eng, list(prompts), k=k, ks=ks, verifier=verifier, greedy=greedy,
-                             max_tokens=max_tokens, seed=seed)
-        out[name] = {mname: v.__dict__ for mname, v in res.metrics.items()}
-        del eng
-    return out
-
-
-def comparison_table(results: dict[str, dict[str, Any]], metrics: Sequence[str] | None = None) -> str:
-    """A Markdown table: one row per model, ``value [ci_low, ci_high]`` per metric (in %)."""
-    if not results:
-        return "(no results)"
-    names = list(metrics) if metrics else list(next(iter(results.values())).keys())
-    lines = ["| model | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for model, ms in results.items():
-        cells = []
-        for n in names:
-            m = ms.get(n)
-            cells.append("—" if m is None else f"{100 * m['value']:.1f} [{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]")
-        lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)

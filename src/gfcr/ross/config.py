@@ -60,26 +60,63 @@ class SFTConfig(_Strict):
                                 "of its own).")
 
 
-class EvalConfig(_Strict):
-    source: Literal["store", "arith"] = Field(
-        "store", description="Held-out prompts from the store (by split) or freshly generated arith prompts.")
+class EpisodeEvalConfig(_Strict):
+    env: str = Field(..., description="Env name (calculator, python) or 'pkg.module:Class' the episodes run in.")
+    max_turns: int = Field(4, ge=1, description="Turn budget per episode (as in training).")
+    obs_role: str = Field("user", description="Role of the env's observations in the chat.")
+    reward_source: Literal["verifier", "env", "env_or_verifier", "weighted"] = Field(
+        "verifier", description="What decides that an episode is solved (gfcr.generate.envs.episode_reward).")
+
+
+class BenchmarkConfig(_Strict):
+    name: str = Field(..., description="Column name in the evaluation table.")
+    source: str = Field("store", description="'store' (the store's prompts of `split`) or a gfcr.tasks source "
+                                             "(arith, reasoning_gym, jsonl_math, jsonl_code, or pkg.mod:fn).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the task source "
+                                   "(e.g. {level: 2} for arith, {dataset: basic_arithmetic} for reasoning_gym).")
     split: str = Field("test", description="Split of the held-out prompts.")
-    n_prompts: int = Field(32, ge=1, description="Held-out prompts evaluated per model.")
-    arith_level: int | None = Field(None, description="source=arith: difficulty level (gfcr.tasks.arith LEVELS).")
-    arith_digits: int = Field(1, ge=1, description="source=arith: operand digits when no level is given.")
-    k: int = Field(8, ge=1, description="Samples per prompt.")
+    task: str | None = Field(None, description="source=store: only prompts of this task (default: window.task).")
+    n_prompts: int = Field(32, ge=1, description="Distinct held-out prompts evaluated per model.")
+    domain: str = Field("default", description="Domain whose average this benchmark enters (math, code, …).")
+    verifier: str | None = Field(None, description="Verifier for this benchmark (default: evaluate.verifier).")
+    verifier_params: dict[str, Any] | None = Field(None, description="Its options (default: evaluate.verifier_params).")
+    max_tokens: int | None = Field(None, ge=1, description="New tokens per sample (default: evaluate.max_tokens).")
+    episodes: EpisodeEvalConfig | None = Field(None, description="Evaluate as multi-turn env episodes "
+                                               "(gfcr.evaluate.evaluate_episodes) instead of single answers.")
+
+
+class EvalConfig(_Strict):
+    benchmarks: list[BenchmarkConfig] = Field(
+        default_factory=lambda: [BenchmarkConfig(name="heldout")],
+        description="Held-out benchmarks: one table column each, averaged per domain.")
+    k: int = Field(8, ge=0, description="Samples per prompt (0: greedy only).")
     ks: list[int] = Field(default_factory=lambda: [1, 8], description="pass@k values reported (each <= k).")
     max_tokens: int = Field(96, ge=1, description="New tokens per sample.")
-    temperature: float = Field(0.7, ge=0, description="Sampling temperature.")
+    temperature: float = Field(0.7, ge=0, description="Sampling temperature of the k samples.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the k samples.")
     verifier: str = Field("numeric", description="gfcr.filters verifier deciding correctness.")
+    verifier_params: dict[str, Any] = Field(default_factory=dict, description="Its options, e.g. "
+                                            "{lenient_fallback: true} (off: the stated answer format only).")
+    allow_truncated: bool = Field(False, description="Count samples cut by the token limit when correct (off: wrong).")
     greedy: bool = Field(True, description="Also report greedy pass@1.")
     seed: int = Field(0, description="Sampling seed.")
+    pairs: list[tuple[str, str]] | None = Field(
+        None, description="Model pairs (A, B) compared per prompt; None: ROSS against every other row, ROSS w/o "
+                          "mask against positive SFT, ROSS from base against ROSS.")
 
     @model_validator(mode="after")
     def _ks(self) -> EvalConfig:
+        if self.k == 0:
+            if not self.greedy:
+                raise ValueError("evaluate: k=0 and greedy=false evaluates nothing")
+            self.ks = []
+            return self
         bad = [k for k in self.ks if k < 1 or k > self.k]
         if bad:
             raise ValueError(f"evaluate.ks must lie in 1..k={self.k}, got {bad}")
+        names = [b.name for b in self.benchmarks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"evaluate.benchmarks: names must be distinct, got {names}")
         return self
 
 

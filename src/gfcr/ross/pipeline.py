@@ -117,11 +117,13 @@ def stage_audit(cfg: RossConfig, store: Any, rollouts: list[Any], tokenizer: Any
 
 
 def stage_build(cfg: RossConfig, store: Any, run_dir: Path) -> dict[str, Any]:
-    """One dataset per distinct variant dataset under ``run_dir/data``."""
-    from gfcr.ross.build import build_dataset
+    """One dataset per distinct variant dataset under ``run_dir/data``. When ROSS w/o mask's rows
+    equal positive SFT's (the judge discarded no rollout), it is recorded as ``same_as`` and not
+    trained again: the two would be one model reported twice."""
+    from gfcr.ross.build import build_dataset, load_dataset_rows
 
     judge = make_configured_judge(cfg)
-    out = {}
+    out: dict[str, Any] = {}
     for v in cfg.variants:
         if v == "ross_from_base":
             continue  # trains on the ross dataset
@@ -129,7 +131,18 @@ def stage_build(cfg: RossConfig, store: Any, run_dir: Path) -> dict[str, Any]:
         name, version = ("keep-all", None) if which == "keep-all" else (judge.name, judge.version)
         res = build_dataset(store, run_dir / "data" / v, name, version, no_mask=no_mask, max_length=cfg.build.max_length)
         out[v] = res.to_dict()
+    if "ross_nomask" in out and "positive_sft" in out:
+        key = lambda rows: sorted((r["rollout_id"], tuple(r["loss_mask"])) for r in rows)  # noqa: E731
+        if key(load_dataset_rows(run_dir / "data" / "ross_nomask")) == key(load_dataset_rows(run_dir / "data" / "positive_sft")):
+            out["ross_nomask"]["same_as"] = "positive_sft"
+            (run_dir / "data" / "ross_nomask" / "same_as").write_text("positive_sft\n")
     return out
+
+
+def same_as(run_dir: Path, variant: str) -> str | None:
+    """The variant whose dataset this one's equals (written by :func:`stage_build`), else None."""
+    f = run_dir / "data" / variant / "same_as"
+    return f.read_text().strip() if f.exists() else None
 
 
 def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool = False) -> dict[str, Any]:
@@ -140,6 +153,9 @@ def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool =
     out = {}
     t = cfg.train
     for v in cfg.variants:
+        if same_as(run_dir, v):
+            out[v] = {"same_as": same_as(run_dir, v)}
+            continue
         data = run_dir / "data" / ("ross" if v == "ross_from_base" else v)
         if not data.exists():
             raise FileNotFoundError(f"{data} missing: run the build stage first")
@@ -153,41 +169,43 @@ def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool =
     return out
 
 
-def heldout_prompts(cfg: RossConfig, store: Any) -> list[Any]:
-    e = cfg.evaluate
-    if e.source == "arith":
-        from gfcr.tasks.arith import make_arith
+def heldout_benchmarks(cfg: RossConfig, store: Any) -> list[tuple[Any, list[Any]]]:
+    """``[(BenchmarkConfig, prompts)]`` of ``cfg.evaluate.benchmarks``."""
+    from gfcr.ross.evaluation import benchmark_prompts
 
-        src = make_arith(n=e.n_prompts, level=e.arith_level, digits=e.arith_digits, split=e.split, seed=e.seed)
-        return src.prompts()[: e.n_prompts]
-    ps = sorted(store.prompts(split=e.split, task=cfg.window.task), key=lambda p: p.prompt_id)
-    if not ps:
-        raise ValueError(f"the store has no prompts of split {e.split!r}; set evaluate.source: arith or add them")
-    return ps[: e.n_prompts]
+    return [(b, benchmark_prompts(b, store, cfg.window.task)) for b in cfg.evaluate.benchmarks]
 
 
-def model_paths(cfg: RossConfig, run_dir: Path) -> dict[str, str]:
-    """Row name → checkpoint, in the table's order."""
+def model_paths(cfg: RossConfig, run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """``(row name → checkpoint, alias row → row it equals)``, rows in the table's order."""
     rows: dict[str, str] = {}
+    aliases: dict[str, str] = {}
     if cfg.base_model:
         rows["base"] = cfg.base_model
     rows["upstream"] = cfg.upstream_model
     if cfg.continued_rl_model:
         rows["continued_rl"] = cfg.continued_rl_model
     for v in cfg.variants:
-        rows[v] = str(run_dir / "models" / v)
-    return rows
+        if same_as(run_dir, v):
+            aliases[v] = same_as(run_dir, v)
+        else:
+            rows[v] = str(run_dir / "models" / v)
+    return rows, aliases
 
 
-def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any) -> dict[str, Any]:
-    from gfcr.ross.analyze import evaluate_models
+def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any, log: Any = None) -> dict[str, Any]:
+    """Every model row on every benchmark, then the paired comparisons (``eval.json``)."""
+    from gfcr.ross.evaluation import default_pairs, evaluate_models, paired_comparisons
 
     e = cfg.evaluate
-    prompts = heldout_prompts(cfg, store)
-    res = evaluate_models(model_paths(cfg, run_dir), tokenizer, prompts, k=e.k, ks=e.ks, max_tokens=e.max_tokens, verifier=e.verifier,
-                          seed=e.seed, greedy=e.greedy)
-    (run_dir / "eval.json").write_text(json.dumps(res, indent=2))
-    return res
+    rows, aliases = model_paths(cfg, run_dir)
+    results = evaluate_models(rows, tokenizer, heldout_benchmarks(cfg, store), e, load=load_model, log=log)
+    pairs = [tuple(p) for p in e.pairs] if e.pairs is not None else default_pairs(list(rows))
+    pairs = [(aliases.get(a, a), aliases.get(b, b)) for a, b in pairs]
+    out = {"results": results, "aliases": aliases, "pairs": pairs,
+           "paired": paired_comparisons(results, pairs, seed=e.seed)}
+    (run_dir / "eval.json").write_text(json.dumps(out, indent=2))
+    return out
 
 
 def stage_analyze(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any) -> dict[str, Any]:
@@ -240,7 +258,7 @@ def render_report(run: RossRun) -> str:
     """The comparison table plus the analyses, as Markdown."""
     from gfcr.ross.analyze import comparison_table
 
-    parts = ["## ROSS comparison (held-out, % with 95% bootstrap CIs)", ""]
+    parts = ["## ROSS comparison (held-out, % with 95% bootstrap CIs over prompts)", ""]
     if "evaluate" in run.results:
         parts.append(comparison_table(run.results["evaluate"]))
     an = run.results.get("analyze", {})
@@ -289,7 +307,7 @@ def run_ross(cfg: RossConfig, run_dir: str | Path | None = None, progress: bool 
         elif stage == "train":
             run.results["train"] = stage_train(cfg, rd, tok, progress)
         elif stage == "evaluate":
-            run.results["evaluate"] = stage_evaluate(cfg, store, rd, tok)
+            run.results["evaluate"] = stage_evaluate(cfg, store, rd, tok, log=log)
         elif stage == "analyze":
             run.results["analyze"] = stage_analyze(cfg, store, rd, tok)
         run.timings[stage] = round(time.perf_counter() - t0, 2)
@@ -303,14 +321,17 @@ def run_ross(cfg: RossConfig, run_dir: str | Path | None = None, progress: bool 
 def run_ross_demo(store: str | Path, upstream_model: str, base_model: str | None = None, out_dir: str | Path = "runs/ross",
                   run: str | None = None, steps: tuple[int, int] | None = None, n_eval: int = 8, k: int = 2,
                   epochs: int = 1, lr: float = 1e-5, max_tokens: int = 48,
-                  variants: tuple[str, ...] = ("positive_sft", "ross"), log: Any = print) -> RossRun:
-    """The demo's ROSS stage: arith-steps judge on an RL run's rollouts, a short masked SFT per
-    variant, base/upstream/variants on held-out one-digit sums; prints and returns the table."""
+                  variants: tuple[str, ...] = ("positive_sft", "ross"), task: str = "arith",
+                  benchmarks: list[dict[str, Any]] | None = None, log: Any = print) -> RossRun:
+    """The demo's ROSS stage: the ``arith-steps`` judge on an RL run's rollouts of ``task``, a short
+    masked SFT per variant, base/upstream/variants on held-out prompts (``benchmarks``; default the
+    task source ``task`` at ``n_eval`` test prompts), paired comparisons; prints and returns the table."""
     cfg = RossConfig(
         store=str(store), out_dir=str(out_dir), upstream_model=upstream_model, base_model=base_model,
-        variants=list(variants), window={"run": run, "steps": steps, "task": "arith"},
+        variants=list(variants), window={"run": run, "steps": steps, "task": task},
         train={"epochs": epochs, "lr": lr, "batch_size": 8},
-        evaluate={"source": "arith", "n_prompts": n_eval, "k": k, "ks": sorted({1, k}), "max_tokens": max_tokens},
+        evaluate={"benchmarks": benchmarks or [{"name": task, "source": task, "n_prompts": n_eval}],
+                  "k": k, "ks": sorted({1, k}), "max_tokens": max_tokens},
         analyze={"ter_window": 1, "compatibility_prompts": 0, "complementarity_prompts": 0},
     )
     res = run_ross(cfg, log=log)
