@@ -22,6 +22,8 @@ class WindowConfig(_Strict):
     steps: tuple[int, int] | None = Field(None, description="Inclusive training-step window [first, last] (None: all).")
     task: str | None = Field(None, description="Only rollouts of this task (None: all tasks).")
     reverify: str | None = Field(None, description="Re-verify with this gfcr.filters verifier (None: trust stored verdicts).")
+    reverify_params: dict[str, Any] = Field(default_factory=dict, description="Options of the re-verifier "
+                                            "(default: strict stated answer format, truncated never verified).")
     dedup: bool = Field(True, description="Drop rollouts repeating another's prompt and assistant text.")
     limit: int | None = Field(None, ge=1, description="At most this many rollouts (oldest step first).")
 

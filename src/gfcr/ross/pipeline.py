@@ -83,18 +83,21 @@ def make_configured_judge(cfg: RossConfig) -> Any:
 
 
 def stage_select(cfg: RossConfig, store: Any) -> list[Any]:
-    """Verified-successful, deduplicated rollouts of the configured window."""
+    """Verified-successful, deduplicated rollouts of the configured window. With
+    ``window.reverify`` each is verified again with that verifier (``window.reverify_params``), the
+    rollout as context: a truncated generation fails, the task's stated answer format is read."""
     from gfcr.ross.audit import select_rollouts
 
     w = cfg.window
     reverify = None
     if w.reverify:
-        from gfcr.evaluate import resolve_verifier
+        from gfcr.filters.verifiers import get_verifier, stated_answer_format
 
-        fn = resolve_verifier(w.reverify)
+        v = get_verifier(w.reverify, **w.reverify_params)
 
         def reverify(r: Any, p: Any) -> bool:
-            return p is not None and fn(p, r.completion)
+            return p is not None and v.verify(r.completion, answer=p.answer, tests=p.tests, rollout=r,
+                                              answer_format=stated_answer_format(p)).passed is True
 
     return select_rollouts(store, run=w.run, steps=w.steps, task=w.task, reverify=reverify, dedup=w.dedup, limit=w.limit)
 
