@@ -79,7 +79,7 @@ def make_configured_judge(cfg: RossConfig) -> Any:
     if j.api_key_env and not key:
         raise ValueError(f"judge.api_key_env names {j.api_key_env!r}, which is not set in the environment")
     return make_judge("llm", base_url=j.base_url, model=j.model, api_key=key, mode=j.mode, version=j.version,
-                      cache_dir=j.cache_dir)
+                      cache_dir=j.cache_dir, recheck=j.recheck)
 
 
 def stage_select(cfg: RossConfig, store: Any) -> list[Any]:
