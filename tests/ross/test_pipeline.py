@@ -65,9 +65,13 @@ def test_run_ross_end_to_end_tiny(tmp_path, tok):
     an = r["analyze"]
     assert [w["steps"] for w in an["ter_by_window"]] == [[0, 1], [2, 3], [4, 5]]
     assert all(0 < w["ter"] < 1 and w["entropy"] is not None for w in an["ter_by_window"])
-    assert an["categories"]["early"]["shares"] == {"corrected_mistake": 1.0}
-    assert set(an["compatibility"]) == {"historical", "current", "other"}
-    assert an["complementarity"]["n_prompts"] == 2
+    assert [r["step"] for r in an["ter_by_step"]] == list(range(6))
+    assert all(r["ter_ma"] is not None for r in an["ter_by_step"])
+    assert an["categories"]["arith"]["early"]["shares"] == {"corrected_mistake": 1.0}
+    c = an["compatibility"]
+    assert {"historical", "current", "other", "common"} <= set(c) and c["filtered_for_correctness"] is True
+    assert c["historical"]["rows"] == 2 and c["temperature"] == cfg.evaluate.temperature
+    assert an["complementarity"]["n_prompts"] == 2 and len(an["complementarity"]["historical_rates"]) == 2
     assert "| ross |" in res.table and (res.run_dir / "table.md").exists()
     # re-running audits nothing new: the store already holds them
     res2 = run_ross(cfg.model_copy(update={"stages": ["select", "audit"]}), log=lambda *_: None)

@@ -126,10 +126,19 @@ class EvalConfig(_Strict):
 
 class AnalyzeConfig(_Strict):
     ter_window: int = Field(8, ge=1, description="Training steps per TER/entropy window.")
+    ter_ma: int = Field(8, ge=1, description="Moving-average length (steps) of the per-step TER and entropy (the paper: 8).")
     early: tuple[int, int] | None = Field(None, description="Early step window for categories (None: first quarter).")
     late: tuple[int, int] | None = Field(None, description="Late step window for categories (None: last quarter).")
+    domains: dict[str, str] = Field(default_factory=dict, description="task → domain for the per-domain category "
+                                    "analysis (default: the task name before ':').")
     compatibility_prompts: int = Field(16, ge=0, description="Prompts for the compatibility NLL (0: skip).")
-    complementarity_prompts: int = Field(8, ge=0, description="Historically solved prompts re-sampled (0: skip).")
+    compatibility_tries: int = Field(4, ge=1, description="Samples drawn per prompt (at evaluate.temperature) to find a "
+                                     "correct one for the current/other model rows.")
+    compatibility_filter: bool = Field(True, description="Keep only correct current/other samples (the paper compares "
+                                       "correct answers); off: the first sample, unfiltered.")
+    teacher_jsonl: str | None = Field(None, description="An external teacher's answers, JSONL lines {prompt_id, text}: "
+                                      "scored as a fourth compatibility row (re-tokenized by the scored model).")
+    complementarity_prompts: int = Field(8, ge=0, description="The hardest historically solved prompts re-sampled (0: skip).")
     complementarity_k: int = Field(32, ge=1, description="Samples per prompt for complementarity pass@1/8/32.")
     max_tokens: int = Field(96, ge=1, description="New tokens per sample in the analyses.")
 

@@ -211,79 +211,119 @@ def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any, l
     return out
 
 
+def _teacher_texts(path: str | None) -> dict[str, str]:
+    if not path:
+        return {}
+    out = {}
+    with open(path, encoding="utf-8") as fh:
+        for ln, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                out[str(obj["prompt_id"])] = str(obj["text"])
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{ln}: expected a JSON object with prompt_id and text ({e})") from e
+    return out
+
+
 def stage_analyze(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any) -> dict[str, Any]:
+    """TER per step (token-pooled, moving average) and per window, categories early vs late per
+    domain, compatibility, complementarity on the hardest solved prompts (``analysis.json``)."""
     from gfcr.ross.analyze import (
         categories_early_late,
         compatibility,
         complementarity,
-        solved_prompt_ids,
+        hardest_solved_prompts,
+        ter_by_step,
         ter_by_window,
     )
+    from gfcr.ross.evaluation import make_verify_fn
 
-    a, w = cfg.analyze, cfg.window
+    a, w, e = cfg.analyze, cfg.window, cfg.evaluate
     judge = make_configured_judge(cfg)
-    out: dict[str, Any] = {"ter_by_window": ter_by_window(store, judge.name, a.ter_window, judge.version)}
-    steps = [r["steps"] for r in out["ter_by_window"]]
+    flt = dict(run=w.run, task=w.task, steps=w.steps)
+    out: dict[str, Any] = {"ter_by_step": ter_by_step(store, judge.name, judge.version, ma=a.ter_ma, **flt),
+                           "ter_by_window": ter_by_window(store, judge.name, a.ter_window, judge.version, **flt)}
+    steps = [r["step"] for r in out["ter_by_step"]]
     if steps:
-        lo, hi = steps[0][0], steps[-1][1]
+        lo, hi = steps[0], steps[-1]
         q = max((hi - lo + 1) // 4, 1)
         early, late = a.early or (lo, lo + q - 1), a.late or (hi - q + 1, hi)
-        out["categories"] = categories_early_late(store, judge.name, early, late, judge.version)
-    current = load_model(cfg.upstream_model)
-    solved = solved_prompt_ids(store, w.run, w.steps, w.task)
-    prompts = {p.prompt_id: p for p in store.prompts(ids=solved)} if solved else {}
-    if a.compatibility_prompts and prompts:
+        out["categories"] = categories_early_late(store, judge.name, early, late, judge.version, run=w.run,
+                                                  domains=a.domains)
+    verify = make_verify_fn(e.verifier, e.verifier_params)
+    need_model = a.compatibility_prompts or a.complementarity_prompts
+    current = load_model(cfg.upstream_model) if need_model else None
+    if a.compatibility_prompts:
         from gfcr.ross.audit import select_rollouts
 
         hist = select_rollouts(store, run=w.run, steps=w.steps, task=w.task)
         seen, hist_one = set(), []
         for r in hist:  # one historical rollout per prompt, earliest first
-            if r.prompt_id not in seen and r.prompt_id in prompts and len(seen) < a.compatibility_prompts:
+            if r.prompt_id not in seen and len(seen) < a.compatibility_prompts:
                 seen.add(r.prompt_id)
                 hist_one.append(r)
-        other_path = cfg.other_model or cfg.base_model
-        other = load_model(other_path) if other_path else None
-        out["compatibility"] = compatibility(current, tokenizer, hist_one, [prompts[r.prompt_id] for r in hist_one],
-                                             other=other, max_tokens=a.max_tokens)
-    if a.complementarity_prompts and prompts:
+        prompts = {p.prompt_id: p for p in store.prompts(ids=sorted(seen))} if seen else {}
+        hist_one = [r for r in hist_one if r.prompt_id in prompts]
+        if hist_one:
+            other_path = cfg.other_model or cfg.base_model
+            other = load_model(other_path) if other_path else None
+            out["compatibility"] = compatibility(
+                current, tokenizer, hist_one, [prompts[r.prompt_id] for r in hist_one], other=other,
+                max_tokens=a.max_tokens, temperature=e.temperature, tries=a.compatibility_tries,
+                verify=verify if a.compatibility_filter else None, teacher_texts=_teacher_texts(a.teacher_jsonl))
+    if a.complementarity_prompts:
         from gfcr.generate.engines.hf import HFEngine
 
-        eng = HFEngine(current, tokenizer=tokenizer, policy_version="upstream")
-        ps = [prompts[i] for i in sorted(prompts)][: a.complementarity_prompts]
-        out["complementarity"] = complementarity(eng, ps, k=a.complementarity_k,
-                                                 ks=[k for k in (1, 8, 32) if k <= a.complementarity_k],
-                                                 max_tokens=a.max_tokens, verifier=cfg.evaluate.verifier)
+        hard = hardest_solved_prompts(store, a.complementarity_prompts, w.run, w.steps, w.task)
+        ps = {p.prompt_id: p for p in store.prompts(ids=[h["prompt_id"] for h in hard])} if hard else {}
+        if ps:
+            eng = HFEngine(current, tokenizer=tokenizer, policy_version="upstream")
+            res = complementarity(eng, [ps[h["prompt_id"]] for h in hard if h["prompt_id"] in ps],
+                                  k=a.complementarity_k, ks=[k for k in (1, 8, 32) if k <= a.complementarity_k],
+                                  max_tokens=a.max_tokens, verifier=verify, temperature=e.temperature)
+            out["complementarity"] = {**res, "historical_rates": [h["rate"] for h in hard]}
     (run_dir / "analysis.json").write_text(json.dumps(out, indent=2))
     return out
 
 
 def render_report(run: RossRun) -> str:
-    """The comparison table plus the analyses, as Markdown."""
-    from gfcr.ross.analyze import comparison_table
+    """The comparison table (with paired tests) plus the analyses, as Markdown."""
+    from gfcr.ross.evaluation import comparison_table
 
     parts = ["## ROSS comparison (held-out, % with 95% bootstrap CIs over prompts)", ""]
     if "evaluate" in run.results:
         parts.append(comparison_table(run.results["evaluate"]))
     an = run.results.get("analyze", {})
-    if an.get("ter_by_window"):
-        parts += ["", "### TER by step window vs policy entropy", "", "| steps | n | TER | entropy |", "|---|---|---|---|"]
-        for r in an["ter_by_window"]:
+    if an.get("ter_by_step"):
+        parts += ["", "### TER per step (token-pooled) and its moving average vs policy entropy", "",
+                  "| step | kept rollouts | TER | TER (moving avg) | entropy |", "|---|---|---|---|---|"]
+        for r in an["ter_by_step"]:
             ent = "—" if r["entropy"] is None else f"{r['entropy']:.3f}"
-            parts.append(f"| {r['steps'][0]}–{r['steps'][1]} | {r['n']} | {100 * r['ter']:.1f}% | {ent} |")
+            ter = "—" if r["ter"] is None else f"{100 * r['ter']:.1f}%"
+            ma = "—" if r["ter_ma"] is None else f"{100 * r['ter_ma']:.1f}%"
+            parts.append(f"| {r['step']} | {r['n']} | {ter} | {ma} | {ent} |")
     if an.get("categories"):
-        parts += ["", "### Exclusion categories (primary per rollout)", ""]
-        for k, v in an["categories"].items():
-            shares = ", ".join(f"{c} {100 * s:.0f}%" for c, s in v["shares"].items()) or "none"
-            parts.append(f"- {k} steps {v['steps'][0]}–{v['steps'][1]} (n={v['n']}): {shares}")
+        parts += ["", "### Exclusion categories (primary per rollout), early vs late, per domain", ""]
+        for dom, d in an["categories"].items():
+            for k, v in d.items():
+                shares = ", ".join(f"{c} {100 * s:.0f}%" for c, s in v["shares"].items()) or "none"
+                parts.append(f"- {dom}, {k} steps {v['steps'][0]}–{v['steps'][1]} (n={v['n']}): {shares}")
     if an.get("compatibility"):
         c = an["compatibility"]
-        parts += ["", "### Compatibility (mean token NLL under upstream)", ""]
-        parts += [f"- {k}: {v['mean_nll']:.3f} over {v['tokens']} tokens" for k, v in c.items()]
+        parts += ["", f"### Compatibility (mean token NLL under upstream; samples at T={c['temperature']}, "
+                      f"{'correct only' if c['filtered_for_correctness'] else 'unfiltered'})", ""]
+        for k in ("historical", "current", "other", "teacher"):
+            if k in c and c[k]["mean_nll"] is not None:
+                parts.append(f"- {k}: {c[k]['mean_nll']:.3f} over {c[k]['tokens']} tokens ({c[k]['rows']} prompts)")
+        parts.append(f"- on the {c['common']['prompts']} prompts every source covers: "
+                     + ", ".join(f"{k} {v:.3f}" for k, v in c["common"].items() if k != "prompts"))
     if an.get("complementarity"):
         c = an["complementarity"]
         ms = ", ".join(f"{k} {100 * v['value']:.1f}%" for k, v in c["metrics"].items())
-        parts += ["", f"### Complementarity ({c['n_prompts']} historically solved prompts)", "",
-                  f"- upstream: {ms}; solved in at most half the samples: {c['at_most_half']}"]
+        parts += ["", f"### Complementarity (the {c['n_prompts']} hardest historically solved prompts)", "",
+                  f"- upstream at T={c['temperature']}: {ms}; solved in at most half the samples: {c['at_most_half']}"]
     return "\n".join(parts) + "\n"
 
 
