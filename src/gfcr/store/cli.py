@@ -131,6 +131,9 @@ def export_sft_(
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer (HF name or dir) to decode rollouts stored without an assistant turn.")
     ] = None,
+    include_truncated: Annotated[
+        bool, typer.Option("--include-truncated", help="Also export rollouts cut by the token limit (skipped by default).")
+    ] = False,
 ) -> None:
     """Export rollouts as an SFT dataset for TRL, verl or slime (e.g. --where verified for RFT)."""
     from gfcr.store import StoreError
@@ -138,7 +141,8 @@ def export_sft_(
 
     store = _open(path)
     try:
-        res = export_sft(store, out, format_, where=where, dedup=dedup, tokenizer=tokenizer)
+        res = export_sft(store, out, format_, where=where, dedup=dedup, tokenizer=tokenizer,
+                         include_truncated=include_truncated)
     except StoreError as e:
         _fail(str(e))
     for reason, n in res["skipped"].items():
