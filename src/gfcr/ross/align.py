@@ -165,9 +165,19 @@ def decode_with_offsets(tokenizer: Any, ids: Sequence[int] | np.ndarray) -> Deco
         idx = np.repeat(table.off[arr] - starts, lens) + np.arange(total, dtype=np.int64)
         raw = table.flat[idx].tobytes()
         text, widths = decode_bytes(raw)
-        if text == tokenizer.decode(arr.tolist(), skip_special_tokens=True, clean_up_tokenization_spaces=False):
+        if text == _tokenizer_decode(tokenizer, arr.tolist()):
             return DecodedTokens(text, starts, ends, widths)
     return _decode_generic(tokenizer, arr.tolist())
+
+
+def _tokenizer_decode(tokenizer: Any, ids: list[int]) -> str:
+    """The tokenizer's own decoding of ``ids`` (special tokens skipped, no clean-up). A fast
+    tokenizer's Rust backend is called directly: the Python wrapper's per-id type checks cost more
+    than the decoding itself on long rollouts."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return backend.decode(ids, skip_special_tokens=True)
+    return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
 
 def _decode_generic(tokenizer: Any, ids: list[int]) -> DecodedTokens:
@@ -192,7 +202,9 @@ def char_mask_to_byte_mask(text: str, kept_chars: np.ndarray, widths: np.ndarray
     """Per-char kept flags ``[len(text)]`` → per-byte flags ``[sum(widths)]`` (``widths``: bytes per
     char, default the UTF-8 width)."""
     w = utf8_widths(text) if widths is None else widths
-    return np.repeat(kept_chars.astype(bool), w)
+    if len(w) and int(w.sum()) == len(w):  # all single-byte characters: nothing to expand
+        return np.asarray(kept_chars, bool)
+    return np.repeat(np.asarray(kept_chars, bool), w)
 
 
 def token_supervision(byte_start: np.ndarray, byte_end: np.ndarray, kept_bytes: np.ndarray) -> np.ndarray:
@@ -269,13 +281,15 @@ def align_mask(
                     f"decoded tokens of assistant turn {k + 1} differ from the stored text "
                     f"(decoded {dec.text[:60]!r}…, stored {stored[:60]!r}…)"
                 )
-        local = np.zeros(len(dec.text), bool)
-        local[off : off + len(stored)] = kept_chars[ca:cb]
-        if len(stored) and off:  # whitespace the engine stripped follows its neighbour's decision
-            local[:off] = kept_chars[ca]
-        if len(stored) and off + len(stored) < len(local):
-            local[off + len(stored) :] = kept_chars[cb - 1]
-        kept_bytes = char_mask_to_byte_mask(dec.text, local, dec.widths())
+        if off == 0 and len(dec.text) == len(stored):
+            local = np.asarray(kept_chars[ca:cb], bool)
+        else:
+            local = np.zeros(len(dec.text), bool)
+            local[off : off + len(stored)] = kept_chars[ca:cb]
+            if len(stored) and off:  # whitespace the engine stripped follows its neighbour's decision
+                local[:off] = kept_chars[ca]
+            if len(stored) and off + len(stored) < len(local):
+                local[off + len(stored) :] = kept_chars[cb - 1]
+        kept_bytes = char_mask_to_byte_mask(dec.text, local, dec.char_bytes)
         mask[a:b] = token_supervision(dec.byte_start, dec.byte_end, kept_bytes)
-    mask[np.asarray(token_role) != GENERATED] = 0
-    return mask
+    return mask  # only generated runs were written: context tokens stay 0
