@@ -84,7 +84,8 @@ def run_seed(seed: int, args: argparse.Namespace, out: Path) -> dict:
         train={"epochs": args.epochs, "lr": args.sft_lr, "batch_size": 8, "seed": seed},
         evaluate={"benchmarks": benches, "k": args.k_eval, "ks": sorted({1, args.k_eval}) if args.k_eval else [],
                   "verifier_params": {"lenient_fallback": True} if args.lenient else {},
-                  "max_tokens": args.eval_max_tokens, "temperature": 0.7, "seed": seed},
+                  "max_tokens": args.eval_max_tokens, "temperature": 0.7, "seed": seed,
+                  "batch_size": args.eval_batch},
         analyze={"ter_window": 1, "compatibility_prompts": 0, "complementarity_prompts": 0},
     )
     res = run_ross(cfg, log=lambda m: print(f"[seed {seed}] {m}", flush=True))
@@ -174,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-eval", type=int, default=300, help="distinct held-out prompts (>= 300 for the README)")
     ap.add_argument("--k-eval", type=int, default=0, help="sampled completions per prompt (0: greedy only)")
     ap.add_argument("--eval-max-tokens", type=int, default=80)
+    ap.add_argument("--eval-batch", type=int, default=100, help="prompts per generation batch in the evaluation")
     ap.add_argument("--system", default=None, help="system message of every train and held-out prompt")
     ap.add_argument("--no-base", action="store_true", help="leave out the base row (saves one evaluation)")
     ap.add_argument("--out", default="bench/out/ross")

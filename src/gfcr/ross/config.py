@@ -104,6 +104,7 @@ class EvalConfig(_Strict):
     allow_truncated: bool = Field(False, description="Count samples cut by the token limit when correct (off: wrong).")
     greedy: bool = Field(True, description="Also report greedy pass@1.")
     seed: int = Field(0, description="Sampling seed.")
+    batch_size: int = Field(32, ge=1, description="Prompts per generation batch.")
     pairs: list[tuple[str, str]] | None = Field(
         None, description="Model pairs (A, B) compared per prompt; None: ROSS against every other row, ROSS w/o "
                           "mask against positive SFT, ROSS from base against ROSS.")

@@ -82,7 +82,7 @@ def evaluate_one(engine: Any, prompts: Sequence[Prompt], bench: Any, ev: Any) ->
         res = evaluate_episodes(engine, list(prompts), env=e.env, max_turns=e.max_turns, obs_role=e.obs_role,
                                 reward_source=e.reward_source, **common)
     else:
-        res = evaluate_model(engine, list(prompts), **common)
+        res = evaluate_model(engine, list(prompts), batch_size=ev.batch_size, **common)
     out = res.to_dict()
     out["info"]["benchmark"] = bench.name
     out["info"]["domain"] = bench.domain
@@ -90,13 +90,18 @@ def evaluate_one(engine: Any, prompts: Sequence[Prompt], bench: Any, ev: Any) ->
 
 
 def evaluate_models(models: dict[str, Any], tokenizer: Any, benchmarks: Sequence[tuple[Any, Sequence[Prompt]]],
-                    ev: Any, load: Callable[[Any], Any] | None = None, log: Any = None) -> dict[str, dict[str, Any]]:
-    """``{model: {benchmark: EvalResult dict}}``. ``models`` maps a row name to a loaded model or
-    a path (loaded one at a time with ``load``, so one model is in memory at once)."""
+                    ev: Any, load: Callable[[Any], Any] | None = None, log: Any = None,
+                    on_result: Callable[[dict[str, dict[str, Any]]], None] | None = None) -> dict[str, dict[str, Any]]:
+    """``{model: {benchmark: EvalResult dict}}`` in the order of ``models``. ``models`` maps a row
+    name to a loaded model or a path (loaded one at a time with ``load``, so one model is in memory
+    at once). ROSS and upstream are evaluated first, so an interrupted run has its main pair;
+    ``on_result`` sees the results so far after each model."""
     from gfcr.generate.engines.hf import HFEngine
 
+    first = [m for m in ("ross", "upstream") if m in models]
     out: dict[str, dict[str, Any]] = {}
-    for name, m in models.items():
+    for name in first + [m for m in models if m not in first]:
+        m = models[name]
         model = load(m) if load is not None and isinstance(m, str) else m
         eng = HFEngine(model, tokenizer=tokenizer, policy_version=name)
         out[name] = {}
@@ -106,7 +111,9 @@ def evaluate_models(models: dict[str, Any], tokenizer: Any, benchmarks: Sequence
                 m0 = headline_metric(out[name][bench.name])
                 log(f"[ross] evaluate {name} on {bench.name}: {m0} {100 * out[name][bench.name]['metrics'][m0]['value']:.1f}%")
         del eng, model
-    return out
+        if on_result is not None:
+            on_result(out)
+    return {name: out[name] for name in models}
 
 
 def headline_metric(res: dict[str, Any]) -> str:

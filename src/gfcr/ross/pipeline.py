@@ -202,7 +202,9 @@ def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any, l
 
     e = cfg.evaluate
     rows, aliases = model_paths(cfg, run_dir)
-    results = evaluate_models(rows, tokenizer, heldout_benchmarks(cfg, store), e, load=load_model, log=log)
+    partial = run_dir / "eval.partial.json"
+    results = evaluate_models(rows, tokenizer, heldout_benchmarks(cfg, store), e, load=load_model, log=log,
+                              on_result=lambda r: partial.write_text(json.dumps(r)))
     pairs = [tuple(p) for p in e.pairs] if e.pairs is not None else default_pairs(list(rows))
     pairs = [(aliases.get(a, a), aliases.get(b, b)) for a, b in pairs]
     out = {"results": results, "aliases": aliases, "pairs": pairs,
