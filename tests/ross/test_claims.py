@@ -67,7 +67,7 @@ def _verdict(tok, text, gold):
 
 
 def test_false_verbal_claim_is_excluded_as_incorrect_claim(tok):
-    text = "We multiply 11 by 9, which results in 90.\nSo the total is 99.\nAnswer: 99\n"
+    text = "We multiply 11 by 9, which results in 90.\nSo the total is 9 * 11 = 99.\nAnswer: 99\n"
     dec, obj = _verdict(tok, text, "99")
     assert {"unit": 1, "category": "incorrect_claim"} in obj["exclude"]
     kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k)
@@ -93,3 +93,14 @@ def test_false_claim_in_answer_unit_is_quoted(tok):
     assert {"unit": 1, "quote": "3 plus 4 equals 8", "category": "corrected_mistake"} in obj["exclude"]
     kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k)
     assert "equals 8" not in kept and "Answer: 7" in kept
+
+
+def test_uncorrected_false_claim_without_a_correct_derivation_is_discarded(tok):
+    # verified only because a lenient last-number reading found the gold "13"
+    r = make_rollout(tok, "Compute 7 + 6.", "7 + 6 = 12 [1 + 2] is how many times 12 is divisible by 13.", gold="13")
+    dec, err, raws, _, _ = judge_rollout(r, make_prompt("q", "13"), ArithSteps())
+    assert dec.status == "discarded" and "discard rule" in dec.reason
+    # the same false claim next to a correct derivation of the answer is excluded, not discarded
+    r = make_rollout(tok, "q", "2 * 2 = 5 on the side.\n7 + 6 = 13.\nAnswer: 13", gold="13")
+    dec, err, raws, _, _ = judge_rollout(r, make_prompt("q", "13"), ArithSteps())
+    assert dec.status == "kept" and {"unit": 1, "category": "incorrect_claim"} in json.loads(raws[-1])["exclude"]

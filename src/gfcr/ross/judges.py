@@ -99,13 +99,16 @@ class ArithSteps:
     units in between, the doubt and chatter; only the claim itself, quoted, when the fix is in
     the same unit or the unit states the answer); a false one never corrected →
     ``incorrect_claim``; a repeated unit, and everything after the unit stating the final
-    answer → ``redundant_exploration``. Departure: the paper's judge is an LLM reading meaning;
+    answer → ``redundant_exploration``. Discard rule: a false claim that is never corrected, in a
+    text where no correct claim reaches the final answer, means a solution would need missing
+    reasoning: the rollout is discarded (e.g. "7 + 6 = 12 … divisible by 13", verified only by a
+    last-number reading of 13). Departure: the paper's judge is an LLM reading meaning;
     this one only sees arithmetic claims, repeats and position. Version 2: claims beyond
-    ``a op b = c`` (version 1 saw only those).
+    ``a op b = c`` (version 1 saw only those); version 3: the discard rule.
     """
 
     name = "arith-steps"
-    version = "2"
+    version = "3"
     mode = "select-keep"
 
     def respond(self, request: JudgeRequest, feedback: str | None = None) -> JudgeReply:
@@ -150,9 +153,23 @@ class ArithSteps:
             seen.add(key)
         for u in units[final:]:
             excl[u.number] = "redundant_exploration"
+        uncorrected = any(c == "incorrect_claim" for c in excl.values()) or any(
+            q["category"] == "incorrect_claim" for q in quotes)
+        if uncorrected and not self._answer_derived(request, eqs):
+            return {"verdict": "discard", "reason": "a false arithmetic claim is never corrected and no correct step "
+                    "reaches the final answer: a solution would need missing reasoning (discard rule)"}
         keep = [u.number for u in units if u.number not in excl]
         exclude = [{"unit": n, "category": c} for n, c in sorted(excl.items())] + quotes
         return {"verdict": "usable", "keep": keep, "exclude": exclude}
+
+    @staticmethod
+    def _answer_derived(request: JudgeRequest, claims: dict[int, list[Any]]) -> bool:
+        """Some correct claim states the final answer (True when the answer is not a number)."""
+        try:
+            ans = float(str(request.answer).replace(",", "").strip())
+        except ValueError:
+            return True
+        return any(c.correct and abs(c.stated - ans) <= 1e-9 * max(1.0, abs(ans)) for cs in claims.values() for c in cs)
 
     @staticmethod
     def _final_unit(request: JudgeRequest) -> int | None:
