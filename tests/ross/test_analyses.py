@@ -144,3 +144,56 @@ def test_compatibility_samples_filtered_for_correctness(tok):
     unfiltered = sample_rows(_Engine(tok), [p], 8, n=1)
     assert unfiltered[0]["input_ids"][3:] == tok("Answer: 5", add_special_tokens=False)["input_ids"]
     assert sample_rows(_Engine(tok), [p], 8, n=1, verify=verify) == []  # no correct sample: no row
+
+
+def test_episode_benchmark_goes_through_the_episode_evaluator(monkeypatch):
+    """A benchmark with `episodes` is evaluated as env episodes, with the configured temperature."""
+    import gfcr.evaluate as ev_mod
+    from gfcr.evaluate import EvalResult
+    from gfcr.ross.config import RossConfig
+    from gfcr.ross.evaluation import evaluate_one
+
+    seen = {}
+
+    def fake_episodes(engine, prompts, **kw):
+        seen.update(kw)
+        return EvalResult(n_prompts=len(prompts), n_samples=0, metrics={}, per_prompt=[], info={})
+
+    def no_single(*a, **k):
+        raise AssertionError("single-answer evaluator used for an episode benchmark")
+
+    monkeypatch.setattr(ev_mod, "evaluate_episodes", fake_episodes)
+    monkeypatch.setattr(ev_mod, "evaluate_model", no_single)
+    cfg = RossConfig(store="s", upstream_model="u", evaluate={
+        "benchmarks": [{"name": "calc", "source": "store", "episodes": {"env": "calculator", "max_turns": 3,
+                                                                       "reward_source": "env_or_verifier"}}],
+        "k": 2, "ks": [1, 2], "temperature": 0.3})
+    out = evaluate_one(object(), [make_prompt("q", "1")], cfg.evaluate.benchmarks[0], cfg.evaluate)
+    assert seen["env"] == "calculator" and seen["max_turns"] == 3 and seen["reward_source"] == "env_or_verifier"
+    assert seen["temperature"] == 0.3 and out["info"]["benchmark"] == "calc"
+
+
+def test_evaluate_temperature_and_verifier_params_are_honoured(monkeypatch):
+    import gfcr.evaluate as ev_mod
+    from gfcr.evaluate import EvalResult
+    from gfcr.ross.config import RossConfig
+    from gfcr.ross.evaluation import evaluate_one
+
+    seen = {}
+
+    def fake_model(engine, prompts, **kw):
+        seen.update(kw)
+        return EvalResult(n_prompts=len(prompts), n_samples=0, metrics={}, per_prompt=[], info={})
+
+    monkeypatch.setattr(ev_mod, "evaluate_model", fake_model)
+    cfg = RossConfig(store="s", upstream_model="u", evaluate={
+        "benchmarks": [{"name": "a", "source": "arith"}], "k": 2, "ks": [1, 2], "temperature": 1.3, "top_p": 0.9,
+        "verifier_params": {"lenient_fallback": True}, "batch_size": 7})
+    p = make_prompt("Compute 2 + 2. End with a final line of the form 'Answer: N'.", "4")
+    evaluate_one(object(), [p], cfg.evaluate.benchmarks[0], cfg.evaluate)
+    assert seen["temperature"] == 1.3 and seen["top_p"] == 0.9 and seen["batch_size"] == 7
+    assert seen["verifier"](p, "so 2 + 2 = 4") is True          # lenient fallback as configured
+    strict = RossConfig(store="s", upstream_model="u", evaluate={"benchmarks": [{"name": "a", "source": "arith"}],
+                                                                "k": 2, "ks": [1, 2]})
+    evaluate_one(object(), [p], strict.evaluate.benchmarks[0], strict.evaluate)
+    assert seen["verifier"](p, "so 2 + 2 = 4") is False         # the stated format, strictly
