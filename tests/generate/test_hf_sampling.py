@@ -13,7 +13,14 @@ import torch
 from gfcr.generate.engines import GenRequest, SamplingParams
 from gfcr.generate.engines.hf import penalized_logits, sampling_logprobs
 from gfcr.generate.serve import LOOPBACK_NAMES, host_allowed, is_loopback
-from gfcr.generate.serve_api import APIError, DeltaText, ServeLimits, chat_messages, cut_at_stop, resolve_max_tokens
+from gfcr.generate.serve_api import (
+    APIError,
+    DeltaText,
+    ServeLimits,
+    chat_messages,
+    cut_at_stop,
+    resolve_max_tokens,
+)
 
 MSGS = [{"role": "user", "content": "What is 3 + 4?"}]
 

@@ -249,3 +249,32 @@ def test_completion_echo_prompt_logprobs_and_scoring(client, server, tiny):
     assert s.usage.completion_tokens == 0 and s.choices[0].logprobs.token_logprobs[1:] == pytest.approx(
         c.logprobs.token_logprobs[1:P], abs=1e-5)
     np.testing.assert_allclose(server[1].score(prompt_ids[:2], prompt_ids[2:]), c.logprobs.token_logprobs[2:P], atol=1e-4)
+
+
+def test_stream_echo_equals_unstreamed(client):
+    kw = dict(model="tiny", prompt="The quick", max_tokens=8, temperature=1.0, seed=11, echo=True, logprobs=2)
+    full = client.completions.create(**kw).choices[0]
+    chunks = [c.choices[0] for c in client.completions.create(**kw, stream=True) if c.choices]
+    assert "".join(c.text for c in chunks) == full.text
+    toks = [t for c in chunks if c.logprobs for t in c.logprobs.tokens]
+    lps = [x for c in chunks if c.logprobs for x in c.logprobs.token_logprobs]
+    assert toks == full.logprobs.tokens
+    assert lps[0] is None and np.allclose(lps[1:], full.logprobs.token_logprobs[1:], atol=1e-6)
+
+
+def test_openai_engine_reads_top_logprobs_and_error_messages(server, tiny):
+    from gfcr.generate.engines import GenRequest, SamplingParams
+    from gfcr.generate.engines.openai import OpenAIEngine, OpenAIEngineError
+
+    url, eng = server
+    ids = eng.encode_messages(MSGS)
+    p = SamplingParams(temperature=1.0, max_tokens=6, seed=8, top_logprobs=3, top_k=50, presence_penalty=0.5)
+    want = eng.generate([GenRequest(prompt_ids=ids, params=p)])[0][0]
+    remote = OpenAIEngine(url, "tiny", max_retries=0)
+    for req in (GenRequest(prompt_ids=ids, params=p), GenRequest(messages=MSGS, params=p)):
+        got = remote.generate([req])[0][0]
+        assert got.token_ids.tolist() == want.token_ids.tolist()
+        np.testing.assert_array_equal(got.top_ids, want.top_ids)  # named token_id:N, no re-tokenizing
+        np.testing.assert_allclose(got.top_logprobs, want.top_logprobs, atol=1e-5)
+    with pytest.raises(OpenAIEngineError, match="The model `other` does not exist"):
+        OpenAIEngine(url, "other", max_retries=0).generate([GenRequest(prompt_ids=ids)])

@@ -315,12 +315,19 @@ class _Server:
                 ids = prompt[0]
                 toks = ids + toks
                 lps = [None, *scored.logprobs.tolist(), *lps]
-                ptops = [None] + ([(a, b) for a, b in zip(scored.top_ids, scored.top_logprobs, strict=True)]
-                                  if scored.top_ids is not None else [None] * (len(ids) - 1))
-                tops = ptops + (tops or [None] * r.n_tokens)
-            c["logprobs"] = completion_logprobs(self.tok, toks, lps, tops)
+                tops = _prompt_tops(ids, scored) + (tops or [None] * r.n_tokens)
+            c["logprobs"] = completion_logprobs(self.tok_for(body), toks, lps, tops)
         self.add_extensions(c, body, req, r)
         return c
+
+    def tok_for(self, body: Any) -> Any:
+        """What names tokens in log-probs: the tokenizer, or ``token_id:N`` strings when the request asks
+        for ``return_tokens_as_token_ids`` (vLLM's extension)."""
+        return _IdNames() if body.return_tokens_as_token_ids else self.tok
+
+    def prompt_logprobs(self, body: Any, ids: list[int], scored: Any) -> dict[str, Any]:
+        """Completions ``logprobs`` of an echoed prompt (the first token has none)."""
+        return completion_logprobs(self.tok_for(body), ids, [None, *scored.logprobs.tolist()], _prompt_tops(ids, scored))
 
     def add_extensions(self, c: dict[str, Any], body: Any, req: GenRequest, r: GenResult) -> None:
         if body.return_token_ids:
@@ -349,7 +356,7 @@ class _Server:
                                  "finish_reason": r.finish_reason, "logprobs": None}
             if body.logprobs:
                 tops = _tops(r) or [None] * r.n_tokens
-                c["logprobs"] = {"content": [chat_logprob_entry(self.tok, t, lp, *(tp or (None, None)))
+                c["logprobs"] = {"content": [chat_logprob_entry(self.tok_for(body), t, lp, *(tp or (None, None)))
                                              for t, lp, tp in zip(r.token_ids, r.logprobs, tops, strict=True)]}
             self.add_extensions(c, body, req, r)
             choices.append(c)
@@ -387,13 +394,8 @@ class _Server:
             elif body.echo:
                 for k in range(len(reqs) * n):
                     ids, text = prompts[k // n]
-                    c = {"index": k, "text": text, "logprobs": None, "finish_reason": None}
-                    if logprobs:
-                        sc = scored[k // n]
-                        tops = [None] + ([(a, b) for a, b in zip(sc.top_ids, sc.top_logprobs, strict=True)]
-                                         if sc.top_ids is not None else [None] * (len(ids) - 1))
-                        c["logprobs"] = completion_logprobs(self.tok, ids, [None, *sc.logprobs.tolist()], tops)
-                    yield chunk([c])
+                    lp = self.prompt_logprobs(body, ids, scored[k // n]) if logprobs else None
+                    yield chunk([{"index": k, "text": text, "logprobs": lp, "finish_reason": None}])
             if body.max_tokens == 0 and not chat:
                 results: list[list[GenResult]] | None = [[GenResult(np.zeros(0, np.int32), np.zeros(0, np.float32),
                                                                     "length")] * n for _ in reqs]
@@ -415,7 +417,7 @@ class _Server:
                 if c is not None:
                     yield chunk([c])
             for k in range(len(reqs) * n):
-                req, r = reqs[k // n], results[k // n][k % n]
+                r = results[k // n][k % n]
                 rest = texts[k].finish(self.text_of(r, stop))
                 if chat:
                     c = {"index": k, "delta": {"content": rest} if rest else {}, "logprobs": None,
@@ -440,16 +442,29 @@ class _Server:
         top = (ev.top_ids, ev.top_logprobs) if ev.top_ids is not None else None
         if chat:
             c: dict[str, Any] = {"index": k, "delta": {"content": d}, "finish_reason": None,
-                                 "logprobs": {"content": [chat_logprob_entry(self.tok, ev.token, ev.logprob, *(top or (None, None)))]}
+                                 "logprobs": {"content": [chat_logprob_entry(self.tok_for(body), ev.token, ev.logprob, *(top or (None, None)))]}
                                  if logprobs else None}
         else:
-            lp = completion_logprobs(self.tok, [ev.token], [ev.logprob], [top], offsets[k]) if logprobs else None
+            lp = completion_logprobs(self.tok_for(body), [ev.token], [ev.logprob], [top], offsets[k]) if logprobs else None
             if lp is not None:
                 offsets[k] += len(lp["tokens"][0])
             c = {"index": k, "text": d, "logprobs": lp, "finish_reason": None}
         if body.return_token_ids:
             c["token_ids"] = [ev.token]
         return c
+
+
+class _IdNames:
+    """Names tokens ``token_id:N`` (vLLM's ``return_tokens_as_token_ids``)."""
+
+    def decode(self, ids: list[int]) -> str:
+        return f"token_id:{int(ids[0])}"
+
+
+def _prompt_tops(ids: list[int], scored: Any) -> list[Any]:
+    if scored.top_ids is None:
+        return [None] * len(ids)
+    return [None, *zip(scored.top_ids, scored.top_logprobs, strict=True)]
 
 
 def _tops(r: GenResult) -> list[tuple[Any, Any]] | None:

@@ -102,6 +102,7 @@ class _Common(BaseModel):
     stream_options: StreamOptions | None = None
     user: str | None = None  # an end-user id (OpenAI); recorded nowhere, changes nothing
     return_token_ids: bool = False  # vLLM extension: token_ids and prompt_token_ids per choice
+    return_tokens_as_token_ids: bool = False  # vLLM extension: tokens in log-probs named "token_id:N"
     repeat_ngram: int = Field(0, ge=0, le=4096)  # gfcr extension: early exit on repetition (SamplingParams)
     repeat_max: int = Field(4, ge=2, le=4096)
 
