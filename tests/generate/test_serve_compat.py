@@ -120,7 +120,8 @@ def test_error_cases_status_and_message(client, tiny):
     _err(lambda: chat(model="tiny", messages=MSGS, logprobs=True, top_logprobs=6), openai.BadRequestError, 400,
          "max allowed: 5")
     _err(lambda: cmpl(model="tiny", prompt="hi", logprobs=6), openai.BadRequestError, 400, "max allowed: 5")
-    _err(lambda: chat(model="tiny", messages=MSGS, top_logprobs=2), openai.BadRequestError, 400, "logprobs = true")
+    _err(lambda: chat(model="tiny", messages=MSGS, top_logprobs=2), openai.BadRequestError, 400,
+         "`logprobs` must be set to true")
     img = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]
     _err(lambda: chat(model="tiny", messages=img), openai.BadRequestError, 400, "'image_url' is not supported")
     _err(lambda: cmpl(model="tiny", prompt="hi", logit_bias={"100000": 5}), openai.BadRequestError, 400, "logit_bias")

@@ -77,7 +77,8 @@ def view(
     if not loopback:
         typer.echo(f"warning: listening on {host}: anyone who can reach it can read every rollout in {store}", err=True)
     try:
-        app = create_app(store, tokenizer=tokenizer)
+        app = create_app(store, tokenizer=tokenizer,
+                         allowed_hosts=sorted({"localhost", "127.0.0.1", "::1", host}) if loopback else None)
     except StoreError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e

@@ -131,9 +131,14 @@ def serve_cmd(
     batch_seeded: bool = typer.Option(
         False, "--batch-seeded",
         help="Let seeded requests share calls too (faster for RL; same tokens only up to float rounding)."),
+    max_n: int = typer.Option(64, "--max-n", min=1, help="Most samples (n) per request."),
+    max_tokens: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--max-tokens", min=1, help="Most new tokens per sample a request may ask for (default: the context)."),
+    max_logprobs: int = typer.Option(20, "--max-logprobs", min=0, help="Most top log-probs per token (as vLLM)."),
 ) -> None:
     """Serve a model over an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models)."""
     from gfcr.generate.serve import serve
+    from gfcr.generate.serve_api import ServeLimits
 
     if allow_weight_updates and host not in ("127.0.0.1", "localhost", "::1") and not admin_token:
         typer.echo("error: --allow-weight-updates on a non-loopback address needs --admin-token "
@@ -141,7 +146,8 @@ def serve_cmd(
         raise typer.Exit(2)
     serve(model, host=host, port=port, model_name=name, device=device,
           allow_weight_updates=allow_weight_updates, admin_token=admin_token,
-          max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded)
+          max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded,
+          limits=ServeLimits(max_n=max_n, max_tokens=max_tokens, max_logprobs=max_logprobs))
 
 
 def register(app: typer.Typer) -> None:

@@ -341,8 +341,8 @@ class _Server:
         from fastapi.responses import StreamingResponse
 
         body.check_common(self.name, self.limits, self.vocab)
-        if body.top_logprobs is not None and not body.logprobs:
-            raise APIError(400, "top_logprobs needs logprobs = true", "top_logprobs")
+        if body.top_logprobs and not body.logprobs:  # as vLLM: 0 without logprobs is accepted
+            raise APIError(400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
         n_top = self.n_top(body.top_logprobs, "top_logprobs") if body.logprobs else 0
         ids = self.engine.encode_messages(chat_messages(body.messages))
         m = resolve_max_tokens(body.max_completion_tokens or body.max_tokens, len(ids), self.context, self.limits)
