@@ -110,7 +110,7 @@ def test_cli_report(store, tmp_path):
     res = CliRunner().invoke(app, ["report", str(s.path), "--out", str(tmp_path / "b.html"), "--config", str(bad)])
     assert res.exit_code != 0 and not (tmp_path / "b.html").exists()
     res = CliRunner().invoke(app, ["report", str(tmp_path / "nostore"), "--out", str(tmp_path / "c.html")])
-    assert res.exit_code == 1 and "no gfcr store" in res.output
+    assert res.exit_code == 2 and "no gfcr store" in res.output
 
 
 def test_demo_stage_writes_report_and_prints_path(store, tmp_path):
