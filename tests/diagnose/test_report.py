@@ -114,15 +114,12 @@ def test_cli_report(store, tmp_path):
 
 
 def test_demo_stage_writes_report_and_prints_path(store, tmp_path):
-    from types import SimpleNamespace
-
-    from gfcr.diagnose.demo import report_stage
+    from gfcr.demo import Demo, stage_report
 
     s, _, _ = store
     printed: list[str] = []
-    ctx = SimpleNamespace(store_path=s.path, run_dir=tmp_path / "run", outputs={},
-                          console=SimpleNamespace(print=printed.append))
-    report_stage(ctx)
-    path = ctx.outputs["report"]
+    d = Demo(cfg=None, full=False, store_path=s.path, run_dir=tmp_path / "run")
+    stage_report(d, printed.append)
+    path = d.outputs["report"]
     assert path.exists() and path.read_text().startswith("<!DOCTYPE html>")
     assert str(path.resolve()) in printed[-1]

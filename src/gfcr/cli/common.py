@@ -46,7 +46,6 @@ _USER_ERRORS = (
     ("gfcr.filters.sandbox", "SandboxUnavailable"),
     ("gfcr.generate.sync", "WeightSyncError"),
     ("gfcr.generate.engines.openai", "OpenAIEngineError"),
-    ("gfcr.train.demo", "DemoError"),
 )
 
 

@@ -137,7 +137,7 @@ def demo_cmd(
 ) -> None:
     """The main job: pull the default model, evaluate it, RL a few CPU steps into a store, evaluate again,
     relearn from the stored successes with ROSS, and write the HTML report."""
-    from gfcr.train.demo import run_demo
+    from gfcr.demo import run_demo
 
     quiet_transformers()
     run_demo(full=full, output_dir=output_dir, model=model)
