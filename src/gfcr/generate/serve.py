@@ -476,14 +476,16 @@ def _tops(r: GenResult) -> list[tuple[Any, Any]] | None:
 def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool = False,
                admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
                batch_seeded: bool = False, limits: ServeLimits | None = None,
-               allowed_hosts: Sequence[str] | None = None) -> Any:
+               allowed_hosts: Sequence[str] | None = None, batch_stretch: float = 4.0) -> Any:
     """The FastAPI app serving ``engine`` (an :class:`~gfcr.generate.engines.hf.HFEngine`) as ``model_name``.
 
     ``allow_weight_updates`` adds ``POST /gfcr/weights``; ``max_batch``, ``batch_wait_ms`` and
     ``batch_seeded`` set the dynamic batching (its :class:`~gfcr.generate.batching.Batcher` is
     ``app.state.batcher``; close it when done, or call ``app.state.shutdown()``, which also makes
     requests in flight end with 503); ``limits`` bound requests; ``allowed_hosts``: the ``Host`` names
-    accepted (``None``: any; :func:`serve` passes the loopback names on a loopback bind).
+    accepted (``None``: any; :func:`serve` passes the loopback names on a loopback bind);
+    ``batch_stretch``: the batching window may grow to this many times ``batch_wait_ms`` while requests
+    keep arriving (:class:`~gfcr.generate.batching.Batcher`'s ``stretch``; 1 = a fixed window).
     """
     from fastapi import FastAPI, Header
     from fastapi.exceptions import RequestValidationError
@@ -497,7 +499,8 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     limits = limits or ServeLimits()
     app = FastAPI(title="gfcr serve", version="1")
     lock = threading.Lock()
-    batcher = Batcher(engine, max_batch_rows=max_batch, max_wait_ms=batch_wait_ms, lock=lock, batch_seeded=batch_seeded)
+    batcher = Batcher(engine, max_batch_rows=max_batch, max_wait_ms=batch_wait_ms, lock=lock, batch_seeded=batch_seeded,
+                      stretch=batch_stretch)
     srv = _Server(engine, model_name, limits, batcher, lock)
     app.state.batcher = batcher
     app.state.server = srv
@@ -519,10 +522,13 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
         errs = e.errors()
+        if errs and errs[0].get("type") == "json_invalid":
+            why = (errs[0].get("ctx") or {}).get("error", "")
+            return err(400, f"the request body is not valid JSON{': ' + str(why) if why else ''}")
         loc = [str(x) for x in errs[0].get("loc", ()) if x != "body"] if errs else []
         msg = (f"{'.'.join(loc)}: " if loc else "") + (errs[0].get("msg", "invalid request") if errs else "invalid request")
         more = f" (and {len(errs) - 1} more problem(s))" if len(errs) > 1 else ""
-        return err(400, msg + more, loc[0] if loc else None)
+        return err(400, msg + more, loc[0] if loc and not loc[0].isdigit() else None)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -630,7 +636,8 @@ def serve_in_thread(model: Any = None, host: str = "127.0.0.1", port: int | None
                     model_name: str | None = None, tokenizer: Any = None, device: str = "cpu",
                     startup_timeout_s: float = 60.0, allow_weight_updates: bool = False,
                     admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-                    batch_seeded: bool = False, limits: ServeLimits | None = None) -> Iterator[str]:
+                    batch_seeded: bool = False, limits: ServeLimits | None = None,
+                    batch_stretch: float = 4.0) -> Iterator[str]:
     """Run the server in a background thread; yields its base URL (``http://host:port/v1``).
 
     ``model`` may be a path/name, a loaded model (with ``tokenizer=``) or an engine; the other options
@@ -640,7 +647,7 @@ def serve_in_thread(model: Any = None, host: str = "127.0.0.1", port: int | None
     port = port or free_port(host)
     app = create_app(engine, model_name or _default_name(model), allow_weight_updates, admin_token,
                      max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, limits=limits,
-                     allowed_hosts=_hosts_for(host))
+                     allowed_hosts=_hosts_for(host), batch_stretch=batch_stretch)
     server = _uvicorn_server(app, host, port, "warning")
     th = threading.Thread(target=server.run, name=f"gfcr-serve-{port}", daemon=True)
     th.start()
