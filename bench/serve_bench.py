@@ -15,7 +15,7 @@ and counts samples whose tokens differ (the float-rounding caveat of batching se
 
 ``--part window``: the batching window's rule, batching on in both arms: a fixed window of ``--wait-ms``
 from the oldest request (``stretch=1``) against the quiet-gap rule (the window closes ``--wait-ms`` after
-the latest arrival, at most 4x; the default), alternated; reports engine calls per burst, tokens/s, CPU
+the latest arrival, at most 4x), alternated; reports engine calls per burst, tokens/s, CPU
 seconds beside wall seconds, and the load average.
 """
 
@@ -51,7 +51,7 @@ class _Counting:
 
 
 def _run(engine, prompts, params, wait_ms: float, max_batch: int, batch_seeded: bool = False,
-         stretch: float = 4.0) -> dict:
+         stretch: float = 1.0) -> dict:
     from gfcr.generate.engines import GenRequest
     from gfcr.generate.engines.openai import OpenAIEngine
     from gfcr.generate.serve import serve_in_thread

@@ -141,6 +141,14 @@ def test_host_header_checked_on_loopback(server):
         assert httpx.get(f"{url}/models", headers={"Host": host}).status_code == 200
 
 
+def test_invalid_json_and_unknown_routes_use_the_error_schema(server):
+    url = server[0]
+    r = httpx.post(f"{url}/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("the request body is not valid JSON")
+    r = httpx.get(f"{url}/nothing-here")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "NotFoundError"
+
+
 def test_content_parts_equal_plain_string(client):
     parts = [{"role": "user", "content": [{"type": "text", "text": "What is"}, {"type": "text", "text": "3 + 4?"}]}]
     plain = [{"role": "user", "content": "What is\n3 + 4?"}]
