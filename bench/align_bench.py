@@ -27,6 +27,7 @@ import numpy as np
 def loop_align(tokenizer, token_ids, token_role, messages, kept_chars):
     """The previous implementation of ``align_mask`` (per-token Python loops), for comparison."""
     import gfcr.ross.align as al
+    from gfcr.records import assistant_text_ranges
 
     def decode(ids):
         table = al._byte_decoder()
@@ -52,7 +53,7 @@ def loop_align(tokenizer, token_ids, token_role, messages, kept_chars):
                 out[i] = cs[hi] - cs[lo] == hi - lo
         return out
 
-    text, _ = al.assistant_text(messages)
+    text, _ = assistant_text_ranges(messages)
     (a, b), = al.generated_runs(token_role)
     ids = [int(x) for x in token_ids[a:b]]
     dec_text, starts, ends = decode(ids)

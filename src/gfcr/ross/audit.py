@@ -23,8 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.records import Audit, Cost, Prompt, Rollout, table_to_audits, table_to_rollouts
-from gfcr.ross.align import AlignError, align_mask, assistant_text
+from gfcr.records import (
+    Audit,
+    Cost,
+    Prompt,
+    Rollout,
+    assistant_text,
+    assistant_text_ranges,
+    table_to_audits,
+    table_to_rollouts,
+)
+from gfcr.ross.align import AlignError, align_mask
 from gfcr.ross.judges import Judge, JudgeRequest, Turn
 from gfcr.ross.units import split_units
 from gfcr.ross.verdict import Decision, VerdictError, parse_json_object, validate_verdict
@@ -90,7 +99,7 @@ def judge_request(rollout: Rollout, prompt: Prompt | None, mode: str, max_unit_c
 
     Units are split per assistant turn (none crosses a tool or environment turn). ``turns`` is
     the whole interaction in order with roles; only assistant turns carry unit numbers."""
-    text, bounds = assistant_text(rollout.messages)
+    text, bounds = assistant_text_ranges(rollout.messages)
     units = split_units(text, max_unit_chars, bounds=bounds)
     answer = verified_answer(rollout, prompt) if check_answer else None
     turns: list[Turn] = []
@@ -295,7 +304,7 @@ def realign(store: Any, tokenizer: Any, judge: str, judge_version: str) -> dict[
     out, n_disc = [], 0
     for a in aus:
         r = rmap[a.rollout_id]
-        text, _ = assistant_text(r.messages)
+        text = assistant_text(r.messages)
         kept = np.ones(len(text), bool)
         for s in a.excluded:
             kept[s.start : s.end] = False

@@ -60,7 +60,7 @@ def split_units(text: str, max_chars: int = 200, bounds: list[tuple[int, int]] |
     """Number the units of ``text`` (see module docstring). Empty or blank text has no units.
 
     ``bounds``: char ranges ``[a, b)`` of the assistant messages in ``text`` (as from
-    :func:`gfcr.ross.align.assistant_text`); each is split on its own, the separator after a
+    :func:`gfcr.records.assistant_text_ranges`); each is split on its own, the separator after a
     message joining its last unit.
 
     >>> [u.text for u in split_units("a = 1\\n\\nb = 2\\n")]
