@@ -120,6 +120,12 @@ def split_advantages(on_rewards: Sequence[float], off_rewards: Sequence[float], 
     raise ValueError(f"split_advantages: mode must be 'split' or 'mixed', got {mode!r}")
 
 
+def stage_rng(seed: int, step: int, stage: str) -> np.random.Generator:
+    """A generator that depends only on (seed, step, stage), so a resumed run, the loop and the
+    simulator draw the same numbers (the loop's ``mix`` uses stage ``"replay"``)."""
+    return np.random.default_rng([int(seed), int(step), sum(ord(c) * 31**i for i, c in enumerate(stage)) % (2**31)])
+
+
 def mean_token_nll(rollout: Rollout) -> float:
     """Mean negative behaviour log-prob of a rollout's generated tokens (an entropy proxy)."""
     lp = rollout.logprobs[rollout.token_role == GENERATED]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gfcr.records import Rollout
+from gfcr.replay.buffers import stage_rng as step_rng  # noqa: F401  (re-exported)
 from gfcr.train.run_setup import TrainError
 
 if TYPE_CHECKING:
@@ -48,11 +49,6 @@ def version_number(policy_version: str, default: int) -> int:
     """The update count in a ``s<n>`` policy version (``default`` for any other form)."""
     m = re.match(r"s(\d+)", policy_version or "")
     return int(m.group(1)) if m else default
-
-
-def step_rng(seed: int, step: int, stage: str) -> np.random.Generator:
-    """A generator that depends only on (seed, step, stage): resumed runs draw the same numbers."""
-    return np.random.default_rng([int(seed), int(step), sum(ord(c) * 31**i for i, c in enumerate(stage)) % (2**31)])
 
 
 class StageTimer:
