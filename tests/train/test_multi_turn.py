@@ -17,7 +17,8 @@ from gfcr.records import Message
 from gfcr.store import RolloutStore
 from gfcr.testing import make_rollout
 from gfcr.train.config import load_config
-from gfcr.train.loop import TrainError, final_turn_text, longest_generated_run, train
+from gfcr.filters.reward import longest_generated_run
+from gfcr.train.loop import TrainError, final_turn_text, train
 
 CALC = "<calc>2*(3+4)</calc>"
 
