@@ -108,9 +108,9 @@ def test_tree_topology_trains_on_treerl_advantages(tiny_dir, tmp_path, parity, m
     seen = []
     orig = trainer_mod.PolicyTrainer.update
 
-    def spy(self, rollouts, advantages):
+    def spy(self, rollouts, advantages, *rest):
         seen.append((list(rollouts), list(advantages)))
-        return orig(self, rollouts, advantages)
+        return orig(self, rollouts, advantages, *rest)
 
     monkeypatch.setattr(trainer_mod.PolicyTrainer, "update", spy)
     tree = {"m": 2, "n": 1, "l": 1, "t": 1, "min_prefix_frac": 0.0}
@@ -138,7 +138,7 @@ def test_tree_topology_trains_on_treerl_advantages(tiny_dir, tmp_path, parity, m
     assert any(r.get("n_forward", 0) > 0 for r in rows)
 
 
-def test_unsupported_topology_combinations_are_refused(tiny_dir, tmp_path):
+def test_unsupported_topology_combinations_are_refused(tiny_dir, tmp_path, parity):
     from gfcr.train.config import ConfigError
 
     with pytest.raises(ConfigError, match="gfpo"):

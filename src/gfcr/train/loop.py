@@ -308,6 +308,7 @@ class TrainingRun:
             items = self._batch(col.kept, step)
             fresh = [it for it in items if not it.replayed]
             replayed = [it for it in items if it.replayed]
+            info["n_live"] = float(sum(bool(np.any(np.asarray(it.advantage) != 0)) for it in items))
         kept_ids = {r.rollout_id for g in col.kept for r in g}
         trained_ids = {it.rollout.rollout_id for it in fresh}
         if stored is None:
