@@ -13,7 +13,7 @@ import pytest
 
 from gfcr.control.groups import AdaptiveK
 from gfcr.train.config import load_config
-from gfcr.train.loop import TrainingRun, TrainError, prepare_run, train
+from gfcr.train.loop import TrainingRun, prepare_run, train
 
 
 def _cfg(tiny_dir, tmp_path, steps=3, **over):

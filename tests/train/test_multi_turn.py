@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from gfcr.filters import verifiers
+from gfcr.filters.reward import longest_generated_run
 from gfcr.filters.verifiers import Verdict
 from gfcr.generate import envs
 from gfcr.records import Message
 from gfcr.store import RolloutStore
 from gfcr.testing import make_rollout
 from gfcr.train.config import load_config
-from gfcr.filters.reward import longest_generated_run
 from gfcr.train.loop import TrainError, final_turn_text, train
 
 CALC = "<calc>2*(3+4)</calc>"
