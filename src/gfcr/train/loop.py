@@ -236,16 +236,15 @@ class TrainingRun:
         from gfcr.generate.envs import episode_reward
 
         vc = self.cfg.verify
-        multi_turn = self.cfg.generate.topology == "multi_turn"
         for grp in groups:
             for r in grp:
                 p = self.prompt_by_id[r.prompt_id]
-                text = final_turn_text(r) if multi_turn else r.completion
+                text = final_turn_text(r)  # the last assistant turn: the answer (the whole completion when single-turn)
                 v = self.verifier.verify(text, answer=p.answer, tests=p.tests, rollout=r)
                 r.verified, r.verifier = v.passed, verdict_record(self.verifier, v)
                 r.signals["format"] = float(self.format_verifier.verify(text).score)
                 score = float(v.score)
-                if multi_turn:
+                if "env" in r.meta:  # an env episode (MultiTurn records its env): verify.reward_source decides
                     env_reward, env_success = r.signals.get("env_reward"), r.meta.get("env_success")
                     score, r.verified, used = episode_reward(vc.reward_source, float(v.score), v.passed,
                                                              env_reward, env_success, vc.env_weight)
@@ -386,8 +385,8 @@ def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Pat
           on_step: Callable[[int, dict[str, Any]], None] | None = None) -> RunResult:
     """Run (or resume) training. Evaluates before/after when ``cfg.eval`` asks; returns where things are."""
     check_supported(cfg)
-    if cfg.generate.engine == "openai":
-        check_server(cfg.generate.engine_params)
+    if "base_url" in cfg.generate.engine_params:
+        check_server(cfg.generate.engine_params)  # a server must answer before anything is written
     dist.init_from_env(cfg.device)
     d, resuming = dist.broadcast(prepare_run(cfg, resume, run_dir) if dist.is_main() else None)
     t = TrainingRun(cfg, d, resuming, progress=progress, on_step=on_step)
