@@ -7,6 +7,8 @@ validates; any failure is a :class:`ConfigError` whose message names the file an
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +20,34 @@ M = TypeVar("M", bound=BaseModel)
 
 class ConfigError(ValueError):
     """A config file could not be read or failed validation; the message names the field."""
+
+
+def resolve_object(name: str, table: Mapping[str, Any] | None = None, kind: str = "object") -> Any:
+    """The object a config names: an entry of ``table`` (a room's visible name → object table), or
+    an import path ``"pkg.module:attr"`` (a user's own code, at the edge).
+
+    A table value that is itself a ``"pkg.module:attr"`` string is imported on use (heavy or
+    optional modules stay unloaded until asked for); its ImportError propagates (a missing optional
+    dependency). An unknown name, or a user import path that does not import, is a
+    :class:`ConfigError` naming ``kind`` and the choices. Example: ``resolve_object("math:sqrt")``
+    is :func:`math.sqrt`; ``resolve_object("nope", {"a": 1}, "verifier")`` raises "unknown verifier
+    'nope'; choose one of ['a'] or give 'pkg.module:name'".
+    """
+    table = table or {}
+    if name in table:
+        target = table[name]
+        if not isinstance(target, str):
+            return target
+        mod, _, attr = target.partition(":")
+        return getattr(importlib.import_module(mod), attr)
+    mod, sep, attr = str(name).partition(":")
+    if not sep or not mod or not attr:
+        choices = f"choose one of {sorted(table)} or give" if table else "give"
+        raise ConfigError(f"unknown {kind} {name!r}; {choices} 'pkg.module:name'")
+    try:
+        return getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"cannot import {kind} {name!r}: {e}") from e
 
 
 def parse_sets(sets: list[str] | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ interrupted run keeps every finished batch.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -86,13 +87,14 @@ class GenerateConfig(BaseModel):
         return cls.model_validate(data)
 
 
-def build_engine(cfg: EngineConfig) -> Any:
+def build_engine(cfg: EngineConfig, engines: Mapping[str, Any] | None = None) -> Any:
+    """The engine of ``cfg``; ``engines`` adds a composer's engines to the named ones (e.g. ``ray``)."""
     from gfcr.generate.engines import make_engine
 
     kw = dict(cfg.args)
     if cfg.model is not None or cfg.name in ("hf", "vllm"):
         kw.setdefault("model", cfg.model)
-    return make_engine(cfg.name, **kw)
+    return make_engine(cfg.name, engines, **kw)
 
 
 def build_topology(cfg: TopologyConfig, sampling: SamplingParams, seed: int | None) -> Any:
@@ -106,10 +108,12 @@ def build_topology(cfg: TopologyConfig, sampling: SamplingParams, seed: int | No
     return MultiTurn(env=cfg.env, k=cfg.k, max_turns=cfg.max_turns, params=sampling, seed=seed)
 
 
-def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = True) -> dict[str, Any]:
+def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = True,
+                 engines: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run ``config``; returns a summary (run id, counts, tokens/s, store version).
 
-    ``engine`` overrides ``config.engine`` (e.g. the policy being trained, wrapped in an HFEngine).
+    ``engine`` overrides ``config.engine`` (e.g. the policy being trained, wrapped in an HFEngine);
+    ``engines`` adds engines of rooms above Generate to the names ``config.engine`` may use.
     """
     from gfcr.store import RolloutStore
     from gfcr.tasks import make_source
@@ -119,7 +123,7 @@ def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = Tr
         raise ValueError(f"task source {config.tasks.source!r} produced no prompts")
     run_id = config.run_id or new_id()
     resolved = config.model_copy(update={"run_id": run_id})
-    engine = engine if engine is not None else build_engine(config.engine)
+    engine = engine if engine is not None else build_engine(config.engine, engines)
     topo = build_topology(config.topology, config.sampling, config.seed)
     store = RolloutStore.open(config.store, create=True)
     store.upsert_prompts(prompts)

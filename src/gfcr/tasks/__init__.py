@@ -15,9 +15,9 @@ name                 source
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Protocol, runtime_checkable
 
+from gfcr.config import resolve_object
 from gfcr.records import Prompt
 
 
@@ -54,11 +54,7 @@ SOURCES: dict[str, str] = {
 
 def make_source(name: str, **kw: Any) -> TaskSource:
     """Build a task source by name (``SOURCES``) or import path ``pkg.mod:fn`` returning prompts."""
-    target = SOURCES.get(name, name)
-    if ":" not in target:
-        raise ValueError(f"unknown task source {name!r}; choose one of {sorted(SOURCES)} or give 'pkg.module:function'")
-    mod, _, fn = target.partition(":")
-    out = getattr(importlib.import_module(mod), fn)(**kw)
+    out = resolve_object(name, SOURCES, "task source")(**kw)
     if isinstance(out, TaskSource):
         return out
     return ListSource(name, list(out))
