@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,6 +21,22 @@ M = TypeVar("M", bound=BaseModel)
 
 class ConfigError(ValueError):
     """A config file could not be read or failed validation; the message names the field."""
+
+
+def new_run_dir(base: str | Path, name: str) -> Path:
+    """A new, empty folder ``base/name-YYYYmmdd-HHMMSS[-n]`` (``base`` created if missing): runs
+    never overwrite each other, also when two start in the same second (``mkdir`` decides)."""
+    base = Path(base)
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for i in range(10_000):
+        d = base / (f"{name}-{stamp}" if i == 0 else f"{name}-{stamp}-{i}")
+        try:
+            d.mkdir()
+            return d
+        except FileExistsError:
+            continue
+    raise ConfigError(f"{base}: no free run folder name for {name}-{stamp}")
 
 
 def resolve_object(name: str, table: Mapping[str, Any] | None = None, kind: str = "object") -> Any:

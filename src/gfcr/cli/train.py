@@ -16,14 +16,15 @@ from .common import fail, parse_sets, quiet_transformers, topmost_new
 def _train_fresh(cfg: Any, run_dir: Path | None, progress: bool) -> Any:
     """Train into a new run folder; if the run fails before its first step, the folder is removed
     again (a failed command leaves nothing behind; a run with steps done is kept for ``--resume``)."""
+    from gfcr.config import new_run_dir
     from gfcr.train import dist
-    from gfcr.train.loop import new_run_dir, train
+    from gfcr.train.loop import train
 
     single = int(os.environ.get("WORLD_SIZE", "1")) <= 1  # under torchrun, rank 0 picks the folder
     created: Path | None = None
     if single and run_dir is None:
         created = topmost_new(Path(cfg.output_dir))
-        run_dir = new_run_dir(cfg)
+        run_dir = new_run_dir(cfg.output_dir, cfg.run_name)
         created = created or run_dir
     elif single:
         created = topmost_new(run_dir)
