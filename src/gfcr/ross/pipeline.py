@@ -133,7 +133,7 @@ def stage_build(cfg: RossConfig, store: Any, run_dir: Path) -> dict[str, Any]:
 def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool = False) -> dict[str, Any]:
     """Masked SFT of each variant into ``run_dir/models/<variant>``."""
     from gfcr.ross.build import load_dataset_rows
-    from gfcr.ross.sft import train_masked_sft
+    from gfcr.train.sft import train_masked_sft
 
     out = {}
     t = cfg.train
