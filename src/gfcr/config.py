@@ -1,4 +1,6 @@
-"""Typed configs from YAML: one loader for every room's pydantic config.
+"""Typed configs from YAML: one loader for every room's pydantic config, the strict base model
+every config section derives from, object resolution (a name in a room's table, or a user's
+``pkg.module:name``), and new run folders.
 
 ``load_config_model(Model, path, overrides)`` reads a YAML mapping (``None`` = all defaults),
 applies dotted overrides (``{"optim.lr": 1e-5}``, as given by ``--set optim.lr=1e-5``) and
@@ -14,13 +16,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
 
 class ConfigError(ValueError):
     """A config file could not be read or failed validation; the message names the field."""
+
+
+class StrictModel(BaseModel):
+    """The base of every config section: an unknown key is an error (a typo never passes silently)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 def new_run_dir(base: str | Path, name: str) -> Path:

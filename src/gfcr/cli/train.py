@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .common import fail, parse_sets, quiet_transformers, topmost_new
+from .common import fail, parse_sets, quiet_transformers, topmost_new, validated
 
 
 def _train_fresh(cfg: Any, run_dir: Path | None, progress: bool) -> Any:
@@ -88,7 +88,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON).
     With --env, each sample is a whole policy-env episode (as in multi_turn training)."""
-    from gfcr.evaluate import evaluate_episodes, evaluate_model
+    from gfcr.evaluate import EvalConfig, evaluate_episodes, evaluate_model
     from gfcr.generate.engines.hf import HFEngine
     from gfcr.generate.envs import REWARD_SOURCES, make_env
     from gfcr.tasks import make_source
@@ -106,6 +106,8 @@ def eval_cmd(
             fail(f"--reward-source {reward_source!r}: choose one of {list(REWARD_SOURCES)}")
         if not 0.0 <= env_weight <= 1.0:
             fail(f"--env-weight must lie in [0, 1], got {env_weight}")
+    validated(EvalConfig, {"k": k, "greedy": not no_greedy, "max_tokens": max_tokens, "temperature": temperature},
+              "eval options", {"k": "--k", "max_tokens": "--max-tokens", "temperature": "--temperature"})
     kw = parse_sets(task_arg, option="--task-arg")
     prompts = []
     try:

@@ -17,8 +17,21 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from gfcr.config import resolve_object
+from pydantic import AliasChoices, Field
+
+from gfcr.config import StrictModel, resolve_object
 from gfcr.records import Prompt
+
+
+class TaskConfig(StrictModel):
+    """Where prompts come from: a task source by name and its keyword arguments. The one task
+    vocabulary of every config (``gfcr generate``, ``gfcr train`` adds how many prompts per split).
+    ``source``/``args`` are accepted as the older spellings of ``name``/``params``."""
+
+    name: str = Field("arith", validation_alias=AliasChoices("name", "source"),
+                      description="Task source name (arith, reasoning_gym, jsonl_math, jsonl_code) or 'pkg.mod:fn'.")
+    params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "args"),
+                                   description="Keyword arguments of the task source (arith: n, level, digits, terms, ops; jsonl_math: path).")
 
 
 @runtime_checkable
@@ -60,4 +73,4 @@ def make_source(name: str, **kw: Any) -> TaskSource:
     return ListSource(name, list(out))
 
 
-__all__ = ["SOURCES", "ListSource", "TaskSource", "make_source"]
+__all__ = ["SOURCES", "ListSource", "TaskConfig", "TaskSource", "make_source"]
