@@ -38,6 +38,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -636,9 +637,16 @@ class Trainer:
 
 def new_run_dir(cfg: TrainConfig) -> Path:
     """A fresh folder ``output_dir/run_name-YYYYmmdd-HHMMSS[-n]`` (never an existing one)."""
-    from gfcr.config import new_run_dir as _new
-
-    return _new(cfg.output_dir, cfg.run_name)
+    base = Path(cfg.output_dir)
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    d = base / f"{cfg.run_name}-{stamp}"
+    i = 1
+    while d.exists():
+        d = base / f"{cfg.run_name}-{stamp}-{i}"
+        i += 1
+    d.mkdir()
+    return d
 
 
 _RESUMABLE_CHANGES = {"steps", "eval", "tensorboard", "output_dir", "run_name"}
