@@ -74,10 +74,11 @@ class RossEvalConfig(EvalConfig):
     max_tokens: int = Field(96, ge=1, description="New tokens per sample.")
     temperature: float = Field(0.7, ge=0, description="Sampling temperature.")
     verifier: str = Field("numeric", description="gfcr.filters verifier deciding correctness.")
+    greedy: bool = Field(True, description="Also report greedy pass@1.")
     seed: int = Field(0, description="Sampling seed.")
 
     @model_validator(mode="after")
-    def _ks(self) -> RossEvalConfig:
+    def _ks(self) -> EvalConfig:
         bad = [k for k in self.ks if k < 1 or k > self.k]
         if bad:
             raise ValueError(f"evaluate.ks must lie in 1..k={self.k}, got {bad}")
