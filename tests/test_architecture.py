@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "replay": set(),
     "generate": {"store", "tasks", "filters", "models"},
     "evaluate": {"filters", "generate", "models", "tasks"},
-    "sim": {"control", "replay"},
+    "sim": {"control", "replay", "filters"},
     "scale": {"store", "tasks", "filters", "generate", "models"},
     "diagnose": {"store"},
     "train": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "scale"},
