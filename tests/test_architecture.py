@@ -52,33 +52,29 @@ MODEL_CODE_EXEMPT = {
     ("store/samples.py", "torch"): "writes the sample slime .pt dump for the walkthrough and the importer tests",
 }
 
-MAX_MODULE_LINES = 600
-#: files over the limit, and why
+# The limits are "about 600 lines per module, about 80 per function": a module or function may run
+# a little over (up to the ceilings); past the ceiling it is split, or listed below with its reason.
+MAX_MODULE_LINES, MODULE_CEILING = 600, 660
+MAX_FUNCTION_LINES, FUNCTION_CEILING = 80, 100
+
+#: modules over the ceiling, and why
 LONG_MODULES = {
     "train/loop.py": "being split into stage modules (the loop's composition is being rewritten)",
     "store/importers.py": "being split into one module per framework under store/importers/",
     "records.py": "the records, their Arrow schemas, conversions and validation: the schema's one source of truth",
     "generate/topologies.py": "its tree maths is moving out to the Filter room (TreeRL advantages)",
-    "generate/serve.py": "the server app with its routes (closures over engine and batcher); ~3% over, to split next",
 }
 
-MAX_FUNCTION_LINES = 80
-#: functions over the limit (file, name), and why
+#: functions over the ceiling (file, name), and why
 LONG_FUNCTIONS = {
-    ("diagnose/metrics.py", "rollout_features"): "one SQL projection of every per-rollout feature",
-    ("diagnose/metrics.py", "step_metrics"): "one SQL aggregation of every per-step metric",
+    ("diagnose/metrics.py", "step_metrics"): "one SQL aggregation of every per-step metric, column by column",
     ("diagnose/viewer.py", "create_app"): "the viewer's routes are closures over the opened store",
     ("generate/serve.py", "create_app"): "the server's routes are closures over the engine and the batcher",
-    ("evaluate.py", "evaluate_episodes"): "one episode loop with its bookkeeping",
     ("filters/sandbox.py", "run_python"): "process set-up, limits and clean-up of one sandboxed run, in order",
-    ("generate/engines/hf.py", "_generate_batch"): "the sampling loop with its per-token bookkeeping",
-    ("generate/topologies.py", "generate"): "the tree topology's rounds, in order",
     ("ross/verdict.py", "validate_verdict"): "every rule of the judge protocol, checked in order",
     ("scale/generate.py", "ray_generate"): "shard dispatch, retries and ordered commits",
-    ("scale/verify.py", "ray_verify"): "chunk dispatch, retries and the single commit",
     ("store/importers.py", "parse_skyrl"): "being split with store/importers.py",
-    ("store/sft_export.py", "export_sft"): "one pass over the rows for every SFT format",
-    ("train/loop.py", "setup"): "being split with train/loop.py",
+    ("store/importers/skyrl.py", "parse"): "SkyRL's batch layout, field by field (split out of store/importers.py)",
     ("train/sft.py", "train_masked_sft"): "the SFT loop: epochs, accumulation, schedule, checkpoint",
 }
 
@@ -269,12 +265,12 @@ def test_size_limits(kind):
         text = p.read_text()
         if kind == "modules":
             n = len(text.splitlines())
-            if n > MAX_MODULE_LINES and rel not in LONG_MODULES:
+            if n > MODULE_CEILING and rel not in LONG_MODULES:
                 over.append(f"{rel}: {n} lines")
             continue
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 n = node.end_lineno - node.lineno + 1
-                if n > MAX_FUNCTION_LINES and (rel, node.name) not in LONG_FUNCTIONS:
+                if n > FUNCTION_CEILING and (rel, node.name) not in LONG_FUNCTIONS:
                     over.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
     assert not over, f"over the limit (split it, or list it with a reason in {__name__}): {over}"
