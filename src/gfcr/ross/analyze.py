@@ -233,7 +233,7 @@ def compatibility(current: Any, tokenizer: Any, historical: Sequence[Rollout], p
     prompts all the present sources cover, so the comparison is on the same prompts.
     """
     from gfcr.generate.engines.hf import HFEngine
-    from gfcr.ross.sft import mean_token_nll
+    from gfcr.train.sft import mean_token_nll
 
     pad = tokenizer.pad_token_id
     hist_rows = [{"prompt_id": r.prompt_id, **row} for r, row in zip(historical, rows_from_rollouts(historical),
