@@ -38,7 +38,7 @@ def test_roll_columnar_dump_groups_answers_and_sampling(store, tmp_path):
     for p, out, sc in zip(line["prompt"], line["responses"], line["scores"], strict=True):
         assert by_text[(p, out)] == sc
     assert [m.role for m in rs[0].messages] == ["user", "assistant"]
-    assert rs[0].sampling == {"generation_config": {"temperature": 0.99}} and rs[0].finish_reason == "unknown"
+    assert rs[0].sampling == {"generation_config": {"temperature": 0.99}} and rs[0].finish_reason is None
     # one group per (prompt, step), sample indices 0..k-1
     g = store.sql("SELECT group_id, list_sort(list(sample_index)) s FROM rollouts GROUP BY group_id").to_pylist()
     assert len(g) == 6 and all(x["s"] == [0, 1, 2, 3] for x in g)
@@ -255,7 +255,7 @@ def test_skyrl_current_layout_maps_every_field_bit_for_bit(store, tmp_path, grou
         assert r.logprobs.tobytes() == lps.tobytes()
         assert r.signals == {"advantage": adv}
         assert r.reward == 0.0 and r.meta["reward_in_dump"] is False
-        assert (r.step, r.policy_version, r.tokens_source, r.finish_reason) == (12, "step-12", "engine", "unknown")
+        assert (r.step, r.policy_version, r.tokens_source, r.finish_reason) == (12, "step-12", "engine", None)
         assert store.prompts(ids=[r.prompt_id])[0].meta["prompt_token_ids"] == prompt
     assert [r.sample_index for r in got] == [0, 1, 0, 1]
     assert got[0].group_id == got[1].group_id != got[2].group_id == got[3].group_id

@@ -107,7 +107,7 @@ def export_(
 ) -> None:
     """Export rollouts in gfcr's own schema (importable again with --from jsonl/parquet)."""
     from gfcr.store import StoreError
-    from gfcr.store.importers import export
+    from gfcr.store.export import export
 
     store = _open(path)
     try:

@@ -28,8 +28,9 @@ def run_walkthrough(path: Path | None = None, console: Console | None = None) ->
             ("prime-rl", S.write_prime_rl(t / "prime"), "run-prime"),
             ("roll", S.write_roll(t / "roll"), "run-roll"),
         ]
+        opts = {"trl": {"reward_columns": ["accuracy_reward", "format_reward"]}}
         for fmt, p, run in dumps:
-            res = import_rollouts(store, fmt, [str(p)], run_id=run)
+            res = import_rollouts(store, fmt, [str(p)], run_id=run, **opts.get(fmt, {}))
             con.print(f"  imported {len(res.rollouts):3d} rollouts from a {fmt} dump (tokens: {res.tokens_source})")
     from gfcr.store.cli import print_rows
 
