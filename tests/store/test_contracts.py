@@ -218,3 +218,26 @@ def test_skyrl_token_id_beyond_int32_refused(store, tmp_path):
     write_skyrl(d / "global_step_3_training_input.pkl", t, {})
     with pytest.raises(ImportFormatError, match="vocabulary size 256"):
         import_rollouts(store, "skyrl", [str(d)], trust_pickle=True, vocab=256)
+
+
+# --- open-instruct save_traces ------------------------------------------------------------------------
+
+
+def test_open_instruct_save_traces(store):
+    from gfcr.testing import tiny_tokenizer
+
+    res = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="oi")
+    assert res.written == 4 and res.files == [str(FIX / "open_instruct" / "grpo_demo_rollouts_000000.jsonl")]
+    rs = sorted(store.rollouts(run="oi"), key=lambda r: r.sample_index)
+    assert [r.reward for r in rs] == [10.0, 0.0, 10.0, 0.0]
+    assert [r.signals["advantage"] for r in rs] == [0.5, -0.5, 0.5, -0.5]
+    assert [r.finish_reason for r in rs] == ["stop", "stop", "stop", "length"]
+    assert all(r.step == 7 and r.tokens_source == "engine" for r in rs)
+    assert rs[0].token_ids.tolist() == [1, 50, 51, 2, 70, 71, 2] and rs[0].token_role.tolist() == [0] * 4 + [1] * 3
+    assert rs[1].logprobs[4:].tolist() == [-0.25, -0.5, -0.75, -1.0, -1.25]
+    assert rs[1].meta["tool_called"] and not rs[0].meta["tool_called"]
+    assert rs[0].meta["run"]["model_name"] == "tiny-model"
+    assert rs[0].group_id == rs[1].group_id != rs[2].group_id
+    assert {p.answer for p in store.prompts()} == {"5", "42"}
+    dec = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="oi2", tokenizer=tiny_tokenizer())
+    assert all(len(r.messages) == 2 for r in dec.rollouts)
