@@ -59,7 +59,8 @@ def main(out: str) -> None:
             elif row % 2:  # the second sample of each group answers wrongly
                 reply = f"It is {a + b + 1}.<|im_end|>"
             elif a % 2 == 0:  # even first operand: call the tool first
-                reply = ('<tool_call>\n{"name": "add", "arguments": {"a": %d, "b": %d}}\n</tool_call><|im_end|>' % (a, b))
+                call = json.dumps({"name": "add", "arguments": {"a": a, "b": b}})
+                reply = f"<tool_call>\n{call}\n</tool_call><|im_end|>"
             else:
                 reply = f"The answer is {a + b}.<|im_end|>"
             rows.append(tok(reply, add_special_tokens=False)["input_ids"])

@@ -5,7 +5,6 @@ Each assertion names a value an importer once got wrong."""
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 

@@ -362,9 +362,9 @@ def test_cli_imports_roll_and_skyrl(tmp_path):
 
     st = tmp_path / "st"
     p = gfcr("store", "import", st, S.write_roll(tmp_path / "roll", steps=1), "--from", "roll")
-    assert p.returncode == 0 and "imported 12 rollouts" in p.stdout, p.stderr
+    assert p.returncode == 0 and "imported 12 new rollouts" in p.stdout, p.stderr
     pk = write_skyrl(tmp_path / "sk" / "global_step_4_training_input.pkl", _tensors(), {})
     p = gfcr("store", "import", st, pk, "--from", "skyrl")
     assert p.returncode == 2 and "--trust-pickle" in p.stderr
     p = gfcr("store", "import", st, pk, "--from", "skyrl", "--trust-pickle")
-    assert p.returncode == 0 and "imported 4 rollouts" in p.stdout and "engine" in p.stdout, p.stderr
+    assert p.returncode == 0 and "imported 4 new rollouts" in p.stdout and "engine" in p.stdout, p.stderr

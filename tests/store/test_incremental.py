@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from gfcr.store import RolloutStore
-from gfcr.store import samples as S
 from gfcr.store.importers import follow, import_rollouts
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")

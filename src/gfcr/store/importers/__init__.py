@@ -27,7 +27,13 @@ from gfcr.records import RecordError, Rollout, rollouts_to_table
 from gfcr.store.core import RolloutStore, StoreError
 from gfcr.store.export import export, refuse_existing, rollout_to_json, write_new_file  # noqa: F401 - re-exported
 from gfcr.store.importers import areal, native, open_instruct, prime_rl, roll, skyrl, slime, trl, verl
-from gfcr.store.importers._common import FOLLOWING, ImportFormatError, ImportResult, find_files, load_tokenizer
+from gfcr.store.importers._common import (
+    FOLLOWING,
+    ImportFormatError,
+    ImportResult,
+    find_files,
+    load_tokenizer,
+)
 
 __all__ = ["FORMATS", "ImportFormatError", "ImportResult", "export", "follow", "import_rollouts", "load_tokenizer"]
 

@@ -126,6 +126,38 @@ def _finish(tr: dict[str, Any], path_nodes: set[int]) -> str | None:
     return None
 
 
+def _branch(nodes: list[dict[str, Any]], path: list[int], f: Path, tw: str, vocab: int | None
+            ) -> tuple[list[int], list[int], list[float], list[float], bool, list[Message]]:
+    """One root-to-leaf path → (ids, roles, log-probs, advantages over sampled tokens, any advantage
+    assigned, messages), as ``verifiers.v1.trace.Branch`` builds a training sample."""
+    ids: list[int] = []
+    role: list[int] = []
+    lps: list[float] = []
+    advs: list[float] = []
+    any_adv = False
+    msgs = []
+    for k in path:
+        n = nodes[k]
+        nw = f"{tw} nodes[{k}]"
+        t_ids = token_ids(n.get("token_ids", []), f, nw, "token_ids", vocab)
+        mask = n.get("mask", [False] * len(t_ids))
+        if not isinstance(mask, list) or len(mask) != len(t_ids):
+            raise ImportFormatError(f, nw, "mask", f"length {len(mask) if isinstance(mask, list) else '?'} != token_ids {len(t_ids)}")
+        mask = [bool(x) for x in mask]
+        lp = _spread(n, "logprobs", mask, f, nw) or []
+        if lp and len(lp) != sum(mask):
+            raise ImportFormatError(f, nw, "logprobs", f"length {len(lp)} != sampled tokens {sum(mask)}")
+        adv = _spread(n, "advantages", mask, f, nw)
+        any_adv |= adv is not None
+        advs.extend(adv or [0.0] * sum(mask))
+        it = iter(lp)
+        ids.extend(t_ids)
+        role.extend(GENERATED if m else 0 for m in mask)
+        lps.extend((next(it, 0.0) if m else 0.0) for m in mask)
+        msgs.append(_message(n, f, nw))
+    return ids, role, lps, advs, any_adv, msgs
+
+
 def _trace_rollouts(obj: dict[str, Any], j: int, tr: Any, f: Path, w: str, ctx: dict[str, Any]) -> list[Rollout]:
     tw = f"{w} traces[{j}]"
     if not isinstance(tr, dict):
@@ -158,31 +190,7 @@ def _trace_rollouts(obj: dict[str, Any], j: int, tr: Any, f: Path, w: str, ctx: 
     info = tr.get("info") if isinstance(tr.get("info"), dict) else {}
     out = []
     for b, path in enumerate(_branches(nodes, f, tw)):
-        ids: list[int] = []
-        role: list[int] = []
-        lps: list[float] = []
-        advs: list[float] = []
-        any_adv = False
-        msgs = []
-        for k in path:
-            n = nodes[k]
-            nw = f"{tw} nodes[{k}]"
-            t_ids = token_ids(n.get("token_ids", []), f, nw, "token_ids", ctx.get("vocab"))
-            mask = n.get("mask", [False] * len(t_ids))
-            if not isinstance(mask, list) or len(mask) != len(t_ids):
-                raise ImportFormatError(f, nw, "mask", f"length {len(mask) if isinstance(mask, list) else '?'} != token_ids {len(t_ids)}")
-            mask = [bool(x) for x in mask]
-            lp = _spread(n, "logprobs", mask, f, nw) or []
-            if lp and len(lp) != sum(mask):
-                raise ImportFormatError(f, nw, "logprobs", f"length {len(lp)} != sampled tokens {sum(mask)}")
-            adv = _spread(n, "advantages", mask, f, nw)
-            any_adv |= adv is not None
-            advs.extend(adv or [0.0] * sum(mask))
-            it = iter(lp)
-            ids.extend(t_ids)
-            role.extend(GENERATED if m else 0 for m in mask)
-            lps.extend((next(it, 0.0) if m else 0.0) for m in mask)
-            msgs.append(_message(n, f, nw))
+        ids, role, lps, advs, any_adv, msgs = _branch(nodes, path, f, tw, ctx.get("vocab"))
         if "advantage" in info and isinstance(info["advantage"], int | float):
             sig_adv = float(info["advantage"])
         elif any_adv:

@@ -95,6 +95,63 @@ def _np(v: Any) -> np.ndarray:
     return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
 
 
+def _arrays(obj: dict[str, Any], f: Path, meta: dict[str, Any], vocab: int | None) -> dict[str, Any]:
+    """The batch tensors as numpy, checked: shapes, token-id range, the real-row count (``n_real``)."""
+    arrs: dict[str, np.ndarray] = {}
+    for key in ("sequences", "attention_mask", "response_mask", "loss_mask", "rollout_logprobs",
+                "action_log_probs", "advantages", "rewards"):
+        v = obj.get(key)
+        if v is None:
+            continue
+        if not hasattr(v, "shape") or len(v.shape) != 2:
+            raise ImportFormatError(f, "batch", key, f"expected a 2-D tensor, got {type(v).__name__} "
+                                    f"{tuple(getattr(v, 'shape', ()))}")
+        arrs[key] = _np(v)
+    for key in ("sequences", "attention_mask"):
+        if key not in arrs:
+            raise ImportFormatError(f, "batch", key, "missing")
+    seq, am = arrs["sequences"], arrs["attention_mask"]
+    if am.shape != seq.shape:
+        raise ImportFormatError(f, "batch", "attention_mask", f"shape {am.shape} != sequences {seq.shape}")
+    if "response_mask" not in arrs and "loss_mask" not in arrs:
+        raise ImportFormatError(f, "batch", "response_mask", "missing (and no loss_mask either)")
+    n_rows, width = seq.shape
+    resp_w = (arrs.get("response_mask") if "response_mask" in arrs else arrs["loss_mask"]).shape[1]
+    for key in ("response_mask", "loss_mask", "rollout_logprobs", "action_log_probs", "advantages", "rewards"):
+        if key in arrs and arrs[key].shape != (n_rows, resp_w):
+            raise ImportFormatError(f, "batch", key, f"shape {arrs[key].shape} != ({n_rows}, {resp_w}) "
+                                    "(batch, response width)")
+    if resp_w > width:
+        raise ImportFormatError(f, "batch", "response_mask", f"response width {resp_w} > sequence width {width}")
+    check_id_array(np.where(am != 0, seq, 0), f, "batch", "sequences", vocab)
+    pad = meta.get("pad_size", 0) if isinstance(meta.get("pad_size", 0), int) else 0
+    n_real = n_rows - pad
+    if not 0 <= n_real <= n_rows:
+        raise ImportFormatError(f, "metadata", "pad_size", f"expected an int in [0, {n_rows}], got {pad!r}")
+    return {"arrs": arrs, "seq": seq, "am": am, "n_rows": n_rows, "width": width, "resp_w": resp_w, "n_real": n_real}
+
+
+def _group_keys(meta: dict[str, Any], rows: list[tuple], n_real: int) -> list[str]:
+    """Group of each row: ``uids`` if kept, else SkyRL's per-prompt boundaries, else consecutive
+    rows with the same prompt tokens."""
+    uids = meta.get("uids")
+    bounds = meta.get("policy_prompt_boundaries")
+    if uids is not None and len(uids) >= n_real:
+        keys = [str(uids[i]) for i in range(n_real)]
+    elif isinstance(bounds, list) and bounds:
+        keys = [""] * n_real
+        for b, se in enumerate(bounds):
+            s, e = int(se[0]), int(se[1])
+            for i in range(s, min(e, n_real)):
+                keys[i] = f"b{b}"
+    else:
+        keys = []
+        for i, r in enumerate(rows):
+            same = i > 0 and np.array_equal(rows[i - 1][4], r[4])
+            keys.append(keys[-1] if same else f"g{i}")
+    return keys
+
+
 def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pickle: bool = False,
           vocab: int | None = None, **_: Any) -> ImportResult:
     """SkyRL's ``trainer.dump_data_batch``: ``{export_path}/dumped_data/global_step_{N}_training_input.pkl``.
@@ -118,6 +175,9 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
     data-parallel padding copies and are skipped. No policy version is recorded: it is set to
     ``step-{N}`` (under fully-async training the sampler may be older). No text: messages are
     decoded only when a tokenizer is given.
+
+    (Longer than most functions here: one pass over one dump, checks and mapping kept in the order of
+    the layout; the array checks and the grouping are in ``_arrays`` and ``_group_keys``.)
     """
     torch = need_torch("SkyRL .pkl dumps")
     files = find_files(paths, PATTERNS)
@@ -142,41 +202,9 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ImportFormatError(f, "file name", "global_step",
                                     "no step: expected global_step_{N}_training_input.pkl or metadata['global_step']")
-        arrs: dict[str, np.ndarray] = {}
-        for key in ("sequences", "attention_mask", "response_mask", "loss_mask", "rollout_logprobs",
-                    "action_log_probs", "advantages", "rewards"):
-            v = obj.get(key)
-            if v is None:
-                continue
-            if not hasattr(v, "shape") or len(v.shape) != 2:
-                raise ImportFormatError(f, "batch", key, f"expected a 2-D tensor, got {type(v).__name__} "
-                                        f"{tuple(getattr(v, 'shape', ()))}")
-            arrs[key] = _np(v)
-        for key in ("sequences", "attention_mask"):
-            if key not in arrs:
-                raise ImportFormatError(f, "batch", key, "missing")
-        seq, am = arrs["sequences"], arrs["attention_mask"]
-        if am.shape != seq.shape:
-            raise ImportFormatError(f, "batch", "attention_mask", f"shape {am.shape} != sequences {seq.shape}")
-        if "response_mask" not in arrs and "loss_mask" not in arrs:
-            raise ImportFormatError(f, "batch", "response_mask", "missing (and no loss_mask either)")
-        n_rows, width = seq.shape
-        resp_w = (arrs.get("response_mask") if "response_mask" in arrs else arrs["loss_mask"]).shape[1]
-        for key in ("response_mask", "loss_mask", "rollout_logprobs", "action_log_probs", "advantages", "rewards"):
-            if key in arrs and arrs[key].shape != (n_rows, resp_w):
-                raise ImportFormatError(f, "batch", key, f"shape {arrs[key].shape} != ({n_rows}, {resp_w}) "
-                                        "(batch, response width)")
-        if resp_w > width:
-            raise ImportFormatError(f, "batch", "response_mask", f"response width {resp_w} > sequence width {width}")
-        check_id_array(np.where(am != 0, seq, 0), f, "batch", "sequences", vocab)
-        pad = meta.get("pad_size", 0) if isinstance(meta.get("pad_size", 0), int) else 0
-        n_real = n_rows - pad
-        if not 0 <= n_real <= n_rows:
-            raise ImportFormatError(f, "metadata", "pad_size", f"expected an int in [0, {n_rows}], got {pad!r}")
+        b = _arrays(obj, f, meta, vocab)
+        arrs, seq, am, width, resp_w, n_real = (b[k] for k in ("arrs", "seq", "am", "width", "resp_w", "n_real"))
         lp_key = "rollout_logprobs" if "rollout_logprobs" in arrs else ("action_log_probs" if "action_log_probs" in arrs else None)
-        # group of each row: uids if kept, else prompt boundaries, else consecutive equal prompt tokens
-        uids = meta.get("uids")
-        bounds = meta.get("policy_prompt_boundaries")
         rows = []
         for i in range(n_real):
             w = f"row {i}"
@@ -206,19 +234,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
             if not math.isfinite(reward):
                 raise ImportFormatError(f, w, "rewards", "must be finite")
             rows.append((i, ids, role, lps, prompt_ids, reward, sig))
-        if uids is not None and len(uids) >= n_real:
-            keys = [str(uids[i]) for i in range(n_real)]
-        elif isinstance(bounds, list) and bounds:
-            keys = [""] * n_real
-            for b, se in enumerate(bounds):
-                s, e = int(se[0]), int(se[1])
-                for i in range(s, min(e, n_real)):
-                    keys[i] = f"b{b}"
-        else:
-            keys = []
-            for i, r in enumerate(rows):
-                same = i > 0 and np.array_equal(rows[i - 1][4], r[4])
-                keys.append(keys[-1] if same else f"g{i}")
+        keys = _group_keys(meta, rows, n_real)
         if "rewards" not in arrs:
             notes.append(f"{f.name}: no 'rewards' in the dump (SkyRL removes them before dumping): reward stored as "
                          "0.0, meta.reward_in_dump=false; the advantage is kept in signals")

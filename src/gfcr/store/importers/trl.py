@@ -74,6 +74,31 @@ def _reward_columns(t: pa.Table, f: Any, reward_columns: list[str] | None) -> li
                             f"{numeric}: pass --reward-columns (and --reward-weights as in GRPOConfig)")
 
 
+def _columns(row: dict[str, Any], names: list[str], weights: dict[str, float], f: Any, w: str
+             ) -> tuple[float, bool, dict[str, float], dict[str, Any]]:
+    """(reward = TRL's nansum of weight * reward column, any reward applied, signals, string extras)."""
+    sig: dict[str, float] = {}
+    extra: dict[str, Any] = {}
+    reward, scored = 0.0, False
+    for c in names:
+        if c in ("step", "prompt", "completion"):
+            continue
+        v = row[c]
+        if c in weights:
+            x = opt_num(v, f, w, c)
+            if x is not None:  # NaN: this reward function did not apply
+                sig[f"reward/{c}"] = x
+                reward += weights[c] * x
+                scored = True
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            x = opt_num(v, f, w, c)
+            if x is not None:
+                sig[c] = x
+        elif v is not None:
+            extra[c] = v
+    return reward, scored, sig, extra
+
+
 def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, reward_columns: list[str] | None = None,
           reward_weights: list[float] | None = None, verdict_key: str | None = None, **_: Any) -> ImportResult:
     files = find_files(paths, PATTERNS)
@@ -116,25 +141,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, reward_co
                 cmsgs, ctext = [Message("assistant", comp)], comp
             else:
                 raise ImportFormatError(f, w, "completion", f"expected text or messages, got {type(comp).__name__}")
-            sig: dict[str, float] = {}
-            extra: dict[str, Any] = {}
-            reward, scored = 0.0, False
-            for c in t.column_names:
-                if c in ("step", "prompt", "completion"):
-                    continue
-                v = row[c]
-                if c in weights:
-                    x = opt_num(v, f, w, c)
-                    if x is not None:  # NaN: this reward function did not apply
-                        sig[f"reward/{c}"] = x
-                        reward += weights[c] * x
-                        scored = True
-                elif isinstance(v, int | float) and not isinstance(v, bool):
-                    x = opt_num(v, f, w, c)
-                    if x is not None:
-                        sig[c] = x
-                elif v is not None:
-                    extra[c] = v
+            reward, scored, sig, extra = _columns(row, t.column_names, weights, f, w)
             verified = None
             if verdict_key is not None:
                 x = opt_num(row[verdict_key], f, w, verdict_key)
