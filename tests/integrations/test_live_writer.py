@@ -165,7 +165,7 @@ def _drive(sampler, outcome, steps, rng):
     return counts
 
 
-@pytest.mark.parametrize("name", ["greso", "vade", "vcrl", "sec"])
+@pytest.mark.parametrize("name", ["greso", "vade", "vcrl", "sec", "uniform"])
 def test_sampler_skips_zero_variance_prompts(name):
     from datasets import Dataset
 
@@ -182,6 +182,9 @@ def test_sampler_skips_zero_variance_prompts(name):
     on_mixed = sum(c for pid, c in counts.items()
                    if next(p for p in s.prompts if p.prompt_id == pid).messages[0].content in mixed)
     share = on_mixed / sum(counts.values())
+    if name == "uniform":  # the control: no skipping
+        assert 0.35 < share < 0.65
+        return
     assert share > 0.7, f"{name}: only {share:.2f} of the picks went to prompts with reward variance (uniform: 0.5)"
 
 
