@@ -36,12 +36,14 @@ class WriterError(RuntimeError):
 @dataclass
 class StepBatch:
     """What one training step writes: its rollouts (one commit), prompts to register, and a
-    callback run after the commit (given the store)."""
+    callback run after the commit (given the store). ``fresh_ids=False`` makes the store check the
+    rollout ids against those it holds (needed only for ids that are not fresh random uuids)."""
 
     step: int
     rollouts: list[Rollout]
     prompts: list[Prompt] = field(default_factory=list)
     after: Callable[[Any], None] | None = None
+    fresh_ids: bool = True  # rollout ids are new random uuids: skip the look-up against stored ids
 
 
 _STOP = object()
@@ -132,7 +134,7 @@ class StepWriter:
                     store.upsert_prompts(new)
                 self._known_prompts.update(fresh)
         if batch.rollouts:
-            store.append(batch.rollouts, source="live")
+            store.append(batch.rollouts, source="live", check_existing=not batch.fresh_ids)
         self.stats["steps"] += 1
         self.stats["rows"] += len(batch.rollouts)
         if batch.after is not None:
