@@ -3,14 +3,16 @@
     python bench/trl_recorder_bench.py                      # random Llama (hidden 256, 4 layers), CPU
     python bench/trl_recorder_bench.py --model default      # SmolLM2-135M-Instruct (slow on CPU)
 
-Two arms, alternated (AB, BA, AB, ...) in one process: ``off`` (plain GRPOTrainer) and ``on``
-(the same trainer, same seed, with :class:`gfcr.integrations.trl.TRLRecorder` attached and a gfcr
-reward function). Each round trains a fresh trainer for ``--steps`` optimizer steps; the first step
-of every run is dropped (warm-up), the rest are the samples. Per step: wall seconds and process CPU
-seconds (every thread, so the writer thread's work is counted), from ``on_step_begin`` to
-``on_step_end``. Reported: medians per arm, the on/off ratio of the medians, the training-thread
-time the recorder took per step, the writer thread's wall/CPU per step, the time ``close()`` waited
-for the writer at the end of a run, and the machine's load average before and after.
+Two arms, alternated (AB, BA, AB, ...) in one process: ``off`` (a plain GRPOTrainer) and ``on``
+(the same trainer with :class:`gfcr.integrations.trl.TRLRecorder` attached); both use the same seed
+and the same gfcr reward function. Each round trains a fresh trainer for ``--steps`` optimizer
+steps; the first step of every run is dropped (warm-up), the rest are the samples. Per step: wall
+seconds and process CPU seconds (every thread, so the writer thread's and Lance's work is counted),
+from ``on_step_begin`` to ``on_step_end``. Reported: medians per arm and the ratio of the medians;
+the median of the paired per-step ratios (same seed, so step j of round r does the same work in
+both arms) with a 95% bootstrap interval; the training-thread time the recorder took per step; the
+writer thread's wall and CPU per step; how long ``close()`` waited for the writer at the end of a
+run; the machine's load average before and after.
 Goal: median step time with the recorder <= 1.03 x without.
 """
 
@@ -100,6 +102,15 @@ def run_arm(args, arm: str, root: str) -> dict:
     return res
 
 
+def bootstrap_ci(xs: list[float], n: int = 2000, seed: int = 0) -> list[float]:
+    """95% bootstrap interval of the median of ``xs``."""
+    import random
+
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
+    return [meds[int(0.025 * n)], meds[int(0.975 * n) - 1]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny", help="'tiny' (random Llama), 'default' (SmolLM2-135M) or a path")
@@ -127,11 +138,18 @@ def main() -> None:
         med[arm] = {"median_wall_s": statistics.median(walls), "median_cpu_s": statistics.median(cpus),
                     "n_steps": len(walls)}
     on = results["on"]
+    # same seed in both arms, so step j of round r does the same work in each: pair them
+    pairs = [a[0] / b[0] for ron, roff in zip(results["on"], results["off"], strict=True)
+             for a, b in zip(ron["steps"], roff["steps"], strict=False)]
+    cpu_pairs = [a[1] / b[1] for ron, roff in zip(results["on"], results["off"], strict=True)
+                 for a, b in zip(ron["steps"], roff["steps"], strict=False)]
     out = {
         "config": vars(args),
         "off": med["off"], "on": med["on"],
         "ratio_wall": med["on"]["median_wall_s"] / med["off"]["median_wall_s"],
         "ratio_cpu": med["on"]["median_cpu_s"] / med["off"]["median_cpu_s"],
+        "paired_ratio_wall_median": statistics.median(pairs), "paired_ratio_wall_ci95": bootstrap_ci(pairs),
+        "paired_ratio_cpu_median": statistics.median(cpu_pairs), "paired_ratio_cpu_ci95": bootstrap_ci(cpu_pairs),
         "recorder_training_thread_s_per_step": statistics.median(x["capture_s"] for x in on),
         "writer_wall_s_per_step": statistics.median(x["writer_wall_s"] for x in on),
         "writer_cpu_s_per_step": statistics.median(x["writer_cpu_s"] for x in on),

@@ -158,3 +158,20 @@ def test_hook_patches_verls_ray_ppo_trainer():
     assert params == ["self", "batch", "reward_extra_infos_dict", "timing_raw", "rollout_data_dir"]
     install_hook()
     assert RayPPOTrainer._log_rollout_data._gfcr is True
+
+
+def test_plugin_patches_the_trainer_when_verl_loads_it(tmp_path):
+    pytest.importorskip("verl")
+    import subprocess
+    import sys
+
+    code = ("import sys, verl\n"
+            "assert 'verl.trainer.ppo.ray_trainer' not in sys.modules\n"  # nothing imported eagerly
+            "from verl.trainer.ppo.ray_trainer import RayPPOTrainer\n"
+            "print(getattr(RayPPOTrainer._log_rollout_data, '_gfcr', False))\n")
+    env = dict(__import__("os").environ, VERL_USE_EXTERNAL_MODULES="gfcr.integrations.verl_plugin",
+               PYTHONPATH=__import__("os").pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    if "ModuleNotFoundError" in out.stderr and "ray_trainer" not in out.stdout:
+        pytest.skip(f"verl's trainer does not import here: {out.stderr.strip().splitlines()[-1]}")
+    assert out.stdout.strip().splitlines()[-1] == "True", out.stderr[-2000:]

@@ -66,87 +66,23 @@ steers the choice of batch ``t + 2``.
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
-import threading
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gfcr.control.selectors import SELECTORS, make_selector
 from gfcr.filters.apply import verdict_record
 from gfcr.filters.verifiers import Verdict, get_verifier
-from gfcr.records import Cost, Message, Prompt, Rollout, new_id
+from gfcr.records import Cost, Rollout, new_id
 
+from .trl_data import Columns, completion_text, messages_of, prompt_id_of, prompt_record
+from .trl_sampler import GfcrSampler
 from .writer import StepBatch, StepWriter
 
 TESTED_TRL = "1.16.0"
-
-
-# ---------------------------------------------------------------------------------------------
-# Prompts
-# ---------------------------------------------------------------------------------------------
-
-
-def prompt_id_of(prompt: Any, explicit: Any = None) -> str:
-    """The store's prompt id for a TRL dataset prompt: the dataset's own ``prompt_id`` column when
-    given, else ``"trl-"`` + the first 16 hex digits of the SHA-1 of the prompt's JSON (so the same
-    prompt gets the same id in every run and every process)."""
-    if explicit is not None and str(explicit):
-        return str(explicit)
-    blob = json.dumps(prompt, sort_keys=True, ensure_ascii=False, default=str)
-    return "trl-" + hashlib.sha1(blob.encode()).hexdigest()[:16]
-
-
-def _messages(x: Any, role: str) -> list[Message]:
-    """A TRL prompt/completion (text, or a list of message dicts) as gfcr messages."""
-    if isinstance(x, str):
-        return [Message(role, x)]
-    out = []
-    for m in x or []:
-        c = m.get("content")
-        if not isinstance(c, str):  # content blocks: keep their text parts
-            c = "".join(b.get("text", "") for b in c if isinstance(b, dict)) if isinstance(c, list) else str(c or "")
-        out.append(Message.coerce({**m, "content": c}))
-    return out
-
-
-def completion_text(completion: Any) -> str:
-    """The assistant text of a TRL completion (a string, or the assistant messages' contents)."""
-    if isinstance(completion, str):
-        return completion
-    return "\n".join(m.content for m in _messages(completion, "assistant") if m.role == "assistant")
-
-
-@dataclass
-class Columns:
-    """Dataset columns the integration reads (beside ``prompt``)."""
-
-    prompt_id: str = "prompt_id"
-    answer: str = "answer"
-    tests: str = "tests"
-    category: str = "category"
-
-
-def prompt_record(example: dict[str, Any], cols: Columns = Columns(), task: str = "trl") -> Prompt:
-    """The :class:`~gfcr.records.Prompt` of one TRL dataset example (gold answer and tests kept, so
-    the store alone can re-verify its rollouts)."""
-    prompt = example.get("prompt")
-    ans = example.get(cols.answer)
-    return Prompt(
-        prompt_id=prompt_id_of(prompt, example.get(cols.prompt_id)),
-        task=str(example.get("task") or task),
-        messages=_messages(prompt, "user"),
-        answer=None if ans is None else str(ans),
-        tests=example.get(cols.tests),
-        category=None if example.get(cols.category) is None else str(example.get(cols.category)),
-        meta={"source": "trl-live"},
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,7 +243,7 @@ def capture_to_rollouts(cap: Capture) -> list[Rollout]:
             verifier = {"name": "trl"}
         verifier.update(reward_functions=list(cap.reward_names), reward_weights=[float(w) for w in cap.weights],
                         parts=parts)
-        msgs = _messages(cap.prompts[i], "user") + _messages(cap.completions[i], "assistant")
+        msgs = messages_of(cap.prompts[i], "user") + messages_of(cap.completions[i], "assistant")
         meta["tool_calls"] = sum(len(json.loads(m.tool_calls)) if m.tool_calls else 0 for m in msgs
                                  if m.role == "assistant")
         g = (cap.row_offset + i) // G
@@ -333,132 +269,6 @@ class _Named:
 
     name: str
     version: str
-
-
-# ---------------------------------------------------------------------------------------------
-# Sampler
-# ---------------------------------------------------------------------------------------------
-
-
-def _torch_sampler_base() -> type:
-    from torch.utils.data import Sampler
-
-    return Sampler
-
-
-class GfcrSampler(_torch_sampler_base()):  # type: ignore[misc]
-    """A gfcr prompt selector as TRL's training sampler (drop-in for ``RepeatSampler``).
-
-    ``dataset``: the trainer's (map-style) train dataset; ``selector``: a name in
-    :data:`gfcr.control.selectors.SELECTORS` or a built selector over this dataset's prompt ids;
-    ``batch_size``: distinct prompts per generation batch; ``num_generations`` (G): repeats of each
-    index in a row; ``repeat_count``: repeats of each chunk (``num_iterations * steps_per_generation``);
-    ``batches``: generation batches per pass (default ``len(pool) // batch_size``, one epoch of
-    the pool). The selector state lives in ``store`` (``prompts.control[<key>]`` and
-    ``state['control.<key>']``): it is loaded when the sampler is built and saved by
-    :meth:`save` after each recorded step.
-    """
-
-    def __init__(self, dataset: Any, selector: str | Any = "greso", *, num_generations: int, batch_size: int,
-                 repeat_count: int = 1, seed: int = 0, store: Any = None, batches: int | None = None,
-                 columns: Columns = Columns(), observe: str = "verified", **selector_params: Any):
-        if num_generations < 1 or batch_size < 1 or repeat_count < 1:
-            raise ValueError("num_generations, batch_size and repeat_count must be >= 1")
-        if observe not in ("verified", "reward"):
-            raise ValueError(f"observe must be 'verified' or 'reward', got {observe!r}")
-        self.dataset = dataset
-        self.columns = columns
-        rows = _dataset_rows(dataset, columns)
-        self.prompts = [prompt_record(r, columns) for r in rows]
-        pids = [p.prompt_id for p in self.prompts]
-        self.index_of: dict[str, int] = {}
-        for i, pid in enumerate(pids):
-            self.index_of.setdefault(pid, i)  # duplicates of a prompt share its first row
-        unique = list(self.index_of)
-        cats = [self.prompts[self.index_of[p]].category for p in unique]
-        if isinstance(selector, str):
-            if selector.lower() not in SELECTORS:
-                raise ValueError(f"unknown prompt selector {selector!r}; choose one of {sorted(SELECTORS)}")
-            selector = make_selector(selector, unique, cats, **selector_params)
-        if batch_size > len(unique):
-            raise ValueError(f"batch_size {batch_size} > {len(unique)} distinct prompts in the dataset")
-        self.selector = selector
-        self.G, self.batch_size, self.repeat_count = int(num_generations), int(batch_size), int(repeat_count)
-        self.batches = int(batches) if batches is not None else max(len(unique) // self.batch_size, 1)
-        self.seed = int(seed)
-        self.observe_what = observe
-        self.store = store
-        self.lock = threading.Lock()
-        self._epoch = 0
-        self.selected: list[list[str]] = []  # prompt ids of each generation batch, in order
-        if store is not None:
-            _register_prompts(store, self.prompts)
-            self.selector.load(store)
-
-    @classmethod
-    def install(cls, trainer: Any, store: Any, selector: str | Any = "greso", **kw: Any) -> GfcrSampler:
-        """Build the sampler from a ``GRPOTrainer``'s settings and make the trainer use it (call before
-        ``trainer.train()``)."""
-        args = trainer.args
-        G = int(trainer.num_generations)
-        s = cls(trainer.train_dataset, selector, num_generations=G, batch_size=args.generation_batch_size // G,
-                repeat_count=int(trainer.num_iterations) * int(args.steps_per_generation), seed=int(args.seed),
-                store=store, **kw)
-        trainer._get_train_sampler = lambda dataset=None: s
-        return s
-
-    def set_epoch(self, epoch: int) -> None:
-        self._epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return self.batches * self.batch_size * self.G * self.repeat_count
-
-    def __iter__(self):
-        rng = np.random.default_rng([self.seed, self._epoch])
-        self._epoch += 1
-        for _ in range(self.batches):
-            with self.lock:
-                pids = self.selector.select(self.batch_size, rng)
-            self.selected.append(list(pids))
-            chunk = [self.index_of[p] for p in pids]
-            for _ in range(self.repeat_count):
-                for j in chunk:
-                    for _ in range(self.G):
-                        yield j
-
-    def observe(self, groups: Sequence[tuple[str, Sequence[float]]], step: int) -> None:
-        """Feed each group's outcomes (prompt id, values) to the selector (training thread)."""
-        with self.lock:
-            for pid, values in groups:
-                if pid in self.selector.index:
-                    self.selector.observe(pid, values, step)
-
-    def snapshot(self) -> Any:
-        with self.lock:
-            return copy.deepcopy(self.selector)
-
-    def save(self, store: Any | None = None) -> None:
-        """Write the selector's state to the store (per-prompt and global)."""
-        target = store if store is not None else self.store
-        if target is not None:
-            self.snapshot().save(target)
-
-
-def _dataset_rows(dataset: Any, cols: Columns) -> list[dict[str, Any]]:
-    names = getattr(dataset, "column_names", None)
-    if names is not None:  # datasets.Dataset: column access is much faster than row access
-        keep = [c for c in ("prompt", "task", cols.prompt_id, cols.answer, cols.tests, cols.category) if c in names]
-        data = {c: dataset[c] for c in keep}
-        return [{c: data[c][i] for c in keep} for i in range(len(dataset))]
-    return [dict(dataset[i]) for i in range(len(dataset))]
-
-
-def _register_prompts(store: Any, prompts: Sequence[Prompt]) -> None:
-    uniq = {p.prompt_id: p for p in prompts}
-    have = store.existing_ids(list(uniq), table="prompts", column="prompt_id")
-    new = [p for pid, p in uniq.items() if pid not in have]
-    if new:
-        store.upsert_prompts(new)
 
 
 # ---------------------------------------------------------------------------------------------
