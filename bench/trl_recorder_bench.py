@@ -52,7 +52,7 @@ def build(args, out_dir: str):
 
         path = resolve_model(args.model)
         tok = AutoTokenizer.from_pretrained(path, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     cfg = GRPOConfig(
         output_dir=out_dir, per_device_train_batch_size=args.batch, num_generations=args.k,
         max_completion_length=args.tokens, max_steps=args.steps, logging_steps=10_000, report_to=[],
