@@ -200,3 +200,22 @@ def test_sampler_layout_matches_trls_repeat_sampler():
     assert first[6:] == chunk and chunk[0::2] == chunk[1::2] and len(set(chunk[0::2])) == 3
     with pytest.raises(ValueError, match="unknown prompt selector"):
         GfcrSampler(ds, "nope", num_generations=2, batch_size=3)
+
+
+def test_reward_functions_called_the_way_trl_calls_them():
+    from gfcr.integrations.trl import reward_function
+
+    code = reward_function("code")
+    good = [{"role": "assistant", "content": "```python\ndef add(a, b):\n    return a + b\n```"}]
+    bad = [{"role": "assistant", "content": "```python\ndef add(a, b):\n    return a - b\n```"}]
+    tests = ["assert add(1, 2) == 3", "assert add(0, 0) == 0"]
+    out = code(prompts=[[{"role": "user", "content": "add"}]] * 3, completions=[good, bad, good],
+               completion_ids=[[1], [2], [3]], tests=[tests, tests, None], trainer_state=None)
+    assert out[0] == 1.0 and out[1] == pytest.approx(-0.3 + 1.3 * 0.5) and out[2] is None
+    v = code.last_verdicts
+    assert v[0].passed is True and v[1].evidence["results"] == ["fail", "pass"] and v[2].passed is None
+    assert code.__name__ == "gfcr_code" and code.outcome is True
+    math = reward_function("math", func_name="acc")
+    assert math(prompts=["q", "q"], completions=["so \\boxed{1/2}", "Answer: 0.4"], answer=["0.5", "0.5"]) == [1.0, 0.0]
+    fmt = reward_function("format", pattern=r"Answer:")
+    assert fmt(prompts=["q"], completions=["Answer: 3"]) == [1.0] and fmt.outcome is False
