@@ -96,7 +96,7 @@ def run_arm(args, arm: str, root: str) -> dict:
     res = {"arm": arm, "steps": steps[1:]}
     if rec is not None:
         n = max(len(steps), 1)
-        res.update(capture_s=rec.capture_s / n, writer_wall_s=rec.writer.stats["write_s"] / n,
+        res.update(capture_s=rec.capture_s / n, capture_cpu_s=rec.capture_cpu_s / n, writer_wall_s=rec.writer.stats["write_s"] / n,
                    writer_cpu_s=rec.writer.stats["cpu_s"] / n, close_wait_s=getattr(rec, "close_wait_s", None),
                    rows=rec.writer.stats["rows"])
     return res
@@ -151,6 +151,7 @@ def main() -> None:
         "paired_ratio_wall_median": statistics.median(pairs), "paired_ratio_wall_ci95": bootstrap_ci(pairs),
         "paired_ratio_cpu_median": statistics.median(cpu_pairs), "paired_ratio_cpu_ci95": bootstrap_ci(cpu_pairs),
         "recorder_training_thread_s_per_step": statistics.median(x["capture_s"] for x in on),
+        "recorder_training_thread_cpu_s_per_step": statistics.median(x["capture_cpu_s"] for x in on),
         "writer_wall_s_per_step": statistics.median(x["writer_wall_s"] for x in on),
         "writer_cpu_s_per_step": statistics.median(x["writer_cpu_s"] for x in on),
         "close_wait_s": statistics.median(x["close_wait_s"] for x in on),

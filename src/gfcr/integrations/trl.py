@@ -295,7 +295,8 @@ class TRLRecorder:
         self.task = task
         self.writer = StepWriter(store, max_pending=max_pending)
         self.batches = 0
-        self.capture_s = 0.0  # training-thread seconds spent in the recorder
+        self.capture_s = 0.0  # training-thread wall seconds spent in the recorder
+        self.capture_cpu_s = 0.0  # and its CPU seconds
         self._last: dict[str, Any] | None = None
         self.trainer: Any = None
 
@@ -319,9 +320,10 @@ class TRLRecorder:
             t0 = time.perf_counter()
             out = gen(inputs)
             if trainer.model.training:
-                c0 = time.perf_counter()
+                c0, k0 = time.perf_counter(), time.thread_time()
                 self._capture(trainer, inputs, out, c0 - t0)
                 self.capture_s += time.perf_counter() - c0
+                self.capture_cpu_s += time.thread_time() - k0
             return out
 
         trainer._calculate_rewards = _calculate_rewards
@@ -355,7 +357,8 @@ class TRLRecorder:
         rows = slice(rank * B, (rank + 1) * B)  # TRL gathers rewards over ranks and slices the same way
         rewards = last["rewards"][rows]
         pids = [prompt_id_of(x.get("prompt"), x.get(self.columns.prompt_id)) for x in inputs]
-        prompts = [prompt_record(x, self.columns, self.task) for x in inputs]
+        keep = ("prompt", "task", self.columns.prompt_id, self.columns.answer, self.columns.tests, self.columns.category)
+        rows_in = [{k: x[k] for k in keep if k in x} for x in inputs]  # prompt records are built off-thread
         names = list(trainer.reward_func_names)
         verdicts: dict[str, list[Verdict]] = {}
         versions: dict[str, tuple[str, str]] = {}
@@ -397,6 +400,7 @@ class TRLRecorder:
         self.batches += 1
 
         def job() -> StepBatch:
+            prompts = [prompt_record(x, self.columns, self.task) for x in rows_in]
             return StepBatch(step=step, rollouts=capture_to_rollouts(cap), prompts=prompts, after=after)
 
         self.writer.submit(step, job)
