@@ -1,0 +1,362 @@
+"""On-policy distillation (OPD): the student samples, a teacher scores every sampled token, and the
+student learns to lower the per-token reverse KL to the teacher on its own samples.
+
+Notation: ``p`` the student (the policy being trained), ``q`` the teacher, ``x_t`` the token the
+student sampled at position ``t``. The objective is the reverse KL on student samples,
+``E_{x~p}[Σ_t KL(p(·|x_<t) ‖ q(·|x_<t))]`` (GKD with only on-policy data and β = 1, Agarwal et al.,
+arXiv 2306.13649; the on-policy distillation stage of Qwen3, arXiv 2505.09388).
+
+Two forms:
+
+* :func:`reverse_kl` — the exact per-position KL over the vocabulary, for a teacher whose logits are
+  in the same process. Used in tests as ground truth and available to custom losses.
+* :func:`distill_token_advantages` — the sampled-token form the loop trains with. Each generated
+  token gets the advantage ``A_t = −coef · (log p(x_t) − log q(x_t))``, and the ordinary
+  policy-gradient loss (:func:`gfcr.train.losses.policy_gradient_loss`, which takes per-token
+  advantages) does the rest: ``E_{x~p}[∇log p(x)·(log q(x) − log p(x))] = −∇KL(p‖q)`` per position,
+  so the policy-gradient step descends the reverse KL (checked exactly in the tests by enumerating a
+  small vocabulary). This needs only the teacher's log-prob of each *sampled* token, which any
+  engine that can score a sequence provides (an in-process HF model, or an OpenAI-compatible server
+  through prompt log-probs with ``echo``). Reference code: ``incorporate_kl_penalty`` in
+  thinking-machines-lab/tinker-cookbook ``tinker_cookbook/distillation/train_on_policy.py``
+  (advantages += −kl_penalty_coef · mask · (sampled_logprobs − teacher_logprobs), optional
+  discounted future sum with ``kl_discount_factor``, default 0; one teacher per dataset).
+
+Mixing with RL: the RL advantage of the rollout (a float per rollout, or TreeRL's per-token array)
+is multiplied by ``rl_coef`` and added (:func:`mix_advantages`); ``rl_coef = 0`` is pure OPD.
+
+Multi-teacher (MOPD, the upstream of the ROSS paper's main single-turn result): each prompt's task
+picks its teacher (:class:`TeacherSet`); a teacher with no task list is the default.
+
+The tokenizer rule: the sampled-token form compares log-probs of the *same token ids* under both
+models, so student and teacher must share the tokenizer (same vocabulary, same ids, same special
+tokens). A different tokenizer would score other tokens under the same ids; :func:`check_same_tokenizer`
+refuses the run in one line instead of training on garbage. (Cross-tokenizer distillation needs a
+token alignment, which this module does not do.)
+
+Departures:
+
+* The behaviour log-probs ``log p(x_t)`` are those stored with the rollout (the sampling policy
+  after temperature and top-p). The teacher is scored at the same temperature and top-p, so at
+  temperature 1 (the setting the reference code uses) this is the reverse KL to the teacher itself;
+  at another temperature it is the KL between the two tempered distributions.
+* Per-token teacher log-probs are stored on the rollout as ``meta["teacher"] = {"name", "logprobs"}``
+  (one float per *generated* token, in order) with the scalar signals ``teacher_kl`` (mean of
+  ``log p − log q`` over generated tokens) and ``teacher_logp`` (mean ``log q``), so ROSS and Diagnose
+  can read them without a schema change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from gfcr.records import GENERATED, Rollout
+
+# --------------------------------------------------------------------------------------------
+# Pure maths
+# --------------------------------------------------------------------------------------------
+
+
+def reverse_kl(student_logits: Any, teacher_logits: Any) -> Any:
+    """Exact per-position reverse KL ``KL(p ‖ q) = Σ_v p(v)(log p(v) − log q(v))``.
+
+    ``student_logits``, ``teacher_logits`` ``[..., V]`` (torch) → ``[...]``, computed in fp32, with
+    gradient flowing into the student only if the teacher logits are detached by the caller.
+
+    Worked example: ``p = [0.5, 0.5]``, ``q = [0.25, 0.75]`` gives
+    ``0.5·ln 2 + 0.5·ln(2/3) = 0.3466 − 0.2027 = 0.1438``; the gradient with respect to the student
+    logits is ``p ⊙ (log p − log q − KL) = [0.2747, −0.2747]``.
+    """
+    import torch
+
+    lp = torch.log_softmax(student_logits.float(), dim=-1)
+    lq = torch.log_softmax(teacher_logits.float(), dim=-1)
+    return (lp.exp() * (lp - lq)).sum(-1)
+
+
+def discounted_future_sum(x: np.ndarray, gamma: float) -> np.ndarray:
+    """``out[t] = Σ_{s ≥ t} γ^{s−t} x[s]``, ``[T] → [T]``. Example: ``x = [1, 1, 1]``, ``γ = 0.5``
+    → ``[1.75, 1.5, 1]``."""
+    out = np.zeros_like(x, dtype=np.float64)
+    acc = 0.0
+    for t in range(len(x) - 1, -1, -1):
+        acc = float(x[t]) + gamma * acc
+        out[t] = acc
+    return out
+
+
+def distill_token_advantages(behaviour_logp: np.ndarray, teacher_logp: np.ndarray, token_role: np.ndarray,
+                             coef: float = 1.0, discount: float = 0.0) -> np.ndarray:
+    """Per-token distillation advantages aligned to a rollout's ``token_ids``.
+
+    Args:
+        behaviour_logp: ``[T]`` the stored sampling log-probs (0 on context tokens).
+        teacher_logp: ``[G]`` the teacher's log-prob of each *generated* token, in order
+            (``G = (token_role == 1).sum()``).
+        token_role: ``[T]`` 0 context, 1 generated.
+        coef: the reverse-KL coefficient (the reference code's ``kl_penalty_coef``).
+        discount: ``γ`` of the discounted future sum over generated tokens (0 = each token its own
+            term, the reference default).
+    Returns:
+        float32 ``[T]``: ``−coef·(log p(x_t) − log q(x_t))`` on generated tokens, 0 on context.
+
+    Example: behaviour ``[0, log .5, log .5]``, role ``[0, 1, 1]``, teacher ``[log .25, log .5]``,
+    coef 1 → ``[0, −ln 2, 0] = [0, −0.693, 0]``.
+    """
+    role = np.asarray(token_role)
+    gen = role == GENERATED
+    t = np.asarray(teacher_logp, dtype=np.float64)
+    if t.shape != (int(gen.sum()),):
+        raise ValueError(f"teacher log-probs have shape {t.shape}, expected ({int(gen.sum())},): one per generated token")
+    per = -float(coef) * (np.asarray(behaviour_logp, dtype=np.float64)[gen] - t)
+    if discount > 0:
+        per = discounted_future_sum(per, float(discount))
+    out = np.zeros(len(role), dtype=np.float32)
+    out[gen] = per.astype(np.float32)
+    return out
+
+
+def mix_advantages(rl_advantage: float | np.ndarray, distill: np.ndarray, rl_coef: float = 1.0) -> np.ndarray:
+    """``rl_coef · A_rl + A_distill`` as a per-token array ``[T]`` (a float RL advantage broadcasts
+    over the rollout's generated tokens; context positions carry 0 in ``distill`` and are masked
+    by the loss anyway). Example: ``A_rl = 0.5``, ``distill = [0, −0.7, 0]``, ``rl_coef = 1`` →
+    ``[0.5, −0.2, 0.5]``."""
+    d = np.asarray(distill, dtype=np.float32)
+    return (float(rl_coef) * np.broadcast_to(np.asarray(rl_advantage, dtype=np.float32), d.shape) + d).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# Teachers
+# --------------------------------------------------------------------------------------------
+
+
+class TeacherError(ValueError):
+    """A teacher that cannot be used (different tokenizer, no prompt log-probs...)."""
+
+
+@runtime_checkable
+class Teacher(Protocol):
+    """Scores token sequences: per-token log-probs of ``completion_ids`` given ``prompt_ids``."""
+
+    name: str
+
+    def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> np.ndarray: ...
+
+
+def _vocab_fingerprint(tok: Any) -> tuple[int, dict[str, int], tuple]:
+    specials = tuple(sorted((k, str(v)) for k, v in (getattr(tok, "special_tokens_map", {}) or {}).items()))
+    return len(tok), dict(tok.get_vocab()), specials
+
+
+def check_same_tokenizer(student: Any, teacher: Any, teacher_name: str = "teacher") -> None:
+    """Refuse a teacher whose tokenizer differs from the student's (see the module docstring).
+
+    Compares vocabulary size, every token → id entry and the special tokens; raises
+    :class:`TeacherError` naming the first difference.
+    """
+    n_s, v_s, sp_s = _vocab_fingerprint(student)
+    n_t, v_t, sp_t = _vocab_fingerprint(teacher)
+    if n_s != n_t:
+        raise TeacherError(f"teacher {teacher_name!r} has a vocabulary of {n_t} tokens, the student {n_s}: "
+                           "on-policy distillation needs the same tokenizer (token ids are compared one to one)")
+    if v_s != v_t:
+        diff = next(k for k in sorted(set(v_s) | set(v_t)) if v_s.get(k) != v_t.get(k))
+        raise TeacherError(f"teacher {teacher_name!r} maps token {diff!r} to id {v_t.get(diff)}, the student to "
+                           f"{v_s.get(diff)}: on-policy distillation needs the same tokenizer")
+    if sp_s != sp_t:
+        raise TeacherError(f"teacher {teacher_name!r} has special tokens {dict(sp_t)}, the student {dict(sp_s)}: "
+                           "on-policy distillation needs the same tokenizer")
+
+
+class HFTeacher:
+    """A transformers model in this process: one teacher-forced forward per batch of sequences.
+
+    Args:
+        model: a loaded causal LM or a model directory (``"default"`` = the default model).
+        tokenizer: its tokenizer (object or path; default: the model's directory).
+        name: the name recorded with the scores.
+        temperature, top_p: scored like the student sampled (see the module docstring).
+        max_batch: sequences per forward.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any = None, name: str = "teacher", temperature: float = 1.0,
+                 top_p: float = 1.0, max_batch: int = 16, device: str = "cpu", dtype: str = "float32"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from gfcr.models import resolve_model
+
+        if model is None or isinstance(model, str):
+            path = resolve_model(model)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+            tokenizer = tokenizer if tokenizer is not None else path
+        if isinstance(tokenizer, str):
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        if tokenizer is None:
+            raise TeacherError(f"teacher {name!r}: a loaded model needs its tokenizer")
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.max_batch = int(max_batch)
+        self.device = device
+
+    def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> np.ndarray:
+        return self.score_many([(prompt_ids, completion_ids)])[0]
+
+    def score_many(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[np.ndarray]:
+        """Log-probs of each completion given its prompt, ``[len(completion)]`` float32 each."""
+        import torch
+
+        from gfcr.generate.engines.hf import sampling_logprobs
+
+        out: list[np.ndarray] = []
+        pad = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
+        for s in range(0, len(pairs), self.max_batch):
+            chunk = pairs[s : s + self.max_batch]
+            seqs = [list(map(int, p)) + list(map(int, c)) for p, c in chunk]
+            T = max(len(x) for x in seqs)
+            ids = torch.full((len(seqs), T), pad, dtype=torch.long)
+            attn = torch.zeros((len(seqs), T), dtype=torch.long)
+            for i, x in enumerate(seqs):
+                ids[i, : len(x)] = torch.tensor(x)
+                attn[i, : len(x)] = 1
+            with torch.no_grad():
+                logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits.float().cpu()
+            for i, (p, c) in enumerate(chunk):
+                P, C = len(p), len(c)
+                if C == 0:
+                    out.append(np.zeros(0, np.float32))
+                    continue
+                lp = sampling_logprobs(logits[i, P - 1 : P + C - 1], self.temperature, self.top_p)
+                got = lp.gather(-1, ids[i, P : P + C, None])[:, 0]
+                out.append(got.numpy().astype(np.float32))
+        return out
+
+
+class OpenAITeacher:
+    """A teacher behind an OpenAI-compatible completions endpoint that returns prompt log-probs.
+
+    Sends the whole sequence as token ids with ``echo=true, logprobs=1, max_tokens=1, temperature=0``
+    and reads ``choices[0].logprobs.token_logprobs`` of the echoed prompt (vLLM's and ``gfcr serve``'s
+    behaviour). A server that does not echo prompt log-probs is refused with a clear error.
+    The tokenizer rule cannot be checked through the API: give the teacher's ``tokenizer`` (a path)
+    so :func:`check_same_tokenizer` can compare it with the student's.
+    """
+
+    def __init__(self, base_url: str, model: str = "default", name: str = "teacher", api_key: str | None = None,
+                 tokenizer: Any = None, timeout_s: float = 300.0):
+        import httpx
+
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.name = name
+        if isinstance(tokenizer, str):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        self.tokenizer = tokenizer
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(timeout=timeout_s, headers=headers)
+
+    def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> np.ndarray:
+        seq = [int(t) for t in prompt_ids] + [int(t) for t in completion_ids]
+        body = {"model": self.model, "prompt": seq, "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0.0}
+        resp = self._client.post(f"{self.base_url}/completions", json=body)
+        if resp.status_code != 200:
+            raise TeacherError(f"teacher {self.name!r} at {self.base_url}: HTTP {resp.status_code}: {resp.text[:300]}")
+        choice = (resp.json().get("choices") or [{}])[0]
+        lps = (choice.get("logprobs") or {}).get("token_logprobs")
+        if not lps or len(lps) < len(seq):
+            raise TeacherError(f"teacher {self.name!r} at {self.base_url} returned no prompt log-probs for echo=true: "
+                               "the server must support echo with logprobs (vLLM, gfcr serve)")
+        got = lps[len(prompt_ids) : len(seq)]
+        if any(v is None for v in got):
+            raise TeacherError(f"teacher {self.name!r} returned null log-probs inside the completion")
+        return np.asarray(got, dtype=np.float32)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+@dataclass
+class TeacherSet:
+    """Teachers by task (MOPD): ``for_task(task)`` gives the teacher of that task, else the default.
+
+    Example: ``TeacherSet({"math": a, "code": b}, default=None).for_task("code") is b``; an unknown
+    task with no default raises :class:`TeacherError`.
+    """
+
+    by_task: dict[str, Teacher]
+    default: Teacher | None = None
+
+    def for_task(self, task: str) -> Teacher:
+        t = self.by_task.get(task, self.default)
+        if t is None:
+            raise TeacherError(f"no teacher for task {task!r} (teachers cover {sorted(self.by_task)}; add one with no tasks as the default)")
+        return t
+
+    def teachers(self) -> list[Teacher]:
+        seen: dict[int, Teacher] = {}
+        for t in [*self.by_task.values(), *([self.default] if self.default is not None else [])]:
+            seen.setdefault(id(t), t)
+        return list(seen.values())
+
+
+def score_rollouts(rollouts: Sequence[Rollout], teachers: TeacherSet) -> None:
+    """Score each rollout's generated tokens under its task's teacher; store them on the rollout.
+
+    Writes ``meta["teacher"] = {"name", "logprobs"}`` (one float per generated token) and the
+    signals ``teacher_kl`` (mean ``log p − log q`` over generated tokens, the sampled-token
+    reverse-KL estimate) and ``teacher_logp`` (mean teacher log-prob). Rollouts are grouped by
+    teacher, so an in-process teacher runs batched forwards. Multi-turn rollouts (context tokens
+    between generated ones) are scored one teacher-forced sequence at a time: every generated token
+    is predicted from all tokens before it.
+    """
+    by_teacher: dict[int, tuple[Teacher, list[Rollout]]] = {}
+    for r in rollouts:
+        t = teachers.for_task(r.task)
+        by_teacher.setdefault(id(t), (t, []))[1].append(r)
+    for teacher, rs in by_teacher.values():
+        pairs, spans = [], []
+        for r in rs:
+            gen = np.flatnonzero(np.asarray(r.token_role) == GENERATED)
+            if len(gen) == 0:
+                pairs.append(([], []))
+                spans.append(gen)
+                continue
+            first = int(gen[0])
+            pairs.append((r.token_ids[:first].tolist(), r.token_ids[first:].tolist()))
+            spans.append(gen - first)
+        score_many = getattr(teacher, "score_many", None)
+        scores = score_many(pairs) if score_many is not None else [teacher.score(p, c) for p, c in pairs]
+        for r, s, idx in zip(rs, scores, spans, strict=True):
+            q = np.asarray(s, dtype=np.float32)[idx] if len(idx) else np.zeros(0, np.float32)
+            b = np.asarray(r.logprobs, dtype=np.float32)[np.asarray(r.token_role) == GENERATED]
+            r.meta["teacher"] = {"name": teacher.name, "logprobs": [float(v) for v in q]}
+            if len(q):
+                r.signals["teacher_kl"] = float(np.mean(b - q))
+                r.signals["teacher_logp"] = float(np.mean(q))
+
+
+def teacher_logprobs_of(r: Rollout) -> np.ndarray:
+    """The stored per-generated-token teacher log-probs of a rollout (see :func:`score_rollouts`)."""
+    t = r.meta.get("teacher")
+    if not isinstance(t, dict) or "logprobs" not in t:
+        raise TeacherError(f"rollout {r.rollout_id} has no teacher log-probs (run score_rollouts first)")
+    return np.asarray(t["logprobs"], dtype=np.float32)
+
+
+def distill_advantages(rollouts: Sequence[Rollout], rl_advantages: Sequence[float | np.ndarray], *, coef: float = 1.0,
+                       rl_coef: float = 1.0, discount: float = 0.0) -> list[np.ndarray]:
+    """The per-token advantages the update trains on: ``rl_coef · A_rl + A_distill`` per rollout."""
+    out = []
+    for r, a in zip(rollouts, rl_advantages, strict=True):
+        d = distill_token_advantages(r.logprobs, teacher_logprobs_of(r), r.token_role, coef=coef, discount=discount)
+        out.append(mix_advantages(a, d, rl_coef))
+    return out
