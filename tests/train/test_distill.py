@@ -137,3 +137,26 @@ def test_tokenizer_mismatch_is_refused():
     c.pad_token = "<|im_start|>"
     with pytest.raises(TeacherError, match="special tokens"):
         check_same_tokenizer(a, c, "padded")
+
+
+def test_distill_config_rules_and_build_teachers(tmp_path):
+    from pydantic import ValidationError
+
+    from gfcr.testing import save_tiny
+    from gfcr.train.distill import DistillConfig, build_teachers
+
+    with pytest.raises(ValidationError, match="task 'math' has two teachers"):
+        DistillConfig(teachers=[{"name": "a", "tasks": ["math"]}, {"name": "b", "tasks": ["math"]}])
+    with pytest.raises(ValidationError, match="needs base_url"):
+        DistillConfig(teachers=[{"name": "a", "engine": "openai"}])
+    with pytest.raises(ValidationError, match="at most one teacher may have no tasks"):
+        DistillConfig(teachers=[{"name": "a"}, {"name": "b"}])
+    d = save_tiny(str(tmp_path / "t"), seed=1)
+    cfg = DistillConfig(teachers=[{"name": "t", "model": d, "tasks": ["arith"]}, {"name": "u", "model": d}])
+    ts = build_teachers(cfg, tiny_tokenizer(), temperature=0.7)
+    assert ts.for_task("arith").name == "t" and ts.for_task("other").name == "u"
+    assert ts.for_task("arith").temperature == 0.7
+    other = tiny_tokenizer()
+    other.add_tokens(["<x>"])
+    with pytest.raises(TeacherError, match="teacher 't' has a vocabulary of"):
+        build_teachers(DistillConfig(teachers=[{"name": "t", "model": d}]), other)

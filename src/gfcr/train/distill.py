@@ -50,9 +50,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gfcr.records import GENERATED, Rollout
 
@@ -360,3 +361,80 @@ def distill_advantages(rollouts: Sequence[Rollout], rl_advantages: Sequence[floa
         d = distill_token_advantages(r.logprobs, teacher_logprobs_of(r), r.token_role, coef=coef, discount=discount)
         out.append(mix_advantages(a, d, rl_coef))
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------------
+
+
+class TeacherConfig(BaseModel):
+    """One teacher: where it runs and which tasks it teaches."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(..., min_length=1, description="Name recorded with every score (meta.teacher.name).")
+    engine: Literal["hf", "openai"] = Field("hf", description="'hf': a transformers model in this process (scored with batched teacher-forced forwards); 'openai': an OpenAI-compatible server that echoes prompt log-probs (gfcr serve, vLLM).")
+    model: str = Field("default", description="hf: a model directory or 'default'; openai: the served model name.")
+    base_url: str | None = Field(None, description="openai: the server's /v1 URL (e.g. http://127.0.0.1:8000/v1).")
+    tokenizer: str | None = Field(None, description="openai: a local path to the teacher's tokenizer, checked against the student's (the API cannot show it). hf: defaults to the model's.")
+    tasks: list[str] = Field(default_factory=list, description="Tasks this teacher scores (MOPD). Empty: the default teacher for every task no other teacher claims.")
+    temperature: float | None = Field(None, gt=0.0, le=5.0, description="Temperature the teacher is scored at; default: the student's sampling temperature (at 1.0 the sampled-token estimate is the reverse KL to the teacher itself).")
+    dtype: str = Field("float32", description="hf: weights dtype of the teacher.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TeacherConfig:
+        if self.engine == "openai" and not self.base_url:
+            raise ValueError(f"teacher {self.name!r}: engine 'openai' needs base_url")
+        return self
+
+
+class DistillConfig(BaseModel):
+    """On-policy distillation in ``gfcr train`` (see :mod:`gfcr.train.distill`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    teachers: list[TeacherConfig] = Field(..., min_length=1, description="One or more teachers; with several, each prompt's task picks its teacher (MOPD).")
+    coef: float = Field(1.0, ge=0.0, description="Reverse-KL coefficient: each generated token's advantage gets -coef*(log p_student - log p_teacher).")
+    rl_coef: float = Field(0.0, ge=0.0, description="Weight of the RL (group) advantage added to the distillation advantage; 0 = pure on-policy distillation, 1 = RL plus the teacher term.")
+    discount: float = Field(0.0, ge=0.0, le=1.0, description="Discount of the future reverse-KL sum per token (0 = each token its own term, as the reference code's default).")
+
+    @model_validator(mode="after")
+    def _check(self) -> DistillConfig:
+        names = [t.name for t in self.teachers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"teacher names must be unique, got {names}")
+        claimed: dict[str, str] = {}
+        for t in self.teachers:
+            for task in t.tasks:
+                if task in claimed:
+                    raise ValueError(f"task {task!r} has two teachers: {claimed[task]!r} and {t.name!r}")
+                claimed[task] = t.name
+        if sum(1 for t in self.teachers if not t.tasks) > 1:
+            raise ValueError("at most one teacher may have no tasks (the default teacher)")
+        return self
+
+
+def build_teachers(cfg: DistillConfig, student_tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
+                   device: str = "cpu") -> TeacherSet:
+    """Load the configured teachers (each its own frozen copy, so training never moves a teacher,
+    even one loaded from the student's own path) and check each tokenizer against the student's."""
+    by_task: dict[str, Teacher] = {}
+    default: Teacher | None = None
+    for tc in cfg.teachers:
+        t_temp = tc.temperature if tc.temperature is not None else temperature
+        if tc.engine == "hf":
+            teacher: Any = HFTeacher(tc.model, tc.tokenizer, name=tc.name, temperature=t_temp, top_p=top_p,
+                                     device=device, dtype=tc.dtype)
+        else:
+            teacher = OpenAITeacher(str(tc.base_url), model=tc.model, name=tc.name, tokenizer=tc.tokenizer)
+        if teacher.tokenizer is not None:
+            check_same_tokenizer(student_tokenizer, teacher.tokenizer, tc.name)
+        elif tc.engine == "openai":
+            raise TeacherError(f"teacher {tc.name!r}: give tokenizer: <path> so the tokenizer rule can be checked "
+                               "(on-policy distillation compares token ids one to one)")
+        for task in tc.tasks:
+            by_task[task] = teacher
+        if not tc.tasks:
+            default = teacher
+    return TeacherSet(by_task, default)
