@@ -174,7 +174,8 @@ def check_same_tokenizer(student: Any, teacher: Any, teacher_name: str = "teache
 
 
 class HFTeacher:
-    """A transformers model in this process: one teacher-forced forward per batch of sequences.
+    """A transformers model in this process, scored with the hf engine's batched teacher-forced
+    forwards (:meth:`gfcr.generate.engines.hf.HFEngine.score_batch`).
 
     Args:
         model: a loaded causal LM or a model directory (``"default"`` = the default model).
@@ -186,58 +187,22 @@ class HFTeacher:
 
     def __init__(self, model: Any, tokenizer: Any = None, name: str = "teacher", temperature: float = 1.0,
                  top_p: float = 1.0, max_batch: int = 16, device: str = "cpu", dtype: str = "float32"):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from gfcr.generate.engines.hf import HFEngine
 
-        from gfcr.models import resolve_model
-
-        if model is None or isinstance(model, str):
-            path = resolve_model(model)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
-            tokenizer = tokenizer if tokenizer is not None else path
-        if isinstance(tokenizer, str):
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
-        if tokenizer is None:
-            raise TeacherError(f"teacher {name!r}: a loaded model needs its tokenizer")
-        self.model = model.to(device).eval()
-        self.tokenizer = tokenizer
+        self.engine = HFEngine(model, tokenizer=tokenizer, device=device, max_batch=max_batch, dtype=dtype,
+                               policy_version=f"teacher:{name}")
+        self.tokenizer = self.engine.tokenizer
         self.name = name
         self.temperature = float(temperature)
         self.top_p = float(top_p)
-        self.max_batch = int(max_batch)
-        self.device = device
 
     def score(self, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> np.ndarray:
         return self.score_many([(prompt_ids, completion_ids)])[0]
 
     def score_many(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[np.ndarray]:
         """Log-probs of each completion given its prompt, ``[len(completion)]`` float32 each."""
-        import torch
-
-        from gfcr.generate.engines.hf import sampling_logprobs
-
-        out: list[np.ndarray] = []
-        pad = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0)
-        for s in range(0, len(pairs), self.max_batch):
-            chunk = pairs[s : s + self.max_batch]
-            seqs = [list(map(int, p)) + list(map(int, c)) for p, c in chunk]
-            T = max(len(x) for x in seqs)
-            ids = torch.full((len(seqs), T), pad, dtype=torch.long)
-            attn = torch.zeros((len(seqs), T), dtype=torch.long)
-            for i, x in enumerate(seqs):
-                ids[i, : len(x)] = torch.tensor(x)
-                attn[i, : len(x)] = 1
-            with torch.no_grad():
-                logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits.float().cpu()
-            for i, (p, c) in enumerate(chunk):
-                P, C = len(p), len(c)
-                if C == 0:
-                    out.append(np.zeros(0, np.float32))
-                    continue
-                lp = sampling_logprobs(logits[i, P - 1 : P + C - 1], self.temperature, self.top_p)
-                got = lp.gather(-1, ids[i, P : P + C, None])[:, 0]
-                out.append(got.numpy().astype(np.float32))
-        return out
+        lists = [([int(t) for t in p], [int(t) for t in c]) for p, c in pairs]
+        return [np.asarray(s.logprobs, np.float32) for s in self.engine.score_batch(lists, self.temperature, self.top_p)]
 
 
 class OpenAITeacher:
