@@ -160,3 +160,22 @@ def test_distill_config_rules_and_build_teachers(tmp_path):
     other.add_tokens(["<x>"])
     with pytest.raises(TeacherError, match="teacher 't' has a vocabulary of"):
         build_teachers(DistillConfig(teachers=[{"name": "t", "model": d}]), other)
+
+
+def test_openai_teacher_through_gfcr_serve_equals_in_process_teacher():
+    """A served teacher (prompt log-probs via echo) scores exactly like the same model in process."""
+    from gfcr.generate.engines.hf import HFEngine
+    from gfcr.generate.serve import serve_in_thread
+    from gfcr.train.distill import OpenAITeacher
+
+    tok = tiny_tokenizer()
+    student, teacher_model = tiny_model(tok, seed=0), tiny_model(tok, seed=4)
+    rs = _sampled_rollouts(student, tok, n=2)
+    score_rollouts(rs, TeacherSet({}, HFTeacher(teacher_model, tok, name="t")))
+    local = [list(r.meta["teacher"]["logprobs"]) for r in rs]
+    with serve_in_thread(HFEngine(teacher_model, tokenizer=tok), model_name="teacher") as url:
+        served = OpenAITeacher(url, model="teacher", name="t")
+        score_rollouts(rs, TeacherSet({}, served))
+        served.close()
+    for r, want in zip(rs, local, strict=True):
+        assert np.allclose(r.meta["teacher"]["logprobs"], want, atol=1e-4)
