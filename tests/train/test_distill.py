@@ -12,15 +12,13 @@ import torch
 from gfcr.generate.engines.base import GenRequest, SamplingParams
 from gfcr.records import Rollout
 from gfcr.testing import tiny_model, tiny_tokenizer
+from gfcr.filters.advantages import make_estimator, with_token_terms
+from gfcr.filters.teacher import TeacherKL, discounted_future_sum, distill_token_advantages
 from gfcr.train.distill import (
     HFTeacher,
     TeacherError,
     TeacherSet,
     check_same_tokenizer,
-    discounted_future_sum,
-    distill_advantages,
-    distill_token_advantages,
-    mix_advantages,
     reverse_kl,
     score_rollouts,
 )
@@ -76,8 +74,59 @@ def test_distill_token_advantages_hand_worked():
     assert disc.tolist() == pytest.approx([0.0, -math.log(2), 0.0], abs=1e-6)
     with pytest.raises(ValueError, match="one per generated token"):
         distill_token_advantages(np.zeros(3), np.zeros(1), np.array([0, 1, 1]))
-    assert mix_advantages(0.5, np.array([0.0, -0.7, 0.0]), 1.0).tolist() == pytest.approx([0.5, -0.2, 0.5])
-    assert mix_advantages(0.5, np.array([0.0, -0.7, 0.0]), 0.0).tolist() == pytest.approx([0.0, -0.7, 0.0])
+
+
+def test_teacher_term_joins_the_group_advantage_with_rl_coef():
+    """Two rollouts, rewards [1, 0] → GRPO ±0.7071; teacher term on the generated tokens; rl_coef 0.5."""
+    role = [0, 1, 1]
+    a = Rollout(run_id="r", prompt_id="p", token_ids=[1, 2, 3], token_role=role, logprobs=np.log([1.0, 0.5, 0.25]),
+                reward=1.0, meta={"teacher": {"name": "t", "logprobs": np.log([0.25, 0.25]).tolist()}})
+    b = Rollout(run_id="r", prompt_id="p", token_ids=[1, 4, 5], token_role=role, logprobs=np.log([1.0, 0.5, 0.5]),
+                reward=0.0, meta={"teacher": {"name": "t", "logprobs": np.log([0.5, 0.5]).tolist()}})
+    est = with_token_terms(make_estimator("grpo"), [(2.0, TeacherKL())], base_coef=0.5)
+    got_a, got_b = est([a, b])
+    g = 1 / math.sqrt(2)  # (1 - 0.5) / unbiased std 0.7071
+    assert got_a[1:].tolist() == pytest.approx([0.5 * g - 2 * math.log(2), 0.5 * g], abs=1e-5)
+    assert got_b[1:].tolist() == pytest.approx([-0.5 * g, -0.5 * g], abs=1e-5)
+    pure = with_token_terms(make_estimator("grpo"), [(1.0, TeacherKL())], base_coef=0.0)([a, b])
+    assert pure[1][1:].tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+
+
+def test_gfcr_train_with_a_teacher_scores_stores_and_refuses_a_foreign_tokenizer(tiny_dir, tmp_path):
+    from gfcr.store import RolloutStore
+    from gfcr.testing import save_tiny
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import TrainError, train
+
+    teacher_dir = save_tiny(str(tmp_path / "teacher"), seed=7)
+    base = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 2, "tensorboard": False,
+            "tasks": [{"name": "arith", "n_train": 2, "n_eval": 0, "params": {"level": 1}}],
+            "generate.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "generate.temperature": 1.0,
+            "signals.entropy": False,
+            "distill": {"teachers": [{"name": "t7", "model": teacher_dir}], "rl_coef": 0.0, "coef": 1.0}}
+    res = train(load_config(None, base), run_dir=tmp_path / "r", progress=False)
+    assert res.steps_done == 2
+    rs = RolloutStore.open(tmp_path / "r" / "store").rollouts()
+    assert rs and all(r.meta["teacher"]["name"] == "t7" for r in rs)
+    teacher = HFTeacher(teacher_dir, name="t7")
+    for r in rs[:2]:
+        P = int((r.token_role == 0).sum())
+        want = teacher.score(r.token_ids[:P].tolist(), r.token_ids[P:].tolist())
+        assert np.allclose(r.meta["teacher"]["logprobs"], want, atol=1e-4)
+        assert r.signals["teacher_kl"] == pytest.approx(float(np.mean(r.logprobs[P:] - want)), abs=1e-4)
+    import json as _json
+    rows = [_json.loads(x) for x in res.metrics_path.read_text().splitlines()]
+    assert all("seconds/teacher" in row for row in rows)
+
+    odd = tiny_tokenizer()
+    odd.add_tokens(["<extra>"])
+    odd_dir = tmp_path / "odd"
+    from gfcr.testing import tiny_model as _tm
+    _tm(odd).save_pretrained(odd_dir)
+    odd.save_pretrained(odd_dir)
+    bad = base | {"distill": {"teachers": [{"name": "odd", "model": str(odd_dir)}]}}
+    with pytest.raises((TeacherError, TrainError), match="teacher 'odd' has a vocabulary"):
+        train(load_config(None, bad), run_dir=tmp_path / "r2", progress=False)
 
 
 def _sampled_rollouts(model, tok, n=4, task="arith"):
@@ -104,7 +153,7 @@ def test_same_model_teacher_gives_zero_kl_and_zero_distill_advantage():
         assert r.meta["teacher"]["name"] == "self"
         assert len(r.meta["teacher"]["logprobs"]) == r.n_generated
         assert abs(r.signals["teacher_kl"]) < 1e-4
-    for a in distill_advantages(rs, [0.0] * len(rs), rl_coef=0.0):
+    for a in with_token_terms(lambda g: [0.0] * len(g), [(1.0, TeacherKL())], base_coef=0.0)(rs):
         assert np.abs(a).max() < 1e-4
 
 

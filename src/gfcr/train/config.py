@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
 from gfcr.config import load_config_model
+from gfcr.train.distill import DistillConfig
 
 
 class _Strict(BaseModel):
@@ -212,6 +213,7 @@ class TrainConfig(_Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation around training.")
+    distill: DistillConfig | None = Field(None, description="On-policy distillation (gfcr.train.distill): teachers that score every sampled token; each generated token's advantage gets -coef*(log p_student - log p_teacher) on top of rl_coef x the group advantage. One teacher per task = multi-teacher (MOPD). null = off.")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard when the tensorboard package is installed.")
 
     @model_validator(mode="after")
@@ -239,6 +241,10 @@ class TrainConfig(_Strict):
                              "shape (m, n, l, t) fixes: use dynamic_sampling (whole trees) or no group policy")
         if not self.tasks:
             raise ValueError("tasks: name at least one task source")
+        if self.distill is None and any(t.name == "teacher_kl" for t in self.signals.token_terms):
+            raise ValueError("signals.token_terms 'teacher_kl' needs a distill section (the teachers that score the rollouts)")
+        if self.distill is not None and any(t.name == "teacher_kl" for t in self.signals.token_terms):
+            raise ValueError("with a distill section, set the teacher term's weight with distill.coef (not signals.token_terms)")
         if self.signals.length_params and not self.signals.length_reward:
             raise ValueError("signals.length_params is set but signals.length_reward is not (set it to shorter_better)")
         if set(self.signals.length_params) - {"alpha", "beta"}:

@@ -10,7 +10,8 @@ Two forms:
 
 * :func:`reverse_kl` — the exact per-position KL over the vocabulary, for a teacher whose logits are
   in the same process. Used in tests as ground truth and available to custom losses.
-* :func:`distill_token_advantages` — the sampled-token form the loop trains with. Each generated
+* :func:`gfcr.filters.teacher.distill_token_advantages` — the sampled-token form the loop trains
+  with (the ``teacher_kl`` token term of :mod:`gfcr.filters.advantages`). Each generated
   token gets the advantage ``A_t = −coef · (log p(x_t) − log q(x_t))``, and the ordinary
   policy-gradient loss (:func:`gfcr.train.losses.policy_gradient_loss`, which takes per-token
   advantages) does the rest: ``E_{x~p}[∇log p(x)·(log q(x) − log p(x))] = −∇KL(p‖q)`` per position,
@@ -23,7 +24,8 @@ Two forms:
   discounted future sum with ``kl_discount_factor``, default 0; one teacher per dataset).
 
 Mixing with RL: the RL advantage of the rollout (a float per rollout, or TreeRL's per-token array)
-is multiplied by ``rl_coef`` and added (:func:`mix_advantages`); ``rl_coef = 0`` is pure OPD.
+is multiplied by ``rl_coef`` and the teacher term added
+(:func:`gfcr.filters.advantages.with_token_terms`); ``rl_coef = 0`` is pure OPD.
 
 Multi-teacher (MOPD, the upstream of the ROSS paper's main single-turn result): each prompt's task
 picks its teacher (:class:`TeacherSet`); a teacher with no task list is the default.
@@ -57,6 +59,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gfcr.records import GENERATED, Rollout
 
+
+
 # --------------------------------------------------------------------------------------------
 # Pure maths
 # --------------------------------------------------------------------------------------------
@@ -77,57 +81,6 @@ def reverse_kl(student_logits: Any, teacher_logits: Any) -> Any:
     lp = torch.log_softmax(student_logits.float(), dim=-1)
     lq = torch.log_softmax(teacher_logits.float(), dim=-1)
     return (lp.exp() * (lp - lq)).sum(-1)
-
-
-def discounted_future_sum(x: np.ndarray, gamma: float) -> np.ndarray:
-    """``out[t] = Σ_{s ≥ t} γ^{s−t} x[s]``, ``[T] → [T]``. Example: ``x = [1, 1, 1]``, ``γ = 0.5``
-    → ``[1.75, 1.5, 1]``."""
-    out = np.zeros_like(x, dtype=np.float64)
-    acc = 0.0
-    for t in range(len(x) - 1, -1, -1):
-        acc = float(x[t]) + gamma * acc
-        out[t] = acc
-    return out
-
-
-def distill_token_advantages(behaviour_logp: np.ndarray, teacher_logp: np.ndarray, token_role: np.ndarray,
-                             coef: float = 1.0, discount: float = 0.0) -> np.ndarray:
-    """Per-token distillation advantages aligned to a rollout's ``token_ids``.
-
-    Args:
-        behaviour_logp: ``[T]`` the stored sampling log-probs (0 on context tokens).
-        teacher_logp: ``[G]`` the teacher's log-prob of each *generated* token, in order
-            (``G = (token_role == 1).sum()``).
-        token_role: ``[T]`` 0 context, 1 generated.
-        coef: the reverse-KL coefficient (the reference code's ``kl_penalty_coef``).
-        discount: ``γ`` of the discounted future sum over generated tokens (0 = each token its own
-            term, the reference default).
-    Returns:
-        float32 ``[T]``: ``−coef·(log p(x_t) − log q(x_t))`` on generated tokens, 0 on context.
-
-    Example: behaviour ``[0, log .5, log .5]``, role ``[0, 1, 1]``, teacher ``[log .25, log .5]``,
-    coef 1 → ``[0, −ln 2, 0] = [0, −0.693, 0]``.
-    """
-    role = np.asarray(token_role)
-    gen = role == GENERATED
-    t = np.asarray(teacher_logp, dtype=np.float64)
-    if t.shape != (int(gen.sum()),):
-        raise ValueError(f"teacher log-probs have shape {t.shape}, expected ({int(gen.sum())},): one per generated token")
-    per = -float(coef) * (np.asarray(behaviour_logp, dtype=np.float64)[gen] - t)
-    if discount > 0:
-        per = discounted_future_sum(per, float(discount))
-    out = np.zeros(len(role), dtype=np.float32)
-    out[gen] = per.astype(np.float32)
-    return out
-
-
-def mix_advantages(rl_advantage: float | np.ndarray, distill: np.ndarray, rl_coef: float = 1.0) -> np.ndarray:
-    """``rl_coef · A_rl + A_distill`` as a per-token array ``[T]`` (a float RL advantage broadcasts
-    over the rollout's generated tokens; context positions carry 0 in ``distill`` and are masked
-    by the loss anyway). Example: ``A_rl = 0.5``, ``distill = [0, −0.7, 0]``, ``rl_coef = 1`` →
-    ``[0.5, −0.2, 0.5]``."""
-    d = np.asarray(distill, dtype=np.float32)
-    return (float(rl_coef) * np.broadcast_to(np.asarray(rl_advantage, dtype=np.float32), d.shape) + d).astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------------
@@ -308,24 +261,6 @@ def score_rollouts(rollouts: Sequence[Rollout], teachers: TeacherSet) -> None:
             if len(q):
                 r.signals["teacher_kl"] = float(np.mean(b - q))
                 r.signals["teacher_logp"] = float(np.mean(q))
-
-
-def teacher_logprobs_of(r: Rollout) -> np.ndarray:
-    """The stored per-generated-token teacher log-probs of a rollout (see :func:`score_rollouts`)."""
-    t = r.meta.get("teacher")
-    if not isinstance(t, dict) or "logprobs" not in t:
-        raise TeacherError(f"rollout {r.rollout_id} has no teacher log-probs (run score_rollouts first)")
-    return np.asarray(t["logprobs"], dtype=np.float32)
-
-
-def distill_advantages(rollouts: Sequence[Rollout], rl_advantages: Sequence[float | np.ndarray], *, coef: float = 1.0,
-                       rl_coef: float = 1.0, discount: float = 0.0) -> list[np.ndarray]:
-    """The per-token advantages the update trains on: ``rl_coef · A_rl + A_distill`` per rollout."""
-    out = []
-    for r, a in zip(rollouts, rl_advantages, strict=True):
-        d = distill_token_advantages(r.logprobs, teacher_logprobs_of(r), r.token_role, coef=coef, discount=discount)
-        out.append(mix_advantages(a, d, rl_coef))
-    return out
 
 
 # --------------------------------------------------------------------------------------------
