@@ -233,3 +233,19 @@ def test_staleness_bound_drops_rows_past_eta(tiny_dir, tmp_path):
     steps = sorted(r.step for r in b["rollouts"])
     assert steps == [1] * 4 + [2] * 4  # step-0 rows (lag 2 > η = 1) are dropped
     t.close()
+
+
+def test_a_registered_token_term_reaches_the_update(tiny_dir, tmp_path, monkeypatch):
+    """An extra per-token signal (as on-policy distillation will add) plugs in by name: no loop change."""
+    from gfcr.filters import advantages
+
+    monkeypatch.setitem(advantages.TOKEN_TERMS, "last_token_bonus",
+                        lambda value=1.0: (lambda r: np.eye(len(r.token_ids))[-1] * value))
+    t = _run(tiny_dir, tmp_path, **{"signals.token_terms": [{"name": "last_token_bonus", "coef": 0.5,
+                                                             "params": {"value": 2.0}}]})
+    sc = Script(t, {0: [[[1, 0, 0, 0]]]})
+    t.step(0)
+    (b,) = sc.batches
+    for a, base in zip(b["adv"], [1.5, -0.5, -0.5, -0.5], strict=True):
+        assert a.shape == (4,) and a[-1] == pytest.approx(base + 1.0, abs=1e-5) and a[-2] == pytest.approx(base, abs=1e-5)
+    t.close()

@@ -186,3 +186,20 @@ def test_masked_row_mean_by_hand():
     assert out[0].item() == pytest.approx(1.5)
     assert math.isnan(out[1].item())  # no masked token
     assert out[2].item() == pytest.approx(4.0)  # the inf at a masked-out position is ignored
+
+
+def test_masked_nll_hand_worked_and_masked_tokens_get_no_gradient():
+    import math
+
+    from gfcr.train.losses import masked_nll
+
+    # vocab 4; logits at position 0 give token 2 p = 0.5 (target 1), at position 1 token 3 p = 0.25 (target 2)
+    probs = torch.tensor([[[0.25, 0.25, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25], [0.25] * 4]])
+    logits = torch.log(probs.clamp_min(1e-30)).requires_grad_(True)
+    ids = torch.tensor([[0, 2, 3]])
+    loss, n = masked_nll(logits, ids, torch.tensor([[1, 1, 1]]))  # position 0 is never a target
+    assert n.item() == 2 and loss.item() == pytest.approx((math.log(2) + math.log(4)) / 2, rel=1e-5)
+    loss, n = masked_nll(logits, ids, torch.tensor([[0, 0, 1]]))
+    loss.backward()
+    assert n.item() == 1 and loss.item() == pytest.approx(math.log(4), rel=1e-5)
+    assert torch.all(logits.grad[0, 0] == 0) and torch.all(logits.grad[0, 2] == 0)  # only target 2 (logits 1) counts

@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
+from gfcr.config import StrictModel as _Strict
 from gfcr.config import load_config_model
+from gfcr.evaluate import EvalConfig as _EvalConfig
+from gfcr.tasks import TaskConfig as _TaskConfig
 from gfcr.train.distill import DistillConfig
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def _known(field_name: str, value: str | None, table: Any, allow_path: bool = False) -> str | None:
@@ -32,11 +31,11 @@ def _known(field_name: str, value: str | None, table: Any, allow_path: bool = Fa
     raise ValueError(f"{field_name} {value!r} does not exist; choose one of {sorted(table)}{extra}")
 
 
-class TaskConfig(_Strict):
-    name: str = Field("arith", description="Task source name in gfcr.tasks (e.g. 'arith').")
+class TrainTaskConfig(_TaskConfig):
+    """A task source (``name``, ``params``: the shared task vocabulary) and how many prompts each split gives."""
+
     n_train: int = Field(256, ge=1, description="Training prompts drawn from the task's train split.")
     n_eval: int = Field(32, ge=0, description="Held-out prompts for evaluation (the task's 'test' split).")
-    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the task source besides n/split/seed (arith: level, digits, terms, ops; jsonl_math: path).")
     eval_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments merged over params for the held-out split (e.g. a test-file path).")
 
     @field_validator("name")
@@ -47,7 +46,7 @@ class TaskConfig(_Strict):
         return _known("tasks[].name", v, SOURCES, allow_path=True)  # type: ignore[return-value]
 
 
-class GenerateConfig(_Strict):
+class TrainGenerateConfig(_Strict):
     engine: Literal["hf", "vllm", "openai", "ray"] = Field("hf", description="Generation engine: 'hf' (transformers; samples with the policy being trained in place unless sync is 'copy'), 'vllm' (in-process vLLM on the same GPU, weights copied after each update), 'openai' (a `gfcr serve --allow-weight-updates` server, weights pushed over HTTP through a safetensors file), 'ray' (generation actors on a Ray cluster, gfcr.scale.RayEngine; weights put in Ray's object store once and loaded by every actor).")
     engine_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the engine. openai: base_url (required), model, max_concurrency, timeout_s; api_key_env names an environment variable holding the key (keys are never written into the run folder). vllm: vllm.LLM arguments (gpu_memory_utilization, max_model_len, dtype, enforce_eager...). hf with sync 'copy': dtype of the sampling copy (e.g. bfloat16). ray: workers, inner (hf or vllm), inner_params, actor_options, address, num_cpus.")
     sync: Literal["auto", "in_place", "copy", "http"] = Field("auto", description="How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: nothing moves), 'copy' (an engine with its own weights loads the state dict: hf copy, vllm, ray actors), 'http' (POST to gfcr serve). 'auto': in_place for hf, copy for vllm and ray, http for openai.")
@@ -185,13 +184,11 @@ class CheckpointConfig(_Strict):
     keep_last: int = Field(1, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
 
 
-class EvalConfig(_Strict):
+class TrainEvalConfig(_EvalConfig):
+    """When to evaluate, plus the shared eval sampling (k, greedy, max_tokens = generate.max_tokens when None, temperature)."""
+
     before: bool = Field(False, description="Evaluate the policy on held-out prompts before training.")
     after: bool = Field(False, description="Evaluate the policy on held-out prompts after training.")
-    k: int = Field(4, ge=0, description="Samples per prompt for pass@k / avg@k (0 = greedy only).")
-    greedy: bool = Field(True, description="Also compute greedy pass@1.")
-    max_tokens: int | None = Field(None, ge=1, description="New tokens per eval sample (default: generate.max_tokens).")
-    temperature: float = Field(0.7, gt=0.0, description="Sampling temperature for pass@k.")
 
 
 class TrainConfig(_Strict):
@@ -203,8 +200,8 @@ class TrainConfig(_Strict):
     model: str = Field("default", description="Policy model: an HF directory/name, or 'default' (SmolLM2-135M-Instruct).")
     device: str = Field("cpu", description="torch device for training and hf generation.")
     steps: int = Field(20, ge=1, description="Training steps (each: select → generate → verify → signals → control → replay → append → update → observe → checkpoint).")
-    tasks: list[TaskConfig] = Field(default_factory=lambda: [TaskConfig()], description="Task sources; their train prompts form the pool.")
-    generate: GenerateConfig = Field(default_factory=GenerateConfig, description="Generation.")
+    tasks: list[TrainTaskConfig] = Field(default_factory=lambda: [TrainTaskConfig()], description="Task sources; their train prompts form the pool.")
+    generate: TrainGenerateConfig = Field(default_factory=TrainGenerateConfig, description="Generation.")
     verify: VerifyConfig = Field(default_factory=VerifyConfig, description="Outcome verification.")
     signals: SignalsConfig = Field(default_factory=SignalsConfig, description="Filter signals (advantages, shaping).")
     control: ControlConfig = Field(default_factory=ControlConfig, description="Prompt selection and group control.")
@@ -212,7 +209,7 @@ class TrainConfig(_Strict):
     loss: LossConfig = Field(default_factory=LossConfig, description="Policy-gradient loss.")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
-    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation around training.")
+    eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig, description="Held-out evaluation around training.")
     distill: DistillConfig | None = Field(None, description="On-policy distillation (gfcr.train.distill): teachers that score every sampled token; each generated token's advantage gets -coef*(log p_student - log p_teacher) on top of rl_coef x the group advantage. One teacher per task = multi-teacher (MOPD). null = off.")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard when the tensorboard package is installed.")
 

@@ -55,8 +55,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from gfcr.config import StrictModel
 from gfcr.records import GENERATED, Rollout
 
 
@@ -268,10 +269,8 @@ def score_rollouts(rollouts: Sequence[Rollout], teachers: TeacherSet) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class TeacherConfig(BaseModel):
+class TeacherConfig(StrictModel):
     """One teacher: where it runs and which tasks it teaches."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(..., min_length=1, description="Name recorded with every score (meta.teacher.name).")
     engine: Literal["hf", "openai"] = Field("hf", description="'hf': a transformers model in this process (scored with batched teacher-forced forwards); 'openai': an OpenAI-compatible server that echoes prompt log-probs (gfcr serve, vLLM).")
@@ -289,10 +288,8 @@ class TeacherConfig(BaseModel):
         return self
 
 
-class DistillConfig(BaseModel):
+class DistillConfig(StrictModel):
     """On-policy distillation in ``gfcr train`` (see :mod:`gfcr.train.distill`)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     teachers: list[TeacherConfig] = Field(..., min_length=1, description="One or more teachers; with several, each prompt's task picks its teacher (MOPD).")
     coef: float = Field(1.0, ge=0.0, description="Reverse-KL coefficient: each generated token's advantage gets -coef*(log p_student - log p_teacher).")

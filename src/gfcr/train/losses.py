@@ -58,6 +58,25 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tenso
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
 
 
+def masked_nll(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean next-token NLL over exactly the masked-in target tokens (masked SFT, ROSS's objective).
+
+    Shapes: ``logits [B, T, V]``, ``input_ids [B, T]``, ``loss_mask [B, T]`` (1 = token ``t`` is a
+    target, predicted from positions ``< t``). Returns ``(loss, n_tokens)``; ``loss`` is
+    ``sum_t mask[t] * -log p(x_t | x_<t) / sum_t mask[t]`` (0 when nothing is masked in), with the
+    log-probs of :func:`token_logprobs`. Position 0 can never be a target (nothing precedes it).
+    Masked-out tokens contribute exactly zero loss and gradient.
+
+    Example: one sequence whose two targets have p = 0.5 and 0.25 → loss = (ln 2 + ln 4) / 2.
+    """
+    lp = token_logprobs(logits, input_ids)
+    m = loss_mask.to(lp.dtype).clone()
+    m[:, 0] = 0
+    n = m.sum()
+    nll = torch.where(m > 0, -lp, torch.zeros_like(lp))
+    return nll.sum() / n.clamp_min(1.0), n
+
+
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the next-token distribution, aligned like :func:`token_logprobs`.
 

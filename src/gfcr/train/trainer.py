@@ -171,29 +171,24 @@ class PolicyTrainer:
     def update(self, rollouts: Sequence[Rollout], advantages: Sequence[Advantage], weights: Sequence[float] | None = None,
                shaping: Sequence[float | None] | None = None) -> dict[str, float]:
         """Train on the rollouts; returns statistics (last epoch). ``weights`` (loss weight per row) and
-        ``shaping`` (ExGRPO γ per row, ``None``/0 = the clipped ratio) come from the batch's
-        :class:`~gfcr.replay.buffers.TrainItem` s.
+        ``shaping`` (ExGRPO γ per row; None/0 = the clipped ratio) come from the batch's ``TrainItem`` s.
 
         The batch is cut, in order, into PPO mini-batches of ``optim.mini_batch`` rollouts (``None``:
-        the whole batch is one), and each epoch takes one optimizer step per mini-batch, each with its
-        own mini-batch's denominators (token and sequence counts); ``micro_batch`` only splits the
-        forward/backward inside a step. So ``epochs × mini-batches`` optimizer steps in all
-        (``n_optimizer_steps``); after the first, the policy has moved and the clipped ratio matters.
-        ``kl``, ``clip_frac``, ``ratio_mean`` and ``entropy`` are means over the generated tokens of
-        the rollouts run forward in the last epoch (those with a non-zero advantage, or all when
-        ``kl_coef > 0``); ``grad_norm`` is the mean over its steps. A mini-batch whose advantages are
-        all 0 takes no step; a batch with none to take reports ``skipped = 1``.
+        the whole batch is one); each epoch takes one optimizer step per mini-batch with that
+        mini-batch's denominators; ``micro_batch`` only splits the forward/backward inside a step
+        (``n_optimizer_steps = epochs × mini-batches``). ``kl``, ``clip_frac``, ``ratio_mean`` and
+        ``entropy`` are means over the generated tokens of the rollouts run forward in the last epoch
+        (non-zero advantage, or all when ``kl_coef > 0``); ``grad_norm`` is the mean over its steps. A
+        mini-batch whose advantages are all 0 takes no step; with none to take, ``skipped = 1``.
         """
         self.last_importance_weight = np.full(len(rollouts), np.nan)
         if not rollouts:
             return {}
         lc, oc = self.loss_cfg, self.optim_cfg
-        wts = [1.0] * len(rollouts) if weights is None else [float(x) for x in weights]
-        shp = [0.0] * len(rollouts) if shaping is None else [float(x or 0.0) for x in shaping]
-
         def batch_of(rows: Sequence[int]) -> Batch:
             return collate([rollouts[i] for i in rows], [advantages[i] for i in rows], self.pad_id, lc.mask_truncated,
-                           [wts[i] for i in rows], [shp[i] for i in rows])
+                           None if weights is None else [weights[i] for i in rows],
+                           None if shaping is None else [shaping[i] for i in rows])
 
         size = oc.mini_batch or len(rollouts)
         chunks = [list(range(s, min(s + size, len(rollouts)))) for s in range(0, len(rollouts), size)]
