@@ -233,6 +233,7 @@ class TrainingRun:
         episode's reward by ``verify.reward_source``), the format signal, then the reward composition per
         group (:class:`gfcr.filters.reward.RewardComposition`)."""
         from gfcr.filters.apply import verdict_record
+        from gfcr.filters.verifiers import stated_answer_format
         from gfcr.generate.envs import episode_reward
 
         vc = self.cfg.verify
@@ -240,7 +241,8 @@ class TrainingRun:
             for r in grp:
                 p = self.prompt_by_id[r.prompt_id]
                 text = final_turn_text(r)  # the last assistant turn: the answer (the whole completion when single-turn)
-                v = self.verifier.verify(text, answer=p.answer, tests=p.tests, rollout=r)
+                v = self.verifier.verify(text, answer=p.answer, tests=p.tests, rollout=r,
+                                         answer_format=stated_answer_format(p))
                 r.verified, r.verifier = v.passed, verdict_record(self.verifier, v)
                 r.signals["format"] = float(self.format_verifier.verify(text).score)
                 score = float(v.score)
