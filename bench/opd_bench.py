@@ -42,8 +42,8 @@ def _evaluate(model: str, prompts: list, k: int, seed: int) -> Any:
     from gfcr.generate.engines.hf import HFEngine
 
     eng = HFEngine(model, max_batch=32)
-    return evaluate_model(eng, prompts, k=k, ks=[1], verifier="numeric", greedy=True, temperature=0.7,
-                          max_tokens=64, seed=seed)
+    return evaluate_model(eng, prompts, k=k, ks=[1] if k else None, verifier="numeric", greedy=True,
+                          temperature=0.7, max_tokens=64, seed=seed)
 
 
 def main() -> None:
@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--config", default="configs/opd-arith.yaml")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--n-eval", type=int, default=300)
-    ap.add_argument("--k", type=int, default=2, help="sampled completions per held-out prompt")
+    ap.add_argument("--k", type=int, default=2, help="sampled completions per held-out prompt (0: greedy only)")
     ap.add_argument("--teacher", default="sharpened", help="'sharpened' (base at T=0.5) or a checkpoint directory")
     ap.add_argument("--ross", default=None, help="a ROSS config to run over the OPD store (optional)")
     ap.add_argument("--output-dir", default="bench/out/opd")
@@ -101,7 +101,7 @@ def main() -> None:
         pairs.append(("ross", "positive_sft"))
     out["paired"] = {}
     for a, b in pairs:
-        for metric in ("greedy_pass@1", "pass@1"):
+        for metric in ("greedy_pass@1", "pass@1") if args.k else ("greedy_pass@1",):
             d = compare_paired(evals[a], evals[b], metric)
             out["paired"][f"{a} - {b} {metric}"] = d.to_dict()
     out["load_end"] = os.getloadavg()
