@@ -74,7 +74,7 @@ def audit(r: Rollout, spans: list[tuple[int, int, str]], status: str = "kept", t
 
 
 PATHOLOGIES = ("zero_reward", "reward_hacking", "length_inflation", "signal_noise", "compute_waste",
-               "replay_staleness", "entropy_collapse")
+               "long_tail", "replay_staleness", "entropy_collapse")
 
 
 def simulate_run(kind: str, steps: int = 6, groups: int = 4, k: int = 4) -> list[Rollout]:
@@ -104,9 +104,53 @@ def simulate_run(kind: str, steps: int = 6, groups: int = 4, k: int = 4) -> list
                 if kind == "entropy_collapse":
                     ent = 2.0 * (0.6 ** t)
                 gen_len = 20 + (10 * t if kind == "length_inflation" else 0) + i
+                if kind == "long_tail" and gi == 0 and i == 0:
+                    gen_len = 200  # one straggler per step holds the batch ten times as long
                 out.append(rollout(run, t, f"p{gi}", r, gen_len=gen_len, verified=v, sample_index=i,
                                    signals={"advantage": adv, "entropy": ent}, logprob=-ent))
         lag, iw = (8.0, 0.2) if kind == "replay_staleness" else (1.0, 1.0)
         out.append(rollout(run, t, "p0", 1.0, verified=True, meta={"generated_at_step": max(0, t - 1)},
                            signals={"replayed": 1.0, "staleness": lag, "importance_weight": iw}))
+    return out
+
+
+#: pass ratios of the four groups of a step in the shaped code run: mixed, mixed, all failing, mixed
+CODE_PASS_RATIOS = ([1.0, 0.8, 0.2, 0.0], [1.0, 1.0, 0.6, 0.4], [0.8, 0.6, 0.2, 0.0], [1.0, 0.5, 0.4, 0.0])
+
+
+def simulate_shaped_run(kind: str, steps: int = 6, k: int = 4, max_tokens: int = 64) -> list[Rollout]:
+    """A healthy run with reward shaping on, built with the project's own reward functions.
+
+    ``code``: RLTF partial credit (``coderl_reward``, pass ratios :data:`CODE_PASS_RATIOS`), a 0.1
+    format bonus on odd samples and DAPO's soft overlong penalty (buffer 16 of ``max_tokens``).
+    ``length``: ShorterBetter's ``1[verified] − β·|len − SOL|`` with a 0.1 format bonus. GRPO
+    advantages, steady entropy, lengths that vary but have no tail, one fresh replayed copy a step.
+    """
+    from gfcr.control.groups import ShorterBetter
+    from gfcr.filters.signals import dapo_overlong_penalty, grpo_advantages
+    from gfcr.filters.verifiers import coderl_reward
+
+    out: list[Rollout] = []
+    run = f"shaped_{kind}"
+    for t in range(steps):
+        for gi, ratios in enumerate(CODE_PASS_RATIOS):
+            ratios = ratios[:k]
+            lens = [24 + 6 * i + 3 * gi + (t % 2) * 4 for i in range(k)]
+            verified = [x >= 1.0 for x in ratios]
+            fmt = [0.1 * (i % 2) for i in range(k)]
+            if kind == "code":
+                base = [coderl_reward("passed") if x >= 1.0 else coderl_reward("failed", x) for x in ratios]
+                pen = dapo_overlong_penalty(lens, max_tokens, 16, 1.0)
+                rewards = [b + f + float(p) for b, f, p in zip(base, fmt, pen, strict=True)]
+            elif kind == "length":
+                rewards = [float(v) + f for v, f in zip(ShorterBetter(beta=0.01).rewards(verified, lens), fmt, strict=True)]
+            else:
+                raise ValueError(kind)
+            adv = grpo_advantages(rewards)
+            for i in range(k):
+                ent = 1.0 + 0.05 * ((t + i) % 3)
+                out.append(rollout(run, t, f"p{gi}", rewards[i], gen_len=lens[i], verified=verified[i], sample_index=i,
+                                   signals={"advantage": float(adv[i]), "entropy": ent}, logprob=-ent))
+        out.append(rollout(run, t, "p0", 1.0, verified=True, meta={"generated_at_step": max(0, t - 1)},
+                           signals={"replayed": 1.0, "staleness": 1.0, "importance_weight": 1.0}))
     return out
