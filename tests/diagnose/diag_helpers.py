@@ -154,3 +154,88 @@ def simulate_shaped_run(kind: str, steps: int = 6, k: int = 4, max_tokens: int =
         out.append(rollout(run, t, "p0", 1.0, verified=True, meta={"generated_at_step": max(0, t - 1)},
                            signals={"replayed": 1.0, "staleness": 1.0, "importance_weight": 1.0}))
     return out
+
+
+def _solution(a: int, b: int, right: bool, detour: bool, long: bool) -> str:
+    s = a + b
+    lines = [f"We need {a} + {b}."]
+    if detour:
+        lines += [f"First try: {a} + {b} = {s + 10}.", f"Check: {s + 10} - {b} = {s + 10 - b}, not {a}. That was wrong."]
+    lines += [f"Ones: {a % 10} + {b % 10} = {a % 10 + b % 10}.", f"So {a} + {b} = {s if right else s - 1}."]
+    if long:
+        lines += [f"Let me double-check by counting up from {a}: " + ", ".join(str(a + i) for i in range(1, b + 1)) + "."]
+    lines.append(f"Answer: {s if right else s - 1}")
+    return "\n".join(lines)
+
+
+def showcase_store(path: Any, tokenizer_dir: str, steps: int = 10, prompts: int = 4, k: int = 4) -> Any:
+    """A store that looks like a short GRPO run on two-digit sums, for the browser test and the docs'
+    screenshots: real token ids from the tiny tokenizer saved in ``tokenizer_dir`` (recorded as the
+    store's model in ``sampling.model``), partial credit for a near miss, DAPO-style dropped groups
+    (``meta.trained``), a straggler now and then, one replayed copy per step and rule-judge audits
+    (with excluded detours) on some passing rollouts."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from gfcr.records import Audit, Span
+    from gfcr.store import RolloutStore
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    rng = random.Random(7)
+    store = RolloutStore.open(path, create=True)
+    rows: list[Rollout] = []
+    audits: list[Audit] = []
+    sums = [(rng.randint(10, 89), rng.randint(10, 89)) for _ in range(prompts * 3)]
+    for t in range(steps):
+        p_right = 0.3 + 0.5 * t / max(1, steps - 1)
+        for gi in range(prompts):
+            a, b = sums[(t * prompts + gi) % len(sums)]
+            user = f"Compute {a} + {b}. Work it out step by step, then finish with a final line 'Answer: N'."
+            chat = tok.apply_chat_template([{"role": "user", "content": user}], add_generation_prompt=True, tokenize=False)
+            prompt_ids = tok(chat, add_special_tokens=False)["input_ids"]
+            group_rows = []
+            for i in range(k):
+                right = rng.random() < p_right
+                detour = rng.random() < 0.4
+                long = gi == 0 and i == 0 and (t % 4 == 2 or t >= steps - 3)  # stragglers, more at the end
+                text = _solution(a, b, right, detour, long)
+                gen = tok(text + "<|im_end|>", add_special_tokens=False)["input_ids"]
+                ids = list(prompt_ids) + gen
+                role = [0] * len(prompt_ids) + [1] * len(gen)
+                lp = [0.0] * len(prompt_ids) + [-0.2 - 0.8 * rng.random() for _ in gen]
+                reward = 1.0 if right else (0.3 if detour else 0.0)  # partial credit for a worked check
+                group_rows.append(Rollout(
+                    run_id="grpo-sums", prompt_id=f"sum-{a}-{b}", group_id=f"sum-{a}-{b}@{t}", step=t, sample_index=i,
+                    task="arith", token_ids=np.asarray(ids, np.int32), token_role=np.asarray(role, np.uint8),
+                    logprobs=np.asarray(lp, np.float32), policy_version=f"s{t}",
+                    messages=[Message("user", user), Message("assistant", text)], reward=reward, verified=right,
+                    finish_reason="stop", verifier={"name": "numeric", "version": "1", "passed": right,
+                                                    "evidence": {"parsed": text.rsplit(" ", 1)[-1]}},
+                    sampling={"engine": "hf", "model": tokenizer_dir, "temperature": 0.7, "max_tokens": 256},
+                    signals={"entropy": 1.1 - 0.04 * t + 0.1 * rng.random()}))
+            rewards = [r.reward for r in group_rows]
+            mean = sum(rewards) / k
+            keep = max(rewards) - min(rewards) > 1e-9
+            for r in group_rows:
+                r.signals["advantage"] = r.reward - mean
+                r.meta = {"trained": keep}
+                if r.verified and "First try" in r.completion and len(audits) < 12:
+                    text = r.completion
+                    a0 = text.index("First try")
+                    a1 = text.index("That was wrong.") + len("That was wrong.") + 1
+                    mask = (np.asarray(r.token_role) == 1).astype(np.uint8)
+                    gen_idx = np.nonzero(mask)[0]
+                    cut = gen_idx[: max(1, int(len(gen_idx) * (a1 - a0) / max(1, len(text))))]
+                    mask[cut + 8] = 0
+                    audits.append(Audit(rollout_id=r.rollout_id, judge="arith-steps", judge_version="1", status="kept",
+                                        mask=mask, excluded=[Span(a0, a1, "corrected_mistake")],
+                                        ter=float(len(cut)) / len(gen_idx)))
+            rows += group_rows
+        src = rows[-1]
+        rows.append(Rollout(**{**src.__dict__, "rollout_id": f"replay-{t}", "step": t + 1 if t + 1 < steps else t,
+                               "signals": {"replayed": 1.0, "staleness": 1.0 + t % 3, "importance_weight": 0.9},
+                               "meta": {"generated_at_step": t}}))
+    store.append(rows)
+    store.upsert_audits(audits)
+    return store

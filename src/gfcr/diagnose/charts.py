@@ -31,6 +31,7 @@ MAX_X_LABELS = 12
 WIDTH, HEIGHT = 400, 250
 LEFT, RIGHT, BOTTOM = 58, 14, 40
 CHAR_W = 7.2  # approximate advance of a 13 px bold sans-serif glyph, for title wrapping
+LEGEND_CHAR_W = 6.0  # the same for an 11 px legend label
 
 
 def _e(x: object) -> str:
@@ -118,7 +119,8 @@ def _marker(kind: str, x: float, y: float, colour: str, tip: str) -> str:
     if kind == "cross":
         return (f'<path d="M{x - 3:.1f},{y - 3:.1f}L{x + 3:.1f},{y + 3:.1f}M{x - 3:.1f},{y + 3:.1f}L{x + 3:.1f},{y - 3:.1f}" '
                 f'stroke="{colour}" stroke-width="1.8">{t}</path>')
-    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}">{t}</circle>'
+    # the first series: a larger open ring, so a later series on the same values shows inside it
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="#fff" stroke="{colour}" stroke-width="1.8">{t}</circle>'
 
 
 def _fmt_value(v: float) -> str:
@@ -128,12 +130,14 @@ def _fmt_value(v: float) -> str:
 class _Frame:
     """Plot-area geometry and the axes of one chart (x: steps, y: values)."""
 
-    def __init__(self, title: str, x: np.ndarray, y_lo: float, y_hi: float, n_legend: int, integer_y: bool,
+    def __init__(self, title: str, x: np.ndarray, y_lo: float, y_hi: float, names: Sequence[str], integer_y: bool,
                  width: int = WIDTH, height: int = HEIGHT):
         self.title_lines = wrap(title, width - 12)
         self.width = width
         self.top = 10 + 16 * len(self.title_lines) + 6
-        self.legend_rows = math.ceil(n_legend / 2) if n_legend else 0
+        longest = max((len(n) for n in names), default=0)
+        self.legend_cols = 2 if longest * LEGEND_CHAR_W < (width - LEFT - 8) / 2 - 26 else 1
+        self.legend_rows = math.ceil(len(names) / self.legend_cols) if names else 0
         self.height = height + 16 * max(0, len(self.title_lines) - 1) + 15 * max(0, self.legend_rows - 1)
         self.pw = width - LEFT - RIGHT
         self.ph = self.height - self.top - BOTTOM - 15 * self.legend_rows
@@ -184,15 +188,16 @@ class _Frame:
         return out
 
     def legend(self, i: int, name: str, colour: str, dash: str, marker: str, bar: bool = False) -> str:
-        col_w = self.pw / 2
-        x = LEFT + (i % 2) * col_w
-        y = self.top + self.ph + BOTTOM + 15 * (i // 2)
+        cols = self.legend_cols
+        col_w = (self.width - LEFT - 8) / cols
+        x = LEFT + (i % cols) * col_w
+        y = self.top + self.ph + BOTTOM + 15 * (i // cols)
         if bar:
             sample = f'<rect x="{x:.1f}" y="{y - 8}" width="18" height="9" fill="{colour}"/>'
         else:
             sample = (f'<line x1="{x:.1f}" y1="{y - 4}" x2="{x + 18:.1f}" y2="{y - 4}" stroke="{colour}" stroke-width="2" '
                       f'stroke-dasharray="{dash}"/>' + _marker(marker, x + 9, y - 4, colour, ""))
-        label = name if len(name) * 6.2 < col_w - 26 else name[: int((col_w - 26) / 6.2) - 1] + "…"
+        label = name if len(name) * LEGEND_CHAR_W < col_w - 26 else name[: int((col_w - 26) / LEGEND_CHAR_W) - 1] + "…"
         return f'<g class="legend-item">{sample}<text x="{x + 23:.1f}" y="{y}" font-size="11">{_e(label)}<title>{_e(name)}</title></text></g>'
 
 
@@ -211,7 +216,7 @@ def line_chart(title: str, x: Sequence[float], series: dict[str, Sequence[float]
         return ""
     lo = min(float(finite.min()), 0.0) if y_range[0] is None else min(y_range[0], float(finite.min()))
     hi = float(finite.max()) if y_range[1] is None else max(y_range[1], float(finite.max()))
-    f = _Frame(title, xs, lo, hi, len(ys), integer_y)
+    f = _Frame(title, xs, lo, hi, list(ys), integer_y)
     out = f.open(title, y_label)
     show_markers = len(xs) <= 60
     for i, (name, v) in enumerate(ys.items()):
@@ -230,8 +235,9 @@ def line_chart(title: str, x: Sequence[float], series: dict[str, Sequence[float]
         for r in runs:
             if len(r) > 1:
                 pts = " ".join(f"{a:.1f},{b:.1f}" for a, b, _, _ in r)
-                g.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}" '
-                         f'stroke-linejoin="round" points="{pts}"/>')
+                width = 3.5 if i == 0 and len(ys) > 1 else 2  # a wide first line stays visible under the others
+                g.append(f'<polyline fill="none" stroke="{colour}" stroke-width="{width}" stroke-dasharray="{dash}" '
+                         f'stroke-linejoin="round" stroke-opacity="{0.8 if width > 2 else 1}" points="{pts}"/>')
             if show_markers or len(r) == 1:
                 g.extend(_marker(mk, a, b, colour, f"{name} · step {int(xv)}: {_fmt_value(yv)}") for a, b, xv, yv in r)
         g.append("</g>")
@@ -251,7 +257,7 @@ def stacked_bar_chart(title: str, x: Sequence[float], series: dict[str, Sequence
     totals = np.sum(list(ys.values()), axis=0)
     if not np.any(totals > 0):
         return ""
-    f = _Frame(title, xs, 0.0, float(totals.max()), len(ys), integer_y=True)
+    f = _Frame(title, xs, 0.0, float(totals.max()), list(ys), integer_y=True)
     out = f.open(title, y_label)
     gap = (f.pw - 16) / max(1, (f.x1 - f.x0)) if len(f.steps) > 1 else f.pw / 2
     bw = max(2.0, min(28.0, gap * 0.7))

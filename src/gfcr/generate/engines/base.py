@@ -37,10 +37,17 @@ class SamplingParams(BaseModel):
             raise ValueError("stop strings must be non-empty")
         return self
 
-    def to_record(self, engine: str) -> dict[str, Any]:
-        """The ``sampling`` JSON stored with each rollout."""
+    def to_record(self, engine: Any) -> dict[str, Any]:
+        """The ``sampling`` JSON stored with each rollout. ``engine``: its name, or the engine itself,
+        which also records the model it serves (``model``: the path or name its tokenizer loads from)."""
         d = self.model_dump()
-        d["engine"] = engine
+        if isinstance(engine, str):
+            d["engine"] = engine
+            return d
+        d["engine"] = getattr(engine, "name", type(engine).__name__)
+        model = getattr(engine, "model_name", None) or getattr(engine, "model", None)
+        if isinstance(model, str) and model:
+            d["model"] = model
         return d
 
 
