@@ -30,6 +30,14 @@ class TaskSource(Protocol):
     def prompts(self) -> list[Prompt]: ...
 
 
+class PoolTooSmall(ValueError):
+    """A task source holds fewer distinct prompts than asked for; ``prompts`` are all it has."""
+
+    def __init__(self, message: str, prompts: list[Prompt]):
+        super().__init__(message)
+        self.prompts = prompts
+
+
 class ListSource:
     """A task source over a fixed list of prompts (what every built-in factory returns)."""
 
@@ -64,4 +72,4 @@ def make_source(name: str, **kw: Any) -> TaskSource:
     return ListSource(name, list(out))
 
 
-__all__ = ["SOURCES", "ListSource", "TaskSource", "make_source"]
+__all__ = ["SOURCES", "ListSource", "PoolTooSmall", "TaskSource", "make_source"]
