@@ -252,7 +252,14 @@ def evaluate_model(
 def _eval_progress(enabled: bool) -> Any:
     """A rich progress bar on stderr (disabled: a no-op with the same methods)."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("prompts"), TimeElapsedColumn(), disable=not enabled, console=Console(stderr=True))

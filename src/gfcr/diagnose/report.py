@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
