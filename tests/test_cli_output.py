@@ -56,7 +56,7 @@ def test_eval_progress_goes_to_stderr(capsys):
 def test_store_query_is_readable_at_80_columns(monkeypatch):
     from rich.console import Console
 
-    from gfcr.store import cli as store_cli
+    from gfcr.cli import store as store_cli
 
     buf = io.StringIO()
     monkeypatch.setattr(store_cli, "console", Console(file=buf, width=80))

@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 from gfcr.diagnose.charts import line_chart, stacked_bar_chart
 from gfcr.diagnose.detectors import DetectorConfig, Finding, detect
 from gfcr.diagnose.metrics import MetricsConfig, by_run, step_metrics
-from gfcr.diagnose.spans import assistant_text, segments
+from gfcr.diagnose.spans import segments
+from gfcr.records import assistant_text
 
 CATEGORY_COLOURS = {
     "corrected_mistake": "#f4a3a3",

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from gfcr.diagnose.spans import assistant_text, segments
-from gfcr.records import FINISH_REASONS
+from gfcr.diagnose.spans import segments
+from gfcr.records import FINISH_REASONS, assistant_text
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8"}
