@@ -4,7 +4,9 @@ The commands are read from README.md's ```bash blocks when the tests run (not co
 README edit is checked as soon as it lands. Every command needs a rule in :data:`RULES`:
 
 * run here on tiny settings — the same command, in the same order, in one scratch folder, with a
-  tiny random model in place of the default one and small sizes (the rule lists the added flags);
+  tiny random model in place of the default one and small sizes (the rule lists the added flags;
+  ROSS gets a few solved rollouts added to the tiny RL run's store, which a random policy never
+  produces);
   servers (``gfcr serve``, ``gfcr view``) are started, probed, and stopped;
 * ``real`` — needs the real default model: runs as written in the slow set;
 * ``skip`` — only the installation lines and ``make test`` (which is this suite).
@@ -73,9 +75,9 @@ def _key(argv: list[str]) -> str:
 
 
 def _tiny_train() -> list[str]:
-    return ["--set", "model={tiny}", "--set", "steps=6", "--set", "generate.k=2", "--set", "generate.prompts_per_step=2",
+    return ["--set", "model={tiny}", "--set", "steps=3", "--set", "generate.k=2", "--set", "generate.prompts_per_step=2",
             "--set", "generate.max_tokens=6", "--set", "eval.before=false", "--set", "eval.after=false",
-            "--set", "checkpoint.every=2", "--set", "tensorboard=false"]
+            "--set", "checkpoint.every=3", "--set", "tensorboard=false"]
 
 
 #: rule key → ("skip" | "real", reason) or ("tiny", {"add": flags, "replace": {README word: tiny word}})
@@ -98,8 +100,9 @@ RULES: dict[str, tuple[str, object]] = {
                                        "--set", "evaluate.n_prompts=2", "--set", "evaluate.k=2", "--set", "evaluate.ks=[1,2]",
                                        "--set", "evaluate.max_tokens=6", "--set", "analyze.compatibility_prompts=2",
                                        "--set", "analyze.complementarity_prompts=2", "--set", "analyze.complementarity_k=2",
-                                       "--set", "analyze.max_tokens=6", "--set", "window.steps=[0,5]"],
-                               "replace": {"runs/RUN/checkpoints/step_000019": "runs/RUN/checkpoints/step_000005"}}),
+                                       "--set", "analyze.max_tokens=6", "--set", "window.steps=[0,3]"],
+                               "replace": {"runs/RUN/checkpoints/step_000019": "runs/RUN/checkpoints/step_000002"},
+                               "before": "add_solved_rollouts"}),
     "gfcr simulate": ("tiny", {}),
     "gfcr report": ("tiny", {}),
     "gfcr view": ("tiny", {"server": "/api/summary", "add": ["--port", "{port}"]}),
@@ -107,6 +110,35 @@ RULES: dict[str, tuple[str, object]] = {
 }
 #: how a later command reaches a server the README starts in the background
 SERVE_CONFIG = {"configs/arith-smollm2-serve.yaml": ["--set", "generate.engine_params.base_url=http://127.0.0.1:{port}/v1"]}
+
+
+def _add_solved_rollouts(store_path: Path, tokenizer_dir: str, n: int = 6) -> None:
+    """What a random tiny policy never produces: a few verified arithmetic rollouts (a slip, then the
+    fix, so the arith-steps judge has something to exclude), in the run's store, for ROSS to relearn."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from gfcr.records import Message, Prompt, Rollout
+    from gfcr.store import RolloutStore
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    store = RolloutStore.open(store_path)
+    run = store.scan(columns=["run_id"]).column("run_id")[0].as_py()
+    rows, prompts = [], []
+    for i in range(n):
+        a, b = i + 2, 7
+        q, text = f"What is {a} + {b}?", f"{a} + {b} = {a + b + 1}.\nOops. {a} + {b} = {a + b}.\nAnswer: {a + b}"
+        chat = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        ctx = tok(chat, add_special_tokens=False)["input_ids"]
+        gen = tok(text + "<|im_end|>", add_special_tokens=False)["input_ids"]
+        rows.append(Rollout(run_id=run, prompt_id=f"solved-{i}", group_id=f"solved-{i}@{i % 4}", step=i % 4, task="arith",
+                            token_ids=np.asarray(ctx + gen, np.int32), token_role=np.asarray([0] * len(ctx) + [1] * len(gen), np.uint8),
+                            logprobs=np.asarray([0.0] * len(ctx) + [-0.5] * len(gen), np.float32),
+                            messages=[Message("user", q), Message("assistant", text)], reward=1.0, verified=True,
+                            finish_reason="stop"))
+        prompts.append(Prompt(prompt_id=f"solved-{i}", task="arith", messages=[Message("user", q)], answer=str(a + b)))
+    store.upsert_prompts(prompts)
+    store.append(rows)
 
 
 def test_every_readme_command_has_a_rule():
@@ -191,6 +223,8 @@ def test_readme_commands_run_on_tiny_settings(tmp_path):
                 if _key(argv) == "gfcr train" and "--run-dir" not in argv:  # the first is the run ROSS reads
                     trains += 1
                     rule = {**rule, "add": [*rule.get("add", []), "--run-dir", "runs/RUN" if trains == 1 else f"runs/RUN-{trains}"]}
+                if rule.get("before") == "add_solved_rollouts":
+                    _add_solved_rollouts(work / "runs" / "RUN" / "store", subs["tiny"])
                 cmd = _argv(argv, rule, subs)
                 if "server" in rule:
                     p = subprocess.Popen(cmd, cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -199,7 +233,9 @@ def test_readme_commands_run_on_tiny_settings(tmp_path):
                     _wait(f"http://127.0.0.1:{subs['port']}{rule['server']}", p)
                     ran.append(" ".join(argv))
                     continue
+                t0 = time.perf_counter()
                 proc = subprocess.run(cmd, cwd=work, env=_env(), capture_output=True, text=True, timeout=600)
+                print(f"{time.perf_counter() - t0:6.1f} s  {' '.join(argv)}")  # the cost of each, with -s
                 assert proc.returncode == 0, f"README command failed: {' '.join(argv)}\n{proc.stderr[-3000:]}"
                 check = rule.get("check")
                 if check == "stdout_json":

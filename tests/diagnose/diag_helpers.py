@@ -224,13 +224,17 @@ def showcase_store(path: Any, tokenizer_dir: str, steps: int = 10, prompts: int 
                     text = r.completion
                     a0 = text.index("First try")
                     a1 = text.index("That was wrong.") + len("That was wrong.") + 1
+                    # supervised = generated tokens wholly outside the excluded characters (the ROSS rule)
                     mask = (np.asarray(r.token_role) == 1).astype(np.uint8)
                     gen_idx = np.nonzero(mask)[0]
-                    cut = gen_idx[: max(1, int(len(gen_idx) * (a1 - a0) / max(1, len(text))))]
-                    mask[cut + 8] = 0
+                    offsets = tok(text + "<|im_end|>", add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+                    for j, (c0, c1) in zip(gen_idx, offsets, strict=True):
+                        if c1 > a0 and c0 < a1:
+                            mask[j] = 0
+                    n_out = int((mask[gen_idx] == 0).sum())
                     audits.append(Audit(rollout_id=r.rollout_id, judge="arith-steps", judge_version="1", status="kept",
                                         mask=mask, excluded=[Span(a0, a1, "corrected_mistake")],
-                                        ter=float(len(cut)) / len(gen_idx)))
+                                        ter=n_out / len(gen_idx)))
             rows += group_rows
         src = rows[-1]
         rows.append(Rollout(**{**src.__dict__, "rollout_id": f"replay-{t}", "step": t + 1 if t + 1 < steps else t,

@@ -104,7 +104,7 @@ def _shot(page, tmp: Path, name: str, **kw) -> Path:
     out = tmp / f"{name}.png"
     page.screenshot(path=str(out), **kw)
     assert out.stat().st_size > 10_000
-    if os.environ.get("GFCR_DOCS_SCREENSHOTS") == "1":
+    if os.environ.get("GFCR_DOCS_SCREENSHOTS") == "1" and name in ("report", "viewer"):
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out, DOCS_IMG / f"{name}.png")
     return out
