@@ -70,9 +70,14 @@ def serve_cmd(
     batch_seeded: Annotated[bool, typer.Option(
         "--batch-seeded",
         help="Let seeded requests share calls too (faster for RL; same tokens only up to float rounding).")] = False,
+    max_n: Annotated[int, typer.Option("--max-n", min=1, help="Most samples (n) per request.")] = 64,
+    max_tokens: Annotated[int | None, typer.Option(
+        "--max-tokens", min=1, help="Most new tokens per sample a request may ask for (default: the context).")] = None,
+    max_logprobs: Annotated[int, typer.Option("--max-logprobs", min=0, help="Most top log-probs per token (as vLLM).")] = 20,
 ) -> None:
     """Serve a model over an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models)."""
     from gfcr.generate.serve import serve
+    from gfcr.generate.serve_api import ServeLimits
     from gfcr.models import resolve_model
 
     if allow_weight_updates and host not in ("127.0.0.1", "localhost", "::1") and not admin_token:
@@ -82,7 +87,8 @@ def serve_cmd(
         resolve_model(model)  # a missing model folder is named before anything starts
     serve(model, host=host, port=port, model_name=name, device=device,
           allow_weight_updates=allow_weight_updates, admin_token=admin_token,
-          max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded)
+          max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded,
+          limits=ServeLimits(max_n=max_n, max_tokens=max_tokens, max_logprobs=max_logprobs))
 
 
 def register(app: typer.Typer) -> None:

@@ -72,7 +72,8 @@ def view(
         loopback = host == "localhost"
     if not loopback:
         typer.echo(f"warning: listening on {host}: anyone who can reach it can read every rollout in {store}", err=True)
-    app = create_app(store, tokenizer=tokenizer)
+    app = create_app(store, tokenizer=tokenizer,
+                     allowed_hosts=sorted({"localhost", "127.0.0.1", "::1", host}) if loopback else None)
     typer.echo(f"gfcr viewer on http://{host}:{port}/ (Ctrl-C to stop)")
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

@@ -149,10 +149,12 @@ def prompt_text(messages: list[dict[str, Any]], limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def create_app(store_path: str | Path, tokenizer: Any | None = None) -> Any:
+def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hosts: list[str] | None = None) -> Any:
     """The FastAPI app over the store at ``store_path`` (which must exist). ``tokenizer``: an HF
     tokenizer, or a path/name to load one from; None decodes with the store's own model when it
-    records one (:func:`resolve_tokenizer`)."""
+    records one (:func:`resolve_tokenizer`). ``allowed_hosts``: the only ``Host`` header names
+    answered (``gfcr view`` passes the loopback names on a loopback bind, against DNS rebinding);
+    None answers any."""
     from fastapi import FastAPI, HTTPException, Query
     from fastapi.responses import JSONResponse, Response
 
@@ -163,6 +165,11 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None) -> Any:
     tok, tok_info = resolve_tokenizer(store, tokenizer)
 
     app = FastAPI(title="gfcr viewer", docs_url=None, redoc_url=None, openapi_url=None)
+    if allowed_hosts is not None:
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=[h.strip("[]") for h in allowed_hosts] +
+                           [f"[{h.strip('[]')}]" for h in allowed_hosts if ":" in h])
 
     @app.middleware("http")
     async def _headers(request: Any, call_next: Any) -> Any:
