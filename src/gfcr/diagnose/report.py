@@ -71,7 +71,7 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;padding:20px 24px;color:#222;max-width:1280px}
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f5f5f5}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee;background:#fff;max-width:100%;height:auto}
+th{background:#f5f5f5}.charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}.chart{border:1px solid #eee;background:#fff;max-width:100%;height:auto}
 .scroll{overflow:auto;max-width:100%;max-height:480px;border:1px solid #ddd}.scroll table{margin:0}
 .scroll th{position:sticky;top:0}#metrics td{text-align:right;white-space:nowrap}#metrics td:first-child{text-align:left}
 .finding{border-left:4px solid #f0ad4e;padding:6px 10px;margin:8px 0;background:#fffaf0}
