@@ -94,7 +94,8 @@ RULES: dict[str, tuple[str, object]] = {
     "gfcr generate": ("tiny", {"add": ["--model", "{tiny}", "--n", "4", "--max-tokens", "8"], "check": "stdout_json"}),
     "gfcr verify": ("tiny", {}),
     "gfcr train": ("tiny", {"add": [*_tiny_train(), "--no-progress"]}),
-    "gfcr serve": ("tiny", {"server": "/v1/models", "add": ["--model", "{tiny}", "--port", "{port}"]}),
+    # served under the name the README's serve config asks for ('default', the real model's name)
+    "gfcr serve": ("tiny", {"server": "/v1/models", "add": ["--model", "{tiny}", "--name", "default", "--port", "{port}"]}),
     "gfcr eval": ("real", "its point is the default model: pass@k of SmolLM2-135M on held-out arithmetic"),
     "gfcr ross run": ("tiny", {"add": ["--set", "base_model={tiny}", "--set", "train.epochs=1", "--set", "train.batch_size=4",
                                        "--set", "evaluate.n_prompts=2", "--set", "evaluate.k=2", "--set", "evaluate.ks=[1,2]",
