@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
+from gfcr.config import StrictModel
 from gfcr.records import Prompt
 
 
@@ -62,6 +64,17 @@ def bootstrap_ci(
     means = v[idx].mean(axis=1)
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return (float(lo), float(hi))
+
+
+class EvalConfig(StrictModel):
+    """How held-out evaluation samples: the one eval vocabulary. ``gfcr train``'s ``eval:`` and
+    ROSS's ``evaluate:`` sections extend it (when to evaluate; which prompts), and ``gfcr eval``'s
+    flags are checked through it."""
+
+    k: int = Field(4, ge=0, description="Samples per prompt for pass@k / avg@k (0 = greedy only).")
+    greedy: bool = Field(True, description="Also compute greedy pass@1.")
+    max_tokens: int | None = Field(None, ge=1, description="New tokens per eval sample (None: the run's generation length).")
+    temperature: float = Field(0.7, gt=0.0, description="Sampling temperature for pass@k.")
 
 
 @dataclass

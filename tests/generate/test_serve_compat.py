@@ -287,3 +287,14 @@ def test_openai_engine_reads_top_logprobs_and_error_messages(server, tiny):
         np.testing.assert_allclose(got.top_logprobs, want.top_logprobs, atol=1e-5)
     with pytest.raises(OpenAIEngineError, match="The model `other` does not exist"):
         OpenAIEngine(url, "other", max_retries=0).generate([GenRequest(prompt_ids=ids)])
+
+
+def test_stream_many_prompts_times_n_matches_unstreamed(client):
+    kw = dict(model="tiny", prompt=["The quick", "Numbers: 1 2"], n=2, max_tokens=10, temperature=1.0, seed=21)
+    full = client.completions.create(**kw)
+    got: dict[int, str] = {}
+    for ch in client.completions.create(**kw, stream=True):
+        for c in ch.choices:
+            got[c.index] = got.get(c.index, "") + c.text
+    assert sorted(got) == [0, 1, 2, 3]
+    assert [got[i] for i in range(4)] == [c.text for c in sorted(full.choices, key=lambda c: c.index)]

@@ -119,7 +119,10 @@ class _Server:
         self.closing = False
 
     def decode(self, ids: Any) -> str:
-        return self.tok.decode([int(t) for t in ids], skip_special_tokens=True)
+        """The text of ``ids``, without special tokens and without the tokenizer's space clean-up (which
+        would make the text of a prefix differ from a prefix of the text, as " '" → "'s"; vLLM's
+        incremental detokenizer does not clean up either)."""
+        return self.tok.decode([int(t) for t in ids], skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
     def text_of(self, r: GenResult, stop: list[str]) -> str:
         return cut_at_stop(self.decode(r.token_ids), stop)

@@ -120,7 +120,7 @@ def compatibility(current: Any, tokenizer: Any, historical: Sequence[Rollout], p
     """Mean token NLL under ``current`` of: historical outputs, fresh ``current`` outputs and
     ``other``'s outputs (a model or None) on ``prompts``. Lower = closer to the current policy."""
     from gfcr.generate.engines.hf import HFEngine
-    from gfcr.ross.sft import mean_token_nll
+    from gfcr.train.sft import mean_token_nll
 
     pad = tokenizer.pad_token_id
     out: dict[str, Any] = {"historical": mean_token_nll(current, rows_from_rollouts(historical), pad).__dict__}

@@ -5,16 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
+from gfcr.config import StrictModel as _Strict
 from gfcr.config import load_config_model
+from gfcr.evaluate import EvalConfig
 
 VARIANTS = ("positive_sft", "ross_nomask", "ross", "ross_from_base")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class WindowConfig(_Strict):
@@ -26,7 +24,9 @@ class WindowConfig(_Strict):
     limit: int | None = Field(None, ge=1, description="At most this many rollouts (oldest step first).")
 
 
-class JudgeConfig(_Strict):
+class AuditJudgeConfig(_Strict):
+    """Which judge audits (the ``llm`` judge calls the Filter room's :class:`gfcr.filters.judge.JudgeClient`)."""
+
     name: Literal["arith-steps", "keep-all", "llm"] = Field("arith-steps", description="Judge for the ROSS audit.")
     base_url: str | None = Field(None, description="llm judge: OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
     model: str | None = Field(None, description="llm judge: served model name.")
@@ -60,7 +60,9 @@ class SFTConfig(_Strict):
                                 "of its own).")
 
 
-class EvalConfig(_Strict):
+class RossEvalConfig(EvalConfig):
+    """Which held-out prompts, plus the shared eval sampling (ROSS's defaults: k 8, 96 new tokens)."""
+
     source: Literal["store", "arith"] = Field(
         "store", description="Held-out prompts from the store (by split) or freshly generated arith prompts.")
     split: str = Field("test", description="Split of the held-out prompts.")
@@ -105,10 +107,10 @@ class RossConfig(_Strict):
         default_factory=lambda: ["positive_sft", "ross_nomask", "ross"],
         description="Models to train: positive-rollout SFT, ROSS w/o mask, ROSS, ROSS initialised from base.")
     window: WindowConfig = Field(default_factory=WindowConfig, description="Which rollouts to relearn.")
-    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The audit judge.")
+    judge: AuditJudgeConfig = Field(default_factory=AuditJudgeConfig, description="The audit judge.")
     build: BuildConfig = Field(default_factory=BuildConfig, description="Dataset building.")
     train: SFTConfig = Field(default_factory=SFTConfig, description="Masked SFT.")
-    evaluate: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    evaluate: RossEvalConfig = Field(default_factory=RossEvalConfig, description="Held-out evaluation.")
     analyze: AnalyzeConfig = Field(default_factory=AnalyzeConfig, description="Analyses.")
     stages: list[Literal["select", "audit", "build", "train", "evaluate", "analyze"]] = Field(
         default_factory=lambda: ["select", "audit", "build", "train", "evaluate", "analyze"],

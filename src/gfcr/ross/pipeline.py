@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gfcr import config
 from gfcr.ross.config import RossConfig
 
 DATASET_OF = {"positive_sft": ("keep-all", False), "ross_nomask": ("judge", True), "ross": ("judge", False),
@@ -38,10 +37,9 @@ class RossRun:
 
 
 def new_run_dir(cfg: RossConfig) -> Path:
-    """A fresh folder under ``cfg.out_dir`` (runs never overwrite each other)."""
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    d = Path(cfg.out_dir) / f"ross-{stamp}-{secrets.token_hex(2)}"
-    d.mkdir(parents=True, exist_ok=False)
+    """A fresh folder ``out_dir/ross-YYYYmmdd-HHMMSS[-n]`` (runs never overwrite each other) with
+    the resolved config in ``config.json``."""
+    d = config.new_run_dir(cfg.out_dir, "ross")
     (d / "config.json").write_text(cfg.model_dump_json(indent=2))
     return d
 
@@ -135,7 +133,7 @@ def stage_build(cfg: RossConfig, store: Any, run_dir: Path) -> dict[str, Any]:
 def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool = False) -> dict[str, Any]:
     """Masked SFT of each variant into ``run_dir/models/<variant>``."""
     from gfcr.ross.build import load_dataset_rows
-    from gfcr.ross.sft import train_masked_sft
+    from gfcr.train.sft import train_masked_sft
 
     out = {}
     t = cfg.train
