@@ -126,7 +126,7 @@ def simulate_shaped_run(kind: str, steps: int = 6, k: int = 4, max_tokens: int =
     ``length``: ShorterBetter's ``1[verified] − β·|len − SOL|`` with a 0.1 format bonus. GRPO
     advantages, steady entropy, lengths that vary but have no tail, one fresh replayed copy a step.
     """
-    from gfcr.control.groups import ShorterBetter
+    from gfcr.filters.reward import ShorterBetter
     from gfcr.filters.signals import dapo_overlong_penalty, grpo_advantages
     from gfcr.filters.verifiers import coderl_reward
 
