@@ -345,6 +345,12 @@ class Rollout:
         return self
 
 
+def accuracy(r: Rollout) -> float:
+    """What Control decides on: 1.0 / 0.0 from the verdict (``verified``); the reward when a rollout
+    has no verdict. Example: verified True, reward 0.6 (shaped) → 1.0; verified None, reward 0.5 → 0.5."""
+    return float(r.verified) if r.verified is not None else float(r.reward)
+
+
 @dataclass
 class Prompt:
     """A task instance: the prompt, its gold answer or tests, and its Control state."""

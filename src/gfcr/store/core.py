@@ -210,9 +210,13 @@ class RolloutStore:
             found.update(t.column(0).to_pylist())
         return found
 
-    def append(self, records: Iterable[Rollout] | pa.Table, source: str = "append") -> int:
+    def append(self, records: Iterable[Rollout] | pa.Table, source: str = "append", check_existing: bool = True) -> int:
         """Append rollouts as one commit. Rejects duplicate ``rollout_id``s (within the batch or
-        against the store) before writing anything. Returns the number of rows written."""
+        against the store) before writing anything. Returns the number of rows written.
+
+        ``check_existing=False`` skips the look-up against stored ids (a scan whose cost grows with
+        the table) for writers whose ids are fresh by construction (random uuids), e.g. the live
+        recorders; duplicates within the batch are still refused."""
         self._writable()
         table = self._as_rollout_table(records, source)
         if table.num_rows == 0:
@@ -222,7 +226,7 @@ class RolloutStore:
             vc = pc.value_counts(ids)
             dup = next(x["values"].as_py() for x in vc if x["counts"].as_py() > 1)
             raise StoreError(f"duplicate rollout_id {dup!r} within the batch; nothing was written")
-        clash = self.existing_ids(ids.to_pylist())
+        clash = self.existing_ids(ids.to_pylist()) if check_existing else set()
         if clash:
             raise StoreError(
                 f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
