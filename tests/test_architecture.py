@@ -59,10 +59,8 @@ MAX_FUNCTION_LINES, FUNCTION_CEILING = 80, 100
 
 #: modules over the ceiling, and why
 LONG_MODULES = {
-    "train/loop.py": "being split into stage modules (the loop's composition is being rewritten)",
     "store/importers.py": "being split into one module per framework under store/importers/",
     "records.py": "the records, their Arrow schemas, conversions and validation: the schema's one source of truth",
-    "generate/topologies.py": "its tree maths is moving out to the Filter room (TreeRL advantages)",
 }
 
 #: functions over the ceiling (file, name), and why
