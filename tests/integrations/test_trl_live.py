@@ -137,3 +137,58 @@ def test_recorder_kept_off_the_training_thread(run):
     assert rec.writer.stats["steps"] == 2 and rec.writer.stats["rows"] == 16
     assert rec.writer._thread is not None and not rec.writer._thread.is_alive()  # closed at train end
     assert rec.capture_s < rec.writer.stats["write_s"]  # the training thread only copies and queues
+
+
+def test_tool_turns_and_sampling_logprobs_from_a_rollout_func(tmp_path):
+    """A multi-turn rollout (TRL's rollout_func with an env_mask over tool-output tokens, and the
+    engine's own log-probs): the store keeps the tool tokens as context and the engine log-probs."""
+    rng = np.random.default_rng(0)
+    returned = []
+
+    def rollout_func(prompts, trainer):
+        tok = trainer.processing_class
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": []}
+        tool = tok("<tool>calculator: 6 * 7</tool> <result>42</result>", add_special_tokens=False)["input_ids"]
+        for p in prompts:
+            text = tok.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            a = rng.integers(10, 300, 3).tolist()
+            b = rng.integers(10, 300, int(rng.integers(1, 4))).tolist() + [tok.eos_token_id]
+            comp = a + tool + b
+            out["prompt_ids"].append(ids)
+            out["completion_ids"].append(comp)
+            out["env_mask"].append([1] * len(a) + [0] * len(tool) + [1] * len(b))
+            out["logprobs"].append((-rng.random(len(comp)) * 3).astype(np.float32).tolist())
+        returned.append(out)
+        return out
+
+    store = RolloutStore.open(tmp_path / "store", create=True)
+    trainer = make_trainer(str(tmp_path / "out"), [reward_function("format", pattern="42")], max_steps=2)
+    trainer.rollout_func = rollout_func  # what GRPOTrainer(rollout_func=...) sets
+    TRLRecorder(store, "tools").attach(trainer)
+    seen = []
+    compute_loss = trainer.compute_loss
+
+    def spy(model, inputs, *a, **kw):
+        seen.append((inputs["tool_mask"] * inputs["completion_mask"]).clone())
+        return compute_loss(model, inputs, *a, **kw)
+
+    trainer.compute_loss = spy
+    trainer.train()
+    rows = store.rollouts(run="tools")
+    assert len(rows) == 8 and len(seen) == 2
+    flat = [(list(c), list(m), list(lp)) for o in returned
+            for c, m, lp in zip(o["completion_ids"], o["env_mask"], o["logprobs"], strict=True)]
+    for r in rows:
+        match = [f for f in flat if r.token_ids[-len(f[0]):].tolist() == f[0]]
+        assert match, "a stored rollout does not end with a completion the rollout_func returned"
+        comp, mask, lp = match[0]
+        k = len(comp)
+        assert r.token_role[-k:].tolist() == mask and (r.token_role[:-k] == 0).all()
+        want = np.where(np.array(mask) == 1, np.array(lp, np.float32), 0).astype(np.float32)
+        np.testing.assert_array_equal(r.logprobs[-k:], want)
+        assert r.meta["logprobs_from"] == "sampling" and r.finish_reason == "stop"
+        assert r.cost.gen_tokens == sum(mask)
+    # the loss mask TRL trained with covers exactly the stored model tokens, row for row
+    trained = Counter(int(m.sum()) for t in seen for m in t)
+    assert trained == Counter(int(r.token_role.sum()) for r in rows)

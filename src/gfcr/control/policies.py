@@ -69,6 +69,8 @@ class Collected:
 
 
 class GroupPolicy(Protocol):
+    decide: Callable[[Rollout], float]  # what its decisions read (the loop's selector observes the same)
+
     def collect(self, sampler: Sampler, n_prompts: int, k: int) -> Collected: ...
 
     def observe(self, generated: Sequence[Group]) -> None: ...

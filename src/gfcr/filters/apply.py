@@ -15,7 +15,7 @@ from typing import Any
 
 from gfcr.records import Prompt, Rollout
 
-from .verifiers import Verdict, Verifier, get_verifier
+from .verifiers import Verdict, Verifier, get_verifier, stated_answer_format
 
 
 def verdict_record(verifier: Verifier, verdict: Verdict) -> dict[str, Any]:
@@ -33,8 +33,11 @@ def verdict_record(verifier: Verifier, verdict: Verdict) -> dict[str, Any]:
 def verify_rollout(rollout: Rollout, verifier: Verifier, prompt: Prompt | None = None) -> Rollout:
     """A copy of ``rollout`` with reward, verified and verifier evidence from ``verifier``.
 
-    ``prompt`` supplies the gold ``answer`` and ``tests`` (None: the verifier judges without them,
-    which most verifiers answer with ``passed=None``). The input rollout is not modified.
+    ``prompt`` supplies the gold ``answer``, ``tests`` and the answer format the task states
+    (:func:`~gfcr.filters.verifiers.stated_answer_format`; None: the verifier judges without them,
+    which most verifiers answer with ``passed=None``). The rollout goes along as context, so a
+    truncated generation (``finish_reason`` length/abort) is not verified unless the verifier's
+    config allows it. The input rollout is not modified.
     """
     if prompt is not None and prompt.prompt_id != rollout.prompt_id:
         raise ValueError(f"prompt {prompt.prompt_id!r} does not belong to rollout {rollout.rollout_id!r} "
@@ -44,6 +47,7 @@ def verify_rollout(rollout: Rollout, verifier: Verifier, prompt: Prompt | None =
         answer=None if prompt is None else prompt.answer,
         tests=None if prompt is None else prompt.tests,
         rollout=rollout,
+        answer_format=stated_answer_format(prompt),
     )
     out = copy.copy(rollout)
     out.signals = dict(rollout.signals)
@@ -87,10 +91,11 @@ def verify_many(
             return [one(r) for r in rs]
         with ThreadPoolExecutor(workers) as ex:
             return list(ex.map(one, rs))
+    from rich.console import Console
     from rich.progress import Progress
 
     out: list[Rollout] = []
-    with Progress(transient=True) as bar, ThreadPoolExecutor(workers) as ex:
+    with Progress(transient=True, console=Console(stderr=True)) as bar, ThreadPoolExecutor(workers) as ex:
         task = bar.add_task(f"verify ({v.name})", total=len(rs))
         for r in ex.map(one, rs):
             out.append(r)

@@ -15,8 +15,9 @@ budget is spent. Each step runs the named stages:
     -> control -> observe -> update (learning rule)
 
 Controls (``StrategyConfig.control``): ``none`` (train on every group); ``dynamic_sampling``
-(DAPO, via :class:`~gfcr.control.groups.DynamicSampling`); ``ar3po`` (staged sampling, then the
-real :class:`~gfcr.replay.buffers.AR3PO` buffer); ``adaptive_k`` (:class:`~gfcr.control.groups.AdaptiveK`
+(DAPO, via :class:`~gfcr.control.groups.DynamicSampling`); ``ar3po`` (the ``ar3po`` group policy
+of :mod:`gfcr.control.policies` over a simulator sampler, then the real
+:class:`~gfcr.replay.buffers.AR3PO` buffer); ``adaptive_k`` (:class:`~gfcr.control.groups.AdaptiveK`
 splits the batch's B·G responses by each prompt's Beta posterior); ``repo`` and ``exgrpo`` (the
 real :class:`~gfcr.replay.buffers.RePO` / :class:`~gfcr.replay.buffers.ExGRPO` buffers). The replay
 controls build minimal rollout records and assemble the batch with the same calls as
@@ -364,29 +365,18 @@ class _Run:
         return _Trained(np.array(idx, dtype=np.int64), np.array(q), np.array(w), train_tokens, n_gen, n_rep)
 
     def step_ar3po(self) -> _Trained:
-        """Staged sampling (a prompt stops at its first correct response), then the AR3PO buffer's mix:
-        an all-wrong group gets a cached correct response."""
-        strat = self.strat
-        idx = self.select(self.cfg.train_prompts)
-        rw_all: list[list[float]] = [[] for _ in idx]
-        ln_all: list[list[int]] = [[] for _ in idx]
-        todo = np.arange(idx.size)
-        for _ in range(strat.stages):
-            if todo.size == 0:
-                break
-            rw, ln = self.gen(idx[todo], strat.per_stage)
-            for j, t in enumerate(todo.tolist()):
-                rw_all[t].extend(rw[j].tolist())
-                ln_all[t].extend(ln[j].tolist())
-            todo = np.array([t for t in todo.tolist() if max(rw_all[t]) < 1.0], dtype=np.int64)
-        groups = []
-        for t, i in enumerate(idx.tolist()):
-            r = np.array(rw_all[t])
-            self.observe(np.array([i]), r[None, :])
-            self.count_groups(np.array([r.std() == 0]))
-            groups += self.rollouts_grouped(np.array([i]), r[None, :], np.array(ln_all[t])[None, :], f"s{t}")
-        tr = self.trained(self.assemble(groups), int(sum(map(sum, ln_all))))
-        self.buffer.add([x for g in groups for x in g])
+        """AR3PO through the loop's protocols: the ``ar3po`` group policy (staged sampling, a prompt
+        stops at its first correct response) drives a :class:`_SimSampler`, then the AR3PO buffer's
+        mix gives an all-wrong group a cached correct response."""
+        from gfcr.control.policies import make_group_policy
+
+        policy = make_group_policy("ar3po", stages=self.strat.stages, per_stage=self.strat.per_stage)
+        col = policy.collect(_SimSampler(self), self.cfg.train_prompts, self.strat.per_stage)
+        for g in col.generated:
+            self.observe(np.array([self.index[g[0].prompt_id]]), np.array([[x.reward for x in g]]))
+        self.count_groups(np.array([np.std([x.reward for x in g]) == 0 for g in col.generated]))
+        tr = self.trained(self.assemble(col.kept), sum(x.cost.gen_tokens for g in col.generated for x in g))
+        self.buffer.add([x for g in col.kept for x in g])
         return tr
 
     def step_repo(self) -> _Trained:
@@ -450,6 +440,27 @@ class _Run:
         self.count_groups(zv)
         q = n_ok / k
         return _Trained(idx[~zv], q[~zv], np.ones(int((~zv).sum())), int(ln[used].sum()), int(k[~zv].sum()))
+
+
+class _SimSampler:
+    """The :class:`~gfcr.control.policies.Sampler` a group policy drives in the simulator: the run's
+    selector, and one generation round of the world as minimal rollout records."""
+
+    def __init__(self, run: _Run):
+        self.run, self.rounds = run, 0
+
+    def select(self, n: int) -> list[str]:
+        return [self.run.world.prompt_ids[i] for i in self.run.select(n).tolist()]
+
+    def generate(self, prompt_ids: Sequence[str], sizes: Any) -> list[list[Rollout]]:
+        run, out = self.run, []
+        for k in sorted({sizes[p] for p in prompt_ids}):
+            ids = [p for p in prompt_ids if sizes[p] == k]
+            idx = np.array([run.index[p] for p in ids], dtype=np.int64)
+            rw, ln = run.gen(idx, k)
+            out += run.rollouts_grouped(idx, rw, ln, f"r{self.rounds}k{k}-")
+        self.rounds += 1
+        return out
 
 
 def run_strategy(cfg: SimConfig, strat: StrategyConfig) -> dict[str, Any]:

@@ -231,8 +231,17 @@ class RolloutStore:
             raise StoreError(
                 f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
             )
+        self._allow_nulls(table)
         self._append("rollouts", table)
         return table.num_rows
+
+    def _allow_nulls(self, table: pa.Table) -> None:
+        """Stores created before a rollout field became nullable (``finish_reason``: null = not
+        recorded by the source) get that field relaxed, once, before the first null is written."""
+        ds = self.dataset("rollouts")
+        for f in ROLLOUT_SCHEMA:
+            if f.nullable and table.column(f.name).null_count and not ds.schema.field(f.name).nullable:
+                _retry(lambda f=f: lance.dataset(self._uri("rollouts")).alter_columns({"path": f.name, "nullable": True}))
 
     def update(self, records: Iterable[Rollout] | pa.Table) -> int:
         """Replace stored rollouts that have the same ``rollout_id`` (a new version; the old rows stay

@@ -200,12 +200,13 @@ def evaluate_policy(t: Any) -> Any:
     run is evaluated on the same env episodes it trains on (same env, ``max_turns``, ``obs_role``,
     and ``verify.reward_source`` deciding what counts as solved): :func:`gfcr.evaluate.evaluate_episodes`."""
     from gfcr.evaluate import evaluate_episodes, evaluate_model
+    from gfcr.filters.verifiers import stated_answer_format
 
     e, g = t.cfg.eval, t.cfg.generate
     verifier = t.verifier
 
     def verify(p: Prompt, text: str) -> bool:
-        return bool(verifier.verify(text, answer=p.answer, tests=p.tests).passed)
+        return bool(verifier.verify(text, answer=p.answer, tests=p.tests, answer_format=stated_answer_format(p)).passed)
 
     verify.__name__ = t.cfg.verify.verifier
     max_tokens = e.max_tokens or g.max_tokens
