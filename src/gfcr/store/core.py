@@ -76,6 +76,17 @@ T = TypeVar("T")
 AUTO_COMPACT = 8
 
 
+_SESSION: list[Any] = []
+
+
+def _session() -> Any:
+    """One Lance session per process: the file metadata (page tables) it caches is read once, not
+    on every open (a store opens its dataset afresh for each call to see other writers' commits)."""
+    if not _SESSION:
+        _SESSION.append(lance.Session() if hasattr(lance, "Session") else None)
+    return _SESSION[0]
+
+
 class StoreError(RuntimeError):
     """A store operation was refused; the message says why and what to do. Nothing was written."""
 
@@ -181,9 +192,8 @@ class RolloutStore:
         """The Lance dataset of table ``name`` at the pinned (or latest) version."""
         if name not in TABLES:
             raise StoreError(f"unknown table {name!r}; tables are {sorted(TABLES)}")
-        if self._pinned is not None:
-            return lance.dataset(self._uri(name), version=self._pinned[name])
-        return lance.dataset(self._uri(name))
+        version = self._pinned[name] if self._pinned is not None else None
+        return lance.dataset(self._uri(name), version=version, session=_session())
 
     @property
     def read_only(self) -> bool:
