@@ -69,7 +69,19 @@ def resolve_model(name_or_path: str | None = None) -> str:
         if not p.is_dir() or not (p / "config.json").exists():
             raise ModelError(f"{p} is not an HF model directory (no config.json); pass a directory written by save_pretrained")
         return str(p.resolve())
+    if _looks_local(str(name_or_path)):
+        raise ModelError(f"model folder {name_or_path} does not exist; pass an HF model directory, an HF hub name "
+                         "('org/name') or 'default'")
     return str(name_or_path)
+
+
+def _looks_local(name: str) -> bool:
+    """Whether a missing ``name`` is meant as a local path rather than an HF hub name ``org/name``:
+    it starts like a path (``/``, ``.``, ``~``), has more than one ``/``, or its first part is an
+    existing local folder."""
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name:
+        return True
+    return "/" in name and Path(name).parent.is_dir()
 
 
 @contextlib.contextmanager

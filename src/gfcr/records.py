@@ -198,6 +198,32 @@ class Message:
         return cls(role=str(m["role"]), content=str(m.get("content") or ""), tool_calls=tc, name=m.get("name"))
 
 
+def assistant_text_ranges(messages: Iterable[Message | dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
+    """The *assistant text* and each assistant message's char range ``[a, b)`` in it.
+
+    The assistant text is the contents of the assistant messages joined by ``"\\n"``: the text a
+    ROSS judge audits, that audit spans index into (``Span.start``/``end``), that the report and
+    the viewer colour, and that ``Rollout.completion`` returns. Messages may be ``Message`` objects
+    or dicts (rows read from the store). Example: user "q", assistant "ab", tool "r", assistant
+    "c" → ``("ab\\nc", [(0, 2), (3, 4)])``.
+    """
+    parts = []
+    for m in messages:
+        role = m["role"] if isinstance(m, dict) else m.role
+        if role == "assistant":
+            parts.append((m["content"] if isinstance(m, dict) else m.content) or "")
+    ranges, pos = [], 0
+    for p in parts:
+        ranges.append((pos, pos + len(p)))
+        pos += len(p) + 1
+    return "\n".join(parts), ranges
+
+
+def assistant_text(messages: Iterable[Message | dict[str, Any]]) -> str:
+    """The assistant text of :func:`assistant_text_ranges` (without the ranges)."""
+    return assistant_text_ranges(messages)[0]
+
+
 @dataclass
 class Cost:
     prompt_tokens: int = 0
@@ -264,8 +290,8 @@ class Rollout:
 
     @property
     def completion(self) -> str:
-        """Text of the assistant turns (the last one for single-turn rollouts)."""
-        return "\n".join(m.content for m in self.messages if m.role == "assistant")
+        """The assistant text (:func:`assistant_text`; the one answer of a single-turn rollout)."""
+        return assistant_text(self.messages)
 
     def validate(self) -> Rollout:
         rid = self.rollout_id

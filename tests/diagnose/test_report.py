@@ -110,19 +110,16 @@ def test_cli_report(store, tmp_path):
     res = CliRunner().invoke(app, ["report", str(s.path), "--out", str(tmp_path / "b.html"), "--config", str(bad)])
     assert res.exit_code != 0 and not (tmp_path / "b.html").exists()
     res = CliRunner().invoke(app, ["report", str(tmp_path / "nostore"), "--out", str(tmp_path / "c.html")])
-    assert res.exit_code == 1 and "no gfcr store" in res.output
+    assert res.exit_code == 2 and "no gfcr store" in res.output
 
 
 def test_demo_stage_writes_report_and_prints_path(store, tmp_path):
-    from types import SimpleNamespace
-
-    from gfcr.diagnose.demo import report_stage
+    from gfcr.demo import Demo, stage_report
 
     s, _, _ = store
     printed: list[str] = []
-    ctx = SimpleNamespace(store_path=s.path, run_dir=tmp_path / "run", outputs={},
-                          console=SimpleNamespace(print=printed.append))
-    report_stage(ctx)
-    path = ctx.outputs["report"]
+    d = Demo(cfg=None, full=False, store_path=s.path, run_dir=tmp_path / "run")
+    stage_report(d, printed.append)
+    path = d.outputs["report"]
     assert path.exists() and path.read_text().startswith("<!DOCTYPE html>")
     assert str(path.resolve()) in printed[-1]

@@ -173,7 +173,7 @@ def test_a_bad_request_fails_alone(tok, model):
     with serve_in_thread(eng, model_name="tiny", batch_wait_ms=300) as url:
         resps = _together(url, bodies)
     assert [r.status_code for r in resps] == [200] * 4 + [400, 400]
-    assert "poisoned prompt" in resps[4].json()["detail"] and "token ids must lie" in resps[5].json()["detail"]
+    assert "poisoned prompt" in resps[4].json()["error"]["message"] and "token ids must lie" in resps[5].json()["error"]["message"]
     assert any(len(c) > 1 and any(r.prompt_ids[0] == POISON for r in c) for c in eng.calls)  # it did share a call
     for ids, resp in zip(good, resps[:4], strict=True):
         want = direct.generate([GenRequest(prompt_ids=ids, params=SamplingParams(temperature=0.0, max_tokens=8))])[0][0]

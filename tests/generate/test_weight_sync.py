@@ -166,12 +166,12 @@ def test_weights_route_is_off_by_default_and_guarded(tok, tmp_path):
         bad = tmp_path / "bad.safetensors"
         bad.write_bytes(b"junk" * 10)
         r = httpx.post(root + WEIGHTS_ROUTE, json={"path": str(bad)}, headers={"Authorization": "Bearer s3cret"})
-        assert r.status_code == 400 and "not a readable safetensors" in r.json()["detail"]
+        assert r.status_code == 400 and "not a readable safetensors" in r.json()["error"]["message"]
         other = tiny_model(tiny_tokenizer(vocab_size=300))  # another vocabulary: wrong shapes
         write_safetensors(other, tmp_path / "other.safetensors")
         r = httpx.post(root + WEIGHTS_ROUTE, json={"path": str(tmp_path / "other.safetensors")},
                        headers={"Authorization": "Bearer s3cret"})
-        assert r.status_code == 400 and "wrong shapes" in r.json()["detail"]
+        assert r.status_code == 400 and "wrong shapes" in r.json()["error"]["message"]
         assert model_hash(served.model) == before and served.policy_version == "base"  # nothing changed
         rep = HTTPSync(OpenAIEngine(url, "tiny"), tmp_path / "c", admin_token="s3cret").push(trainer, "v2")
         assert rep.policy_version == "v2" and model_hash(served.model) == model_hash(trainer)

@@ -103,22 +103,17 @@ def test_shipped_configs_load():
 
 
 def test_demo_stage_runs_ross_after_rl(tmp_path, tok):
-    import io
     from types import SimpleNamespace
 
-    from rich.console import Console
+    from gfcr.demo import STAGES, Demo, stage_ross
 
-    from gfcr.ross.demo import ross_stage
-    from gfcr.train.demo import DEMO_STAGES
-
-    assert [n for n, _ in DEMO_STAGES].index("ross") == [n for n, _ in DEMO_STAGES].index("train") + 1
+    assert STAGES.index("ross") == STAGES.index("train") + 1
     c = _config(tmp_path, tok)
-    buf = io.StringIO()
-    ctx = SimpleNamespace(result=SimpleNamespace(checkpoint=c["upstream_model"]), store_path=c["store"],
-                          model_path=c["base_model"], run_dir=tmp_path / "demo", full=False,
-                          cfg=SimpleNamespace(eval=SimpleNamespace(max_tokens=6)),
-                          console=Console(file=buf, width=200), outputs={})
-    ross_stage(ctx)
-    out = buf.getvalue()
+    said: list[str] = []
+    d = Demo(cfg=SimpleNamespace(eval=SimpleNamespace(max_tokens=6)), full=False, model_path=c["base_model"],
+             run_dir=tmp_path / "demo", store_path=c["store"],
+             result=SimpleNamespace(checkpoint=c["upstream_model"]))
+    stage_ross(d, lambda m: said.append(str(m)))
+    out = "\n".join(said)
     assert "| ross |" in out and "| positive_sft |" in out and "| upstream |" in out
-    assert ctx.outputs["ROSS table"].exists()
+    assert d.outputs["ROSS table"].exists()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gfcr.records import assistant_text_ranges
 from gfcr.ross.align import (
     AlignError,
     align_mask,
-    assistant_text,
     decode_with_offsets,
     token_supervision,
 )
@@ -66,7 +66,7 @@ def _supervised_chars(tok, r, mask):
 )
 def test_alignment_supervises_exactly_kept_bytes(tok, text):
     r = make_rollout(tok, "What is 12 + 7?", text)
-    full, _ = assistant_text(r.messages)
+    full, _ = assistant_text_ranges(r.messages)
     rng = np.random.default_rng(0)
     for _ in range(20):
         kept = rng.random(len(full)) < 0.6
@@ -143,7 +143,7 @@ def test_multi_turn_runs_align_to_assistant_messages(tok):
     r = Rollout(run_id="r", prompt_id="p", token_ids=ids, token_role=role, logprobs=[0.0] * len(ids),
                 messages=[Message("user", "user q"), Message("assistant", a1), Message("tool", obs),
                           Message("assistant", a2)])
-    full, ranges = assistant_text(r.messages)
+    full, ranges = assistant_text_ranges(r.messages)
     kept = np.zeros(len(full), bool)
     kept[ranges[1][0] : ranges[1][1]] = True  # keep only the second assistant turn
     mask = align_mask(tok, r.token_ids, r.token_role, r.messages, kept)

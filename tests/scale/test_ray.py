@@ -166,13 +166,8 @@ def test_math_verify_runs_on_actor_main_thread(cluster):
 
 
 def test_cli_generate_then_verify(cluster, tmp_path, tiny_dir):
-    import typer
+    from gfcr.cli import app
 
-    from gfcr.scale.cli import register
-
-    app = typer.Typer()
-    app.command("noop")(lambda: None)  # a second command keeps `scale` a sub-command group
-    register(app)
     runner = CliRunner()
     store = tmp_path / "s"
     res = runner.invoke(app, ["scale", "generate", "--store", str(store), "--model", tiny_dir, "--workers", "2",

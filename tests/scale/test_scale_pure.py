@@ -12,7 +12,7 @@ from gfcr.scale import ScaleError, apply_verdicts, import_ray, shard
 
 
 def test_import_does_not_import_ray_or_torch():
-    code = "import sys, gfcr.scale, gfcr.scale.cli; print(sorted(m for m in ('ray', 'torch') if m in sys.modules))"
+    code = "import sys, gfcr.scale, gfcr.cli.scale; print(sorted(m for m in ('ray', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
 

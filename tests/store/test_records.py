@@ -81,3 +81,12 @@ def test_json_safe_converts_numpy_dates_sets_and_unknowns():
     out = json_safe({"a": np.int64(3), "b": np.float32(0.5), "c": np.arange(2), "d": {1}, "e": (1, 2),
                      "t": datetime(2026, 1, 2, tzinfo=UTC), "o": Odd()})
     assert out == {"a": 3, "b": 0.5, "c": [0, 1], "d": [1], "e": [1, 2], "t": "2026-01-02T00:00:00+00:00", "o": "odd"}
+
+
+def test_assistant_text_and_ranges_worked_example():
+    from gfcr.records import Message, assistant_text, assistant_text_ranges
+
+    msgs = [Message("user", "q"), Message("assistant", "ab"), Message("tool", "r"), Message("assistant", "c")]
+    assert assistant_text_ranges(msgs) == ("ab\nc", [(0, 2), (3, 4)])
+    rows = [m.to_dict() for m in msgs]  # rows read from the store are dicts: the same text
+    assert assistant_text(rows) == "ab\nc" and assistant_text([]) == ""

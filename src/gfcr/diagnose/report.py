@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 
 from gfcr.diagnose.detectors import DetectorConfig, Finding, detect
 from gfcr.diagnose.metrics import MetricsConfig, by_run, step_metrics
-from gfcr.diagnose.spans import assistant_text, segments
+from gfcr.diagnose.spans import segments
+from gfcr.records import assistant_text
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 CATEGORY_COLOURS = {

@@ -1,15 +1,15 @@
-"""Assistant text and its supervised / excluded segments, shared by the report and the viewer.
+"""The assistant text's supervised / excluded segments, shared by the report and the viewer.
 
-ROSS audits store excluded spans as character offsets ``[start, end)`` into the *assistant text*:
-the contents of the assistant messages joined by ``"\\n"`` (the same text ``Rollout.completion``
-gives and the judge audits). :func:`segments` cuts that text into consecutive pieces, each marked
+ROSS audits store excluded spans as character offsets ``[start, end)`` into the *assistant text*
+(:func:`gfcr.records.assistant_text`: the contents of the assistant messages joined by ``"\\n"``,
+the same text ``Rollout.completion`` gives and the judge audits). :func:`segments` cuts that text into consecutive pieces, each marked
 ``excluded`` (with its category) or ``supervised``/``plain``, so a page can colour them without
 ever building HTML from the text itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,16 +26,6 @@ class Segment:
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "kind": self.kind, "category": self.category, "start": self.start, "end": self.end}
-
-
-def assistant_text(messages: Iterable[Any]) -> str:
-    """Assistant message contents joined by ``\\n`` (messages as dicts or ``Message`` objects)."""
-    parts = []
-    for m in messages:
-        role = m["role"] if isinstance(m, dict) else m.role
-        if role == "assistant":
-            parts.append((m["content"] if isinstance(m, dict) else m.content) or "")
-    return "\n".join(parts)
 
 
 def segments(text: str, spans: Sequence[dict[str, Any]], audited: bool) -> list[Segment]:

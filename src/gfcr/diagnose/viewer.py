@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from gfcr.diagnose.spans import assistant_text, segments
-from gfcr.records import FINISH_REASONS
+from gfcr.diagnose.spans import segments
+from gfcr.records import FINISH_REASONS, assistant_text
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8"}
@@ -90,9 +90,11 @@ def role_runs(token_role: list[int]) -> list[dict[str, int]]:
     return out
 
 
-def create_app(store_path: str | Path, tokenizer: Any | None = None) -> Any:
+def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hosts: list[str] | None = None) -> Any:
     """The FastAPI app over the store at ``store_path`` (which must exist). ``tokenizer``: an HF
-    tokenizer, or a path/name to load one from, to show decoded tokens; None shows token ids."""
+    tokenizer, or a path/name to load one from, to show decoded tokens; None shows token ids.
+    ``allowed_hosts``: the only ``Host`` header names answered (``gfcr view`` passes the loopback names
+    on a loopback bind, against DNS rebinding); None answers any."""
     from fastapi import FastAPI, HTTPException, Query
     from fastapi.responses import JSONResponse, Response
 
@@ -107,6 +109,11 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None) -> Any:
         tok = AutoTokenizer.from_pretrained(str(tokenizer))
 
     app = FastAPI(title="gfcr viewer", docs_url=None, redoc_url=None, openapi_url=None)
+    if allowed_hosts is not None:
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=[h.strip("[]") for h in allowed_hosts] +
+                           [f"[{h.strip('[]')}]" for h in allowed_hosts if ":" in h])
 
     @app.middleware("http")
     async def _headers(request: Any, call_next: Any) -> Any:

@@ -21,10 +21,17 @@ Rules:
   and the others still get their answers.
 - ``lock`` is held around every engine call, so whoever else takes it (``gfcr serve``'s weight
   loads) never lands in the middle of a generation: each call sees one set of weights.
+- **Cancellation**: a job carries a ``threading.Event`` (``submit(reqs, cancel=ev)``; its requests get it
+  as ``GenRequest.cancel``). A job cancelled while queued is never run (its future fails with
+  :class:`RequestCancelledError`); one cancelled while running stops decoding at the engine's next
+  step (the hf engine drops its rows, finish reason ``abort``), so the others in its call run on and
+  the next queued job starts as soon as the call ends. :meth:`Batcher.close` cancels everything,
+  running work included: shutting down never waits for abandoned work.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -40,11 +47,20 @@ class BatcherClosedError(RuntimeError):
     """The batcher was closed before (or while) the request was waiting to be served."""
 
 
+class RequestCancelledError(RuntimeError):
+    """The job was cancelled (its client went away) before it was run."""
+
+
 @dataclass
 class _Job:
     reqs: list[GenRequest]
     future: Future = field(default_factory=Future)
     t_enqueued: float = field(default_factory=time.monotonic)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel.is_set()
 
     @property
     def rows(self) -> int:
@@ -101,15 +117,19 @@ class Batcher:
         self.jobs = 0  # jobs served (successfully or not)
         self._q: queue.Queue[_Job | None] = queue.Queue()
         self._held: deque[_Job] = deque()  # taken from the queue but left for the next call
+        self._running: list[_Job] = []  # the jobs of the engine call in progress
         self._closed = False
         self._gate = threading.Lock()  # orders submit against close: no job is queued after the drain
         self._worker = threading.Thread(target=self._loop, name="gfcr-batcher", daemon=True)
         self._worker.start()
 
     # --- callers ------------------------------------------------------------------------------
-    def submit(self, reqs: list[GenRequest]) -> Future:
-        """Queue ``reqs`` as one job; the future resolves to their results (one list per request)."""
-        job = _Job(list(reqs))
+    def submit(self, reqs: list[GenRequest], cancel: threading.Event | None = None) -> Future:
+        """Queue ``reqs`` as one job; the future resolves to their results (one list per request).
+        Setting ``cancel`` (made here if not given; the requests get it as ``GenRequest.cancel``)
+        withdraws the job (see the module docstring)."""
+        ev = cancel if cancel is not None else threading.Event()
+        job = _Job([r if r.cancel is ev else dataclasses.replace(r, cancel=ev) for r in reqs], cancel=ev)
         if not job.reqs:
             job.future.set_result([])
             return job.future
@@ -124,12 +144,15 @@ class Batcher:
         return self.submit(reqs).result()
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the worker after the call in progress; jobs still queued fail with :class:`BatcherClosedError`."""
+        """Stop the worker: the call in progress is cancelled (the engine stops at its next step), jobs
+        still queued fail with :class:`BatcherClosedError`; waits at most ``timeout_s`` for the worker."""
         with self._gate:
             if self._closed:
                 return
             self._closed = True
             self._q.put(None)
+        for j in list(self._running):
+            j.cancel.set()
         self._worker.join(timeout=timeout_s)
         self._fail_pending()
 
@@ -149,13 +172,19 @@ class Batcher:
                 j.future.set_exception(BatcherClosedError("gfcr serve is shutting down; the request was not run"))
 
     def _next(self, timeout: float | None) -> _Job | None:
-        """The next job (held ones first); ``None`` on timeout or close."""
-        if self._held:
-            return self._held.popleft()
-        try:
-            return self._q.get(timeout=timeout) if timeout is None or timeout > 0 else self._q.get_nowait()
-        except queue.Empty:
-            return None
+        """The next job that is still wanted (held ones first); ``None`` on timeout or close."""
+        while True:
+            if self._held:
+                job: _Job | None = self._held.popleft()
+            else:
+                try:
+                    job = self._q.get(timeout=timeout) if timeout is None or timeout > 0 else self._q.get_nowait()
+                except queue.Empty:
+                    return None
+            if job is None or not job.cancelled:
+                return job
+            if not job.future.done():  # withdrawn while queued: never run
+                job.future.set_exception(RequestCancelledError("the request was cancelled before it ran"))
 
     def _alone(self, job: _Job) -> bool:
         return (job.seeded and not self.batch_seeded) or job.rows >= self.max_batch_rows
@@ -168,10 +197,7 @@ class Batcher:
         deadline = first.t_enqueued + self.max_wait_s
         held_over: list[_Job] = []
         while rows < self.max_batch_rows and not self._closed:
-            if self._held:
-                job: _Job | None = self._held.popleft()
-            else:
-                job = self._next(deadline - time.monotonic())
+            job = self._next(deadline - time.monotonic())
             if job is None:
                 if self._closed:
                     break
@@ -203,6 +229,16 @@ class Batcher:
             return self.engine.generate(reqs)
 
     def _run(self, batch: list[_Job]) -> None:
+        self._running = batch
+        if self._closed:  # close() came between collecting and running (it cancels what it sees running)
+            for j in batch:
+                j.cancel.set()
+        try:
+            self._run_batch(batch)
+        finally:
+            self._running = []
+
+    def _run_batch(self, batch: list[_Job]) -> None:
         reqs = [r for j in batch for r in j.reqs]
         try:
             parts = split_results(self._call(reqs), [len(j.reqs) for j in batch])

@@ -1,76 +1,81 @@
-"""``gfcr serve``: a small OpenAI-compatible server over the ``hf`` engine (FastAPI + uvicorn).
+"""``gfcr serve``: an OpenAI-compatible server over the ``hf`` engine (FastAPI + uvicorn).
 
-Endpoints: ``GET /v1/models``, ``POST /v1/completions`` (prompt as text or token ids),
-``POST /v1/chat/completions``, ``GET /health``. Log-probs are the engine's behaviour log-probs.
-Extensions (as in vLLM): ``return_token_ids: true`` adds ``token_ids`` and ``prompt_token_ids`` to
-each choice, so clients get the exact sampled tokens, and (gfcr's own) ``token_entropies``, the
-entropy of the distribution each token was sampled from. It binds to 127.0.0.1 unless told otherwise.
+Endpoints: ``GET /v1/models``, ``POST /v1/completions`` (prompt as text or token ids, one or many),
+``POST /v1/chat/completions``, ``GET /health``. It behaves as the official ``openai`` client expects of
+an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
 
-Dynamic batching (:mod:`gfcr.generate.batching`): requests arriving within ``batch_wait_ms``
-(``--batch-wait-ms``, default 20) of each other share one engine call of up to ``max_batch`` rows
-(``--max-batch``, the sum of ``n``; default 32); each client gets exactly its own results, and a bad
-request fails alone. Seeded requests run in their own call (exactly the tokens an unbatched server
-gives) unless ``batch_seeded=True`` (``--batch-seeded``: faster for RL, whose requests are all
-seeded, but reproducible only up to float rounding across batch shapes). ``batch_wait_ms=0`` serves
-one request at a time, as before. One lock is held around every engine call and every weight load.
+- ``stream: true`` answers server-sent events (``data: {chunk}`` … ``data: [DONE]``), one chunk per
+  token, with a usage chunk when ``stream_options.include_usage``; the chunks concatenate to the text
+  the same request gives unstreamed (:class:`gfcr.generate.serve_api.DeltaText`).
+- Errors use OpenAI's schema (``{"error": {"message", "type", "param", "code"}}``): 400 for bad
+  parameters (never FastAPI's 422), 404 for an unknown model, 413 for a body over the size limit, 503
+  while shutting down. Prompt + ``max_tokens`` over the context, ``n`` / ``max_tokens`` / log-probs over
+  the server's limits (:class:`~gfcr.generate.serve_api.ServeLimits`) and parameters it cannot honour
+  (``tools``, ``response_format``, ``suffix`` …) are refused with a message naming them.
+- Sampling: ``temperature``, ``top_p``, ``top_k``, ``stop``, ``stop_token_ids``, ``seed``,
+  ``frequency_penalty``, ``presence_penalty``, ``logit_bias``; ``logprobs`` with ``top_logprobs`` (chat)
+  or ``logprobs=N`` (completions), at most ``max_logprobs`` (20, as vLLM); completions ``echo`` with the
+  prompt's log-probs (``max_tokens: 0`` scores a prompt without generating: a served teacher for
+  on-policy distillation). Extensions (as in vLLM): ``return_token_ids`` adds ``token_ids`` and
+  ``prompt_token_ids`` to each choice, and (gfcr's own) ``token_entropies``.
+- Cancellation: a client that disconnects (or times out) has its samples dropped from the batch at the
+  next decode step; shutting down cancels everything in flight instead of waiting for it.
+- Safety: binds 127.0.0.1 unless told otherwise; on a loopback bind the ``Host`` header must name a
+  loopback host (against DNS rebinding); request bodies are limited in size.
 
-Weight updates (for RL with the trainer in another process): with ``allow_weight_updates=True``
-(``gfcr serve --allow-weight-updates``) ``POST /gfcr/weights {"path": ..., "policy_version": ...}``
-loads a safetensors file (or an HF checkpoint folder) into the served model between requests, all or
-nothing; ``admin_token`` (``--admin-token`` / ``GFCR_SERVE_ADMIN_TOKEN``) makes the route require
-``Authorization: Bearer <token>``. Off by default: a server without it cannot have its weights changed.
+Dynamic batching (:mod:`gfcr.generate.batching`): requests arriving within ``batch_wait_ms`` of each
+other share one engine call of up to ``max_batch`` rows; seeded requests run alone unless
+``batch_seeded``; ``batch_wait_ms=0`` serves one request per call. One lock is held around every engine
+call, prompt scoring and weight load.
+
+Weight updates (RL with the trainer in another process): with ``allow_weight_updates=True``
+``POST /gfcr/weights {"path": ..., "policy_version": ...}`` loads a safetensors file (or an HF checkpoint
+folder) between requests, all or nothing; ``admin_token`` makes the route require
+``Authorization: Bearer <token>``.
 
 For tests and in-process use: ``with serve_in_thread(model) as base_url: ...``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import hmac
+import ipaddress
+import json
 import socket
 import threading
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from gfcr.generate.engines.base import GenRequest, SamplingParams
+from gfcr.generate.engines.base import GenRequest, GenResult, TokenEvent
+from gfcr.generate.serve_api import (
+    APIError,
+    ChatBody,
+    CompletionBody,
+    DeltaText,
+    ServeLimits,
+    chat_logprob_entry,
+    chat_messages,
+    completion_logprobs,
+    cut_at_stop,
+    envelope,
+    error_body,
+    resolve_max_tokens,
+    usage,
+)
 
+try:  # module level, so that FastAPI can resolve the endpoints' ``request: Request`` annotations
+    from starlette.requests import Request
+except ImportError:  # pragma: no cover - gfcr serve needs the serve extra (fastapi, uvicorn)
+    Request = Any  # type: ignore[misc,assignment]
 
-class _Common(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    model: str | None = None
-    n: int = Field(1, ge=1, le=256)
-    temperature: float = Field(1.0, ge=0.0, le=10.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    return_token_ids: bool = False
-    repeat_ngram: int = Field(0, ge=0, le=4096)  # gfcr extension: early exit on repetition (SamplingParams)
-    repeat_max: int = Field(4, ge=2, le=4096)
-
-    def params(self, max_tokens: int) -> SamplingParams:
-        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        return SamplingParams(n=self.n, temperature=self.temperature, top_p=self.top_p, max_tokens=max_tokens, stop=stop,
-                              seed=self.seed, repeat_ngram=self.repeat_ngram, repeat_max=self.repeat_max)
-
-
-class CompletionBody(_Common):
-    prompt: str | list[int] | list[str] | list[list[int]]
-    max_tokens: int = Field(16, ge=1)
-    logprobs: int | None = None
-    echo: bool = False
-
-
-class ChatBody(_Common):
-    messages: list[dict[str, Any]]
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int | None = None
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 class WeightsBody(BaseModel):
@@ -80,44 +85,452 @@ class WeightsBody(BaseModel):
     policy_version: str | None = Field(None, max_length=200, description="Version string of the new weights.")
 
 
-def _cut_at_stop(text: str, stop: list[str]) -> str:
-    cut = min((text.find(s) for s in stop if s in text), default=-1)
-    return text if cut < 0 else text[:cut]
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host.lower().rstrip(".") == "localhost"
+
+
+def host_allowed(header: str | None, allowed: Sequence[str]) -> bool:
+    """Whether a ``Host`` header names one of ``allowed`` (port ignored, IPv6 brackets and a trailing dot
+    removed, case-insensitive). A missing or empty header is refused.
+
+    Examples (allowed = ``LOOPBACK_NAMES``): ``"127.0.0.1:8000"`` → True, ``"[::1]:8000"`` → True,
+    ``"LOCALHOST"`` → True, ``"evil.example:8000"`` (DNS rebinding) → False, ``None`` → False.
+    """
+    if not header:
+        return False
+    h = header.strip().lower()
+    if h.startswith("["):
+        h = h[1 : h.find("]")] if "]" in h else h
+    elif h.count(":") == 1:
+        h = h.split(":", 1)[0]
+    return h.rstrip(".") in {a.lower().strip("[]") for a in allowed}
+
+
+class _Guard:
+    """ASGI middleware: the ``Host`` check (when ``allowed_hosts`` is given) and the body-size limit."""
+
+    def __init__(self, app: Any, allowed_hosts: Sequence[str] | None, max_bytes: int):
+        self.app, self.allowed, self.max_bytes = app, allowed_hosts, int(max_bytes)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if self.allowed is not None and not host_allowed(headers.get("host"), self.allowed):
+            return await _send_error(send, 400, f"invalid Host header {headers.get('host')!r}: this server only "
+                                                f"answers requests addressed to {', '.join(self.allowed)}")
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            return await _send_error(send, 413, f"request body of {int(length)} bytes is over this server's limit "
+                                                f"of {self.max_bytes} bytes")
+        seen = 0
+
+        async def limited() -> Any:
+            nonlocal seen
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if seen > self.max_bytes:
+                from fastapi import HTTPException
+
+                raise HTTPException(413, f"request body is over this server's limit of {self.max_bytes} bytes")
+            return msg
+
+        await self.app(scope, limited, send)
+
+
+async def _send_error(send: Any, status: int, message: str) -> None:
+    body = json.dumps(error_body(status, message)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def context_length(engine: Any) -> int:
+    """The most tokens (prompt + completion) the served model takes: ``engine.max_context`` if set, else the
+    model config's ``max_position_embeddings`` (else the tokenizer's ``model_max_length`` when sane)."""
+    n = getattr(engine, "max_context", None)
+    if n:
+        return int(n)
+    cfg = getattr(getattr(engine, "model", None), "config", None)
+    for k in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        v = getattr(cfg, k, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    v = getattr(engine.tokenizer, "model_max_length", None)
+    return int(v) if isinstance(v, int) and 0 < v < 10**7 else 2048
+
+
+def _sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj)}\n\n"
+
+
+class _Server:
+    """The state and handlers behind :func:`create_app` (one per app)."""
+
+    def __init__(self, engine: Any, model_name: str, limits: ServeLimits, batcher: Any, lock: threading.Lock):
+        self.engine, self.name, self.limits, self.batcher, self.lock = engine, model_name, limits, batcher, lock
+        self.tok = engine.tokenizer
+        self.vocab = len(self.tok)
+        self.context = context_length(engine)
+        self.closing = False
+
+    def decode(self, ids: Any) -> str:
+        return self.tok.decode([int(t) for t in ids], skip_special_tokens=True)
+
+    def text_of(self, r: GenResult, stop: list[str]) -> str:
+        return cut_at_stop(self.decode(r.token_ids), stop)
+
+    # --- running work -------------------------------------------------------------------------
+    def submit(self, reqs: list[GenRequest], cancel: threading.Event) -> Any:
+        from gfcr.generate.batching import BatcherClosedError
+
+        if self.closing:
+            raise APIError(503, "the server is shutting down")
+        try:
+            return self.batcher.submit(reqs, cancel)
+        except BatcherClosedError as e:
+            raise APIError(503, str(e)) from e
+
+    def outcome(self, fut: Any) -> list[list[GenResult]]:
+        from gfcr.generate.batching import BatcherClosedError, RequestCancelledError
+
+        try:
+            res = fut.result()
+        except (ValueError, IndexError) as e:
+            raise APIError(400, f"bad request: {e}") from e
+        except (BatcherClosedError, RequestCancelledError) as e:
+            raise APIError(503, str(e)) from e
+        if self.closing:
+            raise APIError(503, "the server is shutting down; the request was cancelled")
+        return res
+
+    async def run(self, reqs: list[GenRequest], request: Any) -> list[list[GenResult]]:
+        """Run ``reqs`` as one batcher job; cancel it if the client disconnects while it waits."""
+        cancel = threading.Event()
+        afut = asyncio.wrap_future(self.submit(reqs, cancel))
+        try:
+            while True:
+                done, _ = await asyncio.wait({afut}, timeout=0.1)
+                if done:
+                    break
+                if await request.is_disconnected():
+                    cancel.set()
+                    raise APIError(400, "the client disconnected")
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
+        return self.outcome(afut)
+
+    async def exclusive(self, fn: Any) -> Any:
+        """``fn()`` in a worker thread under the engine lock (prompt scoring)."""
+
+        def go() -> Any:
+            with self.lock:
+                return fn()
+
+        return await asyncio.to_thread(go)
+
+    async def prompt_scores(self, prompts: list[list[int]], n_top: int) -> list[Any]:
+        """Teacher-forced log-probs of each prompt's tokens after its first (for ``echo``)."""
+        if not hasattr(self.engine, "score_batch"):
+            raise APIError(400, "this engine cannot score prompts (echo with logprobs)", "echo")
+        return await self.exclusive(lambda: self.engine.score_batch([(p[:1], p[1:]) for p in prompts], top_n=n_top))
+
+    # --- request preparation ------------------------------------------------------------------
+    def completion_prompts(self, body: CompletionBody) -> list[tuple[list[int], str]]:
+        """``(token ids, prompt text)`` per prompt of a completions request."""
+        p = body.prompt
+        items: list[Any]
+        if isinstance(p, str):
+            items = [p]
+        elif p and all(isinstance(x, int) for x in p):
+            items = [list(p)]
+        else:
+            items = list(p)
+        if not items:
+            raise APIError(400, "prompt is empty", "prompt")
+        if len(items) > self.limits.max_prompts:
+            raise APIError(400, f"{len(items)} prompts is more than this server's limit of {self.limits.max_prompts}",
+                           "prompt")
+        out = []
+        for q in items:
+            ids = list(self.tok(q, add_special_tokens=False)["input_ids"]) if isinstance(q, str) else [int(t) for t in q]
+            if not ids:
+                raise APIError(400, "prompt is empty", "prompt")
+            if max(ids) >= self.vocab or min(ids) < 0:
+                raise APIError(400, f"prompt token ids must lie in [0, {self.vocab})", "prompt")
+            out.append((ids, q if isinstance(q, str) else self.decode(ids)))
+        return out
+
+    def n_top(self, n: int | None, param: str) -> int:
+        if n is not None and n > self.limits.max_logprobs:
+            raise APIError(400, f"Requested {param} of {n}, which is greater than max allowed: "
+                                f"{self.limits.max_logprobs}", param)
+        return int(n or 0)
+
+    # --- completions --------------------------------------------------------------------------
+    async def completions(self, body: CompletionBody, request: Any) -> Any:
+        from fastapi.responses import StreamingResponse
+
+        body.check_common(self.name, self.limits, self.vocab)
+        n_top = self.n_top(body.logprobs, "logprobs")
+        prompts = self.completion_prompts(body)
+        if body.max_tokens == 0 and not body.echo:
+            raise APIError(400, "max_tokens = 0 needs echo = true (it scores the prompt without generating)",
+                           "max_tokens")
+        asked = 16 if body.max_tokens is None else body.max_tokens
+        reqs = [GenRequest(prompt_ids=ids, params=body.params(resolve_max_tokens(asked or 1, len(ids), self.context,
+                                                                                  self.limits), n_top))
+                for ids, _ in prompts]
+        scored = await self.prompt_scores([ids for ids, _ in prompts], n_top) \
+            if body.echo and body.logprobs is not None else None
+        if body.stream:
+            return StreamingResponse(self.stream("text", body, reqs, request, prompts, scored),
+                                     media_type="text/event-stream")
+        if asked == 0:
+            results = [[GenResult(np.zeros(0, np.int32), np.zeros(0, np.float32), "length") for _ in range(body.n)]
+                       for _ in reqs]
+        else:
+            results = await self.run(reqs, request)
+        choices, n_gen = [], 0
+        for k, (req, res) in enumerate(zip(reqs, results, strict=True)):
+            for r in res:
+                n_gen += r.n_tokens
+                choices.append(self.completion_choice(len(choices), body, req, r, prompts[k], scored[k] if scored else None))
+        n_prompt = sum(len(ids) for ids, _ in prompts)
+        return envelope("text", self.name) | {"choices": choices, "usage": usage(n_prompt, n_gen)}
+
+    def completion_choice(self, index: int, body: CompletionBody, req: GenRequest, r: GenResult,
+                          prompt: tuple[list[int], str], scored: Any) -> dict[str, Any]:
+        text = self.text_of(r, req.params.stop)
+        c: dict[str, Any] = {"index": index, "text": (prompt[1] + text) if body.echo else text,
+                             "finish_reason": r.finish_reason, "logprobs": None}
+        if body.logprobs is not None:
+            toks, lps, tops = list(r.token_ids), list(r.logprobs), _tops(r)
+            if body.echo:
+                ids = prompt[0]
+                toks = ids + toks
+                lps = [None, *scored.logprobs.tolist(), *lps]
+                tops = _prompt_tops(ids, scored) + (tops or [None] * r.n_tokens)
+            c["logprobs"] = completion_logprobs(self.tok_for(body), toks, lps, tops)
+        self.add_extensions(c, body, req, r)
+        return c
+
+    def tok_for(self, body: Any) -> Any:
+        """What names tokens in log-probs: the tokenizer, or ``token_id:N`` strings when the request asks
+        for ``return_tokens_as_token_ids`` (vLLM's extension)."""
+        return _IdNames() if body.return_tokens_as_token_ids else self.tok
+
+    def prompt_logprobs(self, body: Any, ids: list[int], scored: Any) -> dict[str, Any]:
+        """Completions ``logprobs`` of an echoed prompt (the first token has none)."""
+        return completion_logprobs(self.tok_for(body), ids, [None, *scored.logprobs.tolist()], _prompt_tops(ids, scored))
+
+    def add_extensions(self, c: dict[str, Any], body: Any, req: GenRequest, r: GenResult) -> None:
+        if body.return_token_ids:
+            c["token_ids"] = r.token_ids.tolist()
+            c["prompt_token_ids"] = list(req.prompt_ids or [])
+            if r.entropies is not None:
+                c["token_entropies"] = [float(x) for x in r.entropies]
+
+    # --- chat ---------------------------------------------------------------------------------
+    async def chat(self, body: ChatBody, request: Any) -> Any:
+        from fastapi.responses import StreamingResponse
+
+        body.check_common(self.name, self.limits, self.vocab)
+        if body.top_logprobs and not body.logprobs:  # as vLLM: 0 without logprobs is accepted
+            raise APIError(400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+        n_top = self.n_top(body.top_logprobs, "top_logprobs") if body.logprobs else 0
+        ids = self.engine.encode_messages(chat_messages(body.messages))
+        m = resolve_max_tokens(body.max_completion_tokens or body.max_tokens, len(ids), self.context, self.limits)
+        req = GenRequest(prompt_ids=ids, params=body.params(m, n_top))
+        if body.stream:
+            return StreamingResponse(self.stream("chat", body, [req], request), media_type="text/event-stream")
+        res = (await self.run([req], request))[0]
+        choices = []
+        for i, r in enumerate(res):
+            c: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": self.text_of(r, req.params.stop)},
+                                 "finish_reason": r.finish_reason, "logprobs": None}
+            if body.logprobs:
+                tops = _tops(r) or [None] * r.n_tokens
+                c["logprobs"] = {"content": [chat_logprob_entry(self.tok_for(body), t, lp, *(tp or (None, None)))
+                                             for t, lp, tp in zip(r.token_ids, r.logprobs, tops, strict=True)]}
+            self.add_extensions(c, body, req, r)
+            choices.append(c)
+        return envelope("chat", self.name) | {"choices": choices,
+                                               "usage": usage(len(ids), sum(r.n_tokens for r in res))}
+
+    # --- streaming ----------------------------------------------------------------------------
+    async def stream(self, kind: str, body: Any, reqs: list[GenRequest], request: Any,
+                     prompts: list[tuple[list[int], str]] | None = None, scored: Any = None) -> AsyncIterator[str]:
+        """Server-sent events of one request (chat: ``kind="chat"``; completions: ``"text"``).
+
+        Long because it is one protocol: the opening chunks, one chunk per token as the engine reports it,
+        each choice's last chunk with its finish reason, the usage chunk, ``[DONE]``."""
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+        n = body.n
+        chat = kind == "chat"
+        head = envelope("chat.chunk" if chat else "text", self.name)
+        stop = reqs[0].params.stop
+        texts = [DeltaText(self.decode, stop) for _ in range(len(reqs) * n)]
+        offsets = [len(prompts[k // n][1]) if prompts and body.echo else 0 for k in range(len(reqs) * n)]
+        logprobs = bool(body.logprobs) if chat else body.logprobs is not None
+
+        def hook(ri: int) -> Any:
+            return lambda ev: loop.call_soon_threadsafe(q.put_nowait, (ri, ev))
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+            return _sse(head | {"choices": choices} | extra)
+
+        try:
+            if chat:
+                yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                              "finish_reason": None} for i in range(n)])
+            elif body.echo:
+                for k in range(len(reqs) * n):
+                    ids, text = prompts[k // n]
+                    lp = self.prompt_logprobs(body, ids, scored[k // n]) if logprobs else None
+                    yield chunk([{"index": k, "text": text, "logprobs": lp, "finish_reason": None}])
+            if body.max_tokens == 0 and not chat:
+                results: list[list[GenResult]] | None = [[GenResult(np.zeros(0, np.int32), np.zeros(0, np.float32),
+                                                                    "length")] * n for _ in reqs]
+            else:
+                fut = self.submit([dataclasses.replace(r, on_token=hook(ri)) for ri, r in enumerate(reqs)], cancel)
+                fut.add_done_callback(lambda f: loop.call_soon_threadsafe(q.put_nowait, (None, f)))
+                results = None
+            while results is None:
+                ri, item = await q.get()
+                if ri is None:
+                    try:
+                        results = self.outcome(item)
+                    except APIError as e:
+                        yield _sse(error_body(e.status, e.message, e.param))
+                        yield "data: [DONE]\n\n"
+                        return
+                    break
+                c = self.token_choice(chat, ri * n + item.sample, item, texts, offsets, logprobs, body)
+                if c is not None:
+                    yield chunk([c])
+            for k in range(len(reqs) * n):
+                r = results[k // n][k % n]
+                rest = texts[k].finish(self.text_of(r, stop))
+                if chat:
+                    c = {"index": k, "delta": {"content": rest} if rest else {}, "logprobs": None,
+                         "finish_reason": r.finish_reason}
+                else:
+                    c = {"index": k, "text": rest, "logprobs": None, "finish_reason": r.finish_reason}
+                yield chunk([c])
+            if body.include_usage:
+                n_prompt = sum(len(r.prompt_ids or []) for r in reqs)
+                n_gen = sum(r.n_tokens for res in results for r in res)
+                yield chunk([], usage=usage(n_prompt, n_gen))
+            yield "data: [DONE]\n\n"
+        finally:
+            cancel.set()  # finished: a no-op; client gone: its samples leave the batch at the next step
+
+    def token_choice(self, chat: bool, k: int, ev: TokenEvent, texts: list[DeltaText], offsets: list[int],
+                     logprobs: bool, body: Any) -> dict[str, Any] | None:
+        """The stream choice for one token (None when there is nothing to send yet)."""
+        d = texts[k].push(ev.token)
+        if not (d or logprobs or body.return_token_ids):
+            return None
+        top = (ev.top_ids, ev.top_logprobs) if ev.top_ids is not None else None
+        if chat:
+            c: dict[str, Any] = {"index": k, "delta": {"content": d}, "finish_reason": None,
+                                 "logprobs": {"content": [chat_logprob_entry(self.tok_for(body), ev.token, ev.logprob, *(top or (None, None)))]}
+                                 if logprobs else None}
+        else:
+            lp = completion_logprobs(self.tok_for(body), [ev.token], [ev.logprob], [top], offsets[k]) if logprobs else None
+            if lp is not None:
+                offsets[k] += len(lp["tokens"][0])
+            c = {"index": k, "text": d, "logprobs": lp, "finish_reason": None}
+        if body.return_token_ids:
+            c["token_ids"] = [ev.token]
+        return c
+
+
+class _IdNames:
+    """Names tokens ``token_id:N`` (vLLM's ``return_tokens_as_token_ids``)."""
+
+    def decode(self, ids: list[int]) -> str:
+        return f"token_id:{int(ids[0])}"
+
+
+def _prompt_tops(ids: list[int], scored: Any) -> list[Any]:
+    if scored.top_ids is None:
+        return [None] * len(ids)
+    return [None, *zip(scored.top_ids, scored.top_logprobs, strict=True)]
+
+
+def _tops(r: GenResult) -> list[tuple[Any, Any]] | None:
+    if r.top_ids is None or r.top_logprobs is None:
+        return None
+    return list(zip(r.top_ids, r.top_logprobs, strict=True))
 
 
 def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool = False,
                admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-               batch_seeded: bool = False) -> Any:
-    """The FastAPI app serving ``engine`` (an :class:`~gfcr.generate.engines.hf.HFEngine`) as ``model_name``;
-    ``allow_weight_updates`` adds ``POST /gfcr/weights``; ``max_batch``, ``batch_wait_ms`` and
-    ``batch_seeded`` set the dynamic batching (see the module docstring). With batching on, the
-    :class:`~gfcr.generate.batching.Batcher` is ``app.state.batcher`` (close it when done)."""
-    from fastapi import FastAPI, Header, HTTPException
+               batch_seeded: bool = False, limits: ServeLimits | None = None,
+               allowed_hosts: Sequence[str] | None = None) -> Any:
+    """The FastAPI app serving ``engine`` (an :class:`~gfcr.generate.engines.hf.HFEngine`) as ``model_name``.
 
-    from gfcr.generate.batching import Batcher, BatcherClosedError
+    ``allow_weight_updates`` adds ``POST /gfcr/weights``; ``max_batch``, ``batch_wait_ms`` and
+    ``batch_seeded`` set the dynamic batching (its :class:`~gfcr.generate.batching.Batcher` is
+    ``app.state.batcher``; close it when done, or call ``app.state.shutdown()``, which also makes
+    requests in flight end with 503); ``limits`` bound requests; ``allowed_hosts``: the ``Host`` names
+    accepted (``None``: any; :func:`serve` passes the loopback names on a loopback bind).
+    """
+    from fastapi import FastAPI, Header
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from gfcr.generate.batching import Batcher
 
     if max_batch < 1 or batch_wait_ms < 0:
         raise ValueError(f"need max_batch >= 1 and batch_wait_ms >= 0 (got {max_batch}, {batch_wait_ms})")
+    limits = limits or ServeLimits()
     app = FastAPI(title="gfcr serve", version="1")
     lock = threading.Lock()
-    tok = engine.tokenizer
-    batcher = Batcher(engine, max_batch_rows=max_batch, max_wait_ms=batch_wait_ms, lock=lock,
-                      batch_seeded=batch_seeded) if batch_wait_ms > 0 else None
+    batcher = Batcher(engine, max_batch_rows=max_batch, max_wait_ms=batch_wait_ms, lock=lock, batch_seeded=batch_seeded)
+    srv = _Server(engine, model_name, limits, batcher, lock)
     app.state.batcher = batcher
+    app.state.server = srv
 
-    def run(reqs: list[GenRequest]) -> list[list[Any]]:
-        try:
-            if batcher is not None:
-                return batcher.generate(reqs)
-            with lock:
-                return engine.generate(reqs)
-        except (ValueError, IndexError) as e:
-            raise HTTPException(status_code=400, detail=f"bad request: {e}") from e
-        except BatcherClosedError as e:
-            raise HTTPException(status_code=503, detail=str(e)) from e
+    def shutdown(timeout_s: float = 0.0) -> None:
+        srv.closing = True
+        batcher.close(timeout_s=timeout_s)
 
-    def text_of(r: Any, stop: list[str]) -> str:
-        return _cut_at_stop(tok.decode(r.token_ids.tolist(), skip_special_tokens=True), stop)
+    app.state.shutdown = shutdown
+    app.add_middleware(_Guard, allowed_hosts=allowed_hosts, max_bytes=limits.max_request_bytes)
+
+    def err(status: int, message: str, param: str | None = None, headers: Any = None) -> JSONResponse:
+        return JSONResponse(error_body(status, message, param), status_code=status, headers=headers)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, e: APIError) -> JSONResponse:
+        return err(e.status, e.message, e.param)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        errs = e.errors()
+        loc = [str(x) for x in errs[0].get("loc", ()) if x != "body"] if errs else []
+        msg = (f"{'.'.join(loc)}: " if loc else "") + (errs[0].get("msg", "invalid request") if errs else "invalid request")
+        more = f" (and {len(errs) - 1} more problem(s))" if len(errs) > 1 else ""
+        return err(400, msg + more, loc[0] if loc else None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        return err(e.status_code, str(e.detail), headers=getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, e: Exception) -> JSONResponse:
+        return err(500, f"internal error: {type(e).__name__}: {e}")
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -126,77 +539,15 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "gfcr",
-                                            "policy_version": engine.policy_version}]}
+                                            "max_model_len": srv.context, "policy_version": engine.policy_version}]}
 
     @app.post("/v1/completions")
-    def completions(body: CompletionBody) -> dict[str, Any]:
-        params = body.params(body.max_tokens)
-        p = body.prompt
-        if isinstance(p, str):
-            prompts = [p]
-        elif p and all(isinstance(x, int) for x in p):
-            prompts = [list(p)]
-        else:
-            prompts = list(p)
-        reqs = []
-        for q in prompts:
-            ids = list(tok(q, add_special_tokens=False)["input_ids"]) if isinstance(q, str) else [int(t) for t in q]
-            if not ids:
-                raise HTTPException(status_code=400, detail="empty prompt")
-            if max(ids) >= len(tok) or min(ids) < 0:
-                raise HTTPException(status_code=400, detail=f"token ids must lie in [0, {len(tok)})")
-            reqs.append(GenRequest(prompt_ids=ids, params=params))
-        results = run(reqs)
-        choices, n_prompt, n_gen = [], 0, 0
-        for req, res in zip(reqs, results, strict=True):
-            n_prompt += len(req.prompt_ids or [])
-            for r in res:
-                n_gen += r.n_tokens
-                c: dict[str, Any] = {"index": len(choices), "text": text_of(r, params.stop), "finish_reason": r.finish_reason}
-                if body.logprobs is not None:
-                    toks = [tok.decode([int(t)]) for t in r.token_ids]
-                    c["logprobs"] = {"tokens": toks, "token_logprobs": r.logprobs.tolist(), "top_logprobs": None,
-                                     "text_offset": None}
-                else:
-                    c["logprobs"] = None
-                if body.return_token_ids:
-                    c["token_ids"] = r.token_ids.tolist()
-                    c["prompt_token_ids"] = list(req.prompt_ids or [])
-                    if r.entropies is not None:
-                        c["token_entropies"] = [float(x) for x in r.entropies]
-                choices.append(c)
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": model_name, "choices": choices,
-                "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_gen, "total_tokens": n_prompt + n_gen}}
+    async def completions(body: CompletionBody, request: Request) -> Any:
+        return await srv.completions(body, request)
 
     @app.post("/v1/chat/completions")
-    def chat(body: ChatBody) -> dict[str, Any]:
-        params = body.params(body.max_completion_tokens or body.max_tokens or 256)
-        msgs = [{"role": m.get("role", "user"), "content": m.get("content") or ""} for m in body.messages]
-        if not msgs:
-            raise HTTPException(status_code=400, detail="messages is empty")
-        ids = engine.encode_messages(msgs)
-        res = run([GenRequest(prompt_ids=ids, params=params)])[0]
-        choices = []
-        for i, r in enumerate(res):
-            c: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text_of(r, params.stop)},
-                                 "finish_reason": r.finish_reason}
-            if body.logprobs:
-                c["logprobs"] = {"content": [
-                    {"token": tok.decode([int(t)]), "logprob": float(lp), "bytes": list(tok.decode([int(t)]).encode()),
-                     "top_logprobs": []} for t, lp in zip(r.token_ids, r.logprobs, strict=True)]}
-            else:
-                c["logprobs"] = None
-            if body.return_token_ids:
-                if r.entropies is not None:
-                    c["token_entropies"] = [float(x) for x in r.entropies]
-                c["token_ids"] = r.token_ids.tolist()
-                c["prompt_token_ids"] = ids
-            choices.append(c)
-        n_gen = sum(r.n_tokens for r in res)
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": model_name, "choices": choices,
-                "usage": {"prompt_tokens": len(ids), "completion_tokens": n_gen, "total_tokens": len(ids) + n_gen}}
+    async def chat(body: ChatBody, request: Request) -> Any:
+        return await srv.chat(body, request)
 
     if allow_weight_updates:
         from gfcr.generate.sync import WEIGHTS_ROUTE, WeightSyncError, read_safetensors, state_dict_bytes
@@ -204,14 +555,14 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
         @app.post(WEIGHTS_ROUTE)
         def load_weights(body: WeightsBody, authorization: str | None = Header(None)) -> dict[str, Any]:
             if admin_token and not hmac.compare_digest((authorization or "").encode(), f"Bearer {admin_token}".encode()):
-                raise HTTPException(status_code=401, detail="weight updates need Authorization: Bearer <admin token>")
+                raise APIError(401, "weight updates need Authorization: Bearer <admin token>")
             t0 = time.perf_counter()
             try:
                 sd = read_safetensors(body.path)
                 with lock:  # between generations: a request never sees half-loaded weights
                     engine.load_weights(sd, policy_version=body.policy_version)
             except WeightSyncError as e:
-                raise HTTPException(status_code=400, detail=str(e)) from e
+                raise APIError(400, str(e), "path") from e
             n = state_dict_bytes(sd)
             return {"policy_version": engine.policy_version, "tensors": len(sd), "bytes": n,
                     "seconds": round(time.perf_counter() - t0, 4)}
@@ -233,22 +584,39 @@ def _engine_for(model: Any, tokenizer: Any = None, device: str = "cpu", max_batc
         else HFEngine(model, tokenizer, device=device, max_batch=max_batch)
 
 
+def _uvicorn_server(app: Any, host: str, port: int, log_level: str) -> Any:
+    """A uvicorn server that, when asked to stop, first cancels the work in flight (so it never waits
+    for abandoned generations) and then gives open requests at most 5 s."""
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            app.state.shutdown(0.0)
+            await super().shutdown(sockets=sockets)
+
+    cfg = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off", timeout_graceful_shutdown=5)
+    return _Server(cfg)
+
+
 def serve(model: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
           tokenizer: Any = None, device: str = "cpu", log_level: str = "info", allow_weight_updates: bool = False,
           admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-          batch_seeded: bool = False) -> None:
-    """Serve ``model`` (a path/name, a loaded model or an engine) until interrupted."""
-    import uvicorn
-
+          batch_seeded: bool = False, limits: ServeLimits | None = None) -> None:
+    """Serve ``model`` (a path/name, a loaded model or an engine) until interrupted. On a loopback ``host``
+    only requests whose ``Host`` header names a loopback host are answered."""
     engine = _engine_for(model, tokenizer, device, max_batch)
     name = model_name or _default_name(model)
     app = create_app(engine, name, allow_weight_updates, admin_token, max_batch=max_batch,
-                     batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded)
+                     batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, limits=limits,
+                     allowed_hosts=_hosts_for(host))
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        _uvicorn_server(app, host, port, log_level).run()
     finally:
-        if app.state.batcher is not None:
-            app.state.batcher.close()
+        app.state.shutdown(1.0)
+
+
+def _hosts_for(host: str) -> list[str] | None:
+    return sorted({*LOOPBACK_NAMES, host.strip("[]").lower()}) if is_loopback(host) else None
 
 
 def _default_name(model: Any) -> str:
@@ -262,21 +630,18 @@ def serve_in_thread(model: Any = None, host: str = "127.0.0.1", port: int | None
                     model_name: str | None = None, tokenizer: Any = None, device: str = "cpu",
                     startup_timeout_s: float = 60.0, allow_weight_updates: bool = False,
                     admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-                    batch_seeded: bool = False) -> Iterator[str]:
+                    batch_seeded: bool = False, limits: ServeLimits | None = None) -> Iterator[str]:
     """Run the server in a background thread; yields its base URL (``http://host:port/v1``).
 
-    ``model`` may be a path/name, a loaded model (with ``tokenizer=``) or an engine; the batching
-    options are :func:`create_app`'s.
+    ``model`` may be a path/name, a loaded model (with ``tokenizer=``) or an engine; the other options
+    are :func:`create_app`'s. Leaving the block cancels whatever is still running.
     """
-    import uvicorn
-
     engine = _engine_for(model, tokenizer, device, max_batch)
     port = port or free_port(host)
     app = create_app(engine, model_name or _default_name(model), allow_weight_updates, admin_token,
-                     max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded)
-    config = uvicorn.Config(app, host=host, port=port,
-                            log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
+                     max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, limits=limits,
+                     allowed_hosts=_hosts_for(host))
+    server = _uvicorn_server(app, host, port, "warning")
     th = threading.Thread(target=server.run, name=f"gfcr-serve-{port}", daemon=True)
     th.start()
     t0 = time.monotonic()
@@ -289,13 +654,12 @@ def serve_in_thread(model: Any = None, host: str = "127.0.0.1", port: int | None
                 raise TimeoutError(f"gfcr serve did not start on {host}:{port} within {startup_timeout_s}s")
             time.sleep(0.02)
     except BaseException:
-        if app.state.batcher is not None:
-            app.state.batcher.close()
+        app.state.shutdown(1.0)
         raise
     try:
         yield f"http://{host}:{port}/v1"
     finally:
+        app.state.shutdown(0.0)
         server.should_exit = True
         th.join(timeout=10)
-        if app.state.batcher is not None:
-            app.state.batcher.close()
+        app.state.shutdown(1.0)

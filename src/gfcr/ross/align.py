@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.records import GENERATED, Message
+from gfcr.records import GENERATED, Message, assistant_text_ranges
 
 
 class AlignError(ValueError):
@@ -142,17 +142,6 @@ def generated_runs(token_role: np.ndarray) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[0::2], edges[1::2], strict=True)]
 
 
-def assistant_text(messages: Sequence[Message]) -> tuple[str, list[tuple[int, int]]]:
-    """The text the judge audits: assistant message contents joined by ``\\n``, and each
-    message's char range in it (the same string as ``Rollout.completion``)."""
-    parts = [m.content for m in messages if m.role == "assistant"]
-    ranges, pos = [], 0
-    for p in parts:
-        ranges.append((pos, pos + len(p)))
-        pos += len(p) + 1
-    return "\n".join(parts), ranges
-
-
 def align_mask(
     tokenizer: Any,
     token_ids: np.ndarray,
@@ -160,13 +149,14 @@ def align_mask(
     messages: Sequence[Message],
     kept_chars: np.ndarray,
 ) -> np.ndarray:
-    """Per-token supervision mask ``[T]`` (uint8) from per-char kept flags over :func:`assistant_text`.
+    """Per-token supervision mask ``[T]`` (uint8) from per-char kept flags over the assistant text
+    (:func:`gfcr.records.assistant_text_ranges`).
 
     Generated run ``k`` must decode to assistant message ``k`` (exactly, or with only
     whitespace around it that the engine stripped, which then follows the decision on the
     stored character next to it); otherwise :class:`AlignError`.
     """
-    text, ranges = assistant_text(messages)
+    text, ranges = assistant_text_ranges(messages)
     if len(kept_chars) != len(text):
         raise AlignError(f"kept flags cover {len(kept_chars)} chars, assistant text has {len(text)}")
     runs = generated_runs(token_role)

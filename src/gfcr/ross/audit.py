@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.records import Audit, Cost, Prompt, Rollout, table_to_audits, table_to_rollouts
-from gfcr.ross.align import AlignError, align_mask, assistant_text
+from gfcr.records import Audit, Cost, Prompt, Rollout, assistant_text, table_to_audits, table_to_rollouts
+from gfcr.ross.align import AlignError, align_mask
 from gfcr.ross.judges import Judge, JudgeRequest
 from gfcr.ross.units import split_units
 from gfcr.ross.verdict import Decision, VerdictError, parse_json_object, validate_verdict
@@ -92,7 +92,7 @@ def judge_rollout(
 
     Returns ``(decision or None, last error, raw outputs, summed cost, meta)``.
     """
-    text, _ = assistant_text(rollout.messages)
+    text = assistant_text(rollout.messages)
     units = split_units(text, max_unit_chars)
     answer = verified_answer(rollout, prompt) if check_answer else None
     req = JudgeRequest(
@@ -251,7 +251,7 @@ def realign(store: Any, tokenizer: Any, judge: str, judge_version: str) -> dict[
     out, n_disc = [], 0
     for a in aus:
         r = rmap[a.rollout_id]
-        text, _ = assistant_text(r.messages)
+        text = assistant_text(r.messages)
         kept = np.ones(len(text), bool)
         for s in a.excluded:
             kept[s.start : s.end] = False

@@ -269,11 +269,11 @@ def render_report(run: RossRun) -> str:
 def run_ross(cfg: RossConfig, run_dir: str | Path | None = None, progress: bool = False,
              log: Any = print) -> RossRun:
     """Run the configured stages in order; returns timings, results and the rendered report."""
+    store = open_store(cfg)  # bad inputs fail before a run folder is made
+    tok = load_tokenizer(cfg)
     rd = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
     rd.mkdir(parents=True, exist_ok=True)
     run = RossRun(rd)
-    store = open_store(cfg)
-    tok = load_tokenizer(cfg)
     selected: list[Any] = []
     for stage in cfg.stages:
         t0 = time.perf_counter()

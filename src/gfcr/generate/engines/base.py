@@ -9,6 +9,8 @@ avoid it: ``GenResult.tokens_source`` says ``"engine"`` when the ids are the sam
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,6 +32,18 @@ class SamplingParams(BaseModel):
     seed: int | None = Field(None, description="Seed; the same seed gives the same tokens (sample i uses seed + i).")
     repeat_ngram: int = Field(0, ge=0, le=4096, description="Early exit on repetition (the rule of gfcr.control.groups.EarlyExit): stop a sample, finish_reason 'abort', once its last repeat_ngram generated tokens have occurred repeat_max times. 0 = off. hf engine (and gfcr serve) only.")
     repeat_max: int = Field(4, ge=2, le=4096, description="Occurrences of the trailing n-gram that stop a sample (with repeat_ngram > 0).")
+    top_k: int = Field(0, ge=0, description="Keep only the k most likely tokens before top-p (0 = off).")
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="Subtracted from a token's logit once per earlier occurrence in the generated tokens (OpenAI's definition).")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="Subtracted from a token's logit if it occurs in the generated tokens.")
+    logit_bias: dict[int, float] = Field(default_factory=dict, description="Token id -> value added to its logit before sampling (-100..100).")
+    top_logprobs: int = Field(0, ge=0, le=1000, description="Also return the this many most likely tokens and their log-probs at each step (of the distribution sampled from).")
+
+    @model_validator(mode="after")
+    def _check_bias(self) -> SamplingParams:
+        bad = {k: v for k, v in self.logit_bias.items() if not -100.0 <= v <= 100.0 or k < 0}
+        if bad:
+            raise ValueError(f"logit_bias values must lie in [-100, 100] and token ids be >= 0 (got {bad})")
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> SamplingParams:
@@ -38,10 +52,39 @@ class SamplingParams(BaseModel):
         return self
 
     def to_record(self, engine: str) -> dict[str, Any]:
-        """The ``sampling`` JSON stored with each rollout."""
+        """The ``sampling`` JSON stored with each rollout (fields left at their neutral default are omitted
+        for the parameters added after the first release, so older records and new ones compare equal)."""
         d = self.model_dump()
+        for k, neutral in _LATER_NEUTRAL.items():
+            if d.get(k) == neutral:
+                d.pop(k)
+        if d.get("logit_bias"):
+            d["logit_bias"] = {str(k): v for k, v in d["logit_bias"].items()}
         d["engine"] = engine
         return d
+
+    def has_logit_processing(self) -> bool:
+        """Whether penalties or a logit bias change the logits before temperature."""
+        return bool(self.frequency_penalty or self.presence_penalty or self.logit_bias)
+
+
+_LATER_NEUTRAL: dict[str, Any] = {"top_k": 0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "logit_bias": {},
+                                  "top_logprobs": 0}
+
+
+@dataclass
+class TokenEvent:
+    """One sampled token, as an engine reports it while decoding (``GenRequest.on_token``).
+
+    ``sample``: index of the sample within its request (``0 .. n-1``); ``top_ids`` / ``top_logprobs``:
+    the ``params.top_logprobs`` most likely tokens at this step (``None`` when 0 were asked for).
+    """
+
+    sample: int
+    token: int
+    logprob: float
+    top_ids: list[int] | None = None
+    top_logprobs: list[float] | None = None
 
 
 @dataclass
@@ -52,6 +95,13 @@ class GenRequest:
     messages: list[dict[str, Any]] | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
     request_id: str | None = None
+    # Optional hooks (the hf engine honours both; other engines may ignore them):
+    on_token: Callable[[TokenEvent], None] | None = None  # called from the decoding thread for each token
+    cancel: threading.Event | None = None  # once set, the request's samples stop (finish_reason "abort")
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
 
     def __post_init__(self) -> None:
         if (self.prompt_ids is None) == (self.messages is None):
@@ -73,6 +123,8 @@ class GenResult:
     tokens_source: str = "engine"  # "engine" (exact ids) or "retokenized"
     meta: dict[str, Any] = field(default_factory=dict)
     entropies: np.ndarray | None = None  # float32 [T] entropy of the distribution each token was sampled from (hf)
+    top_ids: np.ndarray | None = None  # int32 [T, N] the N = params.top_logprobs most likely tokens at each step
+    top_logprobs: np.ndarray | None = None  # float32 [T, N] their log-probs (same distribution as ``logprobs``)
 
     @property
     def n_tokens(self) -> int:

@@ -14,33 +14,42 @@ from __future__ import annotations
 
 import inspect
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gfcr.generate.engines.base import GenRequest, GenResult, SamplingParams
+from gfcr.generate.engines.base import GenRequest, GenResult, SamplingParams, TokenEvent
+
+_Row = tuple[int, int, list[int], SamplingParams, GenRequest]  # (request, sample, prompt ids, params, request)
 
 
-def sampling_logprobs(logits: Any, temperature: float, top_p: float = 1.0) -> Any:
-    """Log-probs of the distribution sampled from: ``softmax(logits / T)``, cut to the top-p nucleus.
+def sampling_logprobs(logits: Any, temperature: float, top_p: float = 1.0, top_k: int = 0) -> Any:
+    """Log-probs of the distribution sampled from: ``softmax(logits / T)``, cut to the top-k tokens, then
+    to the top-p nucleus (vLLM's order).
 
     Args:
         logits: float tensor ``[B, V]``.
         temperature: ``T > 0`` (``0`` means greedy: the unscaled ``log_softmax(logits)`` is returned).
         top_p: keep the smallest set of most likely tokens whose mass reaches ``top_p`` (the most
             likely token is always kept), renormalise; the rest get ``-inf``.
+        top_k: keep only the ``top_k`` largest logits (ties with the k-th kept); 0 = off.
     Returns:
         float tensor ``[B, V]`` of log-probs (each row logsumexps to 0).
 
     Example: logits ``[ln 0.5, ln 0.3, ln 0.2]``, T = 1, top_p = 0.7 keeps the first two tokens
-    (0.5 < 0.7 <= 0.8) and gives log-probs ``[ln 0.625, ln 0.375, -inf]``.
+    (0.5 < 0.7 <= 0.8) and gives log-probs ``[ln 0.625, ln 0.375, -inf]``; top_k = 1 instead gives
+    ``[0, -inf, -inf]``.
     """
     import torch
 
     x = logits.float()
     if temperature > 0:
         x = x / temperature
+        if 0 < top_k < x.shape[-1]:
+            kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
+            x = x.masked_fill(x < kth, float("-inf"))
     lp = torch.log_softmax(x, dim=-1)
     if temperature > 0 and top_p < 1.0:
         sorted_lp, idx = torch.sort(lp, dim=-1, descending=True)
@@ -52,6 +61,21 @@ def sampling_logprobs(logits: Any, temperature: float, top_p: float = 1.0) -> An
         lp = torch.full_like(lp, float("-inf")).scatter(-1, idx, sorted_lp)
         lp = lp - torch.logsumexp(lp, dim=-1, keepdim=True)
     return lp
+
+
+def penalized_logits(logits: Any, counts: Any, frequency: Any, presence: Any, bias: Any = None) -> Any:
+    """OpenAI's penalties and logit bias: ``logits - f * c - p * (c > 0) + bias``.
+
+    Args:
+        logits: ``[B, V]``; counts: ``[B, V]`` occurrences of each token among the tokens generated so
+            far (the prompt does not count, as in vLLM); frequency, presence: ``[B]``; bias: ``[B, V]`` or None.
+    Returns:
+        ``[B, V]`` adjusted logits.
+
+    Example: logits ``[1, 1, 1]``, counts ``[2, 1, 0]``, f = 0.5, p = 0.25 → ``[-0.25, 0.25, 1]``.
+    """
+    x = logits.float() - frequency[:, None] * counts - presence[:, None] * (counts > 0).float()
+    return x + bias if bias is not None else x
 
 
 class NgramCounter:
@@ -90,6 +114,120 @@ def entropy_of(lp: Any, probs: Any) -> Any:
     import torch
 
     return -torch.where(probs > 0, probs * lp, torch.zeros_like(lp)).sum(-1)
+
+
+def _report(req: GenRequest, ev: TokenEvent) -> None:
+    """Hand ``ev`` to the request's ``on_token`` hook; a failing hook cancels only its own request."""
+    try:
+        req.on_token(ev)  # type: ignore[misc]
+    except Exception:  # noqa: BLE001 - a client-side hook must never break the shared batch
+        if req.cancel is not None:
+            req.cancel.set()
+
+
+def _exit_meta(why: str | None) -> dict[str, Any]:
+    if why == "cancelled":
+        return {"cancelled": True}
+    return {"early_exit": why} if why else {}
+
+
+@dataclass
+class Scored:
+    """Teacher-forced log-probs of one token sequence (:meth:`HFEngine.score_batch`).
+
+    ``logprobs``: float32 ``[C]``, one per scored token; ``top_ids`` / ``top_logprobs``: int32 / float32
+    ``[C, N]``, the N most likely tokens at each scored position (``None`` when N = 0).
+    """
+
+    logprobs: np.ndarray
+    top_ids: np.ndarray | None = None
+    top_logprobs: np.ndarray | None = None
+
+
+class _DecodeState:
+    """Per-row state of one decode batch (tokens, log-probs, penalties' counts, finish reasons)."""
+
+    def __init__(self, rows: list[_Row], eos_ids: set[int], vocab: int, config: Any):
+        import torch
+
+        B = len(rows)
+        self.rows = rows
+        self.stop_ids = [eos_ids | set(sp.stop_token_ids) for _, _, _, sp, _ in rows]
+        self.toks: list[list[int]] = [[] for _ in range(B)]
+        self.lps: list[list[float]] = [[] for _ in range(B)]
+        self.ents: list[list[float]] = [[] for _ in range(B)]
+        self.tops: list[list[tuple[Any, Any]]] = [[] for _ in range(B)]
+        self.repeats = [NgramCounter(sp.repeat_ngram) for _, _, _, sp, _ in rows]  # early exit on repetition
+        self.exits: list[str | None] = [None] * B
+        self.finish: list[str | None] = [None] * B
+        V = int(getattr(config, "vocab_size", 0) or vocab)
+        self.V = V
+        penal = any(sp.frequency_penalty or sp.presence_penalty for _, _, _, sp, _ in rows)
+        self.counts = torch.zeros((B, V)) if penal else None
+        self.freq = torch.tensor([sp.frequency_penalty for _, _, _, sp, _ in rows], dtype=torch.float32)
+        self.pres = torch.tensor([sp.presence_penalty for _, _, _, sp, _ in rows], dtype=torch.float32)
+        self.bias = None
+        if any(sp.logit_bias for _, _, _, sp, _ in rows):
+            self.bias = torch.zeros((B, V))
+            for i, (_, _, _, sp, _) in enumerate(rows):
+                for tid, b in sp.logit_bias.items():
+                    if not 0 <= int(tid) < V:
+                        raise ValueError(f"logit_bias token id {tid} is outside the vocabulary [0, {V})")
+                    self.bias[i, int(tid)] = float(b)
+
+    def step_dists(self, logits: Any, live: list[int]) -> list[tuple[Any, Any, float, Any]]:
+        """For each live row: (log-probs ``[V]``, probs ``[V]``, entropy, (top ids, top log-probs) or None).
+        Rows that share (temperature, top_p, top_k) are computed together."""
+        import torch
+
+        if self.counts is not None or self.bias is not None:
+            sel = torch.tensor(live, dtype=torch.long)
+            zeros = torch.zeros((len(live), logits.shape[-1]))
+            counts = self.counts[sel][:, : logits.shape[-1]] if self.counts is not None else zeros
+            bias = self.bias[sel][:, : logits.shape[-1]] if self.bias is not None else None
+            logits = penalized_logits(logits, counts, self.freq[sel], self.pres[sel], bias)
+        groups: dict[tuple[float, float, int], list[int]] = {}
+        for k, i in enumerate(live):
+            sp = self.rows[i][3]
+            groups.setdefault((sp.temperature, sp.top_p, sp.top_k), []).append(k)
+        out: list[Any] = [None] * len(live)
+        for (temp, top_p, top_k), ks in groups.items():
+            x = logits if len(ks) == len(live) else logits[ks]
+            lp = sampling_logprobs(x, temp, top_p, top_k)
+            probs = lp.exp()
+            ent = entropy_of(lp, probs)
+            n_top = max(self.rows[live[k]][3].top_logprobs for k in ks)
+            top = torch.topk(lp, min(n_top, lp.shape[-1]), dim=-1) if n_top else None
+            for j, k in enumerate(ks):
+                n = self.rows[live[k]][3].top_logprobs
+                t = (top.indices[j, :n], top.values[j, :n]) if top is not None and n else None
+                out[k] = (lp[j], probs[j], float(ent[j]), t)
+        return out
+
+    def result(self, i: int, prompt: list[int], dt: float, batch: int, tokenizer: Any) -> GenResult:
+        lp_arr = np.asarray(self.lps[i], dtype=np.float32)
+        lp_arr = np.where(np.isfinite(lp_arr), lp_arr, np.float32(-1e4)).astype(np.float32)
+        n_top = self.rows[i][3].top_logprobs
+        top_ids = top_lps = None
+        if n_top:
+            T = len(self.toks[i])
+            top_ids = np.zeros((T, n_top), np.int32)
+            top_lps = np.full((T, n_top), -9999.0, np.float32)
+            for t, (ti, tv) in enumerate(self.tops[i]):
+                top_ids[t, : len(ti)] = ti.numpy()
+                top_lps[t, : len(tv)] = np.maximum(tv.numpy(), -9999.0)
+        return GenResult(
+            token_ids=np.asarray(self.toks[i], dtype=np.int32),
+            logprobs=np.minimum(lp_arr, 0.0).astype(np.float32),
+            finish_reason=self.finish[i] or "length",
+            latency_s=dt,
+            prompt_ids=np.asarray(prompt, dtype=np.int32),
+            text=tokenizer.decode(self.toks[i], skip_special_tokens=False),
+            meta={"batch_size": batch} | _exit_meta(self.exits[i]),
+            entropies=np.asarray(self.ents[i], dtype=np.float32),
+            top_ids=top_ids,
+            top_logprobs=top_lps,
+        )
 
 
 class HFEngine:
@@ -203,20 +341,25 @@ class HFEngine:
     # --- generation ---------------------------------------------------------------------------
     def generate(self, requests: list[GenRequest]) -> list[list[GenResult]]:
         """``params.n`` results per request, in order."""
-        rows: list[tuple[int, int, list[int], SamplingParams]] = []
+        rows: list[_Row] = []
         for ri, req in enumerate(requests):
             pids = self._prompt_ids(req)
             for si in range(req.params.n):
-                rows.append((ri, si, pids, req.params))
+                rows.append((ri, si, pids, req.params, req))
         out: list[list[GenResult | None]] = [[None] * r.params.n for r in requests]
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][2]))
         for b in range(0, len(order), self.max_batch):
             chunk = [rows[i] for i in order[b : b + self.max_batch]]
-            for (ri, si, _, _), res in zip(chunk, self._generate_batch(chunk), strict=True):
+            for (ri, si, *_), res in zip(chunk, self._generate_batch(chunk), strict=True):
                 out[ri][si] = res
         return [[r for r in rs if r is not None] for rs in out]
 
-    def _generate_batch(self, rows: list[tuple[int, int, list[int], SamplingParams]]) -> list[GenResult]:
+    def _generate_batch(self, rows: list[_Row]) -> list[GenResult]:
+        """Decode one batch of rows (left-padded prefill, then one token per live row per step).
+
+        Long because the decode loop keeps its per-row state in local lists for speed; the per-step
+        distribution is :meth:`_step_dists`, the per-token bookkeeping :meth:`_take`.
+        """
         import torch
 
         t0 = time.perf_counter()
@@ -225,68 +368,47 @@ class HFEngine:
         pad = int(self.tokenizer.pad_token_id)
         ids = torch.full((B, L), pad, dtype=torch.long)
         attn = torch.zeros((B, L), dtype=torch.long)
-        for i, (_, _, p, _) in enumerate(rows):
+        for i, (_, _, p, _, _) in enumerate(rows):
             ids[i, L - len(p) :] = torch.tensor(p, dtype=torch.long)
             attn[i, L - len(p) :] = 1
         gens = []
-        for _, si, _, sp in rows:
+        for _, si, _, sp, _ in rows:
             g = torch.Generator(device="cpu")
             if sp.seed is None:
                 g.seed()
             else:
                 g.manual_seed((int(sp.seed) + si) % (2**63))
             gens.append(g)
-        max_new = [sp.max_tokens for _, _, _, sp in rows]
-        stop_ids = [self.eos_ids | set(sp.stop_token_ids) for _, _, _, sp in rows]
-        uniform = len({(sp.temperature, sp.top_p) for _, _, _, sp in rows}) == 1
-        toks: list[list[int]] = [[] for _ in range(B)]
-        lps: list[list[float]] = [[] for _ in range(B)]
-        ents: list[list[float]] = [[] for _ in range(B)]
-        repeats = [NgramCounter(sp.repeat_ngram) for _, _, _, sp in rows]  # early exit on repetition
-        exits: list[str | None] = [None] * B
-        finish: list[str | None] = [None] * B
+        st = _DecodeState(rows, self.eos_ids, len(self.tokenizer), self.model.config)
+        max_new = [sp.max_tokens for _, _, _, sp, _ in rows]
         dev = self.device
         ids, attn = ids.to(dev), attn.to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         live = list(range(B))  # original row of each row still in the batch (finished rows are dropped)
+        for i in live:
+            if rows[i][4].cancelled:
+                st.finish[i] = "abort"
         with torch.no_grad():
-            out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **self._prefill_kw)
-            past = _cache_of(out)
-            can_prune = hasattr(past, "batch_select_indices")
-            logits = out.logits[:, -1, :].float().cpu()  # [len(live), V]
+            if all(f is not None for f in st.finish):
+                max_new = [0]
+            else:
+                out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                                 **self._prefill_kw)
+                past = _cache_of(out)
+                can_prune = hasattr(past, "batch_select_indices")
+                logits = out.logits[:, -1, :].float().cpu()  # [len(live), V]
             for _step in range(max(max_new)):
                 nxt = torch.full((len(live),), pad, dtype=torch.long)
-                lp_all = sampling_logprobs(logits, rows[0][3].temperature, rows[0][3].top_p) if uniform else None
-                probs_all = lp_all.exp() if lp_all is not None else None
-                ent_all = entropy_of(lp_all, probs_all) if lp_all is not None else None
+                dists = st.step_dists(logits, live)
                 for k, i in enumerate(live):
-                    sp = rows[i][3]
-                    if finish[i] is not None:
+                    if st.finish[i] is not None:
                         continue
-                    if lp_all is not None:
-                        lp, probs, ent = lp_all[k], probs_all[k], float(ent_all[k])
-                    else:
-                        lp = sampling_logprobs(logits[k : k + 1], sp.temperature, sp.top_p)[0]
-                        probs = lp.exp()
-                        ent = float(entropy_of(lp, probs))
-                    if sp.temperature == 0:
-                        t = int(torch.argmax(lp))
-                    else:
-                        t = int(torch.multinomial(probs, 1, generator=gens[i]))
-                    nxt[k] = t
-                    toks[i].append(t)
-                    lps[i].append(float(lp[t]))
-                    ents[i].append(ent)
-                    if t in stop_ids[i]:
-                        finish[i] = "stop"
-                    elif sp.stop and self._hit_stop(toks[i], sp.stop):
-                        finish[i] = "stop"
-                    elif len(toks[i]) >= sp.max_tokens:
-                        finish[i] = "length"
-                    elif sp.repeat_ngram and repeats[i].add(t) >= sp.repeat_max:
-                        finish[i] = "abort"
-                        exits[i] = "repetition"
-                keep = [k for k, i in enumerate(live) if finish[i] is None]
+                    if rows[i][4].cancelled:  # the client went away: stop spending compute on it
+                        st.finish[i] = "abort"
+                        st.exits[i] = "cancelled"
+                        continue
+                    nxt[k] = self._take(st, i, dists[k], gens[i])
+                keep = [k for k, i in enumerate(live) if st.finish[i] is None]
                 if not keep:
                     break
                 if can_prune and len(keep) < len(live):  # drop finished rows: no more compute spent on them
@@ -303,23 +425,102 @@ class HFEngine:
                 past = _cache_of(out)
                 logits = out.logits[:, -1, :].float().cpu()
         dt = time.perf_counter() - t0
-        res = []
-        for i, (_, _, p, _) in enumerate(rows):
-            lp_arr = np.asarray(lps[i], dtype=np.float32)
-            lp_arr = np.where(np.isfinite(lp_arr), lp_arr, np.float32(-1e4)).astype(np.float32)
-            res.append(
-                GenResult(
-                    token_ids=np.asarray(toks[i], dtype=np.int32),
-                    logprobs=np.minimum(lp_arr, 0.0).astype(np.float32),
-                    finish_reason=finish[i] or "length",
-                    latency_s=dt,
-                    prompt_ids=np.asarray(p, dtype=np.int32),
-                    text=self.tokenizer.decode(toks[i], skip_special_tokens=False),
-                    meta={"batch_size": B} | ({"early_exit": exits[i]} if exits[i] else {}),
-                    entropies=np.asarray(ents[i], dtype=np.float32),
-                )
-            )
-        return res
+        return [st.result(i, p, dt, B, self.tokenizer) for i, (_, _, p, _, _) in enumerate(rows)]
+
+    def _take(self, st: _DecodeState, i: int, dist: tuple[Any, Any, float, Any], gen: Any) -> int:
+        """Sample row ``i``'s next token from ``dist`` = (log-probs, probs, entropy, top-N or None);
+        record it, report it to the request's ``on_token`` and decide whether the row is finished."""
+        import torch
+
+        lp, probs, ent, top = dist
+        _, si, _, sp, req = st.rows[i]
+        t = int(torch.argmax(lp)) if sp.temperature == 0 else int(torch.multinomial(probs, 1, generator=gen))
+        st.toks[i].append(t)
+        st.lps[i].append(float(lp[t]))
+        st.ents[i].append(ent)
+        if st.counts is not None:
+            st.counts[i, t] += 1
+        if top is not None:
+            st.tops[i].append(top)
+        if req.on_token is not None:
+            _report(req, TokenEvent(si, t, max(float(lp[t]), -9999.0),
+                                    top[0].tolist() if top is not None else None,
+                                    top[1].clamp(min=-9999.0).tolist() if top is not None else None))
+        if t in st.stop_ids[i] or (sp.stop and self._hit_stop(st.toks[i], sp.stop)):
+            st.finish[i] = "stop"
+        elif len(st.toks[i]) >= sp.max_tokens:
+            st.finish[i] = "length"
+        elif sp.repeat_ngram and st.repeats[i].add(t) >= sp.repeat_max:
+            st.finish[i] = "abort"
+            st.exits[i] = "repetition"
+        return t
+
+    # --- scoring (teacher forcing) ------------------------------------------------------------
+    def score(self, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0,
+              top_p: float = 1.0, top_k: int = 0) -> np.ndarray:
+        """Log-prob of each token of ``completion_ids`` following ``prompt_ids`` under the current
+        weights, in one teacher-forced forward pass: float32 ``[len(completion_ids)]``.
+
+        ``temperature``/``top_p``/``top_k`` give the log-probs of that sampling distribution (as the
+        engine records for sampled tokens; T = 1 and no cuts: the model's own log-probs, what on-policy
+        distillation asks of a teacher; T = 0 also gives the model's own). Tokens cut by top-k/top-p get
+        -9999. Penalties and logit bias depend on a sampling history and are not applied.
+        Example: ``engine.score(prompt, rollout_tokens)`` equals the behaviour log-probs the engine
+        recorded for a sample drawn at T = 1 from that prompt (to float rounding).
+        """
+        return self.score_batch([(prompt_ids, completion_ids)], temperature, top_p, top_k)[0].logprobs
+
+    def score_batch(self, pairs: list[tuple[list[int], list[int]]], temperature: float = 1.0, top_p: float = 1.0,
+                    top_k: int = 0, top_n: int = 0, max_logit_bytes: int = 2**30) -> list[Scored]:
+        """:meth:`score` for many ``(prompt_ids, completion_ids)`` pairs, batched (left padding), with the
+        ``top_n`` most likely tokens at each scored position. Batches are cut so that one forward's logits
+        stay under ``max_logit_bytes`` (float32). Each prompt needs at least one token; a completion may be
+        empty (then its ``logprobs`` is empty)."""
+        import torch
+
+        for p, _ in pairs:
+            if len(p) == 0:
+                raise ValueError("score needs at least one prompt token before the scored tokens")
+        out: list[Scored | None] = [None] * len(pairs)
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        V = int(getattr(self.model.config, "vocab_size", 0) or len(self.tokenizer))
+        budget = max(1, max_logit_bytes // (4 * V))
+        pad = int(self.tokenizer.pad_token_id)
+        at = 0
+        while at < len(order):
+            chunk = [order[at]]
+            L = len(pairs[order[at]][0]) + len(pairs[order[at]][1])
+            while at + len(chunk) < len(order) and len(chunk) < self.max_batch:
+                nxt = order[at + len(chunk)]
+                L2 = len(pairs[nxt][0]) + len(pairs[nxt][1])
+                if (len(chunk) + 1) * L2 > budget:
+                    break
+                chunk.append(nxt)
+                L = L2
+            at += len(chunk)
+            ids = torch.full((len(chunk), L), pad, dtype=torch.long)
+            attn = torch.zeros((len(chunk), L), dtype=torch.long)
+            for b, i in enumerate(chunk):
+                seq = [int(t) for t in pairs[i][0]] + [int(t) for t in pairs[i][1]]
+                ids[b, L - len(seq):] = torch.tensor(seq, dtype=torch.long)
+                attn[b, L - len(seq):] = 1
+            pos = (attn.cumsum(-1) - 1).clamp(min=0)
+            with torch.no_grad():
+                logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device),
+                                    position_ids=pos.to(self.device)).logits.float().cpu()
+            for b, i in enumerate(chunk):
+                P, C = len(pairs[i][0]), len(pairs[i][1])
+                o = L - P - C
+                lp = sampling_logprobs(logits[b, o + P - 1 : o + P + C - 1], temperature, top_p, top_k)
+                tgt = ids[b, o + P : o + P + C]
+                got = lp.gather(-1, tgt[:, None])[:, 0].clamp(min=-9999.0).numpy().astype(np.float32)
+                sc = Scored(got)
+                if top_n:
+                    top = torch.topk(lp, min(top_n, lp.shape[-1]), dim=-1)
+                    sc.top_ids = top.indices.numpy().astype(np.int32)
+                    sc.top_logprobs = top.values.clamp(min=-9999.0).numpy().astype(np.float32)
+                out[i] = sc
+        return [o for o in out if o is not None]
 
     def generate_growing(self, requests: list[GenRequest], follow: Any = None) -> list[list[GenResult]]:
         """Continuous batching: ``follow(i, results)`` may add requests when request ``i`` is done;

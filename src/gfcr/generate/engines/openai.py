@@ -81,7 +81,7 @@ class OpenAIEngine:
                 resp = self._client.post(url, json=body)
                 if resp.status_code == 200:
                     return resp.json()
-                last = f"HTTP {resp.status_code}: {resp.text[:500]}"
+                last = f"HTTP {resp.status_code}: {_error_message(resp)}"
                 if resp.status_code not in RETRY_STATUS:
                     raise OpenAIEngineError(f"POST {url} failed: {last}")
             except httpx.TransportError as e:
@@ -102,13 +102,25 @@ class OpenAIEngine:
             body["stop_token_ids"] = p.stop_token_ids
         if p.repeat_ngram:  # gfcr serve's extension; other servers may refuse it
             body |= {"repeat_ngram": p.repeat_ngram, "repeat_max": p.repeat_max}
+        if p.top_k:  # vLLM / gfcr serve extension
+            body["top_k"] = p.top_k
+        if p.frequency_penalty:
+            body["frequency_penalty"] = p.frequency_penalty
+        if p.presence_penalty:
+            body["presence_penalty"] = p.presence_penalty
+        if p.logit_bias:
+            body["logit_bias"] = {str(k): v for k, v in p.logit_bias.items()}
+        if p.top_logprobs:  # name the alternatives by id (vLLM / gfcr serve), so no re-tokenizing is needed
+            body["return_tokens_as_token_ids"] = True
         body.update(self.extra_body)
         t0 = time.perf_counter()
         if req.prompt_ids is not None:
-            body |= {"prompt": [int(t) for t in req.prompt_ids], "logprobs": 1}
+            body |= {"prompt": [int(t) for t in req.prompt_ids], "logprobs": p.top_logprobs}
             out = self._post("/completions", body)
         else:
             body |= {"messages": req.messages, "logprobs": True}
+            if p.top_logprobs:
+                body["top_logprobs"] = p.top_logprobs
             out = self._post("/chat/completions", body)
         dt = time.perf_counter() - t0
         results = []
@@ -143,6 +155,7 @@ class OpenAIEngine:
             lps = (lps + [0.0] * len(ids))[: len(ids)] if source == "retokenized" else lps
         if len(lps) != len(ids):
             raise OpenAIEngineError(f"{len(lps)} logprobs for {len(ids)} tokens in the server's answer")
+        top_ids, top_lps = self._tops(lp_obj, req.params.top_logprobs, len(ids)) if source == "engine" else (None, None)
         prompt_ids = c.get("prompt_token_ids")
         if prompt_ids is None and req.prompt_ids is not None:
             prompt_ids = req.prompt_ids
@@ -155,7 +168,38 @@ class OpenAIEngine:
             text=text,
             tokens_source=source,
             entropies=_entropies(c.get("token_entropies"), len(ids)) if source == "engine" else None,
+            top_ids=top_ids,
+            top_logprobs=top_lps,
         )
+
+    def _tops(self, lp_obj: dict[str, Any], n: int, T: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The top-``n`` alternatives per token from a chat (``content[].top_logprobs``) or completions
+        (``top_logprobs`` dicts) answer, as ids (a local ``tokenizer`` maps the token strings; without one,
+        or when a string is not one token, None) and log-probs, best first; ``token_id:N`` names are read
+        directly."""
+        if not n:
+            return None, None
+        if "content" in lp_obj:
+            rows = [[(e.get("token", ""), e.get("logprob")) for e in (x.get("top_logprobs") or [])]
+                    for x in lp_obj["content"] or []]
+        else:
+            rows = [sorted((d or {}).items(), key=lambda kv: -kv[1]) for d in lp_obj.get("top_logprobs") or []]
+        if len(rows) != T:
+            return None, None
+        ids = np.zeros((T, n), np.int32)
+        lps = np.full((T, n), -9999.0, np.float32)
+        for t, row in enumerate(rows):
+            for j, (s, v) in enumerate(row[:n]):
+                if s.startswith("token_id:"):
+                    enc = [int(s.split(":", 1)[1])]
+                elif self.tokenizer is not None:
+                    enc = self.tokenizer(s, add_special_tokens=False)["input_ids"]
+                else:
+                    return None, None
+                if len(enc) != 1:
+                    return None, None
+                ids[t, j], lps[t, j] = enc[0], float(v)
+        return ids, lps
 
     def generate(self, requests: list[GenRequest]) -> list[list[GenResult]]:
         if len(requests) <= 1 or self.max_concurrency <= 1:
@@ -169,6 +213,22 @@ class OpenAIEngine:
 
         req = GenRequest(messages=messages, params=SamplingParams(**params))
         return self._one(req)[0].text or ""
+
+
+def _error_message(resp: Any) -> str:
+    """The message of an error answer: OpenAI/vLLM ``{"error": {"message"}}``, FastAPI ``{"detail"}``, or
+    the start of the body."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:500]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:1000]
+        if body.get("detail"):
+            return str(body["detail"])[:1000]
+    return resp.text[:500]
 
 
 def _entropies(values: Any, n: int) -> np.ndarray | None:

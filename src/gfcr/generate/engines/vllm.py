@@ -86,25 +86,42 @@ class VLLMEngine:
             prompts.append({"prompt_token_ids": [int(t) for t in ids]})
             sps.append(self._vllm.SamplingParams(
                 n=p.n, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_tokens, stop=p.stop or None,
-                stop_token_ids=p.stop_token_ids or None, seed=p.seed, logprobs=0, skip_special_tokens=True,
+                stop_token_ids=p.stop_token_ids or None, seed=p.seed, logprobs=p.top_logprobs,
+                skip_special_tokens=True, top_k=p.top_k or -1, frequency_penalty=p.frequency_penalty,
+                presence_penalty=p.presence_penalty, logit_bias=dict(p.logit_bias) or None,
             ))
         t0 = time.perf_counter()
         outs = self.llm.generate(prompts, sps, use_tqdm=False)
         dt = time.perf_counter() - t0
         results = []
-        for prm, o in zip(prompts, outs, strict=True):
+        for r, prm, o in zip(requests, prompts, outs, strict=True):
             rs = []
             for c in o.outputs:
                 ids = list(c.token_ids)
                 lps = [float(d[t].logprob) if d and t in d else 0.0 for t, d in zip(ids, c.logprobs or [{}] * len(ids), strict=True)]
+                tops = _tops(c.logprobs, ids, r.params.top_logprobs) if r.params.top_logprobs else (None, None)
                 rs.append(GenResult(
                     token_ids=np.asarray(ids, np.int32), logprobs=np.minimum(np.asarray(lps, np.float32), 0.0),
                     finish_reason=c.finish_reason if c.finish_reason in ("stop", "length", "abort") else "stop",
                     latency_s=dt, prompt_ids=np.asarray(prm["prompt_token_ids"], np.int32), text=c.text,
-                    meta={"logprobs_mode": self.logprobs_mode},
+                    meta={"logprobs_mode": self.logprobs_mode}, top_ids=tops[0], top_logprobs=tops[1],
                 ))
             results.append(rs)
         return results
+
+
+def _tops(step_dicts: Any, ids: list[int], n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The ``n`` best alternatives per step from vLLM's per-step ``{token_id: Logprob}`` dicts (which also
+    hold the sampled token when it is not among them), best first."""
+    if not step_dicts or len(step_dicts) != len(ids):
+        return None, None
+    top_ids = np.zeros((len(ids), n), np.int32)
+    top_lps = np.full((len(ids), n), -9999.0, np.float32)
+    for t, d in enumerate(step_dicts):
+        best = sorted((d or {}).items(), key=lambda kv: -float(kv[1].logprob))[:n]
+        for j, (tid, lp) in enumerate(best):
+            top_ids[t, j], top_lps[t, j] = int(tid), max(float(lp.logprob), -9999.0)
+    return top_ids, top_lps
 
 
 #: attribute paths from ``vllm.LLM`` to the model in this process (V0 and V1 in-process executors)

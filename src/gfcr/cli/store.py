@@ -1,14 +1,19 @@
-"""`gfcr store …` commands: thin wrappers over :mod:`gfcr.store`."""
+"""``gfcr store …``: create, fill, query and maintain a rollout store (thin wrappers over
+:mod:`gfcr.store`), and ``gfcr store walkthrough``, a tour of the store on bundled sample dumps."""
 
 from __future__ import annotations
 
 import json
+import tempfile
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from .common import json_default, removed_on_failure
 
 console = Console()
 
@@ -17,26 +22,10 @@ store_app = typer.Typer(help="Create, fill, query and maintain a rollout store."
 StorePath = Annotated[Path, typer.Argument(help="Store directory.")]
 
 
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
-
-
 def _open(path: Path):  # noqa: ANN202
-    from gfcr.store import RolloutStore, StoreError
+    from gfcr.store import RolloutStore
 
-    try:
-        return RolloutStore.open(path)
-    except StoreError as e:
-        _fail(str(e))
-
-
-def _json_default(o: Any) -> Any:
-    if hasattr(o, "isoformat"):
-        return o.isoformat()
-    if isinstance(o, bytes):
-        return o.hex()
-    return str(o)
+    return RolloutStore.open(path)
 
 
 def print_rows(rows: list[dict[str, Any]], title: str | None = None, max_width: int = 60) -> None:
@@ -80,16 +69,14 @@ def import_(
     create: Annotated[bool, typer.Option(help="Create the store if it does not exist.")] = True,
 ) -> None:
     """Import rollouts from another framework's dump. One import is one commit; bad input writes nothing."""
-    from gfcr.store import RolloutStore, StoreError
-    from gfcr.store.importers import ImportFormatError, import_rollouts
+    from gfcr.store import RolloutStore
+    from gfcr.store.importers import import_rollouts
 
-    try:
+    with removed_on_failure(path):  # a failed import into a new store leaves no store behind
         store = RolloutStore.open(path, create=create)
         before = store.count()
         res = import_rollouts(store, from_, [str(f) for f in files], run_id=run, tokenizer=tokenizer,
                               trust_pickle=trust_pickle)
-    except (ImportFormatError, StoreError) as e:
-        _fail(str(e))
     for n in res.notes:
         console.print(f"[yellow]note:[/] {n}")
     console.print(
@@ -106,14 +93,9 @@ def export_(
     where: Annotated[str | None, typer.Option(help="DuckDB SQL predicate over rollouts, e.g. \"reward > 0\".")] = None,
 ) -> None:
     """Export rollouts in gfcr's own schema (importable again with --from jsonl/parquet)."""
-    from gfcr.store import StoreError
     from gfcr.store.importers import export
 
-    store = _open(path)
-    try:
-        n = export(store, to, out, where=where)
-    except StoreError as e:
-        _fail(str(e))
+    n = export(_open(path), to, out, where=where)
     console.print(f"wrote {n} rollouts to {out}")
 
 
@@ -133,14 +115,9 @@ def export_sft_(
     ] = None,
 ) -> None:
     """Export rollouts as an SFT dataset for TRL, verl or slime (e.g. --where verified for RFT)."""
-    from gfcr.store import StoreError
     from gfcr.store.sft_export import export_sft
 
-    store = _open(path)
-    try:
-        res = export_sft(store, out, format_, where=where, dedup=dedup, tokenizer=tokenizer)
-    except StoreError as e:
-        _fail(str(e))
+    res = export_sft(_open(path), out, format_, where=where, dedup=dedup, tokenizer=tokenizer)
     for reason, n in res["skipped"].items():
         console.print(f"[yellow]note:[/] skipped {n} rollout(s): {reason}")
     if res["dropped_fields"]:
@@ -159,7 +136,7 @@ def stats(
     store = _open(path)
     rows = store.stats(run=run)
     if as_json:
-        print(json.dumps(rows, default=_json_default))
+        print(json.dumps(rows, default=json_default))
     else:
         print_rows(rows, title=f"{store.path} — {store.count()} rollouts, {store.count('prompts')} prompts")
 
@@ -172,17 +149,10 @@ def query(
     limit: Annotated[int, typer.Option(help="Rows shown in table mode.")] = 50,
 ) -> None:
     """Run a SQL query over the store."""
-    from gfcr.store import StoreError
-
-    store = _open(path)
-    try:
-        t = store.sql(sql)
-    except StoreError as e:
-        _fail(str(e))
-    rows = t.to_pylist()
+    rows = _open(path).sql(sql).to_pylist()
     if as_json:
         for r in rows:
-            print(json.dumps(r, default=_json_default))
+            print(json.dumps(r, default=json_default))
     else:
         print_rows(rows[:limit], title=f"{len(rows)} row(s)" + (f", first {limit} shown" if len(rows) > limit else ""))
 
@@ -193,7 +163,7 @@ def versions(path: StorePath, as_json: Annotated[bool, typer.Option("--json")] =
     store = _open(path)
     vs = store.versions()
     if as_json:
-        print(json.dumps(vs, default=_json_default))
+        print(json.dumps(vs, default=json_default))
     else:
         print_rows(vs)
 
@@ -211,10 +181,37 @@ def walkthrough(
     path: Annotated[Path | None, typer.Argument(help="Store directory (default runs/walkthrough-<time>).")] = None,
 ) -> None:
     """Import the bundled sample dumps, print stats and run a query (a tour of the store)."""
-    from gfcr.store.walkthrough import run_walkthrough
+    from gfcr.store import RolloutStore
+    from gfcr.store import samples as S
+    from gfcr.store.importers import import_rollouts
 
-    run_walkthrough(path, console=console)
+    path = Path(path) if path else Path("runs") / f"walkthrough-{time.strftime('%Y%m%d-%H%M%S')}"
+    with removed_on_failure(path):
+        store = RolloutStore.open(path, create=True)
+        console.rule("gfcr store walkthrough")
+        console.print(f"store: {store.path}")
+        with tempfile.TemporaryDirectory() as tmp:
+            t = Path(tmp)
+            dumps = [
+                ("verl", S.write_verl(t / "verl"), "run-verl"),
+                ("trl", S.write_trl(t / "trl"), "run-trl"),
+                ("prime-rl", S.write_prime_rl(t / "prime"), "run-prime"),
+                ("roll", S.write_roll(t / "roll"), "run-roll"),
+            ]
+            for fmt, p, run in dumps:
+                res = import_rollouts(store, fmt, [str(p)], run_id=run)
+                console.print(f"  imported {len(res.rollouts):3d} rollouts from a {fmt} dump (tokens: {res.tokens_source})")
+    print_rows(store.stats(), title="per run and step")
+    q = ("SELECT run_id, count(*) AS rollouts, avg(reward) AS mean_reward, "
+         "sum(CASE WHEN tokens_source = 'engine' THEN 1 ELSE 0 END) AS token_faithful "
+         "FROM rollouts GROUP BY run_id ORDER BY run_id")
+    console.print(f"\nSQL> {q}")
+    print_rows(store.sql(q).to_pylist())
+    s = store.sample(3, seed=0, columns=["rollout_id", "run_id", "reward"])
+    console.print(f"\n3 random rollouts: {s.column('rollout_id').to_pylist()}")
+    console.print(f"versions: {[v['version'] for v in store.versions()]} — `gfcr store versions {store.path}`")
 
 
 def register(app: typer.Typer) -> None:
+    """Add ``gfcr store …`` to the top-level app."""
     app.add_typer(store_app, name="store")

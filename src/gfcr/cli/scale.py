@@ -1,0 +1,93 @@
+"""``gfcr scale generate`` and ``gfcr scale verify``: generation and verification on Ray actors
+(thin wrappers over :mod:`gfcr.scale`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .common import echo_json, generate_config, verify_inputs
+
+scale_app = typer.Typer(help="Scale out on Ray: generation and verification actors over one store.",
+                        no_args_is_help=True)
+
+Address = Annotated[str | None, typer.Option(
+    "--address", help="Ray cluster to join (e.g. 'auto', 'ray://head:10001'); default: start a local one.")]
+NumCpus = Annotated[int | None, typer.Option("--num-cpus", min=1, help="CPUs of a local cluster (default: all).")]
+
+
+@scale_app.command("generate")
+def generate_cmd(
+    config: Annotated[Path | None, typer.Argument(help="YAML GenerateConfig (flags override it).")] = None,
+    store: Annotated[str | None, typer.Option(help="Store directory (created if missing).")] = None,
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Generation actors (each holds one engine).")] = 2,
+    engine: Annotated[str | None, typer.Option(help="Engine: hf, openai, vllm, ray.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model dir/name (default: SmolLM2-135M-Instruct).")] = None,
+    base_url: Annotated[str | None, typer.Option(help="openai engine: server URL.")] = None,
+    device: Annotated[str | None, typer.Option(help="hf engine device (cpu, cuda).")] = None,
+    topology: Annotated[str | None, typer.Option(help="group, tree or multi_turn.")] = None,
+    k: Annotated[int | None, typer.Option(help="Samples per prompt (group/multi_turn).")] = None,
+    task: Annotated[str | None, typer.Option(help="Task source (arith, reasoning_gym, jsonl_math, jsonl_code).")] = None,
+    n: Annotated[int | None, typer.Option(help="Number of prompts (arith/reasoning_gym).")] = None,
+    level: Annotated[int | None, typer.Option(help="arith difficulty level.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Most new tokens per sample.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    batch_prompts: Annotated[int | None, typer.Option(help="Prompts per shard (one engine call).")] = None,
+    shards_per_commit: Annotated[int | None, typer.Option(help="Shards per store commit (default: --workers).")] = None,
+    max_retries: Annotated[int, typer.Option(min=0, help="Retries of a failed shard before the run stops.")] = 1,
+    run_id: Annotated[str | None, typer.Option(help="Run id (default: new).")] = None,
+    step: Annotated[int | None, typer.Option(help="Training step to record.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Base seed.")] = None,
+    gpus_per_worker: Annotated[float, typer.Option(min=0.0, help="GPUs each actor reserves (e.g. 1 for vllm).")] = 0.0,
+    address: Address = None,
+    num_cpus: NumCpus = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+) -> None:
+    """Generate tasks × topology × engine on N Ray actors into a store (one commit per batch of shards)."""
+    from gfcr.scale.cluster import ScaleError
+    from gfcr.scale.generate import ray_generate
+
+    cfg = generate_config(config, store=store, run_id=run_id, step=step, seed=seed, batch_prompts=batch_prompts,
+                          engine=engine, model=model, base_url=base_url, device=device, topology=topology, k=k,
+                          task=task, n=n, level=level, max_tokens=max_tokens, temperature=temperature)
+    opts: dict[str, Any] = {"num_gpus": gpus_per_worker} if gpus_per_worker else {}
+    try:
+        summary = ray_generate(cfg, workers, shards_per_commit=shards_per_commit, max_retries=max_retries,
+                               actor_options=opts or None, address=address, num_cpus=num_cpus, progress=not quiet)
+    except ScaleError as e:  # a shard failed on the cluster: a run failure, not bad input
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+    echo_json(summary, indent=1)
+
+
+@scale_app.command("verify")
+def verify_cmd(
+    store: Annotated[str, typer.Argument(help="Path of an existing rollout store.")],
+    verifier: Annotated[str, typer.Option("--verifier", "-v", help="Verifier name (math, exact, numeric, format, code, env, composite).")],
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Verification actors.")] = 2,
+    where: Annotated[str | None, typer.Option("--where", help="SQL filter on rollouts, e.g. \"task = 'arith'\".")] = None,
+    options: Annotated[str | None, typer.Option("--options", help="Verifier config as JSON, e.g. '{\"timeout_s\": 3}'.")] = None,
+    chunk_size: Annotated[int, typer.Option(min=1, help="Rollouts per actor call.")] = 256,
+    max_retries: Annotated[int, typer.Option(min=0, help="Retries of a failed chunk before the run stops (nothing written).")] = 1,
+    address: Address = None,
+    num_cpus: NumCpus = None,
+) -> None:
+    """Re-verify stored rollouts on N Ray actors; writes one new store version."""
+    from gfcr.scale.cluster import ScaleError
+    from gfcr.scale.verify import ray_verify
+
+    st, _, cfg = verify_inputs(store, verifier, options)
+    try:
+        summary = ray_verify(st, verifier, options=cfg, where=where, workers=workers, chunk_size=chunk_size,
+                             max_retries=max_retries, address=address, num_cpus=num_cpus)
+    except ScaleError as e:  # a chunk failed on the cluster (nothing written): a run failure, not bad input
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+    echo_json(summary)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this room's commands to the top-level app (``gfcr scale …``)."""
+    app.add_typer(scale_app, name="scale")

@@ -1,0 +1,150 @@
+"""``gfcr train``, ``gfcr eval`` and ``gfcr demo``: thin wrappers over :func:`gfcr.train.loop.train`,
+:mod:`gfcr.evaluate` and the demo."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .common import fail, parse_sets, quiet_transformers, topmost_new
+
+
+def _train_fresh(cfg: Any, run_dir: Path | None, progress: bool) -> Any:
+    """Train into a new run folder; if the run fails before its first step, the folder is removed
+    again (a failed command leaves nothing behind; a run with steps done is kept for ``--resume``)."""
+    from gfcr.train import dist
+    from gfcr.train.loop import new_run_dir, train
+
+    single = int(os.environ.get("WORLD_SIZE", "1")) <= 1  # under torchrun, rank 0 picks the folder
+    created: Path | None = None
+    if single and run_dir is None:
+        created = topmost_new(Path(cfg.output_dir))
+        run_dir = new_run_dir(cfg)
+        created = created or run_dir
+    elif single:
+        created = topmost_new(run_dir)
+    done: list[int] = []
+    try:
+        return train(cfg, run_dir=run_dir, progress=progress, on_step=lambda step, _m: done.append(step))
+    except BaseException:
+        if created is not None and not done and dist.is_main():
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
+def train_cmd(
+    config: Annotated[Path | None, typer.Argument(help="YAML config (see configs/); omitted = all defaults.")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue the run in this folder from its last checkpoint and store.")] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Exact (new or empty) run folder instead of output_dir/run_name-TIME.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a field: --set optim.lr=1e-5 (repeatable).")] = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar (for logs).")] = False,
+) -> None:
+    """RL-train a policy: select → generate → verify → signals → control → replay → store → update."""
+    from rich.console import Console
+
+    from gfcr.train import dist
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import train
+
+    console = Console()
+    quiet_transformers()
+    cfg = load_config(config, parse_sets(set_))
+    if resume is not None:
+        res = train(cfg, resume=resume, run_dir=run_dir, progress=not no_progress)
+    else:
+        res = _train_fresh(cfg, run_dir, progress=not no_progress)
+    if dist.is_main():  # under torchrun, rank 0 speaks for the run
+        console.print(f"run dir:  {res.run_dir}\nstore:    {res.store_path}\nmetrics:  {res.metrics_path}\n"
+                      f"checkpoint: {res.checkpoint}\nsteps done: {res.steps_done}")
+    for name, ev in (("eval before", res.eval_before), ("eval after", res.eval_after)):
+        if ev is not None:
+            console.print(f"{name}: {ev.summary()}")
+
+
+def eval_cmd(
+    model: Annotated[str, typer.Option("--model", help="HF model directory/name, or 'default'.")] = "default",
+    tasks: Annotated[str, typer.Option("--tasks", help="Task source name(s), comma-separated (e.g. arith).")] = "arith",
+    k: Annotated[int, typer.Option("--k", help="Samples per prompt for pass@k/avg@k (0 = greedy only).")] = 4,
+    n: Annotated[int, typer.Option("--n", help="Held-out prompts per task.")] = 32,
+    split: Annotated[str, typer.Option("--split", help="Task split to evaluate.")] = "test",
+    task_arg: Annotated[list[str] | None, typer.Option("--task-arg", help="Task source argument KEY=VALUE (repeatable), e.g. level=2.")] = None,
+    verifier: Annotated[str, typer.Option("--verifier", help="Verifier name in gfcr.filters.")] = "numeric",
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="New tokens per sample.")] = 64,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature for pass@k.")] = 0.7,
+    no_greedy: Annotated[bool, typer.Option("--no-greedy", help="Skip greedy pass@1.")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for prompts and sampling.")] = 0,
+    device: Annotated[str, typer.Option("--device", help="torch device.")] = "cpu",
+    out: Annotated[Path | None, typer.Option("--out", help="Write the JSON result here (default: stdout).")] = None,
+    env: Annotated[str | None, typer.Option("--env", help="Evaluate multi-turn episodes against this env (calculator, python or pkg.module:Class) instead of single answers.")] = None,
+    max_turns: Annotated[int, typer.Option("--max-turns", help="With --env: most policy turns per episode (--max-tokens is per turn).")] = 4,
+    obs_role: Annotated[str, typer.Option("--obs-role", help="With --env: chat role of the env's observations.")] = "user",
+    reward_source: Annotated[str, typer.Option("--reward-source", help="With --env: what counts as solved: verifier (final turn), env (the env's success), env_or_verifier, weighted.")] = "verifier",
+    env_weight: Annotated[float, typer.Option("--env-weight", help="With --env and --reward-source weighted: the env's weight in [0, 1].")] = 0.5,
+) -> None:
+    """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON).
+    With --env, each sample is a whole policy-env episode (as in multi_turn training)."""
+    from gfcr.evaluate import evaluate_episodes, evaluate_model
+    from gfcr.generate.engines.hf import HFEngine
+    from gfcr.generate.envs import REWARD_SOURCES, make_env
+    from gfcr.tasks import make_source
+
+    if env is None and (max_turns != 4 or obs_role != "user" or reward_source != "verifier" or env_weight != 0.5):
+        fail("--max-turns, --obs-role, --reward-source and --env-weight apply to multi-turn episodes: add --env NAME")
+    if env is not None:
+        try:
+            make_env(env)  # fail before the model is loaded
+        except (ValueError, ImportError, AttributeError, TypeError) as e:
+            fail(f"--env {env!r} could not be built: {e}")
+        if max_turns < 1:
+            fail(f"--max-turns must be >= 1, got {max_turns}")
+        if reward_source not in REWARD_SOURCES:
+            fail(f"--reward-source {reward_source!r}: choose one of {list(REWARD_SOURCES)}")
+        if not 0.0 <= env_weight <= 1.0:
+            fail(f"--env-weight must lie in [0, 1], got {env_weight}")
+    kw = parse_sets(task_arg, option="--task-arg")
+    prompts = []
+    try:
+        for name in [t.strip() for t in tasks.split(",") if t.strip()]:
+            prompts.extend(make_source(name, n=n, split=split, seed=seed, **kw).prompts())
+    except (ValueError, TypeError) as e:
+        fail(f"--tasks {tasks!r}: {e}")
+    if not prompts:
+        fail("no prompts to evaluate")
+    engine = HFEngine(None if model == "default" else model, device=device)
+    if env is not None:
+        res = evaluate_episodes(engine, prompts, env=env, max_turns=max_turns, obs_role=obs_role, k=k,
+                                verifier=verifier, reward_source=reward_source, env_weight=env_weight,
+                                greedy=not no_greedy, temperature=temperature, max_tokens=max_tokens, seed=seed)
+    else:
+        res = evaluate_model(engine, prompts, k=k, verifier=verifier, greedy=not no_greedy,
+                             temperature=temperature, max_tokens=max_tokens, seed=seed)
+    res.info["model"] = model
+    if out is not None:
+        res.save(out)
+        typer.echo(f"{res.summary()}\nwritten: {out}")
+    else:
+        typer.echo(res.to_json())
+
+
+def demo_cmd(
+    full: Annotated[bool, typer.Option("--full", help="A longer run (20 steps, more prompts, k=4 eval).")] = False,
+    output_dir: Annotated[str, typer.Option("--output-dir", help="Where run folders go.")] = "runs",
+    model: Annotated[str, typer.Option("--model", help="Policy model (default: SmolLM2-135M-Instruct).")] = "default",
+) -> None:
+    """The main job: pull the default model, evaluate it, RL a few CPU steps into a store, evaluate again,
+    relearn from the stored successes with ROSS, and write the HTML report."""
+    from gfcr.demo import run_demo
+
+    quiet_transformers()
+    run_demo(full=full, output_dir=output_dir, model=model)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gfcr train``, ``gfcr eval`` and ``gfcr demo`` to the top-level app."""
+    app.command("train")(train_cmd)
+    app.command("eval")(eval_cmd)
+    app.command("demo")(demo_cmd)

@@ -1,0 +1,154 @@
+"""``gfcr demo``: the main job, as plain composition of the rooms, each stage timed.
+
+    model    pull/convert the default model (SmolLM2-135M-Instruct) once into the cache
+    train    evaluate the base policy on held-out arith, RL a few steps on CPU with every rollout in
+             a store under ``runs/``, evaluate again (:func:`gfcr.train.loop.train` does all three)
+    ross     audit the run's stored rollouts with the ``arith-steps`` judge, train positive-rollout
+             SFT and ROSS, evaluate them next to base and upstream (:func:`gfcr.ross.pipeline.run_ross_demo`)
+    report   the HTML report of the run's store (:func:`gfcr.diagnose.report.write_report`)
+    summary  where everything is, and the seconds (wall and CPU) of each stage
+
+This module sits above the rooms it composes (Train, ROSS, Diagnose): none of them knows the demo.
+Importing it does nothing; :func:`run_demo` runs the stages in this order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STAGES = ("model", "train", "ross", "report", "summary")  #: in the order they run
+
+
+@dataclass
+class Demo:
+    """What the stages produce: paths, results and timings. ``outputs`` (name → path) is printed at the end."""
+
+    cfg: Any
+    full: bool
+    model_path: str | None = None
+    run_dir: Path | None = None
+    store_path: Path | None = None
+    result: Any = None
+    outputs: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def demo_config(full: bool = False, output_dir: str = "runs", model: str = "default") -> Any:
+    """The demo's :class:`~gfcr.train.config.TrainConfig`: sized for ≤ 10 minutes on 2 CPU cores
+    (``full``: a longer run)."""
+    from gfcr.train.config import load_config
+
+    base = {
+        "run_name": "demo-full" if full else "demo",
+        "output_dir": output_dir,
+        "model": model,
+        "steps": 20 if full else 4,
+        # one-digit sums (only ~100 exist) and two-digit sums: the base model solves some of each
+        "tasks": [
+            {"name": "arith", "n_train": 64, "n_eval": 8, "params": {"level": 1}},
+            {"name": "arith", "n_train": 192, "n_eval": 56 if full else 24, "params": {"level": 2}},
+        ],
+        "generate": {"k": 4, "prompts_per_step": 8 if full else 4, "max_tokens": 64, "temperature": 0.7},
+        "loss": {"agg": "seq-mean-token-mean", "clip_low": 0.2, "clip_high": 0.28},
+        "optim": {"lr": 2e-6, "micro_batch": 4},
+        "checkpoint": {"every": 5 if full else 4},
+        "eval": {"before": True, "after": True, "k": 4 if full else 2, "greedy": True, "max_tokens": 64},
+    }
+    return load_config(None, base)
+
+
+def stage_model(d: Demo, say: Callable[[Any], None]) -> None:
+    from gfcr.models import resolve_model
+
+    d.model_path = resolve_model(None if d.cfg.model == "default" else d.cfg.model)
+    d.outputs["model"] = d.model_path
+
+
+def stage_train(d: Demo, say: Callable[[Any], None]) -> None:
+    from gfcr.train.loop import train
+
+    res = train(d.cfg, progress=True)
+    d.result, d.run_dir, d.store_path = res, res.run_dir, res.store_path
+    d.outputs.update({"run dir": res.run_dir, "store": res.store_path, "metrics": res.metrics_path,
+                      "checkpoint": res.checkpoint})
+    for name, ev in (("base", res.eval_before), ("after RL", res.eval_after)):
+        if ev is not None:
+            say(f"held-out {name}: {ev.summary()}")
+    for name, file in (("eval (base)", "eval_before.json"), ("eval (after)", "eval_after.json")):
+        if (res.run_dir / file).exists():
+            d.outputs[name] = res.run_dir / file
+
+
+def stage_ross(d: Demo, say: Callable[[Any], None]) -> None:
+    """Relearn from the RL run's stored successes (skipped with a note when training left no checkpoint)."""
+    from gfcr.ross.pipeline import run_ross_demo
+
+    if d.result is None or d.result.checkpoint is None or d.store_path is None or d.run_dir is None:
+        say("ross: skipped, the train stage left no checkpoint or store")
+        return
+    max_tokens = min(48, d.cfg.eval.max_tokens or 48)  # the demo's eval length
+    res = run_ross_demo(
+        store=d.store_path, upstream_model=str(d.result.checkpoint), base_model=d.model_path,
+        out_dir=d.run_dir / "ross", n_eval=32 if d.full else 8, k=4 if d.full else 2,
+        epochs=3 if d.full else 1, max_tokens=max_tokens,
+        variants=("positive_sft", "ross_nomask", "ross") if d.full else ("positive_sft", "ross"), log=say,
+    )
+    d.outputs["ROSS table"] = res.run_dir / "table.md"
+
+
+def stage_report(d: Demo, say: Callable[[Any], None]) -> None:
+    """Write ``<run dir>/report.html`` from the run's store (after ROSS, so it holds the audits)."""
+    from gfcr.diagnose.report import write_report
+    from gfcr.store import RolloutStore
+
+    if d.store_path is None or d.run_dir is None:
+        say("report: skipped, no store from the train stage")
+        return
+    path = write_report(RolloutStore.open(d.store_path), d.run_dir / "report.html", overwrite=True)
+    d.outputs["report"] = path
+    say(f"report: {path.resolve()}")
+
+
+def stage_summary(d: Demo, say: Callable[[Any], None]) -> None:
+    from rich.table import Table
+
+    t = Table(title="gfcr demo: where everything is")
+    t.add_column("what")
+    t.add_column("where")
+    for k, v in d.outputs.items():
+        t.add_row(k, str(v))
+    say(t)
+    say("stage seconds (wall): " + ", ".join(f"{k} {v:.0f}" for k, v in d.seconds.items()))
+    say("stage seconds (CPU, this process, all threads): "
+        + ", ".join(f"{k} {v:.0f}" for k, v in d.cpu_seconds.items()))
+
+
+def run_demo(full: bool = False, output_dir: str = "runs", model: str = "default",
+             only: tuple[str, ...] | list[str] | None = None, console: Any = None) -> Demo:
+    """Run the stages in order (``only``: just these, the summary always); returns paths, results and timings."""
+    from rich.console import Console
+
+    console = console or Console()
+    unknown = sorted(set(only or ()) - set(STAGES))
+    if unknown:
+        raise ValueError(f"unknown demo stage(s) {unknown}; the stages are {list(STAGES)}")
+
+    def say(msg: Any) -> None:
+        console.print(msg, markup=False)
+
+    d = Demo(cfg=demo_config(full, output_dir, model), full=full)
+    for name, stage in (("model", stage_model), ("train", stage_train), ("ross", stage_ross),
+                        ("report", stage_report), ("summary", stage_summary)):
+        if only is not None and name not in only and name != "summary":
+            continue
+        console.rule(f"demo: {name}")
+        t0, c0 = time.perf_counter(), time.process_time()
+        stage(d, say)
+        d.seconds[name] = time.perf_counter() - t0
+        d.cpu_seconds[name] = time.process_time() - c0
+    return d

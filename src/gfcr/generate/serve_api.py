@@ -1,0 +1,323 @@
+"""The OpenAI wire format of ``gfcr serve``: request bodies and their checks, the error schema, and the
+builders of responses and stream chunks. Pure functions over a tokenizer; the app is in
+:mod:`gfcr.generate.serve`.
+
+Errors follow OpenAI's and vLLM's schema (vLLM ``ErrorResponse``/``ErrorInfo``,
+``vllm/entrypoints/openai/engine/protocol.py``): status 400/404/413/503 with
+``{"error": {"message", "type", "param", "code"}}``, ``type`` a class name as vLLM writes it
+(``BadRequestError``, ``NotFoundError`` …) and ``code`` the status. The official ``openai`` client shows
+``Error code: 400 - <message>``.
+
+Parameters the server cannot honour are refused with a 400 that names them, never ignored
+(vLLM logs and ignores unknown fields; gfcr refuses them: a sampler whose settings are silently dropped
+produces rollouts that are not what the caller asked for).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gfcr.generate.engines.base import SamplingParams
+
+ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
+               404: "NotFoundError", 405: "MethodNotAllowed", 413: "RequestEntityTooLarge",
+               500: "InternalServerError", 503: "ServiceUnavailableError"}
+
+# Known OpenAI/vLLM parameters gfcr serve cannot honour, with the reason given back to the client.
+UNSUPPORTED = {
+    "tools": "tool calling is not supported",
+    "tool_choice": "tool calling is not supported",
+    "functions": "function calling is not supported",
+    "function_call": "function calling is not supported",
+    "parallel_tool_calls": "tool calling is not supported",
+    "response_format": "structured output (response_format) is not supported",
+    "suffix": "suffix is not currently supported",
+    "best_of": "best_of is not supported (sample n and choose)",
+    "use_beam_search": "beam search is not supported",
+    "prompt_logprobs": "use echo=true with logprobs for prompt log-probs",
+    "audio": "audio output is not supported",
+    "modalities": "only text output is supported",
+}
+
+
+class APIError(Exception):
+    """An error answered in OpenAI's schema: ``status``, a one-line ``message``, the offending ``param``."""
+
+    def __init__(self, status: int, message: str, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param = int(status), message, param
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}`` (vLLM's ``ErrorResponse``)."""
+    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "BadRequestError"), "param": param,
+                      "code": int(status)}}
+
+
+@dataclass
+class ServeLimits:
+    """Bounds a request must stay inside (each refusal is a 400 naming the bound).
+
+    ``max_n``: samples per request; ``max_tokens``: new tokens per sample (``None``: only the context
+    bounds it); ``max_logprobs``: top log-probs per token (vLLM's default ``--max-logprobs`` is 20);
+    ``max_prompts``: prompts in one completions request; ``max_request_bytes``: request body size (413).
+    ``default_max_tokens``: chat requests without ``max_tokens`` (capped by what the context leaves).
+    """
+
+    max_n: int = 64
+    max_tokens: int | None = None
+    max_logprobs: int = 20
+    max_prompts: int = 256
+    max_request_bytes: int = 4 * 2**20
+    default_max_tokens: int = 256
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    n: int = Field(1, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=10.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    seed: int | None = None
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None  # an end-user id (OpenAI); recorded nowhere, changes nothing
+    return_token_ids: bool = False  # vLLM extension: token_ids and prompt_token_ids per choice
+    return_tokens_as_token_ids: bool = False  # vLLM extension: tokens in log-probs named "token_id:N"
+    repeat_ngram: int = Field(0, ge=0, le=4096)  # gfcr extension: early exit on repetition (SamplingParams)
+    repeat_max: int = Field(4, ge=2, le=4096)
+
+    def check_common(self, model_name: str, limits: ServeLimits, vocab: int) -> None:
+        """The checks both endpoints share (raises :class:`APIError`)."""
+        extra = sorted((self.model_extra or {}).keys())
+        refused = [k for k in extra if not _harmless(k, (self.model_extra or {})[k])]
+        if refused:
+            why = "; ".join(f"{k}: {UNSUPPORTED[k]}" if k in UNSUPPORTED else f"{k}: unknown parameter" for k in refused)
+            raise APIError(400, f"unsupported parameter(s) {', '.join(refused)} ({why})", refused[0])
+        if self.model not in (None, "", model_name):
+            raise APIError(404, f"The model `{self.model}` does not exist.", "model")
+        if self.n > limits.max_n:
+            raise APIError(400, f"n = {self.n} is more than this server's limit of {limits.max_n}", "n")
+        if self.stream_options is not None and not self.stream:
+            raise APIError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
+        if self.stream_options is not None and self.stream_options.continuous_usage_stats:
+            raise APIError(400, "continuous_usage_stats is not supported", "stream_options")
+        for t in self.stop_token_ids or []:
+            if not 0 <= t < vocab:
+                raise APIError(400, f"stop_token_ids: {t} is outside the vocabulary [0, {vocab})", "stop_token_ids")
+        for k, v in (self.logit_bias or {}).items():
+            if not k.lstrip("-").isdigit() or not 0 <= int(k) < vocab:
+                raise APIError(400, f"logit_bias: key {k!r} is not a token id in [0, {vocab})", "logit_bias")
+            if not -100.0 <= v <= 100.0:
+                raise APIError(400, f"logit_bias: value {v} for token {k} is outside [-100, 100]", "logit_bias")
+
+    def params(self, max_tokens: int, top_logprobs: int = 0) -> SamplingParams:
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if any(not s for s in stop):
+            raise APIError(400, "stop strings must be non-empty", "stop")
+        return SamplingParams(
+            n=self.n, temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p, top_k=max(0, self.top_k or 0),
+            max_tokens=max(1, max_tokens), stop=stop, stop_token_ids=list(self.stop_token_ids or []), seed=self.seed,
+            repeat_ngram=self.repeat_ngram, repeat_max=self.repeat_max,
+            frequency_penalty=self.frequency_penalty or 0.0, presence_penalty=self.presence_penalty or 0.0,
+            logit_bias={int(k): float(v) for k, v in (self.logit_bias or {}).items()}, top_logprobs=top_logprobs)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+def _harmless(key: str, value: Any) -> bool:
+    """Extra parameters accepted because their value asks for nothing (``tool_choice: "none"``, a text
+    ``response_format``, ``best_of`` 1, beam search off, null values)."""
+    if value is None:
+        return True
+    if key == "tool_choice":
+        return value == "none"
+    if key == "response_format":
+        return isinstance(value, dict) and value.get("type") == "text" and len(value) == 1
+    if key == "best_of":
+        return value == 1
+    if key in ("use_beam_search", "parallel_tool_calls"):
+        return value is False
+    return False
+
+
+class CompletionBody(_Common):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int | None = Field(16, ge=0)
+    logprobs: int | None = Field(None, ge=0)
+    echo: bool = False
+
+
+class ChatBody(_Common):
+    messages: list[dict[str, Any]]
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0)
+
+
+def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Messages for the chat template: ``{"role", "content"}`` each, content parts joined.
+
+    ``content`` may be a string, ``None`` or a list of parts; text parts (``{"type": "text", "text": …}``)
+    are joined with newlines (as vLLM does for text-only content); any other part type is refused.
+    Example: ``[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]``
+    → ``[{"role": "user", "content": "a\\nb"}]``.
+    """
+    if not messages:
+        raise APIError(400, "messages is empty", "messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
+            raise APIError(400, f"messages[{i}] needs a string 'role'", "messages")
+        if m.get("tool_calls"):
+            raise APIError(400, f"messages[{i}]: tool_calls are not supported (tool calling is not supported)", "messages")
+        c = m.get("content")
+        if isinstance(c, list):
+            texts = []
+            for j, part in enumerate(c):
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                    raise APIError(400, f"messages[{i}].content[{j}]: part type {kind!r} is not supported (text only)",
+                                   "messages")
+                texts.append(part["text"])
+            c = "\n".join(texts)
+        elif c is not None and not isinstance(c, str):
+            raise APIError(400, f"messages[{i}].content must be a string or a list of text parts", "messages")
+        out.append({"role": m["role"], "content": c or ""})
+    return out
+
+
+def resolve_max_tokens(asked: int | None, prompt_len: int, context: int, limits: ServeLimits,
+                       default: int | None = None) -> int:
+    """New tokens to generate for a prompt of ``prompt_len`` tokens, or a 400 with the numbers.
+
+    ``asked`` None: ``default`` (or the limit), capped by what the context leaves (at least 1).
+    Example: context 1024, prompt 1000, asked 100 → 400 "… maximum context length is 1024 tokens. However,
+    you requested 1100 tokens (1000 in the messages, 100 in the completion) …".
+    """
+    if prompt_len >= context:
+        raise APIError(400, f"This model's maximum context length is {context} tokens. However, your prompt has "
+                            f"{prompt_len} tokens, which leaves no room for the completion.", "messages")
+    if asked is None:
+        want = default if default is not None else limits.default_max_tokens
+        cap = min(context - prompt_len, limits.max_tokens or context)
+        return max(1, min(want, cap))
+    if limits.max_tokens is not None and asked > limits.max_tokens:
+        raise APIError(400, f"max_tokens = {asked} is more than this server's limit of {limits.max_tokens}",
+                       "max_tokens")
+    if prompt_len + asked > context:
+        raise APIError(400, f"This model's maximum context length is {context} tokens. However, you requested "
+                            f"{prompt_len + asked} tokens ({prompt_len} in the messages, {asked} in the completion). "
+                            "Please reduce the length of the messages or completion.", "max_tokens")
+    return asked
+
+
+def cut_at_stop(text: str, stop: list[str]) -> str:
+    """``text`` up to (not including) the first stop string. Example: ("ab\\ncd", ["\\n"]) → "ab"."""
+    cut = min((text.find(s) for s in stop if s in text), default=-1)
+    return text if cut < 0 else text[:cut]
+
+
+class DeltaText:
+    """The text of one streamed choice, given out in pieces that always concatenate to the final text.
+
+    :meth:`push` adds a token and returns the new text that is safe to send: decoded so far, cut at a stop
+    string, without a trailing incomplete character (U+FFFD) and holding back the last ``max(len(stop)) - 1``
+    characters (they may begin a stop string). :meth:`finish` returns the rest of the final text.
+    Example: stop ``["##"]`` (one character held back), tokens decoding to "a", "a#", "a##b": pushes give
+    "", "a", "" and ``finish("a")`` gives "" (the text is "a" in total).
+    """
+
+    def __init__(self, decode: Any, stop: list[str]):
+        self.decode, self.stop, self.ids, self.sent = decode, stop, [], ""
+        self.hold = max((len(s) for s in stop), default=1) - 1
+
+    def push(self, token: int) -> str:
+        self.ids.append(int(token))
+        text = cut_at_stop(self.decode(self.ids), self.stop).rstrip("\ufffd")
+        safe = text[: len(text) - self.hold] if self.hold else text
+        if len(safe) > len(self.sent) and safe.startswith(self.sent):
+            d, self.sent = safe[len(self.sent):], safe
+            return d
+        return ""
+
+    def finish(self, final: str) -> str:
+        if final.startswith(self.sent):
+            d, self.sent = final[len(self.sent):], final
+            return d
+        return ""
+
+
+def chat_logprob_entry(tok: Any, token: int, logprob: float, top_ids: Any = None, top_lps: Any = None) -> dict[str, Any]:
+    """One ``logprobs.content`` entry of a chat choice (OpenAI format)."""
+    s = tok.decode([int(token)])
+    e: dict[str, Any] = {"token": s, "logprob": float(logprob), "bytes": list(s.encode()), "top_logprobs": []}
+    if top_ids is not None:
+        for t, lp in zip(top_ids, top_lps, strict=True):
+            ts = tok.decode([int(t)])
+            e["top_logprobs"].append({"token": ts, "logprob": float(lp), "bytes": list(ts.encode())})
+    return e
+
+
+def completion_logprobs(tok: Any, tokens: list[int], lps: list[float | None], tops: list[Any] | None,
+                        offset: int = 0) -> dict[str, Any]:
+    """A completions choice's ``logprobs``: ``tokens``, ``token_logprobs``, ``top_logprobs`` (per token a
+    dict of the top-N token strings and the sampled one, OpenAI's "up to logprobs + 1" entries; None
+    where there is no log-prob, e.g. the first echoed prompt token) and ``text_offset`` (from ``offset``).
+
+    ``tops``: per token ``(top_ids, top_lps)`` or None.
+    """
+    strs = [tok.decode([int(t)]) for t in tokens]
+    offsets, at = [], offset
+    for s in strs:
+        offsets.append(at)
+        at += len(s)
+    top_out: list[dict[str, float] | None] = []
+    for k, (s, lp) in enumerate(zip(strs, lps, strict=True)):
+        if lp is None:
+            top_out.append(None)
+            continue
+        d: dict[str, float] = {}
+        if tops is not None and tops[k] is not None:
+            for t, v in zip(*tops[k], strict=True):
+                d.setdefault(tok.decode([int(t)]), float(v))
+        d.setdefault(s, float(lp))
+        top_out.append(d)
+    return {"tokens": strs, "token_logprobs": [None if x is None else float(x) for x in lps],
+            "top_logprobs": top_out, "text_offset": offsets}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def envelope(kind: str, model_name: str, rid: str | None = None, created: int | None = None) -> dict[str, Any]:
+    """The fields every response/chunk starts with; ``kind``: ``chat``, ``chat.chunk``, ``text``."""
+    obj = {"chat": "chat.completion", "chat.chunk": "chat.completion.chunk", "text": "text_completion"}[kind]
+    prefix = "chatcmpl" if kind.startswith("chat") else "cmpl"
+    return {"id": rid or f"{prefix}-{uuid.uuid4().hex}", "object": obj, "created": created or int(time.time()),
+            "model": model_name}

@@ -1,0 +1,44 @@
+"""`gfcr demo` is plain composition: importing it runs nothing, the stages run in a fixed order,
+each timed; ROSS and the report stages are tested on real stores in tests/ross and tests/diagnose."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+from rich.console import Console
+
+from gfcr import demo
+
+
+def test_stages_run_in_order_and_are_timed(tmp_path):
+    d = demo.run_demo(output_dir=str(tmp_path), only=["ross", "report"], console=Console(file=io.StringIO()))
+    assert demo.STAGES == ("model", "train", "ross", "report", "summary")
+    assert list(d.seconds) == ["ross", "report", "summary"] and list(d.cpu_seconds) == list(d.seconds)
+    assert not any(tmp_path.iterdir())  # without a train stage, ROSS and the report skip and write nothing
+
+
+def test_unknown_stage_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="rosss"):
+        demo.run_demo(output_dir=str(tmp_path), only=["rosss"], console=Console(file=io.StringIO()))
+
+
+def test_importing_the_demo_has_no_side_effects():
+    """Importing the demo loads no room and no model code; importing the rooms never loads the demo."""
+    code = ("import sys, gfcr.demo; a = sorted(m for m in ('gfcr.train', 'gfcr.ross', 'gfcr.diagnose', 'torch') "
+            "if m in sys.modules); del sys.modules['gfcr.demo']; import gfcr.train.loop, gfcr.ross.pipeline, "
+            "gfcr.diagnose.report; print(a, 'gfcr.demo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "[] False"
+
+
+def test_demo_config_is_valid_and_small():
+    cfg = demo.demo_config()
+    full = demo.demo_config(full=True)
+    assert cfg.steps < full.steps
+    n_eval = sum(t.n_eval for t in cfg.tasks)
+    assert n_eval <= sum(t.n_eval for t in full.tasks)
+    # per-step generation budget of the CPU demo (prompts x K x tokens) stays within the 2-core sizing
+    assert cfg.generate.prompts_per_step * cfg.generate.k * cfg.generate.max_tokens <= 4 * 4 * 64
