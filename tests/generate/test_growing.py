@@ -30,8 +30,13 @@ def test_merge_and_trim_worked_example():
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_growing_batch_matches_separate_calls(tiny, temperature):
+def test_growing_batch_matches_separate_calls(tiny, temperature, monkeypatch):
+    from gfcr.generate.engines import growing
     from gfcr.generate.engines.hf import HFEngine
+
+    reused = []
+    real_extend = growing._extend
+    monkeypatch.setattr(growing, "_extend", lambda eng, part, *a: reused.append(len(part)) or real_extend(eng, part, *a))
 
     model, tok = tiny
     eng = HFEngine(model, tok, policy_version="tiny-0", max_batch=3)  # 3 slots for 8 rows: rows queue
@@ -51,6 +56,7 @@ def test_growing_batch_matches_separate_calls(tiny, temperature):
     reqs = [GenRequest(prompt_ids=p1, params=sp), GenRequest(prompt_ids=p2, params=sp.model_copy(update={"max_tokens": 5}))]
     got = eng.generate_growing(reqs, follow)
     assert len(got) == 4 and [len(g) for g in got] == [2, 2, 2, 2]
+    assert sum(reused) >= 4, "the follow-up requests continue finished rows: their prefix cache is reused"
     for req, res in zip(reqs + added, got, strict=True):
         alone = eng.generate([req])[0]
         for a, b in zip(res, alone, strict=True):

@@ -7,8 +7,7 @@ import lance
 import pytest
 
 from gfcr.records import rollouts_to_table
-from gfcr.store import RolloutStore, StoreError
-from gfcr.store import upkeep
+from gfcr.store import RolloutStore, StoreError, upkeep
 from gfcr.store.upkeep import pick_compaction, size_tier
 from gfcr.testing import make_rollout
 

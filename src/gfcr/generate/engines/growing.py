@@ -10,10 +10,17 @@ uses it so that a root path's branches start the moment that path ends, while th
 still decoding: its rounds overlap instead of running one after another.
 
 Each row samples exactly as :meth:`gfcr.generate.engines.hf.HFEngine.generate` does (the same
-per-sample seeded generator, temperature / top-p log-probs, stop ids and strings, the repetition
-early exit), so a request's samples follow the same distribution; tokens can differ from a separate
+per-sample seeded generator, and the engine's own per-row decode state and sampling step: penalties,
+logit bias, top-k/top-p, stop rules, early exit, top log-probs, token hooks, cancellation), so a
+request's samples follow the same distribution; tokens can differ from a separate
 ``generate`` call in rare near-ties, because batched float arithmetic with other padding is not
 bit-identical (greedy decoding of the test model agrees exactly).
+
+Prefix reuse: when a row finishes, the KV cache of its tokens is kept (the most recent
+``prefix_rows`` rows). A new request whose prompt continues such a row's tokens (a tree branch is
+its parent's tokens up to the fork) takes that cache instead of prefilling its prompt: only its
+last prompt token is run. Without it, re-prefilling each branch's prefix cost more CPU than the
+tree saved by sampling fewer tokens.
 
 Merging: a new group of rows is prefilled on its own (left-padded), then both KV caches are
 left-padded to one length and concatenated along the batch; the attention mask keeps the padding
@@ -26,33 +33,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gfcr.generate.engines.base import GenRequest, GenResult, SamplingParams
+from gfcr.generate.engines.base import GenRequest, GenResult
 
 
 class GrowingUnsupported(RuntimeError):
     """The model's KV cache cannot be merged row-wise (not a plain DynamicCache)."""
-
-
-@dataclass
-class _Row:
-    req: int
-    si: int
-    prompt: list[int]
-    sp: SamplingParams
-    gen: Any
-    stop_ids: set[int]
-    rep: Any
-    t0: float = field(default_factory=time.perf_counter)
-    toks: list[int] = field(default_factory=list)
-    lps: list[float] = field(default_factory=list)
-    ents: list[float] = field(default_factory=list)
-    finish: str | None = None
-    exit: str | None = None
 
 
 def _layers(cache: Any) -> list[Any]:
@@ -109,21 +98,24 @@ def decode_growing(
     requests: Sequence[GenRequest],
     follow: Callable[[int, list[GenResult]], Sequence[GenRequest]] | None = None,
     max_batch: int | None = None,
+    prefix_rows: int = 256,
 ) -> list[list[GenResult]]:
     """Decode ``requests`` and the requests ``follow`` adds, in one growing batch (module docstring).
 
     Returns ``params.n`` results per request, for the given requests then the added ones, in the
-    order they were added.
+    order they were added. Each admitted group of rows keeps the engine's own per-row decode state
+    (``_DecodeState``: penalties, logit bias, top log-probs, stop rules) and is sampled with the
+    engine's own ``_take``.
     """
     import torch
 
-    from gfcr.generate.engines.hf import NgramCounter, _cache_of
+    from gfcr.generate.engines.hf import _cache_of, _DecodeState
 
     mb = int(max_batch or engine.max_batch)
     reqs: list[GenRequest] = []
     out: list[list[GenResult | None]] = []
     left: list[int] = []
-    queue: list[_Row] = []
+    queue: list[tuple[Any, ...]] = []  # engine rows: (request, sample, prompt ids, params, request object)
 
     def submit(new: Sequence[GenRequest]) -> None:
         for req in new:
@@ -132,39 +124,47 @@ def decode_growing(
             out.append([None] * req.params.n)
             left.append(req.params.n)
             pids = engine._prompt_ids(req)
-            for si in range(req.params.n):
-                g = torch.Generator(device="cpu")
-                if req.params.seed is None:
-                    g.seed()
-                else:
-                    g.manual_seed((int(req.params.seed) + si) % (2**63))
-                queue.append(_Row(ri, si, pids, req.params, g, engine.eos_ids | set(req.params.stop_token_ids),
-                                  NgramCounter(req.params.repeat_ngram)))
+            queue.extend((ri, si, pids, req.params, req) for si in range(req.params.n))
 
     submit(requests)
     dev = engine.device
     pad = int(engine.tokenizer.pad_token_id)
-    live: list[_Row] = []
+    live: list[tuple[Any, int, Any, float]] = []  # (decode state, row in it, generator, admitted at)
+    saved = _Prefixes(prefix_rows)
     cache = attn = pos = logits = None
     with torch.no_grad():
         while live or queue:
             if queue and len(live) < mb:  # admit waiting rows into free slots
-                new, queue[:] = queue[: mb - len(live)], queue[mb - len(live) :]
-                c2, a2, p2, lg2 = _prefill(engine, new, pad, dev)
-                if cache is None:
-                    cache, attn, pos, logits = c2, a2, p2, lg2
-                else:
-                    cache, attn = merge_caches(cache, attn, c2, a2)
-                    pos, logits = torch.cat([pos, p2]), torch.cat([logits, lg2])
-                live += new
-            nxt = _sample_step(engine, live, logits)
-            done = [r for r in live if r.finish is not None]
-            for r in done:
-                out[r.req][r.si] = _result(engine, r)
-                left[r.req] -= 1
-                if left[r.req] == 0 and follow is not None:
-                    submit(follow(r.req, out[r.req]))  # type: ignore[arg-type]
-            keep = [k for k, r in enumerate(live) if r.finish is None]
+                rows, queue[:] = queue[: mb - len(live)], queue[mb - len(live) :]
+                hits = [saved.find(r[2]) for r in rows]
+                fresh = [r for r, h in zip(rows, hits, strict=True) if h is None]
+                cont = [(r, h) for r, h in zip(rows, hits, strict=True) if h is not None]
+                for prows, made in ((fresh, lambda fresh=fresh: _prefill(engine, fresh, pad, dev)),
+                                    ([r for r, _ in cont], lambda cont=cont: _extend(engine, cont, pad, dev))):
+                    if not prows:
+                        continue
+                    c2, a2, p2, lg2 = made()
+                    st = _DecodeState(prows, engine.eos_ids, len(engine.tokenizer), engine.model.config)
+                    if cache is None:
+                        cache, attn, pos, logits = c2, a2, p2, lg2
+                    else:
+                        cache, attn = merge_caches(cache, attn, c2, a2)
+                        pos, logits = torch.cat([pos, p2]), torch.cat([logits, lg2])
+                    now = time.perf_counter()
+                    live += [(st, i, _generator(r), now) for i, r in enumerate(prows)]
+            nxt = _sample_step(engine, live, logits, pad)
+            keep = []
+            for k, (st, i, _, t0) in enumerate(live):
+                if st.finish[i] is None:
+                    keep.append(k)
+                    continue
+                ri, si, p = st.rows[i][0], st.rows[i][1], st.rows[i][2]
+                if prefix_rows > 0:  # its cache covers prompt + all generated tokens but the last
+                    saved.add(list(p) + st.toks[i][:-1], cache, k, attn[k])
+                out[ri][si] = st.result(i, p, time.perf_counter() - t0, len(st.rows), engine.tokenizer)
+                left[ri] -= 1
+                if left[ri] == 0 and follow is not None:
+                    submit(follow(ri, out[ri]))  # type: ignore[arg-type]
             if not keep:
                 live, cache, attn, pos, logits = [], None, None, None, None
                 continue
@@ -183,18 +183,83 @@ def decode_growing(
     return [[r for r in rs if r is not None] for rs in out]
 
 
-def _prefill(engine: Any, rows: list[_Row], pad: int, dev: Any) -> tuple[Any, Any, Any, Any]:
+class _Prefixes:
+    """KV caches of finished rows, keyed by the tokens they cover (the ``size`` most recent)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.items: list[tuple[np.ndarray, list[tuple[Any, Any]]]] = []
+
+    def add(self, tokens: list[int], cache: Any, row: int, mask: Any) -> None:
+        keep = mask.bool()
+        kv = [(ly.keys[row][:, keep].clone(), ly.values[row][:, keep].clone()) for ly in _layers(cache)]
+        self.items.append((np.asarray(tokens, dtype=np.int64), kv))
+        if len(self.items) > self.size:
+            self.items.pop(0)
+
+    def find(self, prompt: list[int]) -> tuple[list[tuple[Any, Any]], int] | None:
+        """A cache covering ``prompt[:-1]`` and its length, or None."""
+        q = len(prompt) - 1
+        if q < 1 or not self.items:
+            return None
+        head = np.asarray(prompt[:q], dtype=np.int64)
+        for toks, kv in reversed(self.items):
+            if len(toks) >= q and np.array_equal(toks[:q], head):
+                return kv, q
+        return None
+
+
+def _extend(engine: Any, part: list[tuple[tuple[Any, ...], Any]], pad: int, dev: Any) -> tuple[Any, Any, Any, Any]:
+    """Rows whose prompt but its last token is cached: build their cache from the kept slices
+    (left-padded), run the last prompt token. Same return as :func:`_prefill`."""
+    import torch
+    from transformers import DynamicCache
+
+    from gfcr.generate.engines.hf import _cache_of
+
+    L = max(q for _, (_, q) in part)
+    n_layers = len(part[0][1][0])
+    cache = DynamicCache()
+    for li in range(n_layers):
+        ks = [_pad_left(kv[li][0][:, :q], L - q, 1) for _, (kv, q) in part]
+        vs = [_pad_left(kv[li][1][:, :q], L - q, 1) for _, (kv, q) in part]
+        cache.update(torch.stack(ks).to(dev), torch.stack(vs).to(dev), li)
+    attn = torch.zeros((len(part), L + 1), dtype=torch.long, device=dev)
+    for b, (_, (_, q)) in enumerate(part):
+        attn[b, L - q:] = 1
+    last = torch.tensor([[r[2][-1]] for r, _ in part], dtype=torch.long, device=dev)
+    pos = torch.tensor([[q] for _, (_, q) in part], dtype=torch.long, device=dev)
+    o = engine.model(input_ids=last, attention_mask=attn, position_ids=pos, use_cache=True, **{engine._cache_kw: cache})
+    cache = _cache_of(o)
+    _layers(cache)
+    return cache, attn, pos, o.logits[:, -1, :].float().cpu()
+
+
+def _generator(row: tuple[Any, ...]) -> Any:
+    """Sample ``si`` of a request with seed ``s`` draws from ``torch.Generator`` seeded ``s + si``."""
+    import torch
+
+    _, si, _, sp, _ = row
+    g = torch.Generator(device="cpu")
+    if sp.seed is None:
+        g.seed()
+    else:
+        g.manual_seed((int(sp.seed) + si) % (2**63))
+    return g
+
+
+def _prefill(engine: Any, rows: list[tuple[Any, ...]], pad: int, dev: Any) -> tuple[Any, Any, Any, Any]:
     """Left-padded prefill of ``rows``: ``(cache, attn [b, L], last position [b, 1], logits [b, V])``."""
     import torch
 
     from gfcr.generate.engines.hf import _cache_of
 
-    L = max(len(r.prompt) for r in rows)
+    L = max(len(r[2]) for r in rows)
     ids = torch.full((len(rows), L), pad, dtype=torch.long)
     attn = torch.zeros((len(rows), L), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, L - len(r.prompt):] = torch.tensor(r.prompt, dtype=torch.long)
-        attn[i, L - len(r.prompt):] = 1
+        ids[i, L - len(r[2]):] = torch.tensor(r[2], dtype=torch.long)
+        attn[i, L - len(r[2]):] = 1
     ids, attn = ids.to(dev), attn.to(dev)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
     o = engine.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **engine._prefill_kw)
@@ -203,53 +268,22 @@ def _prefill(engine: Any, rows: list[_Row], pad: int, dev: Any) -> tuple[Any, An
     return cache, attn, pos[:, -1:], o.logits[:, -1, :].float().cpu()
 
 
-def _sample_step(engine: Any, live: list[_Row], logits: Any) -> Any:
-    """One token for every live row (the hf engine's rule); marks finished rows. Returns ids ``[B]``."""
+def _sample_step(engine: Any, live: list[tuple[Any, int, Any, float]], logits: Any, pad: int) -> Any:
+    """One token for every live row, by the engine's rule (its ``_DecodeState.step_dists`` per
+    admitted group, then ``_take``); marks finished rows. Returns ids ``[B]``."""
     import torch
 
-    from gfcr.generate.engines.hf import entropy_of, sampling_logprobs
-
-    pad = int(engine.tokenizer.pad_token_id)
     nxt = torch.full((len(live),), pad, dtype=torch.long)
-    uniform = len({(r.sp.temperature, r.sp.top_p) for r in live}) == 1
-    if uniform:
-        lp_all = sampling_logprobs(logits, live[0].sp.temperature, live[0].sp.top_p)
-        probs_all = lp_all.exp()
-        ent_all = entropy_of(lp_all, probs_all)
-    for k, r in enumerate(live):
-        sp = r.sp
-        if uniform:
-            lp, probs, ent = lp_all[k], probs_all[k], float(ent_all[k])
-        else:
-            lp = sampling_logprobs(logits[k : k + 1], sp.temperature, sp.top_p)[0]
-            probs = lp.exp()
-            ent = float(entropy_of(lp, probs))
-        t = int(torch.argmax(lp)) if sp.temperature == 0 else int(torch.multinomial(probs, 1, generator=r.gen))
-        nxt[k] = t
-        r.toks.append(t)
-        r.lps.append(float(lp[t]))
-        r.ents.append(ent)
-        if t in r.stop_ids:
-            r.finish = "stop"
-        elif sp.stop and engine._hit_stop(r.toks, sp.stop):
-            r.finish = "stop"
-        elif len(r.toks) >= sp.max_tokens:
-            r.finish = "length"
-        elif sp.repeat_ngram and r.rep.add(t) >= sp.repeat_max:
-            r.finish, r.exit = "abort", "repetition"
+    groups: dict[int, list[int]] = {}
+    for k, (st, _, _, _) in enumerate(live):
+        groups.setdefault(id(st), []).append(k)
+    for ks in groups.values():
+        st = live[ks[0]][0]
+        idx = [live[k][1] for k in ks]
+        dists = st.step_dists(logits[ks] if len(ks) < len(live) else logits, idx)
+        for k, i, dist in zip(ks, idx, dists, strict=True):
+            if st.rows[i][4].cancelled:  # the client went away: stop spending compute on it
+                st.finish[i], st.exits[i] = "abort", "cancelled"
+                continue
+            nxt[k] = engine._take(st, i, dist, live[k][2])
     return nxt
-
-
-def _result(engine: Any, r: _Row) -> GenResult:
-    lp = np.asarray(r.lps, dtype=np.float32)
-    lp = np.where(np.isfinite(lp), lp, np.float32(-1e4)).astype(np.float32)
-    return GenResult(
-        token_ids=np.asarray(r.toks, dtype=np.int32),
-        logprobs=np.minimum(lp, 0.0).astype(np.float32),
-        finish_reason=r.finish or "length",
-        latency_s=time.perf_counter() - r.t0,
-        prompt_ids=np.asarray(r.prompt, dtype=np.int32),
-        text=engine.tokenizer.decode(r.toks, skip_special_tokens=False),
-        meta={"growing_batch": True} | ({"early_exit": r.exit} if r.exit else {}),
-        entropies=np.asarray(r.ents, dtype=np.float32),
-    )
