@@ -11,7 +11,8 @@ Measured (wall and CPU seconds of this process, Lance's threads included):
   three arms take turns on every batch, the order rotating, so machine load hits them alike;
 - a step-window query: ``store.scan(steps=...)`` vs reading the JSONL and keeping matching lines;
 - 1,000 random rows, all columns: ``store.sample`` with a fresh seed for every sample (medians over
-  fresh samples, never the best of repeats), at ``--n`` rows and at ``--read-rows`` narrow rows.
+  fresh samples, never the best of repeats), at ``--n`` rows and at ``--read-rows`` narrow rows
+  (written in commits of 10,000), each as written and after ``store.compact()``.
 The machine load (``os.getloadavg``) is recorded around every measurement.
 Goals: append >= 2x faster than JSONL and <= 1.5x the raw Lance write; window query >= 50x faster
 than the JSONL scan; 1,000 random rows <= 50 ms (median) at 100k and at 1M rows.
@@ -197,6 +198,10 @@ def main() -> None:
         res["window"] = bench_window(a, store, jpath)
         print(json.dumps(res["window"], indent=1), flush=True)
         res["sample_1k"] = {f"{a.n} rows x {a.tokens} tokens": bench_reads(store, a.samples, a.n)}
+        t0 = time.perf_counter()
+        store.compact()
+        res["compact_all_s"] = time.perf_counter() - t0
+        res["sample_1k"][f"{a.n} rows x {a.tokens} tokens, after compact()"] = bench_reads(store, a.samples, a.n)
         if a.jsonl:
             jc = Clock()
 
@@ -218,6 +223,9 @@ def main() -> None:
             narrow = build_narrow(root, a.read_rows, a.read_tokens, 10_000)
             res["narrow_build_s"] = time.perf_counter() - t0
             res["sample_1k"][f"{a.read_rows} rows x {a.read_tokens} tokens"] = bench_reads(narrow, a.samples, a.read_rows)
+            narrow.compact()
+            res["sample_1k"][f"{a.read_rows} rows x {a.read_tokens} tokens, after compact()"] = bench_reads(
+                narrow, a.samples, a.read_rows)
             print(json.dumps(res["sample_1k"], indent=1), flush=True)
         res["load_end"] = os.getloadavg()
     finally:

@@ -25,6 +25,8 @@ def test_size_tier_and_pick_compaction_worked_examples():
     # the lowest full tier goes first; its oldest k fragments
     assert pick_compaction([40, 40, 40, 40, 1, 2, 3, 1, 2], 4) == [4, 5, 6, 7]
     assert pick_compaction([10] * 9, 0) == []
+    assert pick_compaction([5000] * 9, 4) == []  # commits of >= 4096 rows are left alone
+    assert pick_compaction([5000] * 9, 4, max_rows=10_000) == [0, 1, 2, 3]
 
 
 def test_tiering_bounds_fragments_and_rewrites():
@@ -37,8 +39,9 @@ def test_tiering_bounds_fragments_and_rewrites():
             sizes = [s for i, s in enumerate(sizes) if i not in pick] + [sum(sizes[i] for i in pick)]
         most = max(most, len(sizes))
     assert sum(sizes) == 20_000
-    assert most <= 7 * 5 + 1  # fewer than k fragments per tier, 5 tiers
-    assert rewritten / 20_000 < 5  # each row rewritten about log_8(20,000) ~ 4.8 times at most
+    assert most <= 7 * 4 + 1 + 20_000 // 4096  # fewer than k fragments per tier below 4096 rows
+    assert all(s <= 4096 for s in sizes)
+    assert rewritten / 20_000 <= 4  # each row rewritten at most log_8(4096) = 4 times
 
 
 def test_duplicates_refused_across_commits_compactions_and_processes(tmp_path):

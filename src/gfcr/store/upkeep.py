@@ -18,9 +18,10 @@ process (nothing is written to the store).
 **Automatic compaction.** Every write of small batches adds a Lance fragment; reads, commits and
 the id catch-up slow down as they pile up (45.7 → 1.7 commits/s over a long run of 10-row commits
 measured before this existed). :func:`pick_compaction` is a size-tiered rule (as in LSM stores):
-``k`` adjacent fragments of one size tier are merged into one, so a row is rewritten about
+``k`` fragments of one size tier are merged into one, so a row is rewritten about
 ``log_k(rows / batch)`` times over its life, a table keeps fewer than ``k`` fragments per tier, and
-a merge costs about as much as the commits it follows. Compaction never changes which rows are
+a merge costs about as much as the commits it follows. Fragments of ``MAX_ROWS`` (4096) rows or more
+(a training step's commit, a merged tier) are left alone. Compaction never changes which rows are
 stored (one Lance rewrite commit), and concurrent appends go on while it runs; a compaction that
 loses a commit race to another writer's compaction or update is simply skipped. It does change the
 order in which a full scan returns rows (the merged rows come last), as Lance's own compaction does.
@@ -167,11 +168,19 @@ def size_tier(rows: int, k: int) -> int:
     return t
 
 
-def pick_compaction(sizes: Sequence[int], k: int) -> list[int]:
+#: fragments with at least this many rows are left alone by automatic compaction
+MAX_ROWS = 4096
+
+
+def pick_compaction(sizes: Sequence[int], k: int, max_rows: int = MAX_ROWS) -> list[int]:
     """Positions of the fragments to merge, or ``[]`` when none should be.
 
-    Size-tiered rule (as in LSM stores): the lowest :func:`size_tier` holding at least ``k``
-    fragments gives its ``k`` oldest. Merging only fragments of one tier makes each merge's output
+    Size-tiered rule (as in LSM stores): among fragments of fewer than ``max_rows`` rows, the lowest
+    :func:`size_tier` holding at least ``k`` fragments gives its ``k`` oldest. Fragments of
+    ``max_rows`` or more are never merged automatically: merging them would cost about as much as
+    the commits that wrote them (a rewrite of tens of thousands of rows inside one ``append``) and
+    buys little (per-fragment overheads matter for many small fragments); ``RolloutStore.compact()``
+    merges everything when wanted. Merging only fragments of one tier makes each merge's output
     about ``k`` times larger than its inputs, so a row is rewritten about ``log_k(rows / batch)``
     times in all and a table holds fewer than ``k`` fragments per tier. (Merging whatever is newest
     would rewrite a growing fragment on every merge: quadratic.) Lance puts a merged fragment last,
@@ -183,13 +192,15 @@ def pick_compaction(sizes: Sequence[int], k: int) -> list[int]:
     Returns:
         sorted positions into ``sizes`` (``k`` of them).
 
-    Example (k = 4): ``[5000, 10, 10, 40, 10, 10]`` → ``[1, 2, 4, 5]``; ``[5000, 10, 10, 10]`` → ``[]``.
+    Example (k = 4): ``[5000, 10, 10, 40, 10, 10]`` → ``[1, 2, 4, 5]``; ``[5000, 10, 10, 10]`` → ``[]``;
+    ``[5000] * 4`` → ``[]`` (at ``max_rows`` = 4096).
     """
     if k < 2 or len(sizes) < k:
         return []
     tiers: dict[int, list[int]] = {}
     for i, n in enumerate(sizes):
-        tiers.setdefault(size_tier(n, k), []).append(i)
+        if n < max_rows:
+            tiers.setdefault(size_tier(n, k), []).append(i)
     for t in sorted(tiers):
         if len(tiers[t]) >= k:
             return tiers[t][:k]
