@@ -2,7 +2,7 @@
 
 Same model, same sequences, same number of sequences per step, measured side by side in one run:
 the two layouts' steps are interleaved (padded step i, packed step i, …) so machine load hits both
-alike. Each step is one forward + backward of :func:`gfcr.ross.sft.masked_nll` (the AdamW update
+alike. Each step is one forward + backward of :func:`gfcr.train.losses.masked_nll` (the AdamW update
 costs the same in both layouts and is left out). Reports real (non-padding) tokens per second and
 the padding fraction of each layout, plus that of naive random padded batches for reference.
 
@@ -70,13 +70,13 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from gfcr.models import resolve_model
-    from gfcr.ross.sft import (
+    from gfcr.train.losses import masked_nll
+    from gfcr.train.sft import (
         additive_mask,
         collate,
         collate_packed,
         length_grouped_batches,
-        masked_nll,
-        packed_batches,
+            packed_batches,
     )
 
     torch.set_num_threads(args.threads)

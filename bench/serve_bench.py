@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/serve_bench.py [--clients 16] [--max-tokens 32] [--wait-ms 20] [--threads 0]
         [--rounds 2] [--seeded-check] [--out bench/out/serve_bench.json]
+    .venv/bin/python bench/serve_bench.py --part window --wait-ms 10 --rounds 3   # bench/out/serve_window.json
 
 On the default model (SmolLM2-135M-Instruct, fp32, CPU) one hf engine is served on loopback,
 alternately (``--rounds`` pairs, medians reported):
@@ -11,12 +12,18 @@ alternately (``--rounds`` pairs, medians reported):
 Reports generated tokens/s, engine calls, and the ratio on/off; checks that both runs return the
 same tokens. ``--seeded-check`` adds two seeded (temperature 1) runs, alone vs ``--batch-seeded``,
 and counts samples whose tokens differ (the float-rounding caveat of batching seeded requests).
+
+``--part window``: the batching window's rule, batching on in both arms: a fixed window of ``--wait-ms``
+from the oldest request (``stretch=1``) against the quiet-gap rule (the window closes ``--wait-ms`` after
+the latest arrival, at most 4x), alternated; reports engine calls per burst, tokens/s, CPU
+seconds beside wall seconds, and the load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -43,25 +50,28 @@ class _Counting:
         return out
 
 
-def _run(engine, prompts, params, wait_ms: float, max_batch: int, batch_seeded: bool = False) -> dict:
+def _run(engine, prompts, params, wait_ms: float, max_batch: int, batch_seeded: bool = False,
+         stretch: float = 1.0) -> dict:
     from gfcr.generate.engines import GenRequest
     from gfcr.generate.engines.openai import OpenAIEngine
     from gfcr.generate.serve import serve_in_thread
 
     counted = _Counting(engine)
     with serve_in_thread(counted, model_name="bench", batch_wait_ms=wait_ms, max_batch=max_batch,
-                         batch_seeded=batch_seeded) as url:
+                         batch_seeded=batch_seeded, batch_stretch=stretch) as url:
         client = OpenAIEngine(url, "bench", max_concurrency=len(prompts), max_retries=0, timeout_s=1800)
         client.generate([GenRequest(prompt_ids=prompts[0], params=params[0].model_copy(update={"max_tokens": 2}))])
         counted.calls, counted.rows, counted.call_s = 0, [], []
         reqs = [GenRequest(prompt_ids=p, params=sp) for p, sp in zip(prompts, params, strict=True)]
-        t0 = time.perf_counter()
+        load0 = os.getloadavg()[0]
+        t0, c0 = time.perf_counter(), time.process_time()
         res = client.generate(reqs)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         client.close()
     toks = [r[0].token_ids.tolist() for r in res]
     n = sum(len(t) for t in toks)
-    return {"wait_ms": wait_ms, "batch_seeded": batch_seeded, "seconds": round(dt, 2), "tokens": n,
+    return {"wait_ms": wait_ms, "batch_seeded": batch_seeded, "stretch": stretch, "seconds": round(dt, 2),
+            "cpu_seconds": round(cpu, 2), "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)], "tokens": n,
             "tokens_per_s": round(n / dt, 2), "engine_calls": counted.calls, "rows_per_call": counted.rows, "call_seconds": counted.call_s,
             "_tokens": toks}
 
@@ -76,8 +86,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     ap.add_argument("--rounds", type=int, default=2, help="off/on pairs, alternated; medians are reported")
     ap.add_argument("--seeded-check", action="store_true", help="also compare seeded samples alone vs batched")
-    ap.add_argument("--out", default="bench/out/serve_bench.json")
+    ap.add_argument("--part", choices=["onoff", "window"], default="onoff")
+    ap.add_argument("--out", default=None, help="default bench/out/serve_bench.json (window: serve_window.json)")
     a = ap.parse_args()
+    a.out = a.out or ("bench/out/serve_window.json" if a.part == "window" else "bench/out/serve_bench.json")
 
     import torch
 
@@ -90,6 +102,8 @@ def main() -> None:
     prompts = [engine.encode_messages([{"role": "user", "content": f"What is {7 * i + 3} + {11 * i + 5}? Explain briefly."}])
                for i in range(a.clients)]
     greedy = [SamplingParams(temperature=0.0, max_tokens=a.max_tokens)] * a.clients
+    if a.part == "window":
+        return _window(a, engine, prompts, greedy)
     runs: dict[str, list[dict]] = {"off": [], "on": []}
     for r in range(a.rounds):  # alternated, so load from other processes hits both modes alike
         for mode, wait in (("off", 0.0), ("on", a.wait_ms)):
@@ -117,6 +131,28 @@ def main() -> None:
                 "seeded_runs": [{k: v for k, v in x.items() if k != "_tokens"} for x in (alone, shared)]}
         print(f"seeded alone: {alone['tokens_per_s']} tok/s ({alone['engine_calls']} calls); --batch-seeded: "
               f"{shared['tokens_per_s']} tok/s ({shared['engine_calls']} calls); same tokens {same_s}/{a.clients}")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {a.out}")
+
+
+def _window(a, engine, prompts, greedy) -> None:
+    """Fixed window vs quiet-gap window, batching on in both, alternated (see the module docstring)."""
+    runs: dict[str, list[dict]] = {"fixed": [], "gap": []}
+    for r in range(a.rounds):
+        for mode, stretch in (("fixed", 1.0), ("gap", 4.0)):
+            x = _run(engine, prompts, greedy, a.wait_ms, a.max_batch, stretch=stretch)
+            runs[mode].append(x)
+            print(f"round {r} {mode:5s}: {x['tokens_per_s']} tok/s, wall {x['seconds']} s, cpu {x['cpu_seconds']} s, "
+                  f"{x['engine_calls']} calls {x['rows_per_call']}, load {x['load_1min']}", flush=True)
+    med = {m: {k: statistics.median(x[k] for x in xs) for k in ("tokens_per_s", "seconds", "cpu_seconds", "engine_calls")}
+           for m, xs in runs.items()}
+    same = sum(x == y for x, y in zip(runs["fixed"][0]["_tokens"], runs["gap"][0]["_tokens"], strict=True))
+    out = {"model": engine.model_name, "clients": a.clients, "max_tokens": a.max_tokens, "wait_ms": a.wait_ms,
+           "rounds": a.rounds, "medians": med, "greedy_same_tokens": f"{same}/{a.clients}",
+           "ratio_tokens_per_s": round(med["gap"]["tokens_per_s"] / med["fixed"]["tokens_per_s"], 2),
+           "runs": {m: [{k: v for k, v in x.items() if k != "_tokens"} for x in xs] for m, xs in runs.items()}}
+    print(json.dumps({k: out[k] for k in ("medians", "ratio_tokens_per_s", "greedy_same_tokens")}))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {a.out}")

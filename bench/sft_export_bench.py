@@ -22,7 +22,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from gfcr.store import RolloutStore
-    from gfcr.store.importers import export
+    from gfcr.store.export import export
     from gfcr.store.sft_export import SFT_FORMATS, export_sft
     from gfcr.testing import make_rollout
 

@@ -46,3 +46,27 @@ def test_a_key_given_twice_is_an_error_not_a_silent_override(tmp_path):
         read_yaml_mapping(p)
     p.write_text("a: 1\nb: {x: 1, y: 2}\n")
     assert read_yaml_mapping(p) == {"a": 1, "b": {"x": 1, "y": 2}}
+
+
+def test_new_run_dir_never_reuses_a_folder(tmp_path):
+    from gfcr.config import new_run_dir
+
+    a, b = new_run_dir(tmp_path / "runs", "demo"), new_run_dir(tmp_path / "runs", "demo")
+    assert a != b and a.is_dir() and b.is_dir() and not any(a.iterdir())
+    assert a.name.startswith("demo-") and b.name.startswith(a.name[: len("demo-YYYYmmdd-HHMMSS") - 1])
+
+
+def test_resolve_object_by_table_or_import_path():
+    import math
+
+    from gfcr.config import resolve_object
+
+    assert resolve_object("sqrt", {"sqrt": "math:sqrt"}) is math.sqrt  # a lazy table entry
+    assert resolve_object("one", {"one": 1}) == 1
+    assert resolve_object("math:pi") == math.pi  # a user's import path
+    with pytest.raises(ConfigError, match=r"unknown verifier 'nope'; choose one of \['a'\] or give 'pkg.module:name'"):
+        resolve_object("nope", {"a": 1}, "verifier")
+    with pytest.raises(ConfigError, match="cannot import env 'math:nothing'"):
+        resolve_object("math:nothing", kind="env")
+    with pytest.raises(ModuleNotFoundError):  # a table entry's missing optional dependency is not hidden
+        resolve_object("x", {"x": "no_such_module_here:X"})

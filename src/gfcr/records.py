@@ -119,7 +119,7 @@ ROLLOUT_SCHEMA = _schema(
         ("token_ids", pa.list_(pa.int32()), False),
         ("token_role", pa.list_(pa.int8()), False),
         ("logprobs", pa.list_(pa.float32()), False),
-        ("finish_reason", pa.string(), False),
+        ("finish_reason", pa.string(), True),  # null = the source did not record it
         ("reward", pa.float64(), False),
         ("verified", pa.bool_(), True),
         ("verifier", pa.string(), False),  # JSON
@@ -257,7 +257,7 @@ class Rollout:
     sample_index: int = 0
     parent_id: str | None = None
     branch_pos: int | None = None
-    finish_reason: str = "stop"
+    finish_reason: str | None = "stop"  # None: unknown (an import whose source does not record it)
     reward: float = 0.0
     verified: bool | None = None
     verifier: dict[str, Any] = field(default_factory=dict)
@@ -322,8 +322,8 @@ class Rollout:
             raise RecordError("reward", f"must be a finite number, got {self.reward!r}", rid)
         if self.verified is not None and not isinstance(self.verified, bool | np.bool_):
             raise RecordError("verified", f"must be true, false or null, got {self.verified!r}", rid)
-        if self.finish_reason not in FINISH_REASONS:
-            raise RecordError("finish_reason", f"must be one of {FINISH_REASONS}, got {self.finish_reason!r}", rid)
+        if self.finish_reason is not None and self.finish_reason not in FINISH_REASONS:
+            raise RecordError("finish_reason", f"must be one of {FINISH_REASONS} or null, got {self.finish_reason!r}", rid)
         if self.tokens_source not in TOKENS_SOURCES:
             raise RecordError("tokens_source", f"must be one of {TOKENS_SOURCES}, got {self.tokens_source!r}", rid)
         if self.tokens_source == "none" and n:
@@ -343,6 +343,12 @@ class Rollout:
             if not m.role:
                 raise RecordError(f"messages[{i}].role", "must be non-empty", rid)
         return self
+
+
+def accuracy(r: Rollout) -> float:
+    """What Control decides on: 1.0 / 0.0 from the verdict (``verified``); the reward when a rollout
+    has no verdict. Example: verified True, reward 0.6 (shaped) → 1.0; verified None, reward 0.5 → 0.5."""
+    return float(r.verified) if r.verified is not None else float(r.reward)
 
 
 @dataclass

@@ -9,13 +9,10 @@ from gfcr.control.groups import (
     GFPO,
     GROUP_CONTROLS,
     AdaptiveK,
-    AdaptThink,
     DynamicSampling,
     EarlyExit,
     OverlongFilter,
-    ShorterBetter,
     StalenessBound,
-    adaptthink_rewards,
     allocate_k,
     beta_variance_weight,
     gfpo_advantages,
@@ -23,10 +20,10 @@ from gfcr.control.groups import (
     has_variance,
     make_group_control,
     overlong_mask,
-    sol_rewards,
     staleness_capacity,
     tail_ngram_count,
 )
+from gfcr.filters.reward import AdaptThink, ShorterBetter, adaptthink_rewards, sol_rewards
 from gfcr.records import Rollout
 
 

@@ -70,8 +70,12 @@ def test_semantic_entropy_and_seed_grpo():
     assert S.seed_grpo_scale(math.log(4), 4, form="exp") == pytest.approx(math.exp(-1))
     assert S.seed_grpo_scale(math.log(4) / 2, 4, form="focal") == pytest.approx(0.25)
     # r = [1,1,0,0], clusters [a,a,b,c] -> A = ±.5, SE = 1.0397, scale = 1 - 1.0397/log 4 = 0.25
-    a = S.seed_grpo_advantages([1, 1, 0, 0], ["a", "a", "b", "c"])
+    a = S.seed_grpo_advantages([1, 1, 0, 0], ["a", "a", "b", "c"], estimator="plugin")
     assert a == pytest.approx(np.array([0.5, 0.5, -0.5, -0.5]) * 0.25, abs=1e-6)
+    # the paper's Monte-Carlo form −(1/K) Σ log p(C): (log 2 + 2 log 4)/3 = 1.1552 → scale 1 − 1.1552/log 4 = 1/6
+    assert S.semantic_entropy(["a", "a", "b", "c"], estimator="mc") == pytest.approx((math.log(2) + 2 * math.log(4)) / 3)
+    a = S.seed_grpo_advantages([1, 1, 0, 0], ["a", "a", "b", "c"])
+    assert a == pytest.approx(np.array([0.5, 0.5, -0.5, -0.5]) / 6, abs=1e-6)
 
 
 def test_prm_aggregate():

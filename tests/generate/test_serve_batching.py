@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from gfcr.generate.batching import Batcher, BatcherClosedError, split_results
+from gfcr.generate.batching import Batcher, BatcherClosedError, RequestCancelledError, split_results
 from gfcr.generate.engines import GenRequest, GenResult, SamplingParams
 from gfcr.generate.engines.hf import HFEngine, teacher_forced_logprobs
 from gfcr.generate.serve import serve_in_thread
@@ -128,6 +128,41 @@ def test_batcher_close_fails_queued_jobs_and_refuses_new_ones():
         b.submit([GenRequest(prompt_ids=[3])])
     with pytest.raises(ValueError, match="max_batch_rows"):
         Batcher(eng, max_batch_rows=0)
+
+
+@pytest.mark.parametrize("stretch,calls", [(1.0, [2, 1]), (4.0, [3])])
+def test_window_closes_after_a_quiet_gap_not_at_a_fixed_time(stretch, calls):
+    """Jobs at 0, 250 and 500 ms with a 400 ms window: a fixed window (stretch 1) closes at 400 ms and
+    leaves the last job to a second call; the quiet-gap rule waits 400 ms after the latest arrival."""
+    eng = _Echo()
+    b = Batcher(eng, max_batch_rows=32, max_wait_ms=400, stretch=stretch)
+    try:
+        futs = []
+        for i in range(3):
+            futs.append(b.submit([GenRequest(prompt_ids=[i + 1])]))
+            time.sleep(0.25)
+        [f.result(timeout=30) for f in futs]
+    finally:
+        b.close()
+    assert eng.rows == calls
+
+
+def test_a_job_cancelled_while_queued_never_runs():
+    eng = _Echo(delay_s=0.3)
+    b = Batcher(eng, max_batch_rows=1, max_wait_ms=1)
+    try:
+        first = b.submit([GenRequest(prompt_ids=[1])])
+        time.sleep(0.1)
+        ev = threading.Event()
+        gone = b.submit([GenRequest(prompt_ids=[2])], cancel=ev)
+        ev.set()  # its client left while it waited
+        later = b.submit([GenRequest(prompt_ids=[3])])
+        assert int(later.result(timeout=10)[0][0].token_ids[0]) == 3 and first.result(timeout=10)
+        with pytest.raises(RequestCancelledError):
+            gone.result(timeout=10)
+    finally:
+        b.close()
+    assert eng.rows == [1, 1]
 
 
 # --- through the server ---------------------------------------------------------------------

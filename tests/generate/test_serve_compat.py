@@ -141,6 +141,14 @@ def test_host_header_checked_on_loopback(server):
         assert httpx.get(f"{url}/models", headers={"Host": host}).status_code == 200
 
 
+def test_invalid_json_and_unknown_routes_use_the_error_schema(server):
+    url = server[0]
+    r = httpx.post(f"{url}/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("the request body is not valid JSON")
+    r = httpx.get(f"{url}/nothing-here")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "NotFoundError"
+
+
 def test_content_parts_equal_plain_string(client):
     parts = [{"role": "user", "content": [{"type": "text", "text": "What is"}, {"type": "text", "text": "3 + 4?"}]}]
     plain = [{"role": "user", "content": "What is\n3 + 4?"}]
@@ -279,3 +287,14 @@ def test_openai_engine_reads_top_logprobs_and_error_messages(server, tiny):
         np.testing.assert_allclose(got.top_logprobs, want.top_logprobs, atol=1e-5)
     with pytest.raises(OpenAIEngineError, match="The model `other` does not exist"):
         OpenAIEngine(url, "other", max_retries=0).generate([GenRequest(prompt_ids=ids)])
+
+
+def test_stream_many_prompts_times_n_matches_unstreamed(client):
+    kw = dict(model="tiny", prompt=["The quick", "Numbers: 1 2"], n=2, max_tokens=10, temperature=1.0, seed=21)
+    full = client.completions.create(**kw)
+    got: dict[int, str] = {}
+    for ch in client.completions.create(**kw, stream=True):
+        for c in ch.choices:
+            got[c.index] = got.get(c.index, "") + c.text
+    assert sorted(got) == [0, 1, 2, 3]
+    assert [got[i] for i in range(4)] == [c.text for c in sorted(full.choices, key=lambda c: c.index)]

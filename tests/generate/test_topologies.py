@@ -1,4 +1,3 @@
-import math
 
 import numpy as np
 import pytest
@@ -8,9 +7,6 @@ from gfcr.generate.topologies import (
     EPTree,
     Group,
     MultiTurn,
-    shared_prefix_lengths,
-    tree_advantages,
-    tree_values,
 )
 from gfcr.records import CONTEXT, GENERATED
 from gfcr.tasks.arith import make_arith
@@ -65,22 +61,6 @@ def test_tree_children_share_parent_prefix(engine, prompts):
         assert np.all(r.token_role[b:] == GENERATED)
         assert r.n_generated <= 10  # budget respected across the shared prefix
     assert n_children == 2 * 2 * 2 * 2 * 2
-
-
-def test_tree_values_and_advantages_hand_worked():
-    # prompt of 2 tokens; path 0 (6 tokens, reward 1); path 1 forks from 0 at 4 (reward 0);
-    # path 2 forks from 0 at 3 (5 tokens, reward 0)
-    parents, bps, lens, rew = [None, 0, 0], [2, 4, 3], [6, 6, 5], [1.0, 0.0, 0.0]
-    S = shared_prefix_lengths(parents, bps, lens)
-    assert S.tolist() == [[6, 4, 3], [4, 6, 3], [3, 3, 5]]
-    values, counts = tree_values(parents, bps, lens, rew)
-    np.testing.assert_allclose(values[0], [1 / 3, 1 / 3, 1 / 3, 1 / 2, 1, 1])
-    assert counts[0].tolist() == [3, 3, 3, 2, 1, 1]
-    adv = tree_advantages(parents, bps, lens, rew, prompt_len=2)
-    s = (1 / 6 + 1 / 6) / math.sqrt(2)
-    np.testing.assert_allclose(adv[0], [0, 0, 0, s, 7 / 6, 7 / 6], atol=1e-6)
-    np.testing.assert_allclose(adv[1], [0, 0, 0, s, -5 / 6, -5 / 6], atol=1e-6)
-    np.testing.assert_allclose(adv[2], [0, 0, 0, -2 / 3, -2 / 3], atol=1e-6)
 
 
 class CountingEnv:

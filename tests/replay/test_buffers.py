@@ -23,7 +23,7 @@ from gfcr.replay.buffers import (
 def ro(prompt, step, i, reward, verified=None, nll=0.5, group=None):
     return Rollout(
         run_id="run", prompt_id=prompt, group_id=group or f"{prompt}@{step}", sample_index=i, step=step,
-        token_ids=[1, 2, 3], token_role=[0, 1, 1], logprobs=[0.0, -nll, -nll], reward=float(reward),
+        token_ids=[1, 2 + i, 3 + 100 * step], token_role=[0, 1, 1], logprobs=[0.0, -nll, -nll], reward=float(reward),
         verified=verified, rollout_id=f"{prompt}-{step}-{i}",
     )
 
@@ -38,11 +38,11 @@ def test_pure_maths():
     np.testing.assert_allclose(exgrpo_bucket_weight([4, 6], 8), [0.398942, 0.053991], atol=1e-6)
     assert max_variance_subset([1, 1, 0, 0, 1], 2).tolist() == [0, 2]
     assert max_variance_subset([0.1, 0.9, 0.5, 0.4], 3).tolist() in ([0, 1, 2], [0, 1, 3])  # extremes + one
-    on, off = split_advantages([1, 0], [1, 1], "split")
-    np.testing.assert_allclose(on, [1, -1], atol=1e-3)
-    np.testing.assert_allclose(off, [0, 0])
-    on, off = split_advantages([1, 0], [1, 1], "mixed")  # mean 0.75, std 0.4330
-    np.testing.assert_allclose(on, [0.25 / 0.4331, -0.75 / 0.4331], atol=1e-3)
+    on, off = split_advantages([1, 1], [1, 0, 0, 0], "split")  # RePO's torch.std is unbiased
+    np.testing.assert_allclose(off, [1.5, -0.5, -0.5, -0.5], atol=1e-3)
+    np.testing.assert_allclose(on, [0, 0])
+    on, off = split_advantages([1, 0], [1, 1], "mixed")  # mean 0.75, unbiased std 0.5
+    np.testing.assert_allclose(on, [0.5, -1.5], atol=1e-3)
 
 
 def test_fifo_window_lag_and_behaviour_logprobs():
@@ -75,20 +75,27 @@ def test_repo_strategies():
 
 def test_exgrpo_retires_all_correct_questions():
     b = ExGRPO(group_size=4)
-    b.add(group("q1", 0, [1, 1, 0, 0]) + group("q2", 0, [1, 0, 0, 0]) + group("q3", 0, [0, 0, 0, 0]))
+    b.add(group("q9", 0, [1, 0, 0, 0]))  # solved share 0.25 <= 0.35: stays on-policy, collects nothing
+    assert not b.active and not b.experience
+    b.add(group("q0", 1, [1, 1, 0, 0]))  # 0.5 > 0.35: mixed-policy from the next step (nothing collected now)
+    assert b.active and not b.experience
+    b.add(group("q1", 2, [1, 1, 0, 0]) + group("q2", 2, [1, 0, 0, 0]) + group("q3", 2, [0, 0, 0, 0]))
     assert sorted(b.experience) == ["q1", "q2"] and b.bucket == {"q1": 2, "q2": 1}
     assert len(b.experience["q1"]) == 2 and all(r.verified for r in b.experience["q1"])  # only correct ones
-    b.add(group("q1", 1, [1, 1, 1, 1]))  # all correct -> retired
-    assert "q1" in b.retired and "q1" not in b.experience
-    b.add(group("q1", 2, [1, 0, 0, 0]))  # a retired question stays retired
+    b.add(group("q2", 3, [1, 1, 1, 0]))  # experience accumulates (new trajectories), bucket follows the latest k
+    assert len(b.experience["q2"]) == 1 + 3 and b.bucket["q2"] == 3
+    b.add(group("q1", 4, [1, 1, 1, 1]))  # all correct -> retired
+    assert "q1" in b.retired and "q1" not in b.experience and b.exclude() == {"q1"}
+    b.add(group("q1", 5, [1, 0, 0, 0]))  # a retired question stays retired
     assert "q1" not in b.experience
-    out = b.sample(5, policy_version=4, rng=np.random.default_rng(0))
-    assert [s.rollout.prompt_id for s in out] == ["q2"] and out[0].lag == 4
-    assert b.n_experience(128) == 64 and b.active(0.4) and not b.active(0.3)
+    out = b.sample(5, policy_version=6, rng=np.random.default_rng(0))
+    assert [s.rollout.prompt_id for s in out] == ["q2"] and out[0].lag in (3, 4)
+    assert b.n_experience(128) == 64 and b.n_experience(5) == 2  # int(ρ·B), the collate's truncation
 
 
 def test_exgrpo_picks_lowest_entropy_and_prefers_half_correct():
     b = ExGRPO(group_size=4, sigma=0.5)
+    b.active = True
     g = [ro("q", 0, 0, 1, True, nll=2.0), ro("q", 0, 1, 1, True, nll=0.3), ro("q", 0, 2, 0, False), ro("q", 0, 3, 0, False)]
     b.add(g)
     assert b.sample(1, 1)[0].rollout.rollout_id == "q-0-1"

@@ -11,8 +11,9 @@ import torch
 from gfcr.ross.audit import audit_rollouts, select_rollouts
 from gfcr.ross.build import IGNORE_INDEX, build_dataset, labels_from_mask, load_dataset_rows
 from gfcr.ross.judges import ArithSteps, KeepAll
-from gfcr.ross.sft import collate, length_grouped_batches, masked_nll, mean_token_nll, train_masked_sft
 from gfcr.testing import tiny_model
+from gfcr.train.losses import masked_nll
+from gfcr.train.sft import collate, length_grouped_batches, mean_token_nll, train_masked_sft
 
 from .test_judges_audit import _store_with
 

@@ -134,7 +134,8 @@ def test_hostile_outputs_never_supervise_outside_generated_text(tok, raw):
 
 def test_retry_feeds_error_back_then_accepts(tok):
     r = make_rollout(tok, "What is 3 + 4?", PLANTED, gold="7")
-    judge = Scripted(['{"verdict": "usable", "keep": [9]}', '{"verdict": "usable", "keep": [3, 4]}'])
+    judge = Scripted(['{"verdict": "usable", "keep": [9]}', '{"verdict": "usable", "keep": [3, 4], '
+                      '"exclude": [{"units": [1, 2], "category": "corrected_mistake"}]}'])
     dec, err, raws, cost, meta = judge_rollout(r, None, judge, retries=2)
     assert dec is not None and dec.status == "kept" and meta["attempts"] == 2
     assert judge.feedback[0] is None and "unit 9 does not exist" in judge.feedback[1]
@@ -181,7 +182,7 @@ def test_audit_writes_store_and_resume_skips_finished(tmp_path, tok):
     assert s1.audited == 3 and s1.status["kept"] == 3 and Counting.calls == 3
     s2 = audit_rollouts(store, sel, Counting(), tok, concurrency=2)
     assert s2.skipped == 3 and s2.audited == len(sel) - 3 and Counting.calls == len(sel)
-    assert finished_ids(store, "arith-steps", "1") == {r.rollout_id for r in sel}
+    assert finished_ids(store, "arith-steps", ArithSteps.version) == {r.rollout_id for r in sel}
     t = store.audits(judge="arith-steps")
     assert t.num_rows == len(sel)
     ters = t.column("ter").to_pylist()
@@ -235,9 +236,9 @@ def test_llm_judge_on_loopback_fake_server(tok):
     th.start()
     try:
         _FakeOpenAI.replies = ["I think keep all", '{"verdict": "usable", "keep": [3, 4], '
-                               '"exclude": [{"unit": 2, "category": "corrected_mistake"}]}']
+                               '"exclude": [{"units": [1, 2], "category": "corrected_mistake"}]}']
         judge = make_judge("llm", base_url=f"http://127.0.0.1:{srv.server_port}/v1", model="fake-judge")
-        assert isinstance(judge, LLMJudge) and judge.version == "1:fake-judge"
+        assert isinstance(judge, LLMJudge) and judge.version == "2:fake-judge"
         r = make_rollout(tok, "What is 3 + 4?", PLANTED, gold="7")
         dec, err, raws, cost, meta = judge_rollout(r, None, judge)
         assert dec.status == "kept" and meta["attempts"] == 2

@@ -9,16 +9,16 @@ import pytest
 import torch
 
 from gfcr.ross.config import RossConfig
-from gfcr.ross.sft import (
+from gfcr.testing import tiny_model
+from gfcr.train.losses import masked_nll
+from gfcr.train.sft import (
     additive_mask,
     collate_packed,
-    masked_nll,
     mean_token_nll,
     pack_sequences,
     packed_batches,
     train_masked_sft,
 )
-from gfcr.testing import tiny_model
 
 
 def test_pack_sequences_hand_worked():

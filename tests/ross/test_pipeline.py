@@ -23,7 +23,10 @@ def _config(tmp_path, tok) -> dict:
         "store": str(tmp_path / "store"), "out_dir": str(tmp_path / "runs"), "upstream_model": up, "base_model": base,
         "variants": ["positive_sft", "ross_nomask", "ross", "ross_from_base"],
         "train": {"epochs": 1, "lr": 1e-3, "batch_size": 4},
-        "evaluate": {"source": "arith", "n_prompts": 3, "k": 2, "ks": [1, 2], "max_tokens": 6},
+        "evaluate": {"benchmarks": [{"name": "arith1", "source": "arith", "params": {"level": 1}, "n_prompts": 3},
+                                  {"name": "arith2", "source": "arith", "params": {"level": 2}, "n_prompts": 3,
+                                   "domain": "math2"}],
+                     "k": 2, "ks": [1, 2], "max_tokens": 6},
         "analyze": {"ter_window": 2, "compatibility_prompts": 2, "complementarity_prompts": 2,
                     "complementarity_k": 2, "max_tokens": 6},
     }
@@ -46,16 +49,29 @@ def test_run_ross_end_to_end_tiny(tmp_path, tok):
     assert r["audit"]["arith-steps"]["status"] == {"kept": 6}
     b = r["build"]
     assert b["ross"]["supervised_tokens"] < b["ross_nomask"]["supervised_tokens"] == b["positive_sft"]["supervised_tokens"]
+    # the judge discarded nothing: ROSS w/o mask is positive SFT's data, one model, not reported twice
+    assert b["ross_nomask"]["same_as"] == "positive_sft" and r["train"]["ross_nomask"] == {"same_as": "positive_sft"}
     assert set(r["train"]) == {"positive_sft", "ross_nomask", "ross", "ross_from_base"}
     assert r["train"]["ross_from_base"]["init"] == cfg.base_model
-    assert list(r["evaluate"]) == ["base", "upstream", "positive_sft", "ross_nomask", "ross", "ross_from_base"]
-    assert {"pass@1", "pass@2", "greedy_pass@1"} <= set(r["evaluate"]["ross"])
+    ev = r["evaluate"]
+    assert list(ev["results"]) == ["base", "upstream", "positive_sft", "ross", "ross_from_base"]
+    assert ev["aliases"] == {"ross_nomask": "positive_sft"}
+    assert list(ev["results"]["ross"]) == ["arith1", "arith2"]
+    assert {"pass@1", "pass@2", "greedy_pass@1"} <= set(ev["results"]["ross"]["arith1"]["metrics"])
+    paired = {(p["a"], p["b"], p["benchmark"], p["metric"]) for p in ev["paired"]}
+    assert ("ross", "upstream", "arith2", "greedy_pass@1") in paired and ("ross", "positive_sft", "arith1", "pass@1") in paired
+    assert all(0 <= p["p_value"] <= 1 and p["n"] == 3 for p in ev["paired"])
+    assert "math2 avg" in res.table and "not significant" in res.table
     an = r["analyze"]
     assert [w["steps"] for w in an["ter_by_window"]] == [[0, 1], [2, 3], [4, 5]]
     assert all(0 < w["ter"] < 1 and w["entropy"] is not None for w in an["ter_by_window"])
-    assert an["categories"]["early"]["shares"] == {"corrected_mistake": 1.0}
-    assert set(an["compatibility"]) == {"historical", "current", "other"}
-    assert an["complementarity"]["n_prompts"] == 2
+    assert [r["step"] for r in an["ter_by_step"]] == list(range(6))
+    assert all(r["ter_ma"] is not None for r in an["ter_by_step"])
+    assert an["categories"]["arith"]["early"]["shares"] == {"corrected_mistake": 1.0}
+    c = an["compatibility"]
+    assert {"historical", "current", "other", "common"} <= set(c) and c["filtered_for_correctness"] is True
+    assert c["historical"]["rows"] == 2 and c["temperature"] == cfg.evaluate.temperature
+    assert an["complementarity"]["n_prompts"] == 2 and len(an["complementarity"]["historical_rates"]) == 2
     assert "| ross |" in res.table and (res.run_dir / "table.md").exists()
     # re-running audits nothing new: the store already holds them
     res2 = run_ross(cfg.model_copy(update={"stages": ["select", "audit"]}), log=lambda *_: None)

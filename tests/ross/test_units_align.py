@@ -149,3 +149,50 @@ def test_multi_turn_runs_align_to_assistant_messages(tok):
     mask = align_mask(tok, r.token_ids, r.token_role, r.messages, kept)
     assert tok.decode(r.token_ids[mask.astype(bool)]) == a2
     assert not mask[np.asarray(role) == 0].any()
+
+
+def _invalid_utf8_rollout(tok, tail: str):
+    """A generation whose first token is a lone 0xC3 byte (invalid UTF-8), then ``tail``."""
+    from gfcr.records import Message, Rollout
+    from gfcr.ross.align import _byte_decoder
+
+    lone = {v: k for k, v in _byte_decoder().items()}[0xC3]
+    ctx = tok("<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    gen = [tok.convert_tokens_to_ids(lone)] * 2 + tok(tail, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    text = tok.decode(gen, skip_special_tokens=True)
+    ids = np.array(ctx + gen, np.int32)
+    role = np.array([0] * len(ctx) + [1] * len(gen), np.uint8)
+    return Rollout(run_id="r", prompt_id="p", token_ids=ids, token_role=role, logprobs=np.zeros(len(ids), np.float32),
+                   messages=[Message("user", "q"), Message("assistant", text)]), text
+
+
+def test_invalid_utf8_bytes_align_exactly(tok):
+    r, text = _invalid_utf8_rollout(tok, " wrong 3 + 4 = 8.\nAnswer: 7")
+    assert text.startswith("\ufffd\ufffd wrong")
+    cut = text.index("Answer")
+    kept = np.zeros(len(text), bool)
+    kept[cut:] = True  # the judge excluded the first line, kept the answer line
+    mask = align_mask(tok, r.token_ids, r.token_role, r.messages, kept)
+    gen = np.flatnonzero(r.token_role == 1)
+    pieces = [tok.decode([int(r.token_ids[i])]) for i in gen]
+    sup = "".join(p for p, i in zip(pieces, gen, strict=True) if mask[i])
+    unsup = "".join(p for p, i in zip(pieces, gen, strict=True) if not mask[i])
+    assert "Answer: 7" in sup.replace("Ġ", " ") or sup.startswith("Answer")
+    assert "wrong" not in sup and "8" not in sup and "wrong" in unsup
+    dec = decode_with_offsets(tok, r.token_ids[gen])
+    assert dec.text == text and int(dec.widths().sum()) == int(dec.byte_end[-1])
+
+
+def test_vectorised_decoder_matches_generic(tok):
+    from gfcr.ross.align import _decode_generic
+
+    for t in ["Héllo wörld — naïve café 数学 🙂\nAnswer: 7", "12 + 7 = 19\n\n  Answer: 19"]:
+        ids = tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        fast, slow = decode_with_offsets(tok, ids), _decode_generic(tok, ids)
+        assert fast.text == slow.text == t
+        # both give each token the bytes it contributes (the generic one only at char boundaries)
+        bounds = set(np.cumsum(fast.widths()).tolist()) | {0}
+        at_char_ends = [i for i in range(len(ids)) if int(fast.byte_end[i]) in bounds]
+        assert len(at_char_ends) > len(ids) // 2
+        assert all(fast.byte_end[i] == slow.byte_end[i] for i in at_char_ends)
+        assert fast.byte_end[-1] == len(t.encode())

@@ -184,7 +184,7 @@ def test_training_loop_with_ray_engine_syncs_every_actor(cluster, tiny_dir, tmp_
     from gfcr.models import model_hash
     from gfcr.scale.engine import RayEngine
     from gfcr.train.config import load_config
-    from gfcr.train.loop import Trainer, prepare_run
+    from gfcr.train.loop import TrainingRun, prepare_run
 
     cfg = load_config(None, {
         "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 2, "tensorboard": False,
@@ -195,7 +195,7 @@ def test_training_loop_with_ray_engine_syncs_every_actor(cluster, tiny_dir, tmp_
     })
     assert cfg.generate.sync == "copy"
     d, resuming = prepare_run(cfg, None, None)
-    t = Trainer(cfg, d, resuming, progress=False)
+    t = TrainingRun(cfg, d, resuming, progress=False)
     try:
         t.setup()
         assert isinstance(t.engine, RayEngine) and t.engine.workers == 2

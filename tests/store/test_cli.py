@@ -18,7 +18,7 @@ def test_store_cli_end_to_end(tmp_path: Path):
     assert "store ready" in gfcr("store", "init", st).stdout
     S.write_verl(tmp_path / "verl", steps=2)
     out = gfcr("store", "import", st, tmp_path / "verl", "--from", "verl", "--run", "r1").stdout
-    assert "imported 24 rollouts" in out and "without tokens" in out
+    assert "imported 24 new rollouts" in out and "without tokens" in out
     rows = json.loads(gfcr("store", "stats", st, "--json").stdout)
     assert [(r["run_id"], r["step"], r["rollouts"]) for r in rows] == [("r1", 1, 12), ("r1", 2, 12)]
     q = gfcr("store", "query", st, "SELECT step, count(*) AS n FROM rollouts GROUP BY step ORDER BY step", "--json")

@@ -34,10 +34,14 @@ def test_verl_text_only_and_retokenized(store, tmp_path):
 
 def test_trl(store, tmp_path):
     d = S.write_trl(tmp_path / "out", steps=2)
-    res = import_rollouts(store, "trl", [str(tmp_path / "out")])
+    with pytest.raises(ImportFormatError, match="--reward-columns"):  # two numeric columns: which are rewards?
+        import_rollouts(store, "trl", [str(tmp_path / "out")])
+    res = import_rollouts(store, "trl", [str(tmp_path / "out")], reward_columns=["accuracy_reward", "format_reward"],
+                          reward_weights=[1.0, 2.0])
     assert len(res.rollouts) == 24
     r = [x for x in res.rollouts if x.signals["reward/accuracy_reward"] == 1.0][0]
-    assert r.reward == 1.5 and "advantage" in r.signals  # sum of reward functions
+    assert r.reward == 2.0 and "advantage" in r.signals  # 1.0 * 1.0 + 2.0 * 0.5
+    assert r.finish_reason is None and r.verified is None
     assert d.name == "completions"
 
 
@@ -46,7 +50,7 @@ def test_areal_versions_and_segments(store, tmp_path):
     res = import_rollouts(store, "areal", [str(tmp_path / "a")])
     pvs = {r.policy_version for r in res.rollouts}
     assert pvs == {"v0", "v0-v1"}
-    seg = [r for r in res.rollouts if r.prompt_id == "areal-task2"][0]
+    seg = [r for r in res.rollouts if r.meta["task_id"] == "task2"][0]
     assert [m.role for m in seg.messages] == ["user", "assistant", "tool", "assistant"]
     assert seg.meta["version_rle"] is not None
 
@@ -59,7 +63,7 @@ def test_prime_rl_exact_tokens(store, tmp_path):
     r = [x for x in rs if x.sample_index == 1][0]
     assert r.token_role.tolist() == [0] * 5 + [1] * 6
     assert r.logprobs[5:].tolist() == [-0.125 * (t + 1) for t in range(6)]
-    assert r.step == 3 and r.policy_version == "step-2-3"
+    assert r.step == 3 and r.policy_version == "v2-v3" and r.meta["batch_step"] == 4
 
 
 def test_slime_weights_only_and_pickle_refusal(store, tmp_path):
@@ -98,7 +102,7 @@ def _count(store):
         ("areal", '{"task_id": "t", "sample_idx": 0, "reward": 1, "prompt": "q", "completion": "a", "version_rle": 5}\n',
          "version_rle"),
         ("prime-rl", '{"id": 1, "traces": [{"messages": [{"role": "user", "token_ids": [1, 2], "mask": [0]}]}]}\n', "mask"),
-        ("prime-rl", '{"id": 1, "traces": [{"messages": [{"role": "user", "token_ids": [1, -2]}]}]}\n', "token_ids"),
+        ("prime-rl", '{"id": 1, "traces": [{"messages": [{"role": "user", "token_ids": [1, -2]}]}]}\n', "token_ids[1]"),
         ("jsonl", '{"rollout_id": "x", "prompt_id": "p", "run_id": "r", "token_ids": [1], "token_role": [1], '
                   '"logprobs": [0.5]}\n', "logprobs"),
         ("jsonl", '{"rollout_id": "x", "prompt_id": "p", "run_id": "r", "token_ids": [1, 2], "token_role": [1], '
@@ -140,9 +144,8 @@ def test_reimport_refused_and_export_roundtrip(store, tmp_path):
     assert export(store, "jsonl", out, where="step >= 2") == 4
     with pytest.raises(StoreError, match="never overwrites"):
         export(store, "jsonl", out)
-    with pytest.raises(StoreError, match="already in the store"):
-        import_rollouts(store, "jsonl", [str(out)])
-    assert store.count() == 6
+    again = import_rollouts(store, "jsonl", [str(out)])  # already there: skipped, not doubled
+    assert (again.written, again.skipped) == (0, 4) and store.count() == 6
     from gfcr.store import RolloutStore
 
     other = RolloutStore.open(tmp_path / "other", create=True)

@@ -38,7 +38,7 @@ def test_roll_columnar_dump_groups_answers_and_sampling(store, tmp_path):
     for p, out, sc in zip(line["prompt"], line["responses"], line["scores"], strict=True):
         assert by_text[(p, out)] == sc
     assert [m.role for m in rs[0].messages] == ["user", "assistant"]
-    assert rs[0].sampling == {"generation_config": {"temperature": 0.99}} and rs[0].finish_reason == "unknown"
+    assert rs[0].sampling == {"generation_config": {"temperature": 0.99}} and rs[0].finish_reason is None
     # one group per (prompt, step), sample indices 0..k-1
     g = store.sql("SELECT group_id, list_sort(list(sample_index)) s FROM rollouts GROUP BY group_id").to_pylist()
     assert len(g) == 6 and all(x["s"] == [0, 1, 2, 3] for x in g)
@@ -255,7 +255,7 @@ def test_skyrl_current_layout_maps_every_field_bit_for_bit(store, tmp_path, grou
         assert r.logprobs.tobytes() == lps.tobytes()
         assert r.signals == {"advantage": adv}
         assert r.reward == 0.0 and r.meta["reward_in_dump"] is False
-        assert (r.step, r.policy_version, r.tokens_source, r.finish_reason) == (12, "step-12", "engine", "unknown")
+        assert (r.step, r.policy_version, r.tokens_source, r.finish_reason) == (12, "step-12", "engine", None)
         assert store.prompts(ids=[r.prompt_id])[0].meta["prompt_token_ids"] == prompt
     assert [r.sample_index for r in got] == [0, 1, 0, 1]
     assert got[0].group_id == got[1].group_id != got[2].group_id == got[3].group_id
@@ -362,9 +362,9 @@ def test_cli_imports_roll_and_skyrl(tmp_path):
 
     st = tmp_path / "st"
     p = gfcr("store", "import", st, S.write_roll(tmp_path / "roll", steps=1), "--from", "roll")
-    assert p.returncode == 0 and "imported 12 rollouts" in p.stdout, p.stderr
+    assert p.returncode == 0 and "imported 12 new rollouts" in p.stdout, p.stderr
     pk = write_skyrl(tmp_path / "sk" / "global_step_4_training_input.pkl", _tensors(), {})
     p = gfcr("store", "import", st, pk, "--from", "skyrl")
     assert p.returncode == 2 and "--trust-pickle" in p.stderr
     p = gfcr("store", "import", st, pk, "--from", "skyrl", "--trust-pickle")
-    assert p.returncode == 0 and "imported 4 rollouts" in p.stdout and "engine" in p.stdout, p.stderr
+    assert p.returncode == 0 and "imported 4 new rollouts" in p.stdout and "engine" in p.stdout, p.stderr

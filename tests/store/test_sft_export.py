@@ -307,3 +307,27 @@ def test_cli_export_sft(tmp_path):
     assert again.returncode == 2 and "never overwrites" in again.stderr
     bad = gfcr(store.path, tmp_path / "b.parquet", "--format", "alpaca")
     assert bad.returncode == 2 and "unknown SFT format" in bad.stderr
+
+
+def test_truncated_rollouts_are_skipped_unless_asked(tmp_path, tok):
+    """A rollout cut by the token limit would be closed with an end-of-turn token by the text
+    formats, teaching the model to stop mid-sentence: it is skipped (and counted) by default."""
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    ctx = _ids(tok, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n")
+    rs = []
+    for i, (text, finish) in enumerate([("add 3 + 6 to 9, which gives 11 ... multiply 11 by 9, which results in",
+                                         "length"), ("3 + 6 = 9\nAnswer: 9", "stop")]):
+        gen = _ids(tok, text)
+        rs.append(Rollout(run_id="r", prompt_id=f"p{i}", token_ids=ctx + gen, token_role=[0] * len(ctx) + [1] * len(gen),
+                          logprobs=[0.0] * (len(ctx) + len(gen)), finish_reason=finish, verified=True,
+                          messages=[Message("user", "q"), Message("assistant", text)]))
+    ep = rs[1]
+    ep2 = Rollout(run_id="r", prompt_id="p2", token_ids=ep.token_ids, token_role=ep.token_role, logprobs=ep.logprobs,
+                  finish_reason="length", verified=True, messages=ep.messages, meta={"max_turns_reached": True})
+    store.append(rs + [ep2])
+    for fmt in ("tokens", "messages"):
+        res = export_sft(store, tmp_path / f"{fmt}.parquet", fmt, where="verified")
+        assert res["rows"] == 2 and res["skipped"] == {"truncated": 1}
+        assert "p0" not in pq.read_table(tmp_path / f"{fmt}.parquet").column("prompt_id").to_pylist()
+    res = export_sft(store, tmp_path / "all.parquet", "messages", where="verified", include_truncated=True)
+    assert res["rows"] == 3 and res["skipped"] == {}

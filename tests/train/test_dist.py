@@ -95,7 +95,7 @@ LOOP_SCRIPT = textwrap.dedent('''
     from gfcr.models import model_hash
     from gfcr.train import dist
     from gfcr.train.config import load_config
-    from gfcr.train.loop import Trainer, train
+    from gfcr.train.loop import TrainingRun, train
 
     model_dir, out, run_dir = sys.argv[1], sys.argv[2], sys.argv[3]
     cfg = load_config(None, {
@@ -105,11 +105,11 @@ LOOP_SCRIPT = textwrap.dedent('''
         "eval.k": 1, "eval.greedy": False, "eval.before": True, "eval.after": True,
     })
     seen = {}
-    orig = Trainer.run
+    orig = TrainingRun.run
     def run(self, stop_after=None):
         seen["trainer"] = self
         return orig(self, stop_after)
-    Trainer.run = run
+    TrainingRun.run = run
     res = train(cfg, run_dir=run_dir, progress=False)
     with open(f"{out}/rank{dist.rank()}.json", "w") as fh:
         json.dump({"hash": model_hash(seen["trainer"].model), "steps": res.steps_done, "world": dist.world(),

@@ -13,7 +13,7 @@ import pytest
 
 from gfcr.control.groups import AdaptiveK
 from gfcr.train.config import load_config
-from gfcr.train.loop import Trainer, TrainError, prepare_run, train
+from gfcr.train.loop import TrainingRun, prepare_run, train
 
 
 def _cfg(tiny_dir, tmp_path, steps=3, **over):
@@ -32,18 +32,19 @@ def _scripted_verify(self, groups):
     for g in groups:
         for r in g:
             r.verified = zlib.crc32(r.prompt_id.encode()) % 2 == 0 and r.sample_index % 2 == 0
-            r.reward = float(r.verified)
+            r.signals["correctness"] = float(r.verified)
             r.verifier = {"name": "scripted", "passed": r.verified}
+        self.reward.apply(g)
 
 
 def test_group_sizes_follow_adaptive_k_by_hand(tiny_dir, tmp_path):
     cfg = _cfg(tiny_dir, tmp_path)
     d, _ = prepare_run(cfg)
-    t = Trainer(cfg, d, False, progress=False)
+    t = TrainingRun(cfg, d, False, progress=False)
     t.setup()
     pids = [p.prompt_id for p in t.train_prompts[:3]]
-    t.outcomes = {pids[0]: (3, 3), pids[1]: (0, 9), pids[2]: (9, 0)}
-    sizes = t.group_sizes(pids)
+    t.policy.outcomes = {pids[0]: (3, 3), pids[1]: (0, 9), pids[2]: (9, 0)}
+    sizes = t.policy.sizes(pids, cfg.generate.k)
     want = AdaptiveK(2, 8).allocate(np.array([4.0, 1.0, 10.0]), np.array([4.0, 10.0, 1.0]), 12)
     assert [sizes[p] for p in pids] == want.tolist() and sum(sizes.values()) == 12
     assert sizes[pids[0]] > sizes[pids[1]]  # the uncertain prompt gets more samples
@@ -51,7 +52,7 @@ def test_group_sizes_follow_adaptive_k_by_hand(tiny_dir, tmp_path):
 
 
 def test_loop_allocates_k_from_the_stored_outcomes_and_resume_agrees(tiny_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(Trainer, "_verify", _scripted_verify)
+    monkeypatch.setattr(TrainingRun, "verify", _scripted_verify)
     full = train(_cfg(tiny_dir, tmp_path), run_dir=tmp_path / "full", progress=False)
     from gfcr.store import RolloutStore
 
@@ -75,10 +76,11 @@ def test_loop_allocates_k_from_the_stored_outcomes_and_resume_agrees(tiny_dir, t
     assert Counter(r.prompt_id for r in rs2 if r.step == 2) == counts[2]  # rebuilt from the store
 
 
-def test_adaptive_k_with_a_tree_is_refused(tiny_dir, tmp_path):
-    cfg = _cfg(tiny_dir, tmp_path, **{"generate.topology": "tree", "generate.params": {"m": 2, "n": 1, "l": 1, "t": 1}})
-    with pytest.raises(TrainError, match="adaptive_k"):
-        train(cfg, run_dir=tmp_path / "t", progress=False)
+def test_adaptive_k_with_a_tree_is_refused_at_load(tiny_dir, tmp_path):
+    from gfcr.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="adaptive_k"):
+        _cfg(tiny_dir, tmp_path, **{"generate.topology": "tree", "generate.params": {"m": 2, "n": 1, "l": 1, "t": 1}})
 
 
 def test_shorter_better_shapes_rewards_and_advantages_by_hand(tiny_dir, tmp_path):
@@ -92,12 +94,14 @@ def test_shorter_better_shapes_rewards_and_advantages_by_hand(tiny_dir, tmp_path
                                       "signals.length_params": {"alpha": 1.0, "beta": 0.1},
                                       "verify.format_bonus": 0.5})
     d, _ = prepare_run(cfg)
-    t = Trainer(cfg, d, False, progress=False)
+    t = TrainingRun(cfg, d, False, progress=False)
     t.setup()
     grp = [make_rollout(i, prompt="p", n_ctx=3, n_gen=n) for i, n in enumerate([10, 4, 6])]
     for r, ok, fmt in zip(grp, [True, False, True], [0.0, 0.0, 1.0], strict=True):
-        r.verified, r.reward, r.signals = ok, float(ok), {"format": fmt}
-    t._signals([grp])
+        r.verified, r.reward, r.signals = ok, float(ok), {"format": fmt, "correctness": float(ok)}
+    t.reward.apply(grp)
+    for r, a in zip(grp, t.estimator(grp), strict=True):
+        r.signals["advantage"] = a
     assert [r.signals["length_reward"] for r in grp] == pytest.approx([0.6, -0.2, 1.0])
     assert [r.reward for r in grp] == pytest.approx([0.6, -0.2, 1.5])
     want = ADVANTAGES["grpo"]([0.6, -0.2, 1.5])

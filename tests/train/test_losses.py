@@ -51,9 +51,24 @@ def test_k3_hand_value():
     assert k3_kl(torch.tensor([-1.3]), torch.tensor([-1.3])).item() == pytest.approx(0.0)
 
 
-def test_truncated_is_weight():
-    w = truncated_is_weight(torch.tensor([math.log(0.6), math.log(0.2)]), torch.tensor([math.log(0.2), math.log(0.4)]), 2.0)
-    assert w.tolist() == pytest.approx([2.0, 0.5])
+def test_truncated_is_weight_mask_and_clamp():
+    prox, behav = torch.tensor([math.log(0.6), math.log(0.2)]), torch.tensor([math.log(0.2), math.log(0.4)])  # w = 3, 0.5
+    assert truncated_is_weight(prox, behav, 2.0, "clamp").tolist() == pytest.approx([2.0, 0.5])
+    # AReaL (ppo_functional.actor_loss_fn): a token whose weight exceeds the cap is masked out (weight 0)
+    assert truncated_is_weight(prox, behav, 2.0).tolist() == pytest.approx([0.0, 0.5])
+
+
+def test_exgrpo_shaped_rows_and_sample_weights_by_hand():
+    """Row 0 clipped ratio (A = 1, ratio 1.5, clip_high 0.2 → 1.2 in the value, no gradient); row 1
+    shaped: w = 0.3/0.1 = 3, f(w) = 3/3.1, A = 1 → −0.9677 and d/dlogp = −A·γw/(w+γ)² = −0.0312;
+    row 2 weight 0.5 on −A·r = −1·1 → −0.5. token-mean over 3 tokens."""
+    logp = torch.log(torch.tensor([[0.3], [0.3], [0.2]])).requires_grad_(True)
+    behav = torch.log(torch.tensor([[0.2], [0.1], [0.2]]))
+    out = policy_gradient_loss(logp, behav, torch.tensor([1.0, 1.0, 1.0]), torch.ones(3, 1), clip_high=0.2,
+                               shaping=torch.tensor([0.0, 0.1, 0.0]), sample_weight=torch.tensor([1.0, 1.0, 0.5]))
+    assert out.loss.item() == pytest.approx((-1.2 - 3 / 3.1 - 0.5) / 3, abs=1e-5)
+    (g,) = torch.autograd.grad(out.loss, logp)
+    assert g[:, 0].tolist() == pytest.approx([0.0, -(0.1 * 3 / 3.1**2) / 3, -0.5 / 3], abs=1e-5)
 
 
 def test_token_logprobs_alignment():
@@ -155,8 +170,11 @@ def test_tis_weights_scale_loss():
     logp = torch.log(torch.tensor([[0.3]])).requires_grad_(True)
     prox = logp.detach().clone()
     behaviour = torch.log(torch.tensor([[0.1]]))  # exp(prox - behaviour) = 3, capped at 2
-    out = policy_gradient_loss(logp, behaviour, torch.tensor([1.0]), torch.ones(1, 1), proximal_logp=prox, tis_cap=2.0)
+    out = policy_gradient_loss(logp, behaviour, torch.tensor([1.0]), torch.ones(1, 1), proximal_logp=prox, tis_cap=2.0,
+                               tis_mode="clamp")
     assert out.loss.item() == pytest.approx(-2.0)
+    out = policy_gradient_loss(logp, behaviour, torch.tensor([1.0]), torch.ones(1, 1), proximal_logp=prox, tis_cap=2.0)
+    assert out.loss.item() == pytest.approx(0.0)  # mask (AReaL): the token is dropped
     with pytest.raises(ValueError, match="proximal_logp"):
         policy_gradient_loss(logp, behaviour, torch.tensor([1.0]), torch.ones(1, 1), tis_cap=2.0)
 
@@ -168,3 +186,20 @@ def test_masked_row_mean_by_hand():
     assert out[0].item() == pytest.approx(1.5)
     assert math.isnan(out[1].item())  # no masked token
     assert out[2].item() == pytest.approx(4.0)  # the inf at a masked-out position is ignored
+
+
+def test_masked_nll_hand_worked_and_masked_tokens_get_no_gradient():
+    import math
+
+    from gfcr.train.losses import masked_nll
+
+    # vocab 4; logits at position 0 give token 2 p = 0.5 (target 1), at position 1 token 3 p = 0.25 (target 2)
+    probs = torch.tensor([[[0.25, 0.25, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25], [0.25] * 4]])
+    logits = torch.log(probs.clamp_min(1e-30)).requires_grad_(True)
+    ids = torch.tensor([[0, 2, 3]])
+    loss, n = masked_nll(logits, ids, torch.tensor([[1, 1, 1]]))  # position 0 is never a target
+    assert n.item() == 2 and loss.item() == pytest.approx((math.log(2) + math.log(4)) / 2, rel=1e-5)
+    loss, n = masked_nll(logits, ids, torch.tensor([[0, 0, 1]]))
+    loss.backward()
+    assert n.item() == 1 and loss.item() == pytest.approx(math.log(4), rel=1e-5)
+    assert torch.all(logits.grad[0, 0] == 0) and torch.all(logits.grad[0, 2] == 0)  # only target 2 (logits 1) counts

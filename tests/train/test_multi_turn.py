@@ -11,13 +11,14 @@ import pytest
 import torch
 
 from gfcr.filters import verifiers
+from gfcr.filters.reward import longest_generated_run
 from gfcr.filters.verifiers import Verdict
 from gfcr.generate import envs
 from gfcr.records import Message
 from gfcr.store import RolloutStore
 from gfcr.testing import make_rollout
 from gfcr.train.config import load_config
-from gfcr.train.loop import TrainError, final_turn_text, longest_generated_run, train
+from gfcr.train.loop import TrainError, final_turn_text, train
 
 CALC = "<calc>2*(3+4)</calc>"
 
@@ -107,7 +108,7 @@ def test_final_turn_text_is_the_last_assistant_message():
     ({"env": "calculator", "m": 2}, "not multi_turn options"),
 ])
 def test_bad_multi_turn_params_are_refused_before_the_run(tiny_dir, tmp_path, params, match):
-    cfg = _cfg(tiny_dir, tmp_path, **{"generate.params": params})
+    cfg = _cfg(tiny_dir, tmp_path, **{"generate.params": params, "verify.verifier": "numeric"})
     with pytest.raises(TrainError, match=match):
         train(cfg, run_dir=tmp_path / "r", progress=False)
     assert not (tmp_path / "r").exists()
@@ -125,9 +126,9 @@ def test_multi_turn_trains_on_policy_tokens_only(tiny_dir, tmp_path, monkeypatch
     updates = []
     orig_update = trainer_mod.PolicyTrainer.update
 
-    def spy(self, rollouts, advantages):
+    def spy(self, rollouts, advantages, *rest):
         updates.append((list(rollouts), list(advantages), trainer_mod.collate(rollouts, advantages, self.pad_id)))
-        return orig_update(self, rollouts, advantages)
+        return orig_update(self, rollouts, advantages, *rest)
 
     monkeypatch.setattr(trainer_mod.PolicyTrainer, "update", spy)
     res = train(_cfg(tiny_dir, tmp_path), run_dir=tmp_path / "mt", progress=False)

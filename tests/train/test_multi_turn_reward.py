@@ -17,7 +17,7 @@ from gfcr.records import Message, Prompt
 from gfcr.store import RolloutStore
 from gfcr.testing import save_tiny, tiny_tokenizer
 from gfcr.train.config import ConfigError, load_config
-from gfcr.train.loop import Trainer, train
+from gfcr.train.loop import TrainingRun, reward_composition, train
 
 
 class TurnScriptEngine:
@@ -160,8 +160,9 @@ def _verify_with(source: str, rollouts, answer="14", topology="multi_turn", bonu
                              "verify.reward_source": source, "verify.env_weight": weight,
                              "verify.format_bonus": bonus})
     fake = SimpleNamespace(cfg=cfg, prompt_by_id={"p0": _prompt(answer)}, verifier=get_verifier("numeric"),
-                           format_verifier=get_verifier("format", pattern=cfg.verify.format_pattern))
-    Trainer._verify(fake, [rollouts])
+                           format_verifier=get_verifier("format", pattern=cfg.verify.format_pattern),
+                           reward=reward_composition(cfg))
+    TrainingRun.verify(fake, [rollouts])
     return rollouts
 
 

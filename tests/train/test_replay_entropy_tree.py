@@ -102,15 +102,15 @@ def test_replay_is_recorded_in_the_store_and_read_by_diagnose(tiny_dir, tmp_path
 
 
 def test_tree_topology_trains_on_treerl_advantages(tiny_dir, tmp_path, parity, monkeypatch):
-    from gfcr.generate.topologies import tree_advantages_for
+    from gfcr.filters.treerl import tree_advantages_for
     from gfcr.train import trainer as trainer_mod
 
     seen = []
     orig = trainer_mod.PolicyTrainer.update
 
-    def spy(self, rollouts, advantages):
+    def spy(self, rollouts, advantages, *rest):
         seen.append((list(rollouts), list(advantages)))
-        return orig(self, rollouts, advantages)
+        return orig(self, rollouts, advantages, *rest)
 
     monkeypatch.setattr(trainer_mod.PolicyTrainer, "update", spy)
     tree = {"m": 2, "n": 1, "l": 1, "t": 1, "min_prefix_frac": 0.0}
@@ -138,10 +138,11 @@ def test_tree_topology_trains_on_treerl_advantages(tiny_dir, tmp_path, parity, m
     assert any(r.get("n_forward", 0) > 0 for r in rows)
 
 
-def test_unsupported_topology_combinations_are_refused(tiny_dir, tmp_path):
-    cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"generate.topology": "tree", "control.group": "gfpo"})
-    with pytest.raises(TrainError, match="gfpo"):
-        train(cfg, run_dir=tmp_path / "a", progress=False)
+def test_unsupported_topology_combinations_are_refused(tiny_dir, tmp_path, parity):
+    from gfcr.train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="gfpo"):
+        _cfg(tiny_dir, tmp_path, steps=1, **{"generate.topology": "tree", "control.group": "gfpo"})
     cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"generate.topology": "multi_turn"})
     with pytest.raises(TrainError, match="multi_turn"):
         train(cfg, run_dir=tmp_path / "b", progress=False)

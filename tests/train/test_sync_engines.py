@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gfcr.train.config import ConfigError, load_config
-from gfcr.train.loop import Trainer, prepare_run
+from gfcr.train.loop import TrainingRun, prepare_run
 
 
 def _cfg(tiny_dir, tmp_path, steps, **over):
@@ -26,7 +26,7 @@ def _cfg(tiny_dir, tmp_path, steps, **over):
 
 def _run(cfg):
     d, resuming = prepare_run(cfg, None, None)
-    t = Trainer(cfg, d, resuming, progress=False)
+    t = TrainingRun(cfg, d, resuming, progress=False)
     t.setup()
     initial = t.policy_version
     t.run()
@@ -127,7 +127,7 @@ def test_resume_pushes_the_checkpoint_weights_to_a_copy_engine(tiny_dir, tmp_pat
     assert first.steps_done == 2
     metrics = [json.loads(x) for x in first.metrics_path.read_text().splitlines()]
     d, resuming = prepare_run(cfg, tmp_path / "r", None)
-    t = Trainer(cfg, d, resuming, progress=False)
+    t = TrainingRun(cfg, d, resuming, progress=False)
     t.setup()
     assert t.start_step == 2 and t.engine.model is not t.model
     assert model_hash(t.engine.model) == model_hash(t.model)  # the initial push loaded the checkpoint

@@ -157,7 +157,7 @@ def test_last_importance_weight_on_and_off_policy():
     rs = _rollouts(tok, model, n=3, seed=6)  # behaviour log-probs = this model's (on-policy)
     gen = rs[2].token_role == 1
     rs[2].logprobs = np.where(gen, rs[2].logprobs - np.log(4.0), 0.0).astype(np.float32)  # π/μ = 4 on every token
-    tr = PolicyTrainer(model, LossConfig(tis_cap=2.0), OptimConfig(lr=1e-3), tok.pad_token_id)
+    tr = PolicyTrainer(model, LossConfig(tis_cap=2.0, tis_mode="clamp"), OptimConfig(lr=1e-3), tok.pad_token_id)
     tr.update(rs, [1.0, 0.0, -1.0])
     w = tr.last_importance_weight
     assert w[0] == pytest.approx(1.0, abs=1e-4)  # on-policy

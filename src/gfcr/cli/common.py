@@ -161,6 +161,20 @@ def parse_sets(sets: list[str] | None, option: str = "--set") -> dict[str, Any]:
         fail(str(e).replace("--set", option))
 
 
+def validated(model: type, data: dict[str, Any], what: str, flags: dict[str, str] | None = None) -> Any:
+    """``model.model_validate(data)``; a failure is a user error naming each field (as its flag,
+    ``flags``: field → option name, where the values came from flags)."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        flags = flags or {}
+        fail(f"invalid {what}: " + "; ".join(
+            f"{flags.get('.'.join(map(str, err['loc'])), '.'.join(map(str, err['loc'])) or '(top level)')}: {err['msg']}"
+            for err in e.errors()))
+
+
 def echo_json(obj: Any, indent: int | None = None) -> None:
     """Print ``obj`` as JSON on stdout (dates, paths and other objects as strings)."""
     typer.echo(json.dumps(obj, indent=indent, default=json_default))
@@ -189,8 +203,6 @@ def generate_config(config: Path | None, *, store: str | None = None, run_id: st
                     max_tokens: int | None = None, temperature: float | None = None) -> Any:
     """The ``GenerateConfig`` of a YAML file (optional) with the given flags laid over it (``None`` =
     not given); bad input is a user error. Used by ``gfcr generate`` and ``gfcr scale generate``."""
-    from pydantic import ValidationError
-
     from gfcr.config import read_yaml_mapping
     from gfcr.generate.run import GenerateConfig
 
@@ -211,9 +223,13 @@ def generate_config(config: Path | None, *, store: str | None = None, run_id: st
     if k is not None:
         topo["k"] = k
     tasks = data.setdefault("tasks", {})
+    if "source" in tasks:  # the older spellings of name/params
+        tasks["name"] = tasks.pop("source")
+    if "args" in tasks:
+        tasks["params"] = tasks.pop("args")
     if task is not None:
-        tasks["source"] = task
-    targs = tasks.setdefault("args", {} if task is not None else {"n": 8, "level": 1})
+        tasks["name"] = task
+    targs = tasks.setdefault("params", {} if task is not None else {"n": 8, "level": 1})
     if n is not None:
         targs["n"] = n
     if level is not None:
@@ -225,11 +241,7 @@ def generate_config(config: Path | None, *, store: str | None = None, run_id: st
         samp["temperature"] = temperature
     if "store" not in data:
         fail("give --store or 'store:' in the config")
-    try:
-        return GenerateConfig.model_validate(data)
-    except ValidationError as e:
-        fail("invalid generate config: " + "; ".join(
-            f"{'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()))
+    return validated(GenerateConfig, data, "generate config")
 
 
 def verify_inputs(store: str, verifier: str, options: str | None) -> tuple[Any, Any, dict[str, Any]]:

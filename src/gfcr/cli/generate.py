@@ -47,7 +47,12 @@ def generate(
     cfg = generate_config(config, store=store, run_id=run_id, step=step, seed=seed, engine=engine, model=model,
                           base_url=base_url, device=device, topology=topology, k=k, task=task, n=n, level=level,
                           max_tokens=max_tokens, temperature=temperature)
-    summary = run_generate(cfg, progress=not quiet)
+    engines = {}
+    if cfg.engine.name == "ray":  # the Ray engine lives above Generate: the command composes it
+        from gfcr.scale.engine import RayEngine
+
+        engines["ray"] = RayEngine
+    summary = run_generate(cfg, progress=not quiet, engines=engines)
     typer.echo(json.dumps(summary, indent=1))
 
 

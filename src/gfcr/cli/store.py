@@ -54,11 +54,15 @@ def init(path: StorePath) -> None:
     console.print(f"store ready at {s.path} (schema version {s.manifest['schema_version']})")
 
 
+def _csv(v: str | None) -> list[str] | None:
+    return [x.strip() for x in v.split(",") if x.strip()] if v else None
+
+
 @store_app.command("import")
 def import_(
     path: StorePath,
     files: Annotated[list[Path], typer.Argument(help="Files or directories to import.")],
-    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | slime | roll | skyrl | jsonl | parquet")],
+    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | slime | roll | skyrl | open-instruct | jsonl | parquet")],
     run: Annotated[str | None, typer.Option(help="run_id for the imported rows (default import-FORMAT).")] = None,
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer (HF name or dir) to retokenize text-only formats.")
@@ -66,22 +70,45 @@ def import_(
     trust_pickle: Annotated[
         bool, typer.Option("--trust-pickle", help="slime, skyrl: allow arbitrary unpickling (only for files you trust).")
     ] = False,
+    reward_columns: Annotated[str | None, typer.Option(help="trl: the reward-function columns, comma-separated.")] = None,
+    reward_weights: Annotated[str | None, typer.Option(help="trl: their weights (GRPOConfig.reward_weights), comma-separated.")] = None,
+    reward_key: Annotated[str | None, typer.Option(help="slime: the key of a dict reward used for training (--reward-key).")] = None,
+    verdict_key: Annotated[str | None, typer.Option(help="verl (default acc), trl: the field whose value > 0 means correct.")] = None,
+    evals: Annotated[str, typer.Option(help="areal, prime-rl, slime: evaluation rollouts into RUN-eval (separate) or skip.")] = "separate",
+    vocab: Annotated[int | None, typer.Option(help="Refuse token ids >= this vocabulary size (default: int32 range).")] = None,
+    follow: Annotated[bool, typer.Option("--follow", help="Keep polling for new content (Ctrl-C stops); progress on stderr.")] = False,
+    interval: Annotated[float, typer.Option(help="--follow: seconds between polls.")] = 2.0,
     create: Annotated[bool, typer.Option(help="Create the store if it does not exist.")] = True,
 ) -> None:
-    """Import rollouts from another framework's dump. One import is one commit; bad input writes nothing."""
+    """Import what is new in another framework's dump (a re-run skips rows already stored; each file's
+    new rows are one commit; bad input writes nothing). --follow keeps importing a growing dump."""
+    import signal
+    import threading
+
     from gfcr.store import RolloutStore
+    from gfcr.store.importers import follow as follow_dump
     from gfcr.store.importers import import_rollouts
 
+    opts = dict(run_id=run, tokenizer=tokenizer, trust_pickle=trust_pickle, reward_columns=_csv(reward_columns),
+                reward_weights=[float(x) for x in _csv(reward_weights) or []] or None, reward_key=reward_key,
+                verdict_key=verdict_key, evals=evals, vocab=vocab)
     with removed_on_failure(path):  # a failed import into a new store leaves no store behind
         store = RolloutStore.open(path, create=create)
         before = store.count()
-        res = import_rollouts(store, from_, [str(f) for f in files], run_id=run, tokenizer=tokenizer,
-                              trust_pickle=trust_pickle)
+        if follow:
+            stop = threading.Event()
+            signal.signal(signal.SIGINT, lambda *_: stop.set())
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            typer.echo(f"following {', '.join(map(str, files))} every {interval:g} s; Ctrl-C stops", err=True)
+            res = follow_dump(store, from_, [str(f) for f in files], interval=interval, stop=stop.is_set,
+                              progress=lambda m: typer.echo(m, err=True), **opts)
+        else:
+            res = import_rollouts(store, from_, [str(f) for f in files], **opts)
     for n in res.notes:
         console.print(f"[yellow]note:[/] {n}")
     console.print(
-        f"imported {len(res.rollouts)} rollouts and {len(res.prompts)} prompts from {len(res.files)} file(s) "
-        f"({res.format}, tokens: {res.tokens_source}); store now holds {before + len(res.rollouts)} rollouts"
+        f"imported {res.written} new rollouts ({res.skipped} already stored) from {len(res.files)} file(s) "
+        f"({res.format}, tokens: {res.tokens_source}); store now holds {before + res.written} rollouts"
     )
 
 
@@ -93,7 +120,7 @@ def export_(
     where: Annotated[str | None, typer.Option(help="DuckDB SQL predicate over rollouts, e.g. \"reward > 0\".")] = None,
 ) -> None:
     """Export rollouts in gfcr's own schema (importable again with --from jsonl/parquet)."""
-    from gfcr.store.importers import export
+    from gfcr.store.export import export
 
     n = export(_open(path), to, out, where=where)
     console.print(f"wrote {n} rollouts to {out}")
@@ -113,11 +140,15 @@ def export_sft_(
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer (HF name or dir) to decode rollouts stored without an assistant turn.")
     ] = None,
+    include_truncated: Annotated[
+        bool, typer.Option("--include-truncated", help="Also export rollouts cut by the token limit (skipped by default).")
+    ] = False,
 ) -> None:
     """Export rollouts as an SFT dataset for TRL, verl or slime (e.g. --where verified for RFT)."""
     from gfcr.store.sft_export import export_sft
 
-    res = export_sft(_open(path), out, format_, where=where, dedup=dedup, tokenizer=tokenizer)
+    res = export_sft(_open(path), out, format_, where=where, dedup=dedup, tokenizer=tokenizer,
+                     include_truncated=include_truncated)
     for reason, n in res["skipped"].items():
         console.print(f"[yellow]note:[/] skipped {n} rollout(s): {reason}")
     if res["dropped_fields"]:
@@ -198,8 +229,9 @@ def walkthrough(
                 ("prime-rl", S.write_prime_rl(t / "prime"), "run-prime"),
                 ("roll", S.write_roll(t / "roll"), "run-roll"),
             ]
+            opts = {"trl": {"reward_columns": ["accuracy_reward", "format_reward"]}}
             for fmt, p, run in dumps:
-                res = import_rollouts(store, fmt, [str(p)], run_id=run)
+                res = import_rollouts(store, fmt, [str(p)], run_id=run, **opts.get(fmt, {}))
                 console.print(f"  imported {len(res.rollouts):3d} rollouts from a {fmt} dump (tokens: {res.tokens_source})")
     print_rows(store.stats(), title="per run and step")
     q = ("SELECT run_id, count(*) AS rollouts, avg(reward) AS mean_reward, "

@@ -10,20 +10,21 @@ from typing import Annotated, Any
 
 import typer
 
-from .common import fail, parse_sets, quiet_transformers, topmost_new
+from .common import fail, parse_sets, quiet_transformers, topmost_new, validated
 
 
 def _train_fresh(cfg: Any, run_dir: Path | None, progress: bool) -> Any:
     """Train into a new run folder; if the run fails before its first step, the folder is removed
     again (a failed command leaves nothing behind; a run with steps done is kept for ``--resume``)."""
+    from gfcr.config import new_run_dir
     from gfcr.train import dist
-    from gfcr.train.loop import new_run_dir, train
+    from gfcr.train.loop import train
 
     single = int(os.environ.get("WORLD_SIZE", "1")) <= 1  # under torchrun, rank 0 picks the folder
     created: Path | None = None
     if single and run_dir is None:
         created = topmost_new(Path(cfg.output_dir))
-        run_dir = new_run_dir(cfg)
+        run_dir = new_run_dir(cfg.output_dir, cfg.run_name)
         created = created or run_dir
     elif single:
         created = topmost_new(run_dir)
@@ -87,7 +88,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON).
     With --env, each sample is a whole policy-env episode (as in multi_turn training)."""
-    from gfcr.evaluate import evaluate_episodes, evaluate_model
+    from gfcr.evaluate import EvalConfig, evaluate_episodes, evaluate_model
     from gfcr.generate.engines.hf import HFEngine
     from gfcr.generate.envs import REWARD_SOURCES, make_env
     from gfcr.tasks import make_source
@@ -105,6 +106,8 @@ def eval_cmd(
             fail(f"--reward-source {reward_source!r}: choose one of {list(REWARD_SOURCES)}")
         if not 0.0 <= env_weight <= 1.0:
             fail(f"--env-weight must lie in [0, 1], got {env_weight}")
+    validated(EvalConfig, {"k": k, "greedy": not no_greedy, "max_tokens": max_tokens, "temperature": temperature},
+              "eval options", {"k": "--k", "max_tokens": "--max-tokens", "temperature": "--temperature"})
     kw = parse_sets(task_arg, option="--task-arg")
     prompts = []
     try:

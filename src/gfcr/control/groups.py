@@ -1,5 +1,6 @@
 """Budget and group control (Control): how many samples, which groups and responses to keep,
-how rewards are shaped for length, when to stop a generation, and how stale a sample may be.
+when to stop a generation, and how stale a sample may be. (Length- and mode-shaped rewards,
+ShorterBetter and AdaptThink, are Filter rules: :mod:`gfcr.filters.reward`.)
 
 Each method is a small class named after it whose maths lives in a pure function next to it.
 Name → class table: :data:`GROUP_CONTROLS`; factory: :func:`make_group_control`.
@@ -271,68 +272,6 @@ class OverlongFilter:
         return overlong_mask([r.finish_reason for r in rollouts], [r.n_generated for r in rollouts], self.max_len)
 
 
-def sol_rewards(correct: Sequence[bool], lengths: Sequence[int], alpha: float = 1.0, beta: float = 0.001) -> np.ndarray:
-    """ShorterBetter rewards: ``r_j = α·1[correct_j] − β·|ℓ_j − ℓ_SOL|``.
-
-    ``ℓ_SOL`` = shortest correct length in the group, or the group's mean length when none is
-    correct. Shapes: (G,), (G,) -> (G,). Example: correct [T, F, T], lengths [10, 4, 6],
-    α=1, β=0.1 -> ℓ_SOL=6 -> [0.6, -0.2, 1.0].
-    """
-    c = np.asarray(correct, dtype=bool)
-    ln = np.asarray(lengths, dtype=np.float64)
-    sol = ln[c].min() if c.any() else ln.mean()
-    return alpha * c.astype(np.float64) - beta * np.abs(ln - sol)
-
-
-class ShorterBetter:
-    """ShorterBetter (arXiv 2504.21370): reward the Sample Optimal Length.
-
-    Rule: :func:`sol_rewards`. Departures: β is NOT FOUND in the reference; default 0.001 per
-    token is ours. The no-correct fallback uses the mean length (two of three secondary sources).
-    """
-
-    def __init__(self, alpha: float = 1.0, beta: float = 0.001):
-        self.alpha, self.beta = alpha, beta
-
-    def rewards(self, correct: Sequence[bool], lengths: Sequence[int]) -> np.ndarray:
-        return sol_rewards(correct, lengths, self.alpha, self.beta)
-
-
-def adaptthink_rewards(acc: Sequence[float], ref_mean: float, no_thinking: Sequence[bool],
-                       delta: float = 0.05) -> np.ndarray:
-    """AdaptThink reward: ``acc − R̄_ref + δ·1[no thinking]``.
-
-    Shapes: (G,), scalar, (G,) -> (G,). Example: acc [1, 1, 0], ref 0.5, no_think [T, F, T],
-    δ=0.05 -> [0.55, 0.5, -0.45].
-    """
-    a = np.asarray(acc, dtype=np.float64)
-    nt = np.asarray(no_thinking, dtype=bool)
-    return a - ref_mean + delta * nt.astype(np.float64)
-
-
-class AdaptThink:
-    """AdaptThink (arXiv 2505.13417): prefer answering without thinking when it is still right.
-
-    Rule: :func:`adaptthink_rewards` with the reference model's mean accuracy on the prompt; the
-    advantage is the reward itself (no group normalisation). δ default 0.05 (the paper's
-    scripts). A response counts as no-thinking when its thinking segment is empty
-    (:meth:`is_no_thinking`). Not implemented here: the importance-sampled first token of the
-    paper's cold start (a training-loss detail).
-    """
-
-    def __init__(self, delta: float = 0.05, think_open: str = "<think>", think_close: str = "</think>"):
-        self.delta, self.think_open, self.think_close = delta, think_open, think_close
-
-    def is_no_thinking(self, text: str) -> bool:
-        s = text.lstrip()
-        if s.startswith(self.think_open):
-            s = s[len(self.think_open):].lstrip()
-        return s.startswith(self.think_close)
-
-    def rewards(self, acc: Sequence[float], ref_mean: float, texts: Sequence[str]) -> np.ndarray:
-        return adaptthink_rewards(acc, ref_mean, [self.is_no_thinking(t) for t in texts], self.delta)
-
-
 # ---------------------------------------------------------------------------------------------
 # Early exit
 # ---------------------------------------------------------------------------------------------
@@ -429,8 +368,6 @@ GROUP_CONTROLS: dict[str, type] = {
     "dynamic_sampling": DynamicSampling,
     "gfpo": GFPO,
     "overlong_filter": OverlongFilter,
-    "shorter_better": ShorterBetter,
-    "adapt_think": AdaptThink,
     "early_exit": EarlyExit,
     "staleness_bound": StalenessBound,
 }

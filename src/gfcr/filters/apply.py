@@ -15,7 +15,7 @@ from typing import Any
 
 from gfcr.records import Prompt, Rollout
 
-from .verifiers import Verdict, Verifier, get_verifier
+from .verifiers import Verdict, Verifier, get_verifier, stated_answer_format
 
 
 def verdict_record(verifier: Verifier, verdict: Verdict) -> dict[str, Any]:
@@ -33,8 +33,11 @@ def verdict_record(verifier: Verifier, verdict: Verdict) -> dict[str, Any]:
 def verify_rollout(rollout: Rollout, verifier: Verifier, prompt: Prompt | None = None) -> Rollout:
     """A copy of ``rollout`` with reward, verified and verifier evidence from ``verifier``.
 
-    ``prompt`` supplies the gold ``answer`` and ``tests`` (None: the verifier judges without them,
-    which most verifiers answer with ``passed=None``). The input rollout is not modified.
+    ``prompt`` supplies the gold ``answer``, ``tests`` and the answer format the task states
+    (:func:`~gfcr.filters.verifiers.stated_answer_format`; None: the verifier judges without them,
+    which most verifiers answer with ``passed=None``). The rollout goes along as context, so a
+    truncated generation (``finish_reason`` length/abort) is not verified unless the verifier's
+    config allows it. The input rollout is not modified.
     """
     if prompt is not None and prompt.prompt_id != rollout.prompt_id:
         raise ValueError(f"prompt {prompt.prompt_id!r} does not belong to rollout {rollout.rollout_id!r} "
@@ -44,6 +47,7 @@ def verify_rollout(rollout: Rollout, verifier: Verifier, prompt: Prompt | None =
         answer=None if prompt is None else prompt.answer,
         tests=None if prompt is None else prompt.tests,
         rollout=rollout,
+        answer_format=stated_answer_format(prompt),
     )
     out = copy.copy(rollout)
     out.signals = dict(rollout.signals)
@@ -98,6 +102,30 @@ def verify_many(
     return out
 
 
+def recompose(old: Sequence[Rollout], new: Sequence[Rollout]) -> None:
+    """Rebuild the reward of re-verified rollouts with the recipe each was trained with.
+
+    ``new[i]`` is ``old[i]`` with a fresh verdict (``reward`` = the verdict's score). When the stored
+    rollout carries ``verifier["reward_recipe"]`` (written by :class:`~gfcr.filters.reward.RewardComposition`),
+    the score becomes ``signals["correctness"]`` and the recipe is applied again per group
+    (``group_id``), so a store re-verified with the verifier that made it keeps its rewards.
+    """
+    from .reward import RewardComposition
+
+    groups: dict[str, list[Rollout]] = {}
+    for o, n in zip(old, new, strict=True):
+        recipe = (o.verifier or {}).get("reward_recipe")
+        if recipe is None:
+            continue
+        n.signals["correctness"] = float(n.reward)
+        n.verifier = {**(n.verifier or {}), "reward_recipe": recipe}
+        groups.setdefault(n.group_id, []).append(n)
+    for g in groups.values():
+        comp = RewardComposition.from_recipe(g[0].verifier["reward_recipe"])
+        comp.seed_ref_accuracy(g)
+        comp.apply(g)
+
+
 def reverify_store(store: Any, verifier: Verifier | str, where: str | None = None, workers: int = 1,
                    progress: bool = False) -> dict[str, Any]:
     """Re-verify the store's rollouts (optionally a SQL ``where`` filter) and write the new verdicts.
@@ -114,6 +142,7 @@ def reverify_store(store: Any, verifier: Verifier | str, where: str | None = Non
     prompt_ids = sorted({r.prompt_id for r in rollouts})
     prompts = store.prompts(ids=prompt_ids)
     new = verify_many(rollouts, v, prompts, workers=workers, progress=progress)
+    recompose(rollouts, new)
     changed = sum((a.reward != b.reward) or (a.verified != b.verified) for a, b in zip(rollouts, new, strict=True))
     store.update(new)
     return {

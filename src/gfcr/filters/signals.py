@@ -10,10 +10,12 @@ Decisions and departures:
 - Dr. GRPO (arXiv 2503.20783) is the mean-centred reward without the std; the constant length
   normaliser belongs to the loss, not here.
 - RLOO (Ahmadian et al., arXiv 2402.14740): rᵢ minus the mean of the other G−1 rewards.
-- SEED-GRPO (arXiv 2505.12346): clusters are verifier-equivalent final answers. We use the plug-in
-  entropy −Σ_k p_k log p_k over cluster probabilities (frequencies, or normalised sequence
-  likelihoods when log-probs are given) and SE_max = log G; the paper's exact estimator and f were
-  not checked against its text (see docs/filters.md).
+- SEED-GRPO (arXiv 2505.12346, §3): clusters are verifier-equivalent final answers. The default
+  estimator is the paper's Monte-Carlo form ``SE ≈ −(1/K) Σ_k log p(C_k|q)`` over the K clusters,
+  ``p(C_k|q)`` the cluster's share of the group (frequencies, or normalised sequence likelihoods
+  when log-probs are given); ``plugin`` (−Σ_k p_k log p_k) is kept as a variant. SE_max = log G.
+  The form was read from a summary of the paper (themoonlight review of 2505.12346); the paper's
+  own page was not readable here and no code was released, so f and α remain unverified.
 """
 
 from __future__ import annotations
@@ -135,13 +137,15 @@ def mean_surprisal(logprobs: np.ndarray, mask: np.ndarray | None = None) -> floa
     return float(-lp[m].mean()) if m.any() else 0.0
 
 
-def semantic_entropy(cluster_ids: Sequence[Hashable], seq_logprobs: Sequence[float] | None = None) -> float:
+def semantic_entropy(cluster_ids: Sequence[Hashable], seq_logprobs: Sequence[float] | None = None,
+                     estimator: Literal["mc", "plugin"] = "plugin") -> float:
     """Semantic entropy of a group over answer clusters (SEED-GRPO, arXiv 2505.12346).
 
     cluster_ids: (G,) cluster label per response (verifier-equivalent final answers);
     seq_logprobs: optional (G,) total log-prob of each response — then p(C) ∝ Σ_{i∈C} exp(logpᵢ),
-    else p(C) = |C|/G. Returns −Σ_C p(C) log p(C) (nats).
-    Example: clusters [a, a, b, c] → p = [.5, .25, .25] → 1.0397.
+    else p(C) = |C|/G. ``plugin``: −Σ_C p(C) log p(C); ``mc`` (SEED-GRPO's): −(1/K) Σ_C log p(C)
+    over the K clusters (nats). Both equal log G when every answer differs.
+    Example: clusters [a, a, b, c] → p = [.5, .25, .25] → plugin 1.0397, mc (0.693 + 2·1.386)/3 = 1.1552.
     """
     labels = list(cluster_ids)
     if not labels:
@@ -157,6 +161,10 @@ def semantic_entropy(cluster_ids: Sequence[Hashable], seq_logprobs: Sequence[flo
     for c, wi in zip(labels, w, strict=True):
         mass[c] += float(wi)
     p = np.array(list(mass.values())) / sum(mass.values())
+    if estimator == "mc":
+        return float(-np.log(p).mean())
+    if estimator != "plugin":
+        raise ValueError(f"unknown semantic-entropy estimator {estimator!r}; use mc or plugin")
     return float(-(p * np.log(p)).sum())
 
 
@@ -187,10 +195,15 @@ def seed_grpo_advantages(
     seq_logprobs: Sequence[float] | None = None,
     alpha: float = 1.0,
     form: Literal["linear", "exp", "focal"] = "linear",
+    estimator: Literal["mc", "plugin"] = "mc",
 ) -> np.ndarray:
-    """SEED-GRPO: mean-baseline advantage rᵢ − mean(r) scaled by f(α·SE/log G). (G,) → (G,)."""
+    """SEED-GRPO: mean-baseline advantage rᵢ − mean(r) scaled by f(α·SE/log G). (G,) → (G,).
+
+    Example: r [1, 0, 0, 0], clusters [a, b, b, c] (p .25, .5, .25; mc SE = 1.1552, SE/log 4 = 0.8333),
+    linear → [0.75, −0.25, −0.25, −0.25] × 0.1667 = [0.125, −0.0417, −0.0417, −0.0417].
+    """
     r = _as_1d(rewards)
-    se = semantic_entropy(cluster_ids, seq_logprobs)
+    se = semantic_entropy(cluster_ids, seq_logprobs, estimator)
     return dr_grpo_advantages(r) * seed_grpo_scale(se, r.size, alpha, form)
 
 

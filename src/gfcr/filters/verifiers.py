@@ -61,6 +61,80 @@ class _Config(BaseModel):
 
 _NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+"
 _ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:is)?\s*[:=]\s*(.+)", re.IGNORECASE)
+#: the strict ``Answer: N`` line: at the start of a line (markdown emphasis/heading marks allowed)
+_STRICT_ANSWER_LINE = re.compile(
+    r"^[ \t>#*_]*(?:final[ \t]+)?answer[ \t]*[*_]*[ \t]*[:：][ \t]*[*_]*[ \t]*(.*?)[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
+
+_LEADING_NUMBER = re.compile(r"^\$?\s*(" + _NUMBER + r")\s*%?\s*[^\d]*$")
+
+#: answer formats a task can state (``Prompt.meta["answer_format"]``)
+ANSWER_FORMATS = ("answer_line", "boxed")
+#: finish reasons of a generation that did not end by itself
+TRUNCATED_FINISHES = ("length", "abort")
+
+
+def stated_answer_format(prompt: Any) -> str | None:
+    """The answer format a task states: ``"answer_line"`` (a final ``Answer: N`` line), ``"boxed"``
+    (``\\boxed{}``) or None.
+
+    Read from ``prompt.meta["answer_format"]`` (every built-in task source writes it); for prompts
+    stored without it, from the instruction text (``… of the form 'Answer: N'``, ``\\boxed{``).
+    """
+    if prompt is None:
+        return None
+    fmt = (getattr(prompt, "meta", None) or {}).get("answer_format")
+    if fmt in ANSWER_FORMATS:
+        return fmt
+    text = "\n".join(m.content for m in getattr(prompt, "messages", []) if m.role in ("system", "user"))
+    if "\\boxed{" in text:
+        return "boxed"
+    if re.search(r"form\s+['\"`]?\s*answer\s*:", text, re.IGNORECASE):
+        return "answer_line"
+    return None
+
+
+def truncation(context: dict[str, Any]) -> str | None:
+    """The finish reason of a generation that was cut (``length``, ``abort``), else None.
+
+    Read from ``context["finish_reason"]`` or ``context["rollout"].finish_reason``. A multi-turn
+    episode that ran out of turns (``meta["max_turns_reached"]``) ended its last turn itself and
+    is not truncated.
+    """
+    fr = context.get("finish_reason")
+    r = context.get("rollout")
+    if fr is None and r is not None:
+        fr = getattr(r, "finish_reason", None)
+        if (getattr(r, "meta", None) or {}).get("max_turns_reached"):
+            return None
+    return fr if fr in TRUNCATED_FINISHES else None
+
+
+def read_answer(text: str, fmt: str | None) -> tuple[str | None, str]:
+    """The final answer in the stated format ``fmt`` and nothing else.
+
+    ``"answer_line"``: the value of the last line that starts with ``Answer:`` (or ``Final
+    answer:``); ``"boxed"``: the last ``\\boxed{}``; None or ``"any"``: :func:`extract_answer`'s
+    lenient order. Returns ``(answer, how)``; ``(None, "none")`` when the format is absent.
+
+    >>> read_answer("add 3 + 6 to 9, which gives 11", "answer_line")
+    (None, 'none')
+    >>> read_answer("3 + 6 = 9\nAnswer: 9", "answer_line")
+    ('9', 'answer_line')
+    """
+    if fmt in (None, "any"):
+        return extract_answer(text)
+    if fmt == "boxed":
+        b = last_boxed(text)
+        return (b, "boxed") if b else (None, "none")
+    if fmt == "answer_line":
+        hits = [m.group(1).strip() for m in _STRICT_ANSWER_LINE.finditer(text)]
+        if hits and hits[-1]:
+            ans = hits[-1].rstrip(".").strip()
+            if ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
+                ans = ans.strip("$").strip()
+            return (ans, "answer_line") if ans else (None, "none")
+        return None, "none"
+    raise ValueError(f"unknown answer format {fmt!r}; expected one of {ANSWER_FORMATS}, 'any' or None")
 
 
 def last_boxed(text: str) -> str | None:
@@ -146,13 +220,49 @@ def _no_gold(name: str) -> Verdict:
     return Verdict(None, 0.0, {"error": f"no gold answer: the {name} verifier needs `answer`"})
 
 
+class _AnswerConfig(_Config):
+    """Options shared by the verifiers that read a final answer (exact, numeric, math)."""
+
+    answer_format: Literal["task", "any", "answer_line", "boxed"] = Field(
+        "task", description="Where the final answer is read: 'task' = the format the task states "
+        "(context answer_format; the lenient order when it states none), 'any' = the lenient order "
+        "(last \\boxed{}, else an Answer: line, else the last number), or one fixed format.")
+    lenient_fallback: bool = Field(
+        False, description="When the stated format is absent, fall back to the lenient order (recorded "
+        "as evidence lenient_fallback=true). Off: a missing 'Answer: N' line is a failed verdict.")
+    allow_truncated: bool = Field(
+        False, description="Judge generations cut by the token limit (finish_reason length/abort). Off: "
+        "they are never verified (passed=False, reason in the evidence).")
+
+
+def _truncated_verdict(cfg: _AnswerConfig, answer: Any, context: dict[str, Any], t0: float) -> Verdict | None:
+    cut = truncation(context)
+    if cut is None or cfg.allow_truncated:
+        return None
+    ev = {"reason": f"truncated generation (finish_reason={cut}); not verified unless allow_truncated",
+          "finish_reason": cut, "gold": answer}
+    return Verdict(False, 0.0, ev, time.perf_counter() - t0)
+
+
+def _final_answer(cfg: _AnswerConfig, completion: str, context: dict[str, Any]) -> tuple[str | None, str, dict[str, Any]]:
+    """``(answer, how, evidence)`` under the configured/stated answer format (see :class:`_AnswerConfig`)."""
+    fmt = context.get("answer_format") if cfg.answer_format == "task" else cfg.answer_format
+    fmt = None if fmt in (None, "any") else fmt
+    pred, how = read_answer(completion, fmt)
+    ev: dict[str, Any] = {"answer_format": fmt or "any", "lenient_fallback": False}
+    if pred is None and fmt is not None and cfg.lenient_fallback:
+        pred, how = extract_answer(completion)
+        ev["lenient_fallback"] = pred is not None
+    return pred, how, ev
+
+
 class ExactVerifier:
     """Exact string match of the extracted final answer with the gold (after light normalisation)."""
 
     name = "exact"
     version = "1"
 
-    class Config(_Config):
+    class Config(_AnswerConfig):
         extract: bool = Field(True, description="Compare the extracted final answer (else the whole completion).")
         case_sensitive: bool = Field(False, description="Compare case-sensitively.")
 
@@ -167,9 +277,16 @@ class ExactVerifier:
         t0 = time.perf_counter()
         if answer is None:
             return _no_gold(self.name)
-        pred, how = extract_answer(completion) if self.config.extract else (completion, "whole")
+        if (cut := _truncated_verdict(self.config, answer, context, t0)) is not None:
+            return cut
+        if self.config.extract:
+            pred, how, ev = _final_answer(self.config, completion, context)
+        else:
+            pred, how, ev = completion, "whole", {}
         ok = pred is not None and self._norm(pred) == self._norm(str(answer))
-        ev = {"extracted": pred, "extraction": how, "gold": answer}
+        ev.update(extracted=pred, extraction=how, gold=answer)
+        if pred is None:
+            ev["reason"] = "no answer found"
         return Verdict(ok, float(ok), ev, time.perf_counter() - t0)
 
 
@@ -179,7 +296,7 @@ class NumericVerifier:
     name = "numeric"
     version = "1"
 
-    class Config(_Config):
+    class Config(_AnswerConfig):
         rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance (math.isclose).")
         abs_tol: float = Field(1e-9, ge=0, description="Absolute tolerance (math.isclose).")
 
@@ -193,10 +310,15 @@ class NumericVerifier:
         gold = parse_number(str(answer))
         if gold is None:
             return Verdict(None, 0.0, {"error": f"gold answer {answer!r} is not a number"})
-        pred, how = extract_answer(completion)
+        if (cut := _truncated_verdict(self.config, answer, context, t0)) is not None:
+            return cut
+        pred, how, ev = _final_answer(self.config, completion, context)
         val = parse_number(pred) if pred is not None else None
+        if val is None and pred is not None and how == "answer_line":
+            m = _LEADING_NUMBER.match(pred)  # "Answer: 42 apples"
+            val = parse_number(m.group(1)) if m else None
         ok = val is not None and math.isclose(val, gold, rel_tol=self.config.rel_tol, abs_tol=self.config.abs_tol)
-        ev = {"extracted": pred, "extraction": how, "value": val, "gold": gold}
+        ev.update(extracted=pred, extraction=how, value=val, gold=gold)
         if pred is None:
             ev["reason"] = "no answer found"
         return Verdict(ok, float(ok), ev, time.perf_counter() - t0)
@@ -251,7 +373,7 @@ class MathVerifier:
     name = "math"
     version = "1"
 
-    class Config(_Config):
+    class Config(_AnswerConfig):
         timeout_s: float = Field(5.0, gt=0, description="Longest a single comparison may take.")
         workers: int = Field(1, ge=1, le=64, description="math-verify worker processes (shared, grown on demand).")
 
@@ -274,8 +396,10 @@ class MathVerifier:
         t0 = time.perf_counter()
         if answer is None:
             return _no_gold(self.name)
-        pred, how = extract_answer(completion)
-        ev: dict[str, Any] = {"extracted": pred, "extraction": how, "gold": answer}
+        if (cut := _truncated_verdict(self.config, answer, context, t0)) is not None:
+            return cut
+        pred, how, ev = _final_answer(self.config, completion, context)
+        ev.update(extracted=pred, extraction=how, gold=answer)
         if pred is None:
             ev["reason"] = "no answer found"
             return Verdict(False, 0.0, ev, time.perf_counter() - t0)
@@ -340,6 +464,8 @@ class CodeVerifier:
 
     class Config(_Config):
         timeout_per_test_s: float = Field(2.0, gt=0, description="Per-test time limit inside the sandbox.")
+        allow_truncated: bool = Field(False, description="Run the tests of generations cut by the token limit "
+                                      "(finish_reason length/abort). Off: they are never verified.")
         sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandbox limits and isolation.")
 
     def __init__(self, **kw: Any) -> None:
@@ -349,6 +475,11 @@ class CodeVerifier:
         t0 = time.perf_counter()
         if tests is None:
             return Verdict(None, 0.0, {"error": "no tests: the code verifier needs `tests`"})
+        cut = truncation(context)
+        if cut is not None and not self.config.allow_truncated:
+            ev0 = {"status": "truncated", "finish_reason": cut,
+                   "reason": f"truncated generation (finish_reason={cut}); not verified unless allow_truncated"}
+            return Verdict(False, coderl_reward("runtime_error"), ev0, time.perf_counter() - t0)
         kind, items = normalize_tests(tests)
         if not items:
             return Verdict(None, 0.0, {"error": "empty test list"})

@@ -3,8 +3,11 @@
 Each HTTP request hands its :class:`~gfcr.generate.engines.base.GenRequest` s to
 :meth:`Batcher.generate`, which queues them as one *job* and waits. One worker thread takes the
 oldest job, then keeps taking queued jobs until ``max_wait_ms`` have passed since that oldest job
-arrived or the rows (the sum of ``params.n``) would pass ``max_batch_rows``, and runs them all in
-ONE ``engine.generate`` call under ``lock``. Each caller gets back exactly its own results (the
+arrived (with ``stretch > 1``: until the queue has been quiet for ``max_wait_ms``, at most
+``stretch × max_wait_ms`` after the oldest job) or the rows (the sum of ``params.n``) would pass
+``max_batch_rows``, and runs them all in ONE ``engine.generate`` call under ``lock``. The quiet-gap rule
+lets a burst whose requests arrive spread over more than ``max_wait_ms`` share one call; it is off by
+default because on a busy 2-core machine it did not (docs/generate.md, "Dynamic batching"). Each caller gets back exactly its own results (the
 engine returns results per request, in order; the batcher slices them back per job).
 
 Rules:
@@ -100,10 +103,11 @@ class Batcher:
         max_wait_ms: how long the oldest queued job waits for company before its call starts.
         lock: taken around every engine call (share it with whatever must not run during one).
         batch_seeded: let seeded jobs share calls (reproducible only up to float rounding).
+        stretch: the window may grow, while jobs keep arriving, to this many times ``max_wait_ms``.
     """
 
     def __init__(self, engine: Any, max_batch_rows: int = 32, max_wait_ms: float = 20.0,
-                 lock: threading.Lock | None = None, batch_seeded: bool = False):
+                 lock: threading.Lock | None = None, batch_seeded: bool = False, stretch: float = 1.0):
         if max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
         if max_wait_ms < 0:
@@ -113,6 +117,9 @@ class Batcher:
         self.max_wait_s = float(max_wait_ms) / 1000.0
         self.lock = lock or threading.Lock()
         self.batch_seeded = bool(batch_seeded)
+        if stretch < 1:
+            raise ValueError(f"stretch must be >= 1, got {stretch}")
+        self.stretch = float(stretch)
         self.calls = 0  # engine.generate calls made
         self.jobs = 0  # jobs served (successfully or not)
         self._q: queue.Queue[_Job | None] = queue.Queue()
@@ -195,6 +202,7 @@ class Batcher:
         if self._alone(first) or self.max_wait_s == 0:
             return batch
         deadline = first.t_enqueued + self.max_wait_s
+        cap = first.t_enqueued + self.max_wait_s * self.stretch
         held_over: list[_Job] = []
         while rows < self.max_batch_rows and not self._closed:
             job = self._next(deadline - time.monotonic())
@@ -211,6 +219,7 @@ class Batcher:
                 continue
             batch.append(job)
             rows += job.rows
+            deadline = min(cap, max(deadline, job.t_enqueued + self.max_wait_s))  # quiet for max_wait: go
         self._held.extendleft(reversed(held_over))
         return batch
 

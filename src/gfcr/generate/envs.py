@@ -291,11 +291,6 @@ ENVS: dict[str, type] = {"calculator": CalculatorEnv, "python": PythonEnv}
 
 def make_env(name: str, **kw: Any) -> Env:
     """A new env instance by name (``ENVS``) or import path ``pkg.mod:Class``."""
-    if name in ENVS:
-        return ENVS[name](**kw)
-    if ":" in name:
-        import importlib
+    from gfcr.config import resolve_object
 
-        mod, _, cls = name.partition(":")
-        return getattr(importlib.import_module(mod), cls)(**kw)
-    raise ValueError(f"unknown env {name!r}; choose one of {sorted(ENVS)} or give 'pkg.module:Class'")
+    return resolve_object(name, ENVS, "env")(**kw)

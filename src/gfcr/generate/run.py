@@ -10,39 +10,29 @@ interrupted run keeps every finished batch.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, model_validator
 
+from gfcr.config import StrictModel
 from gfcr.generate.engines.base import SamplingParams
 from gfcr.records import new_id
+from gfcr.tasks import TaskConfig
 
 
-class TaskConfig(BaseModel):
-    """Where prompts come from."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    source: str = Field("arith", description="Task source name (arith, reasoning_gym, jsonl_math, jsonl_code) or 'pkg.mod:fn'.")
-    args: dict[str, Any] = Field(default_factory=lambda: {"n": 8, "level": 1}, description="Keyword arguments of the source.")
-
-
-class EngineConfig(BaseModel):
+class EngineConfig(StrictModel):
     """Which engine samples."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: Literal["hf", "openai", "vllm"] | str = Field("hf", description="Engine name or 'pkg.mod:Class'.")
     model: str | None = Field(None, description="Model dir/name (None = the default SmolLM2); for openai, the served name.")
     args: dict[str, Any] = Field(default_factory=dict, description="Other engine keyword arguments (device, max_batch, base_url...).")
 
 
-class TopologyConfig(BaseModel):
+class TopologyConfig(StrictModel):
     """How prompts become rollouts."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: Literal["group", "tree", "multi_turn"] = Field("group", description="Topology.")
     k: int = Field(4, ge=1, description="group/multi_turn: samples (episodes) per prompt.")
@@ -61,21 +51,27 @@ class TopologyConfig(BaseModel):
     max_turns: int = Field(4, ge=1, description="multi_turn: most policy turns per episode.")
 
 
-class GenerateConfig(BaseModel):
+class GenerateConfig(StrictModel):
     """One generation run into a store."""
-
-    model_config = ConfigDict(extra="forbid")
 
     store: str = Field(..., description="Store directory (created if missing).")
     run_id: str | None = Field(None, description="Run id (default: a new id).")
     step: int = Field(0, ge=0, description="Training step recorded with the rollouts.")
     seed: int | None = Field(0, description="Base seed; per-prompt seeds derive from it (None = unseeded).")
     batch_prompts: int = Field(8, ge=1, description="Prompts per engine call and per store commit.")
-    tasks: TaskConfig = Field(default_factory=TaskConfig, description="Task source.")
+    tasks: TaskConfig = Field(default_factory=lambda: TaskConfig(params={"n": 8, "level": 1}), description="Task source.")
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine.")
     topology: TopologyConfig = Field(default_factory=TopologyConfig, description="Topology.")
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=96),
                                      description="Sampling params (n is set by the topology).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_task_params(cls, data: Any) -> Any:
+        """A ``tasks`` section without params keeps the small default job (8 level-1 sums)."""
+        if isinstance(data, dict) and isinstance(data.get("tasks"), dict) and not {"params", "args"} & set(data["tasks"]):
+            data = {**data, "tasks": {**data["tasks"], "params": {"n": 8, "level": 1}}}
+        return data
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> GenerateConfig:
@@ -86,13 +82,14 @@ class GenerateConfig(BaseModel):
         return cls.model_validate(data)
 
 
-def build_engine(cfg: EngineConfig) -> Any:
+def build_engine(cfg: EngineConfig, engines: Mapping[str, Any] | None = None) -> Any:
+    """The engine of ``cfg``; ``engines`` adds a composer's engines to the named ones (e.g. ``ray``)."""
     from gfcr.generate.engines import make_engine
 
     kw = dict(cfg.args)
     if cfg.model is not None or cfg.name in ("hf", "vllm"):
         kw.setdefault("model", cfg.model)
-    return make_engine(cfg.name, **kw)
+    return make_engine(cfg.name, engines, **kw)
 
 
 def build_topology(cfg: TopologyConfig, sampling: SamplingParams, seed: int | None) -> Any:
@@ -106,20 +103,22 @@ def build_topology(cfg: TopologyConfig, sampling: SamplingParams, seed: int | No
     return MultiTurn(env=cfg.env, k=cfg.k, max_turns=cfg.max_turns, params=sampling, seed=seed)
 
 
-def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = True) -> dict[str, Any]:
+def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = True,
+                 engines: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run ``config``; returns a summary (run id, counts, tokens/s, store version).
 
-    ``engine`` overrides ``config.engine`` (e.g. the policy being trained, wrapped in an HFEngine).
+    ``engine`` overrides ``config.engine`` (e.g. the policy being trained, wrapped in an HFEngine);
+    ``engines`` adds engines of rooms above Generate to the names ``config.engine`` may use.
     """
     from gfcr.store import RolloutStore
     from gfcr.tasks import make_source
 
-    prompts = make_source(config.tasks.source, **config.tasks.args).prompts()
+    prompts = make_source(config.tasks.name, **config.tasks.params).prompts()
     if not prompts:
-        raise ValueError(f"task source {config.tasks.source!r} produced no prompts")
+        raise ValueError(f"task source {config.tasks.name!r} produced no prompts")
     run_id = config.run_id or new_id()
     resolved = config.model_copy(update={"run_id": run_id})
-    engine = engine if engine is not None else build_engine(config.engine)
+    engine = engine if engine is not None else build_engine(config.engine, engines)
     topo = build_topology(config.topology, config.sampling, config.seed)
     store = RolloutStore.open(config.store, create=True)
     store.upsert_prompts(prompts)

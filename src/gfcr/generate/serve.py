@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import ipaddress
 import json
 import socket
 import threading
@@ -55,10 +54,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gfcr.generate.engines.base import GenRequest, GenResult, TokenEvent
 from gfcr.generate.serve_api import (
+    LOOPBACK_NAMES,
     APIError,
     ChatBody,
     CompletionBody,
     DeltaText,
+    RequestGuard,
     ServeLimits,
     chat_logprob_entry,
     chat_messages,
@@ -66,16 +67,19 @@ from gfcr.generate.serve_api import (
     cut_at_stop,
     envelope,
     error_body,
+    host_allowed,
+    is_loopback,
     resolve_max_tokens,
     usage,
 )
+
+__all__ = ["LOOPBACK_NAMES", "create_app", "free_port", "host_allowed", "is_loopback", "serve", "serve_in_thread"]
 
 try:  # module level, so that FastAPI can resolve the endpoints' ``request: Request`` annotations
     from starlette.requests import Request
 except ImportError:  # pragma: no cover - gfcr serve needs the serve extra (fastapi, uvicorn)
     Request = Any  # type: ignore[misc,assignment]
 
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 class WeightsBody(BaseModel):
@@ -83,70 +87,6 @@ class WeightsBody(BaseModel):
 
     path: str = Field(..., min_length=1, description="A .safetensors file or a folder of them, as the server sees it.")
     policy_version: str | None = Field(None, max_length=200, description="Version string of the new weights.")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return host.lower().rstrip(".") == "localhost"
-
-
-def host_allowed(header: str | None, allowed: Sequence[str]) -> bool:
-    """Whether a ``Host`` header names one of ``allowed`` (port ignored, IPv6 brackets and a trailing dot
-    removed, case-insensitive). A missing or empty header is refused.
-
-    Examples (allowed = ``LOOPBACK_NAMES``): ``"127.0.0.1:8000"`` → True, ``"[::1]:8000"`` → True,
-    ``"LOCALHOST"`` → True, ``"evil.example:8000"`` (DNS rebinding) → False, ``None`` → False.
-    """
-    if not header:
-        return False
-    h = header.strip().lower()
-    if h.startswith("["):
-        h = h[1 : h.find("]")] if "]" in h else h
-    elif h.count(":") == 1:
-        h = h.split(":", 1)[0]
-    return h.rstrip(".") in {a.lower().strip("[]") for a in allowed}
-
-
-class _Guard:
-    """ASGI middleware: the ``Host`` check (when ``allowed_hosts`` is given) and the body-size limit."""
-
-    def __init__(self, app: Any, allowed_hosts: Sequence[str] | None, max_bytes: int):
-        self.app, self.allowed, self.max_bytes = app, allowed_hosts, int(max_bytes)
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if self.allowed is not None and not host_allowed(headers.get("host"), self.allowed):
-            return await _send_error(send, 400, f"invalid Host header {headers.get('host')!r}: this server only "
-                                                f"answers requests addressed to {', '.join(self.allowed)}")
-        length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_bytes:
-            return await _send_error(send, 413, f"request body of {int(length)} bytes is over this server's limit "
-                                                f"of {self.max_bytes} bytes")
-        seen = 0
-
-        async def limited() -> Any:
-            nonlocal seen
-            msg = await receive()
-            seen += len(msg.get("body", b""))
-            if seen > self.max_bytes:
-                from fastapi import HTTPException
-
-                raise HTTPException(413, f"request body is over this server's limit of {self.max_bytes} bytes")
-            return msg
-
-        await self.app(scope, limited, send)
-
-
-async def _send_error(send: Any, status: int, message: str) -> None:
-    body = json.dumps(error_body(status, message)).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
 
 
 def context_length(engine: Any) -> int:
@@ -179,7 +119,10 @@ class _Server:
         self.closing = False
 
     def decode(self, ids: Any) -> str:
-        return self.tok.decode([int(t) for t in ids], skip_special_tokens=True)
+        """The text of ``ids``, without special tokens and without the tokenizer's space clean-up (which
+        would make the text of a prefix differ from a prefix of the text, as " '" → "'s"; vLLM's
+        incremental detokenizer does not clean up either)."""
+        return self.tok.decode([int(t) for t in ids], skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
     def text_of(self, r: GenResult, stop: list[str]) -> str:
         return cut_at_stop(self.decode(r.token_ids), stop)
@@ -400,7 +343,12 @@ class _Server:
                 results: list[list[GenResult]] | None = [[GenResult(np.zeros(0, np.int32), np.zeros(0, np.float32),
                                                                     "length")] * n for _ in reqs]
             else:
-                fut = self.submit([dataclasses.replace(r, on_token=hook(ri)) for ri, r in enumerate(reqs)], cancel)
+                try:
+                    fut = self.submit([dataclasses.replace(r, on_token=hook(ri)) for ri, r in enumerate(reqs)], cancel)
+                except APIError as e:  # shutting down between the checks and the start of the stream
+                    yield _sse(error_body(e.status, e.message, e.param))
+                    yield "data: [DONE]\n\n"
+                    return
                 fut.add_done_callback(lambda f: loop.call_soon_threadsafe(q.put_nowait, (None, f)))
                 results = None
             while results is None:
@@ -476,14 +424,16 @@ def _tops(r: GenResult) -> list[tuple[Any, Any]] | None:
 def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool = False,
                admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
                batch_seeded: bool = False, limits: ServeLimits | None = None,
-               allowed_hosts: Sequence[str] | None = None) -> Any:
+               allowed_hosts: Sequence[str] | None = None, batch_stretch: float = 1.0) -> Any:
     """The FastAPI app serving ``engine`` (an :class:`~gfcr.generate.engines.hf.HFEngine`) as ``model_name``.
 
     ``allow_weight_updates`` adds ``POST /gfcr/weights``; ``max_batch``, ``batch_wait_ms`` and
     ``batch_seeded`` set the dynamic batching (its :class:`~gfcr.generate.batching.Batcher` is
     ``app.state.batcher``; close it when done, or call ``app.state.shutdown()``, which also makes
     requests in flight end with 503); ``limits`` bound requests; ``allowed_hosts``: the ``Host`` names
-    accepted (``None``: any; :func:`serve` passes the loopback names on a loopback bind).
+    accepted (``None``: any; :func:`serve` passes the loopback names on a loopback bind);
+    ``batch_stretch``: > 1 lets the batching window grow, while requests keep arriving, to this many times
+    ``batch_wait_ms`` (:class:`~gfcr.generate.batching.Batcher`'s ``stretch``; 1 = a fixed window).
     """
     from fastapi import FastAPI, Header
     from fastapi.exceptions import RequestValidationError
@@ -497,7 +447,8 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     limits = limits or ServeLimits()
     app = FastAPI(title="gfcr serve", version="1")
     lock = threading.Lock()
-    batcher = Batcher(engine, max_batch_rows=max_batch, max_wait_ms=batch_wait_ms, lock=lock, batch_seeded=batch_seeded)
+    batcher = Batcher(engine, max_batch_rows=max_batch, max_wait_ms=batch_wait_ms, lock=lock, batch_seeded=batch_seeded,
+                      stretch=batch_stretch)
     srv = _Server(engine, model_name, limits, batcher, lock)
     app.state.batcher = batcher
     app.state.server = srv
@@ -507,7 +458,7 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
         batcher.close(timeout_s=timeout_s)
 
     app.state.shutdown = shutdown
-    app.add_middleware(_Guard, allowed_hosts=allowed_hosts, max_bytes=limits.max_request_bytes)
+    app.add_middleware(RequestGuard, allowed_hosts=allowed_hosts, max_bytes=limits.max_request_bytes)
 
     def err(status: int, message: str, param: str | None = None, headers: Any = None) -> JSONResponse:
         return JSONResponse(error_body(status, message, param), status_code=status, headers=headers)
@@ -519,10 +470,13 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
         errs = e.errors()
+        if errs and errs[0].get("type") == "json_invalid":
+            why = (errs[0].get("ctx") or {}).get("error", "")
+            return err(400, f"the request body is not valid JSON{': ' + str(why) if why else ''}")
         loc = [str(x) for x in errs[0].get("loc", ()) if x != "body"] if errs else []
         msg = (f"{'.'.join(loc)}: " if loc else "") + (errs[0].get("msg", "invalid request") if errs else "invalid request")
         more = f" (and {len(errs) - 1} more problem(s))" if len(errs) > 1 else ""
-        return err(400, msg + more, loc[0] if loc else None)
+        return err(400, msg + more, loc[0] if loc and not loc[0].isdigit() else None)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -630,7 +584,8 @@ def serve_in_thread(model: Any = None, host: str = "127.0.0.1", port: int | None
                     model_name: str | None = None, tokenizer: Any = None, device: str = "cpu",
                     startup_timeout_s: float = 60.0, allow_weight_updates: bool = False,
                     admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-                    batch_seeded: bool = False, limits: ServeLimits | None = None) -> Iterator[str]:
+                    batch_seeded: bool = False, limits: ServeLimits | None = None,
+                    batch_stretch: float = 1.0) -> Iterator[str]:
     """Run the server in a background thread; yields its base URL (``http://host:port/v1``).
 
     ``model`` may be a path/name, a loaded model (with ``tokenizer=``) or an engine; the other options
@@ -640,7 +595,7 @@ def serve_in_thread(model: Any = None, host: str = "127.0.0.1", port: int | None
     port = port or free_port(host)
     app = create_app(engine, model_name or _default_name(model), allow_weight_updates, admin_token,
                      max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, limits=limits,
-                     allowed_hosts=_hosts_for(host))
+                     allowed_hosts=_hosts_for(host), batch_stretch=batch_stretch)
     server = _uvicorn_server(app, host, port, "warning")
     th = threading.Thread(target=server.run, name=f"gfcr-serve-{port}", daemon=True)
     th.start()

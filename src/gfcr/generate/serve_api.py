@@ -15,14 +15,19 @@ produces rollouts that are not what the caller asked for).
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gfcr.generate.engines.base import SamplingParams
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
                404: "NotFoundError", 405: "MethodNotAllowed", 413: "RequestEntityTooLarge",
@@ -321,3 +326,71 @@ def envelope(kind: str, model_name: str, rid: str | None = None, created: int | 
     prefix = "chatcmpl" if kind.startswith("chat") else "cmpl"
     return {"id": rid or f"{prefix}-{uuid.uuid4().hex}", "object": obj, "created": created or int(time.time()),
             "model": model_name}
+
+
+# --- HTTP guards ------------------------------------------------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host.lower().rstrip(".") == "localhost"
+
+
+def host_allowed(header: str | None, allowed: Sequence[str]) -> bool:
+    """Whether a ``Host`` header names one of ``allowed`` (port ignored, IPv6 brackets and a trailing dot
+    removed, case-insensitive). A missing or empty header is refused.
+
+    Examples (allowed = ``LOOPBACK_NAMES``): ``"127.0.0.1:8000"`` → True, ``"[::1]:8000"`` → True,
+    ``"LOCALHOST"`` → True, ``"evil.example:8000"`` (DNS rebinding) → False, ``None`` → False.
+    """
+    if not header:
+        return False
+    h = header.strip().lower()
+    if h.startswith("["):
+        h = h[1 : h.find("]")] if "]" in h else h
+    elif h.count(":") == 1:
+        h = h.split(":", 1)[0]
+    return h.rstrip(".") in {a.lower().strip("[]") for a in allowed}
+
+
+class RequestGuard:
+    """ASGI middleware: the ``Host`` check (when ``allowed_hosts`` is given) and the body-size limit."""
+
+    def __init__(self, app: Any, allowed_hosts: Sequence[str] | None, max_bytes: int):
+        self.app, self.allowed, self.max_bytes = app, allowed_hosts, int(max_bytes)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if self.allowed is not None and not host_allowed(headers.get("host"), self.allowed):
+            return await _send_error(send, 400, f"invalid Host header {headers.get('host')!r}: this server only "
+                                                f"answers requests addressed to {', '.join(self.allowed)}")
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            return await _send_error(send, 413, f"request body of {int(length)} bytes is over this server's limit "
+                                                f"of {self.max_bytes} bytes")
+        seen = 0
+
+        async def limited() -> Any:
+            nonlocal seen
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if seen > self.max_bytes:
+                from fastapi import HTTPException
+
+                raise HTTPException(413, f"request body is over this server's limit of {self.max_bytes} bytes")
+            return msg
+
+        await self.app(scope, limited, send)
+
+
+async def _send_error(send: Any, status: int, message: str) -> None:
+    body = json.dumps(error_body(status, message)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+

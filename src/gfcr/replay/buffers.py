@@ -1,8 +1,29 @@
 """Replay buffers (Replay): keep past rollouts and feed them back into later training steps.
 
-Every buffer follows :class:`ReplayBuffer`: ``add(rollouts)`` and
-``sample(batch, policy_version, rng)`` -> :class:`ReplaySample` items, each carrying the stored
-rollout, its behaviour log-probs (the ``logprobs`` recorded at generation) and its version lag.
+Every buffer follows :class:`ReplayBuffer`. The training loop and the simulator call only
+``reserve`` (before generation: prompts whose groups replay will complete this step, and with how
+many replayed members), ``mix`` (after generation: what the step trains on, as
+:class:`TrainItem` s carrying the advantage, loss weight and loss form each paper prescribes) and
+``add`` (after the update). ``sample(batch, policy_version, rng)`` -> :class:`ReplaySample` items
+(stored rollout, behaviour log-probs, version lag) remains for library use.
+
+``mix(groups, step, rng, estimator)`` per method (``estimator`` is the run's group advantage):
+
+- no buffer / :func:`fresh_items`: every group with ``estimator(group)``.
+- FIFO: fresh groups as above, plus ``per_step`` uniformly drawn past rollouts with their stored
+  advantage (a baseline, no paper).
+- RePO: each batch prompt whose cache is warm adds ``num_replays`` cached rollouts as a second,
+  separately normalised group (``adv_norm_mode: split``, unbiased std, +1e-4) or one G+R group
+  (``mixed``); replayed rows weigh ``off_policy_loss_coef`` (SihengLi99/RePO
+  ``src/replay_grpo_trainer.py`` L1135, L1452–1478, L1700; replay drawn before the cache update,
+  L1349–1352).
+- AR3PO: a group with no verified-correct member gets the newest cached correct response and the
+  group is normalised again with it: ``[0, 0, 0, 0] + 1 → [−0.447 ×4, +1.789]`` under GRPO.
+- ExGRPO: ``reserve`` picks ρ·B experience questions (bucket weights N(k; K/2, 1)); each such group
+  is generated with K−1 fresh samples and ``mix`` adds the question's lowest-entropy stored
+  trajectory (entropy under the current policy when the loop provides it) to make one group of K;
+  the replayed row's loss is ``−A·f(w)``, ``f(w) = w/(w+0.1)``, ``w = π_θ/π_behaviour``, unclipped
+  (ElliottYan/LUFFY ``ExGRPO/.../mix_core_alg.py`` L133–143, L189; collate L150–190).
 
 Versions and lag: the record's ``policy_version`` is a string (a checkpoint id or hash) and has no
 order, so lag is measured in trainer steps: ``lag = policy_version - rollout.step`` where the
@@ -25,90 +46,16 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from gfcr.records import GENERATED, Rollout
-
-# ---------------------------------------------------------------------------------------------
-# Pure maths
-# ---------------------------------------------------------------------------------------------
-
-
-def shape_importance(w: np.ndarray | float, gamma: float = 0.1) -> np.ndarray:
-    """ExGRPO policy shaping of an off-policy importance weight: ``f(w) = w / (w + gamma)``.
-
-    Shapes: any -> same. Example: w=1, γ=0.1 -> 0.9091; w=0.1 -> 0.5.
-    """
-    w = np.asarray(w, dtype=np.float64)
-    return w / (w + gamma)
-
-
-def exgrpo_bucket_weight(k: np.ndarray | float, group_size: int, sigma: float = 1.0) -> np.ndarray:
-    """ExGRPO bucket weight: Gaussian density ``N(k; μ=K/2, σ)`` over the correct count k.
-
-    Shapes: any -> same. Example: K=8, σ=1: k=4 -> 0.3989, k=6 -> 0.0540.
-    """
-    k = np.asarray(k, dtype=np.float64)
-    mu = group_size / 2.0
-    return np.exp(-0.5 * ((k - mu) / sigma) ** 2) / (sigma * np.sqrt(2.0 * np.pi))
-
-
-def max_variance_subset(rewards: Sequence[float], k: int) -> np.ndarray:
-    """RePO ``max_variance_k``: indices of the k-subset with the largest reward variance.
-
-    A maximum-variance subset of reals is made of extremes (the j largest and k−j smallest), so
-    all j in [0, k] are tried; ties go to the larger reward sum. Shapes: (N,) -> (k,).
-    Example: [1, 1, 0, 0, 1], k=2 -> one 1 and one 0: indices [0, 2].
-    """
-    r = np.asarray(rewards, dtype=np.float64)
-    k = min(k, r.size)
-    high = np.argsort(-r, kind="stable")  # high -> low, ties by index
-    low = np.argsort(r, kind="stable")  # low -> high, ties by index
-    best, best_key = high[:k], (-np.inf, -np.inf)
-    for j in range(k + 1):
-        idx = np.concatenate([high[:j], low[: k - j]])
-        if len(set(idx.tolist())) != k:
-            continue
-        key = (float(r[idx].var()), float(r[idx].sum()))
-        if key > best_key:
-            best, best_key = idx, key
-    return np.sort(best)
-
-
-def split_advantages(on_rewards: Sequence[float], off_rewards: Sequence[float], mode: str = "split",
-                     eps: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
-    """RePO advantages for G fresh and R replayed samples of one prompt.
-
-    ``split``: each set normalised by its own mean and std; ``mixed``: one group of G+R.
-    ``A = (r − mean) / (std + eps)`` with the population std (RePO's code). Shapes: (G,), (R,)
-    -> (G,), (R,). Example split: on [1, 0] -> [1, −1] (up to eps), off [1, 1] -> [0, 0].
-    """
-    on = np.asarray(on_rewards, dtype=np.float64)
-    off = np.asarray(off_rewards, dtype=np.float64)
-
-    def norm(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
-        if ref.size == 0:
-            return np.zeros_like(x)
-        return (x - ref.mean()) / (ref.std() + eps)
-
-    if mode == "split":
-        return norm(on, on), norm(off, off)
-    if mode == "mixed":
-        both = np.concatenate([on, off])
-        return norm(on, both), norm(off, both)
-    raise ValueError(f"split_advantages: mode must be 'split' or 'mixed', got {mode!r}")
-
-
-def mean_token_nll(rollout: Rollout) -> float:
-    """Mean negative behaviour log-prob of a rollout's generated tokens (an entropy proxy)."""
-    lp = rollout.logprobs[rollout.token_role == GENERATED]
-    return float(-lp.mean()) if lp.size else 0.0
-
-
-def is_correct(rollout: Rollout, threshold: float = 0.5) -> bool:
-    """Verifier verdict when there is one, else ``reward >= threshold``."""
-    if rollout.verified is not None:
-        return bool(rollout.verified)
-    return float(rollout.reward) >= threshold
-
+from gfcr.records import Rollout
+from gfcr.replay.maths import (  # noqa: F401  (re-exported: the buffers' pure maths)
+    exgrpo_bucket_weight,
+    is_correct,
+    max_variance_subset,
+    mean_token_nll,
+    shape_importance,
+    split_advantages,
+    stage_rng,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Protocol and base
@@ -130,13 +77,51 @@ class ReplaySample:
         return self.rollout.logprobs
 
 
+Advantage = float | np.ndarray
+Estimator = Callable[[Sequence[Rollout]], list[Advantage]]
+Entropy = Callable[[Sequence[Rollout]], np.ndarray]
+
+
+@dataclass
+class TrainItem:
+    """One row of a policy update: a rollout, its advantage, and how the loss treats it.
+
+    ``weight`` multiplies the row's loss (RePO's ``off_policy_loss_coef`` on replayed rows);
+    ``shaping`` = γ switches the row to ExGRPO's shaped, unclipped loss ``−A·w/(w+γ)``;
+    ``group`` names the set its advantage was normalised in; ``lag`` counts trainer steps since
+    the rollout was generated (replayed rows; the loop re-measures it from policy versions).
+    """
+
+    rollout: Rollout
+    advantage: Advantage
+    weight: float = 1.0
+    shaping: float | None = None
+    group: str = ""
+    replayed: bool = False
+    lag: int = 0
+
+
+def fresh_items(groups: Sequence[Sequence[Rollout]], estimator: Estimator) -> list[TrainItem]:
+    """Every rollout of every group with its group's advantage (the no-replay batch)."""
+    out = []
+    for g in groups:
+        if g:
+            out += [TrainItem(r, a, group=g[0].group_id) for r, a in zip(g, estimator(list(g)), strict=True)]
+    return out
+
+
 @runtime_checkable
 class ReplayBuffer(Protocol):
     key: str
 
     def add(self, rollouts: Iterable[Rollout]) -> None: ...
 
-    def sample(self, batch: int, policy_version: int, rng: np.random.Generator | None = None) -> list[ReplaySample]: ...
+    def reserve(self, n_prompts: int, step: int, rng: np.random.Generator) -> dict[str, int]: ...
+
+    def mix(self, groups: Sequence[Sequence[Rollout]], step: int, rng: np.random.Generator, estimator: Estimator,
+            entropy: Entropy | None = None) -> list[TrainItem]: ...
+
+    def exclude(self) -> set[str]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -158,6 +143,18 @@ class _Buffer:
 
     def clear(self) -> None:
         raise NotImplementedError
+
+    def reserve(self, n_prompts: int, step: int, rng: np.random.Generator) -> dict[str, int]:
+        """Prompts whose groups this step completes from replay → replayed members each (none here)."""
+        return {}
+
+    def exclude(self) -> set[str]:
+        """Prompts the selector should no longer draw (ExGRPO's retired set; none here)."""
+        return set()
+
+    def mix(self, groups: Sequence[Sequence[Rollout]], step: int, rng: np.random.Generator, estimator: Estimator,
+            entropy: Entropy | None = None) -> list[TrainItem]:
+        return fresh_items(groups, estimator)
 
     def add(self, rollouts: Iterable[Rollout]) -> None:
         raise NotImplementedError
@@ -195,11 +192,20 @@ class FIFO(_Buffer):
 
     key = "fifo"
 
-    def __init__(self, capacity: int = 4096, max_lag: int | None = None):
+    def __init__(self, capacity: int = 4096, max_lag: int | None = None, per_step: int = 0):
         if capacity < 1:
             raise ValueError("FIFO: capacity must be >= 1")
-        self.capacity, self.max_lag = capacity, max_lag
+        self.capacity, self.max_lag, self.per_step = capacity, max_lag, per_step
         self.items: deque[Rollout] = deque(maxlen=capacity)
+
+    def mix(self, groups: Sequence[Sequence[Rollout]], step: int, rng: np.random.Generator, estimator: Estimator,
+            entropy: Entropy | None = None) -> list[TrainItem]:
+        """Fresh groups plus ``per_step`` past rollouts with the advantage stored when they were trained."""
+        out = fresh_items(groups, estimator)
+        for s in self.sample(self.per_step, step, rng) if self.per_step else []:
+            out.append(TrainItem(s.rollout, float(s.rollout.signals.get("advantage", 0.0)),
+                                 group=f"replay:{s.rollout.group_id}", replayed=True, lag=s.lag))
+        return out
 
     def __len__(self) -> int:
         return len(self.items)
@@ -253,15 +259,39 @@ class RePO(_PerPromptCache):
     STRATEGIES = ("random", "highest", "recent", "variance")
 
     def __init__(self, strategy: str = "highest", num_replays: int = 8, max_cache_size: int = 16,
-                 min_cache_to_replay: int = 16, adv_norm_mode: str = "split"):
+                 min_cache_to_replay: int = 16, adv_norm_mode: str = "split", off_policy_loss_coef: float = 1.0):
         if strategy not in self.STRATEGIES:
             raise ValueError(f"RePO: strategy must be one of {self.STRATEGIES}, got {strategy!r}")
         if min_cache_to_replay > max_cache_size:
             raise ValueError("RePO: min_cache_to_replay cannot exceed max_cache_size (nothing would replay)")
+        if adv_norm_mode not in ("split", "mixed"):
+            raise ValueError(f"RePO: adv_norm_mode must be 'split' or 'mixed', got {adv_norm_mode!r}")
         self.strategy, self.num_replays = strategy, num_replays
         self.max_cache_size, self.min_cache_to_replay = max_cache_size, min_cache_to_replay
-        self.adv_norm_mode = adv_norm_mode
+        self.adv_norm_mode, self.off_policy_loss_coef = adv_norm_mode, off_policy_loss_coef
         super().__init__(max_cache_size)
+
+    def mix(self, groups: Sequence[Sequence[Rollout]], step: int, rng: np.random.Generator, estimator: Estimator,
+            entropy: Entropy | None = None) -> list[TrainItem]:
+        """Each group, plus (warm cache) ``num_replays`` cached rollouts of its prompt as a second
+        group ``<group>#replay`` normalised on its own (``split``: the fresh group keeps the run's
+        estimator) or one group with the fresh samples (``mixed``: both normalised together)."""
+        out: list[TrainItem] = []
+        for g in groups:
+            if not g:
+                continue
+            reps = self.replay_for(g[0].prompt_id, rng)
+            if not reps:
+                out += fresh_items([g], estimator)
+                continue
+            gid = g[0].group_id
+            a_on, a_off = split_advantages([r.reward for r in g], [r.reward for r in reps], self.adv_norm_mode)
+            on = estimator(list(g)) if self.adv_norm_mode == "split" else [float(a) for a in a_on]
+            out += [TrainItem(r, a, group=gid) for r, a in zip(g, on, strict=True)]
+            rgid = f"{gid}#replay" if self.adv_norm_mode == "split" else gid
+            out += [TrainItem(r, float(a), self.off_policy_loss_coef, None, rgid, True, step - int(r.step))
+                    for r, a in zip(reps, a_off, strict=True)]
+        return out
 
     def add(self, rollouts: Iterable[Rollout]) -> None:
         for r in _canonical(rollouts):
@@ -304,15 +334,19 @@ class RePO(_PerPromptCache):
 
 
 class ExGRPO(_Buffer):
-    """ExGRPO, learning to reason from experience (arXiv 2510.02245).
+    """ExGRPO, learning to reason from experience (arXiv 2510.02245; code ElliottYan/LUFFY ``ExGRPO/``).
 
-    Rule: per question keep its correct trajectories when ``0 < k < K`` correct in its latest
-    group; an all-correct group retires the question (removed, never replayed again); k = 0
-    stores nothing. Sampling draws a bucket (latest k) with weight ``N(k; K/2, σ)``, a question
-    in it, and the question's lowest-entropy trajectory; ``mix_ratio`` ρ of a batch is replay.
-    Off-policy weights are shaped ``w/(w+0.1)`` (:func:`shape_importance`) in the loss.
-    Departure: the paper recomputes entropy under the current policy; we rank by ``entropy_fn``
-    (default: the ``entropy`` signal when present, else the mean behaviour NLL).
+    Rule (``experience_trainer_ops.py`` L22–63, ``mix_trainer_experience.py`` L375–390, L538):
+    mixed-policy training switches on (for good) after the first step whose share of correct
+    responses exceeds ``start_solved_ratio``; from the next step on, a question whose group has
+    ``0 < k < K`` correct adds its new (unseen) correct trajectories to its experience and moves to
+    bucket k; an all-correct group retires the question (experience dropped, never replayed, and
+    :meth:`exclude` asks the selector to skip it). ``reserve`` draws ``int(ρ·B)`` questions (bucket
+    weights ``N(k; K/2, σ)``); ``mix`` completes each one's group of K−1 fresh samples with its
+    lowest-entropy trajectory (current-policy entropy when the loop passes ``entropy``, else the
+    stored ``entropy`` signal) and marks that row for the shaped loss ``w/(w+γ)``.
+    Departure: an experience group's replayed member is not counted in k at collection (the code
+    counts it).
     """
 
     key = "exgrpo"
@@ -329,6 +363,8 @@ class ExGRPO(_Buffer):
         self.experience: dict[str, list[Rollout]] = {}
         self.bucket: dict[str, int] = {}  # question -> latest correct count (rescaled to group_size)
         self.retired: set[str] = set()
+        self.active = False
+        self.reserved: list[str] = []
 
     def __len__(self) -> int:
         return len(self.experience)
@@ -337,32 +373,80 @@ class ExGRPO(_Buffer):
         self.experience.clear()
         self.bucket.clear()
         self.retired.clear()
+        self.active = False
+        self.reserved = []
 
     def add(self, rollouts: Iterable[Rollout]) -> None:
-        for g in _groups(_canonical(rollouts)):
-            q = g[0].prompt_id
-            if q in self.retired:
-                continue
-            correct = [r for r in g if is_correct(r, self.success_threshold)]
-            k, n = len(correct), len(g)
-            if k == n:
-                self.retired.add(q)
-                self.experience.pop(q, None)
-                self.bucket.pop(q, None)
-            elif k > 0:
-                self.experience[q] = correct
-                self.bucket[q] = int(round(k / n * self.group_size))
+        """Collect / retire per group, then switch mixed-policy mode on when the step's solved share
+        passes the threshold; rollouts of several steps are taken step by step (so a rebuild from
+        the store equals the live buffer)."""
+        by_step: OrderedDict[int, list[Rollout]] = OrderedDict()
+        for r in _canonical(rollouts):
+            by_step.setdefault(int(r.step), []).append(r)
+        for rs in by_step.values():
+            for g in _groups(rs):
+                self._collect(g)
+            solved = float(np.mean([is_correct(r, self.success_threshold) for r in rs])) if rs else 0.0
+            self.active = self.active or solved > self.start_solved_ratio
+
+    def _collect(self, g: list[Rollout]) -> None:
+        q = g[0].prompt_id
+        if q in self.retired:
+            return
+        correct = [r for r in g if is_correct(r, self.success_threshold)]
+        k, n = len(correct), len(g)
+        if k == n:
+            self.retired.add(q)
+            self.experience.pop(q, None)
+            self.bucket.pop(q, None)
+        elif k > 0 and self.active:
+            have = {tuple(r.generated_ids.tolist()) for r in self.experience.get(q, [])}
+            new = [r for r in correct if tuple(r.generated_ids.tolist()) not in have]
+            self.experience[q] = self.experience.get(q, []) + new
+            self.bucket[q] = int(round(k / n * self.group_size))
+
+    def exclude(self) -> set[str]:
+        return set(self.retired)
 
     def n_experience(self, batch: int) -> int:
-        """How many of a ``batch`` of questions come from experience: ``round(ρ·B)``."""
-        return int(round(self.mix_ratio * batch))
+        """How many of a ``batch`` of questions come from experience: ``int(ρ·B)`` (the collate's truncation)."""
+        return int(self.mix_ratio * batch)
 
-    def active(self, batch_solved_ratio: float) -> bool:
-        """Mixed-policy training starts once the batch's solved ratio exceeds the threshold."""
-        return batch_solved_ratio > self.start_solved_ratio
+    def reserve(self, n_prompts: int, step: int, rng: np.random.Generator) -> dict[str, int]:
+        """``min(int(ρ·B), #questions with experience)`` questions for this step, one replayed member each."""
+        n = min(self.n_experience(n_prompts), len(self.experience)) if self.active else 0
+        self.reserved = [s.rollout.prompt_id for s in self.sample(n, step, rng)] if n else []
+        return {q: 1 for q in self.reserved}
+
+    def best(self, q: str, entropy: Entropy | None = None) -> Rollout:
+        """The question's lowest-entropy stored trajectory (ties: smaller rollout id)."""
+        cands = sorted(self.experience[q], key=lambda r: r.rollout_id)
+        ent = np.asarray(entropy(cands)) if entropy is not None else np.array([self.entropy_fn(r) for r in cands])
+        return cands[int(np.argmin(ent))]
+
+    def mix(self, groups: Sequence[Sequence[Rollout]], step: int, rng: np.random.Generator, estimator: Estimator,
+            entropy: Entropy | None = None) -> list[TrainItem]:
+        """Reserved questions' groups (K−1 fresh) + their best trajectory, normalised as one group; the
+        replayed row takes the shaped loss. Other groups as they are."""
+        todo = [q for q in self.reserved if q in self.experience]
+        out: list[TrainItem] = []
+        for g in groups:
+            if not g:
+                continue
+            q = g[0].prompt_id
+            if q not in todo:
+                out += fresh_items([g], estimator)
+                continue
+            todo.remove(q)
+            best = self.best(q, entropy)
+            adv = estimator(list(g) + [best])
+            gid = g[0].group_id
+            out += [TrainItem(r, a, group=gid) for r, a in zip(g, adv[:-1], strict=True)]
+            out.append(TrainItem(best, adv[-1], 1.0, self.shaping_gamma, gid, True, step - int(best.step)))
+        return out
 
     def sample(self, batch: int, policy_version: int, rng: np.random.Generator | None = None) -> list[ReplaySample]:
-        """Up to ``batch`` distinct questions, one lowest-entropy trajectory each."""
+        """Up to ``batch`` distinct questions drawn by bucket weight, one lowest-entropy trajectory each."""
         rng = rng or np.random.default_rng()
         by_bucket: dict[int, list[str]] = defaultdict(list)
         for q in sorted(self.experience):
@@ -378,7 +462,7 @@ class ExGRPO(_Buffer):
             q = str(by_bucket[b].pop())
             if not by_bucket[b]:
                 del by_bucket[b]
-            best = min(self.experience[q], key=lambda r: (self.entropy_fn(r), r.rollout_id))
+            best = self.best(q)
             out.append(ReplaySample(best, policy_version - int(best.step), 1.0, self.key))
         return out
 
@@ -391,6 +475,7 @@ class ExGRPO(_Buffer):
             "experience": {q: [r.rollout_id for r in rs] for q, rs in sorted(self.experience.items())},
             "bucket": dict(sorted(self.bucket.items())),
             "retired": sorted(self.retired),
+            "active": self.active,
         }
 
 
@@ -434,6 +519,22 @@ class AR3PO(_PerPromptCache):
     def sample(self, batch: int, policy_version: int, rng: np.random.Generator | None = None) -> list[ReplaySample]:
         items = [r for d in self.cache.values() for r in d]
         return self._sample_lagged(items, batch, policy_version, rng, None)
+
+    def mix(self, groups: Sequence[Sequence[Rollout]], step: int, rng: np.random.Generator, estimator: Estimator,
+            entropy: Entropy | None = None) -> list[TrainItem]:
+        """Each all-wrong group with a cached correct response gets it, and the group is normalised
+        again with it (GRPO: ``[0, 0, 0, 0] + 1 → [−0.447 ×4, +1.789]``); other groups as they are."""
+        out: list[TrainItem] = []
+        for g in groups:
+            merged, inj = self.inject(g, step)
+            if inj is None:
+                out += fresh_items([g], estimator)
+                continue
+            adv = estimator(merged)
+            gid = g[0].group_id
+            out += [TrainItem(r, a, group=gid) for r, a in zip(g, adv[:-1], strict=True)]
+            out.append(TrainItem(inj.rollout, adv[-1], group=gid, replayed=True, lag=inj.lag))
+        return out
 
     @staticmethod
     def adaptive_rollout(prompt_ids: Sequence[str], generate: Callable[[list[str], int], dict[str, list[Rollout]]],

@@ -11,13 +11,14 @@ is checked by dimension only.
 from __future__ import annotations
 
 import functools
-import importlib
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from gfcr.config import resolve_object
 
 Embedder = Callable[[Sequence[str]], np.ndarray]
 
@@ -132,11 +133,7 @@ def make_embedding(name: str, **params: Any) -> Embedder:
     """An embedder by name in :data:`EMBEDDINGS`, or by import path ``pkg.mod:obj`` (a class is
     instantiated with ``params``; any other callable is returned as is)."""
     if ":" in name:
-        mod, _, attr = name.partition(":")
-        try:
-            obj = getattr(importlib.import_module(mod), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"cannot import embedder {name!r}: {e}") from e
+        obj = resolve_object(name, kind="embedder")
         if isinstance(obj, type):
             return obj(**params)
         if params:

@@ -23,9 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.records import Audit, Cost, Prompt, Rollout, assistant_text, table_to_audits, table_to_rollouts
+from gfcr.records import (
+    Audit,
+    Cost,
+    Prompt,
+    Rollout,
+    assistant_text,
+    assistant_text_ranges,
+    table_to_audits,
+    table_to_rollouts,
+)
 from gfcr.ross.align import AlignError, align_mask
-from gfcr.ross.judges import Judge, JudgeRequest
+from gfcr.ross.judges import Judge, JudgeRequest, Turn
 from gfcr.ross.units import split_units
 from gfcr.ross.verdict import Decision, VerdictError, parse_json_object, validate_verdict
 
@@ -84,40 +93,83 @@ def select_rollouts(
     return rs[:limit] if limit is not None else rs
 
 
+def judge_request(rollout: Rollout, prompt: Prompt | None, mode: str, max_unit_chars: int = 200,
+                  check_answer: bool = True) -> tuple[JudgeRequest, list[tuple[int, int]]]:
+    """The judge's view of one rollout and the assistant turns' char ranges (``bounds``).
+
+    Units are split per assistant turn (none crosses a tool or environment turn). ``turns`` is
+    the whole interaction in order with roles; only assistant turns carry unit numbers."""
+    text, bounds = assistant_text_ranges(rollout.messages)
+    units = split_units(text, max_unit_chars, bounds=bounds)
+    answer = verified_answer(rollout, prompt) if check_answer else None
+    turns: list[Turn] = []
+    k = 0
+    seg_end = [bounds[i + 1][0] if i + 1 < len(bounds) else len(text) for i in range(len(bounds))]
+    for m in rollout.messages:
+        if m.role == "assistant":
+            lo, hi = (bounds[k][0] if k else 0), seg_end[k]
+            turns.append(Turn("assistant", m.content, [u.number for u in units if lo <= u.start < hi]))
+            k += 1
+        else:
+            turns.append(Turn(m.role, m.content))
+    req = JudgeRequest(
+        rollout_id=rollout.rollout_id, task=rollout.task, prompt=_prompt_text(rollout, prompt), text=text,
+        units=units, mode=mode, answer=answer,
+        evidence=rollout.verifier if isinstance(rollout.verifier, dict) else {}, turns=turns,
+    )
+    return req, bounds
+
+
+def _ask(call: Any, req: JudgeRequest, retries: int, bounds: list[tuple[int, int]], raws: list[str],
+         cost: list[Cost]) -> tuple[Decision | None, dict[str, Any] | None, str | None]:
+    """Call ``call(feedback)`` until its output validates (at most ``retries + 1`` times)."""
+    feedback: str | None = None
+    for _ in range(retries + 1):
+        reply = call(feedback)
+        raws.append(reply.raw)
+        c = cost[0]
+        cost[0] = Cost(c.prompt_tokens + reply.cost.prompt_tokens, c.gen_tokens + reply.cost.gen_tokens,
+                       c.latency_s + reply.cost.latency_s)
+        try:
+            obj = parse_json_object(reply.raw)
+            return validate_verdict(obj, req.text, req.units, req.mode, req.answer, bounds), obj, None
+        except VerdictError as e:
+            feedback = str(e)
+    return None, None, feedback
+
+
 def judge_rollout(
     rollout: Rollout, prompt: Prompt | None, judge: Judge, retries: int = 2, max_unit_chars: int = 200,
     check_answer: bool = True,
 ) -> tuple[Decision | None, str | None, list[str], Cost, dict[str, Any]]:
-    """Ask ``judge`` about one rollout; validate; retry with the error fed back.
+    """Ask ``judge`` about one rollout; validate; retry with the error fed back. When the judge
+    has ``recheck`` on, a usable verdict goes to its independent re-check call, whose (validated)
+    answer replaces it: it may confirm, revise the boundaries or discard. A re-check that never
+    validates discards the rollout (its reason says so).
 
-    Returns ``(decision or None, last error, raw outputs, summed cost, meta)``.
+    Returns ``(decision or None, last error, raw outputs, summed cost, meta)``; ``meta["recheck"]``
+    records whether the re-check ran and what it changed.
     """
-    text = assistant_text(rollout.messages)
-    units = split_units(text, max_unit_chars)
-    answer = verified_answer(rollout, prompt) if check_answer else None
-    req = JudgeRequest(
-        rollout_id=rollout.rollout_id, task=rollout.task, prompt=_prompt_text(rollout, prompt), text=text,
-        units=units, mode=judge.mode, answer=answer,
-        evidence=rollout.verifier if isinstance(rollout.verifier, dict) else {},
-    )
+    req, bounds = judge_request(rollout, prompt, judge.mode, max_unit_chars, check_answer)
     raws: list[str] = []
-    cost = Cost()
-    feedback: str | None = None
-    meta = {"n_units": len(units), "mode": judge.mode, "answer": answer}
-    for _ in range(retries + 1):
-        reply = judge.respond(req, feedback)
-        raws.append(reply.raw)
-        cost = Cost(cost.prompt_tokens + reply.cost.prompt_tokens, cost.gen_tokens + reply.cost.gen_tokens,
-                    cost.latency_s + reply.cost.latency_s)
-        try:
-            obj = parse_json_object(reply.raw)
-            dec = validate_verdict(obj, text, units, judge.mode, answer)
-            meta["attempts"] = len(raws)
-            return dec, None, raws, cost, meta
-        except VerdictError as e:
-            feedback = str(e)
+    cost = [Cost()]
+    meta: dict[str, Any] = {"n_units": len(req.units), "mode": judge.mode, "answer": req.answer}
+    dec, obj, err = _ask(lambda fb: judge.respond(req, fb), req, retries, bounds, raws, cost)
     meta["attempts"] = len(raws)
-    return None, feedback, raws, cost, meta
+    if dec is not None and dec.status == "kept" and getattr(judge, "recheck", False):
+        first = dec
+        dec, _, err = _ask(lambda fb: judge.recheck_call(req, obj, fb), req, retries, bounds, raws, cost)
+        if dec is None:
+            err = f"re-check: {err}"
+        meta["recheck"] = {
+            "attempts": len(raws) - meta["attempts"],
+            "outcome": ("invalid" if dec is None else "discarded" if dec.status == "discarded"
+                        else "confirmed" if np.array_equal(dec.kept_chars, first.kept_chars)
+                        and [(s.start, s.end, s.category) for s in dec.excluded]
+                        == [(s.start, s.end, s.category) for s in first.excluded] else "revised"),
+            "first_excluded": [s.to_dict() for s in first.excluded],
+        }
+    return dec, err, raws, cost[0], meta
 
 
 def make_audit(
@@ -131,7 +183,8 @@ def make_audit(
     common = dict(rollout_id=rollout.rollout_id, judge=judge.name, judge_version=judge.version,
                   raw_output=raws[-1] if raws else None, cost=cost)
     if decision is None:
-        return Audit(status="discarded", reason=f"invalid judge output after {len(raws)} attempt(s): {error}",
+        what = "invalid re-check output" if (error or "").startswith("re-check: ") else "invalid judge output"
+        return Audit(status="discarded", reason=f"{what} after {len(raws)} attempt(s): {error}",
                      mask=np.zeros(n, np.uint8), meta=meta, **common)
     if decision.status == "discarded":
         return Audit(status="discarded", reason=decision.reason, mask=np.zeros(n, np.uint8), meta=meta, **common)

@@ -5,16 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
+from gfcr.config import StrictModel as _Strict
 from gfcr.config import load_config_model
+from gfcr.evaluate import EvalConfig
 
 VARIANTS = ("positive_sft", "ross_nomask", "ross", "ross_from_base")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class WindowConfig(_Strict):
@@ -22,11 +20,15 @@ class WindowConfig(_Strict):
     steps: tuple[int, int] | None = Field(None, description="Inclusive training-step window [first, last] (None: all).")
     task: str | None = Field(None, description="Only rollouts of this task (None: all tasks).")
     reverify: str | None = Field(None, description="Re-verify with this gfcr.filters verifier (None: trust stored verdicts).")
+    reverify_params: dict[str, Any] = Field(default_factory=dict, description="Options of the re-verifier "
+                                            "(default: strict stated answer format, truncated never verified).")
     dedup: bool = Field(True, description="Drop rollouts repeating another's prompt and assistant text.")
     limit: int | None = Field(None, ge=1, description="At most this many rollouts (oldest step first).")
 
 
-class JudgeConfig(_Strict):
+class AuditJudgeConfig(_Strict):
+    """Which judge audits (the ``llm`` judge calls the Filter room's :class:`gfcr.filters.judge.JudgeClient`)."""
+
     name: Literal["arith-steps", "keep-all", "llm"] = Field("arith-steps", description="Judge for the ROSS audit.")
     base_url: str | None = Field(None, description="llm judge: OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
     model: str | None = Field(None, description="llm judge: served model name.")
@@ -39,6 +41,8 @@ class JudgeConfig(_Strict):
     concurrency: int = Field(4, ge=1, le=256, description="Judge calls in flight at once.")
     max_unit_chars: int = Field(200, ge=20, description="Lines longer than this are split at sentence ends.")
     check_answer: bool = Field(True, description="Require the kept text to still contain the verified final answer.")
+    recheck: bool = Field(False, description="llm judge: an independent second call re-checks each usable verdict "
+                                             "and may confirm, revise its boundaries or discard (the paper's re-check).")
 
 
 class BuildConfig(_Strict):
@@ -60,35 +64,84 @@ class SFTConfig(_Strict):
                                 "of its own).")
 
 
-class EvalConfig(_Strict):
-    source: Literal["store", "arith"] = Field(
-        "store", description="Held-out prompts from the store (by split) or freshly generated arith prompts.")
+class EpisodeEvalConfig(_Strict):
+    env: str = Field(..., description="Env name (calculator, python) or 'pkg.module:Class' the episodes run in.")
+    max_turns: int = Field(4, ge=1, description="Turn budget per episode (as in training).")
+    obs_role: str = Field("user", description="Role of the env's observations in the chat.")
+    reward_source: Literal["verifier", "env", "env_or_verifier", "weighted"] = Field(
+        "verifier", description="What decides that an episode is solved (gfcr.generate.envs.episode_reward).")
+
+
+class BenchmarkConfig(_Strict):
+    name: str = Field(..., description="Column name in the evaluation table.")
+    source: str = Field("store", description="'store' (the store's prompts of `split`) or a gfcr.tasks source "
+                                             "(arith, reasoning_gym, jsonl_math, jsonl_code, or pkg.mod:fn).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the task source "
+                                   "(e.g. {level: 2} for arith, {dataset: basic_arithmetic} for reasoning_gym).")
     split: str = Field("test", description="Split of the held-out prompts.")
-    n_prompts: int = Field(32, ge=1, description="Held-out prompts evaluated per model.")
-    arith_level: int | None = Field(None, description="source=arith: difficulty level (gfcr.tasks.arith LEVELS).")
-    arith_digits: int = Field(1, ge=1, description="source=arith: operand digits when no level is given.")
-    k: int = Field(8, ge=1, description="Samples per prompt.")
+    task: str | None = Field(None, description="source=store: only prompts of this task (default: window.task).")
+    n_prompts: int = Field(32, ge=1, description="Distinct held-out prompts evaluated per model.")
+    domain: str = Field("default", description="Domain whose average this benchmark enters (math, code, …).")
+    verifier: str | None = Field(None, description="Verifier for this benchmark (default: evaluate.verifier).")
+    verifier_params: dict[str, Any] | None = Field(None, description="Its options (default: evaluate.verifier_params).")
+    max_tokens: int | None = Field(None, ge=1, description="New tokens per sample (default: evaluate.max_tokens).")
+    episodes: EpisodeEvalConfig | None = Field(None, description="Evaluate as multi-turn env episodes "
+                                               "(gfcr.evaluate.evaluate_episodes) instead of single answers.")
+
+
+class RossEvalConfig(EvalConfig):
+    """Which held-out benchmarks, plus the shared eval sampling (ROSS's defaults: k 8, 96 new tokens)."""
+
+    benchmarks: list[BenchmarkConfig] = Field(
+        default_factory=lambda: [BenchmarkConfig(name="heldout")],
+        description="Held-out benchmarks: one table column each, averaged per domain.")
+    k: int = Field(8, ge=0, description="Samples per prompt (0: greedy only).")
     ks: list[int] = Field(default_factory=lambda: [1, 8], description="pass@k values reported (each <= k).")
     max_tokens: int = Field(96, ge=1, description="New tokens per sample.")
-    temperature: float = Field(0.7, ge=0, description="Sampling temperature.")
+    temperature: float = Field(0.7, ge=0, description="Sampling temperature of the k samples.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the k samples.")
     verifier: str = Field("numeric", description="gfcr.filters verifier deciding correctness.")
+    verifier_params: dict[str, Any] = Field(default_factory=dict, description="Its options, e.g. "
+                                            "{lenient_fallback: true} (off: the stated answer format only).")
+    allow_truncated: bool = Field(False, description="Count samples cut by the token limit when correct (off: wrong).")
     greedy: bool = Field(True, description="Also report greedy pass@1.")
     seed: int = Field(0, description="Sampling seed.")
+    batch_size: int = Field(32, ge=1, description="Prompts per generation batch.")
+    pairs: list[tuple[str, str]] | None = Field(
+        None, description="Model pairs (A, B) compared per prompt; None: ROSS against every other row, ROSS w/o "
+                          "mask against positive SFT, ROSS from base against ROSS.")
 
     @model_validator(mode="after")
-    def _ks(self) -> EvalConfig:
+    def _ks(self) -> RossEvalConfig:
+        if self.k == 0:
+            if not self.greedy:
+                raise ValueError("evaluate: k=0 and greedy=false evaluates nothing")
+            self.ks = []
+            return self
         bad = [k for k in self.ks if k < 1 or k > self.k]
         if bad:
             raise ValueError(f"evaluate.ks must lie in 1..k={self.k}, got {bad}")
+        names = [b.name for b in self.benchmarks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"evaluate.benchmarks: names must be distinct, got {names}")
         return self
 
 
 class AnalyzeConfig(_Strict):
     ter_window: int = Field(8, ge=1, description="Training steps per TER/entropy window.")
+    ter_ma: int = Field(8, ge=1, description="Moving-average length (steps) of the per-step TER and entropy (the paper: 8).")
     early: tuple[int, int] | None = Field(None, description="Early step window for categories (None: first quarter).")
     late: tuple[int, int] | None = Field(None, description="Late step window for categories (None: last quarter).")
+    domains: dict[str, str] = Field(default_factory=dict, description="task → domain for the per-domain category "
+                                    "analysis (default: the task name before ':').")
     compatibility_prompts: int = Field(16, ge=0, description="Prompts for the compatibility NLL (0: skip).")
-    complementarity_prompts: int = Field(8, ge=0, description="Historically solved prompts re-sampled (0: skip).")
+    compatibility_tries: int = Field(4, ge=1, description="Samples drawn per prompt (at evaluate.temperature) to find a "
+                                     "correct one for the current/other model rows.")
+    compatibility_filter: bool = Field(True, description="Keep only correct current/other samples (the paper compares "
+                                       "correct answers); off: the first sample, unfiltered.")
+    teacher_jsonl: str | None = Field(None, description="An external teacher's answers, JSONL lines {prompt_id, text}: "
+                                      "scored as a fourth compatibility row (re-tokenized by the scored model).")
+    complementarity_prompts: int = Field(8, ge=0, description="The hardest historically solved prompts re-sampled (0: skip).")
     complementarity_k: int = Field(32, ge=1, description="Samples per prompt for complementarity pass@1/8/32.")
     max_tokens: int = Field(96, ge=1, description="New tokens per sample in the analyses.")
 
@@ -105,10 +158,10 @@ class RossConfig(_Strict):
         default_factory=lambda: ["positive_sft", "ross_nomask", "ross"],
         description="Models to train: positive-rollout SFT, ROSS w/o mask, ROSS, ROSS initialised from base.")
     window: WindowConfig = Field(default_factory=WindowConfig, description="Which rollouts to relearn.")
-    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The audit judge.")
+    judge: AuditJudgeConfig = Field(default_factory=AuditJudgeConfig, description="The audit judge.")
     build: BuildConfig = Field(default_factory=BuildConfig, description="Dataset building.")
     train: SFTConfig = Field(default_factory=SFTConfig, description="Masked SFT.")
-    evaluate: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    evaluate: RossEvalConfig = Field(default_factory=RossEvalConfig, description="Held-out evaluation.")
     analyze: AnalyzeConfig = Field(default_factory=AnalyzeConfig, description="Analyses.")
     stages: list[Literal["select", "audit", "build", "train", "evaluate", "analyze"]] = Field(
         default_factory=lambda: ["select", "audit", "build", "train", "evaluate", "analyze"],

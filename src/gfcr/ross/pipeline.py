@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gfcr import config
 from gfcr.ross.config import RossConfig
 
 DATASET_OF = {"positive_sft": ("keep-all", False), "ross_nomask": ("judge", True), "ross": ("judge", False),
@@ -38,10 +37,9 @@ class RossRun:
 
 
 def new_run_dir(cfg: RossConfig) -> Path:
-    """A fresh folder under ``cfg.out_dir`` (runs never overwrite each other)."""
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    d = Path(cfg.out_dir) / f"ross-{stamp}-{secrets.token_hex(2)}"
-    d.mkdir(parents=True, exist_ok=False)
+    """A fresh folder ``out_dir/ross-YYYYmmdd-HHMMSS[-n]`` (runs never overwrite each other) with
+    the resolved config in ``config.json``."""
+    d = config.new_run_dir(cfg.out_dir, "ross")
     (d / "config.json").write_text(cfg.model_dump_json(indent=2))
     return d
 
@@ -79,22 +77,25 @@ def make_configured_judge(cfg: RossConfig) -> Any:
     if j.api_key_env and not key:
         raise ValueError(f"judge.api_key_env names {j.api_key_env!r}, which is not set in the environment")
     return make_judge("llm", base_url=j.base_url, model=j.model, api_key=key, mode=j.mode, version=j.version,
-                      cache_dir=j.cache_dir)
+                      cache_dir=j.cache_dir, recheck=j.recheck)
 
 
 def stage_select(cfg: RossConfig, store: Any) -> list[Any]:
-    """Verified-successful, deduplicated rollouts of the configured window."""
+    """Verified-successful, deduplicated rollouts of the configured window. With
+    ``window.reverify`` each is verified again with that verifier (``window.reverify_params``), the
+    rollout as context: a truncated generation fails, the task's stated answer format is read."""
     from gfcr.ross.audit import select_rollouts
 
     w = cfg.window
     reverify = None
     if w.reverify:
-        from gfcr.evaluate import resolve_verifier
+        from gfcr.filters.verifiers import get_verifier, stated_answer_format
 
-        fn = resolve_verifier(w.reverify)
+        v = get_verifier(w.reverify, **w.reverify_params)
 
         def reverify(r: Any, p: Any) -> bool:
-            return p is not None and fn(p, r.completion)
+            return p is not None and v.verify(r.completion, answer=p.answer, tests=p.tests, rollout=r,
+                                              answer_format=stated_answer_format(p)).passed is True
 
     return select_rollouts(store, run=w.run, steps=w.steps, task=w.task, reverify=reverify, dedup=w.dedup, limit=w.limit)
 
@@ -117,11 +118,13 @@ def stage_audit(cfg: RossConfig, store: Any, rollouts: list[Any], tokenizer: Any
 
 
 def stage_build(cfg: RossConfig, store: Any, run_dir: Path) -> dict[str, Any]:
-    """One dataset per distinct variant dataset under ``run_dir/data``."""
-    from gfcr.ross.build import build_dataset
+    """One dataset per distinct variant dataset under ``run_dir/data``. When ROSS w/o mask's rows
+    equal positive SFT's (the judge discarded no rollout), it is recorded as ``same_as`` and not
+    trained again: the two would be one model reported twice."""
+    from gfcr.ross.build import build_dataset, load_dataset_rows
 
     judge = make_configured_judge(cfg)
-    out = {}
+    out: dict[str, Any] = {}
     for v in cfg.variants:
         if v == "ross_from_base":
             continue  # trains on the ross dataset
@@ -129,17 +132,31 @@ def stage_build(cfg: RossConfig, store: Any, run_dir: Path) -> dict[str, Any]:
         name, version = ("keep-all", None) if which == "keep-all" else (judge.name, judge.version)
         res = build_dataset(store, run_dir / "data" / v, name, version, no_mask=no_mask, max_length=cfg.build.max_length)
         out[v] = res.to_dict()
+    if "ross_nomask" in out and "positive_sft" in out:
+        key = lambda rows: sorted((r["rollout_id"], tuple(r["loss_mask"])) for r in rows)  # noqa: E731
+        if key(load_dataset_rows(run_dir / "data" / "ross_nomask")) == key(load_dataset_rows(run_dir / "data" / "positive_sft")):
+            out["ross_nomask"]["same_as"] = "positive_sft"
+            (run_dir / "data" / "ross_nomask" / "same_as").write_text("positive_sft\n")
     return out
+
+
+def same_as(run_dir: Path, variant: str) -> str | None:
+    """The variant whose dataset this one's equals (written by :func:`stage_build`), else None."""
+    f = run_dir / "data" / variant / "same_as"
+    return f.read_text().strip() if f.exists() else None
 
 
 def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool = False) -> dict[str, Any]:
     """Masked SFT of each variant into ``run_dir/models/<variant>``."""
     from gfcr.ross.build import load_dataset_rows
-    from gfcr.ross.sft import train_masked_sft
+    from gfcr.train.sft import train_masked_sft
 
     out = {}
     t = cfg.train
     for v in cfg.variants:
+        if same_as(run_dir, v):
+            out[v] = {"same_as": same_as(run_dir, v)}
+            continue
         data = run_dir / "data" / ("ross" if v == "ross_from_base" else v)
         if not data.exists():
             raise FileNotFoundError(f"{data} missing: run the build stage first")
@@ -153,116 +170,160 @@ def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool =
     return out
 
 
-def heldout_prompts(cfg: RossConfig, store: Any) -> list[Any]:
-    e = cfg.evaluate
-    if e.source == "arith":
-        from gfcr.tasks.arith import make_arith
+def heldout_benchmarks(cfg: RossConfig, store: Any) -> list[tuple[Any, list[Any]]]:
+    """``[(BenchmarkConfig, prompts)]`` of ``cfg.evaluate.benchmarks``."""
+    from gfcr.ross.evaluation import benchmark_prompts
 
-        src = make_arith(n=e.n_prompts, level=e.arith_level, digits=e.arith_digits, split=e.split, seed=e.seed)
-        return src.prompts()[: e.n_prompts]
-    ps = sorted(store.prompts(split=e.split, task=cfg.window.task), key=lambda p: p.prompt_id)
-    if not ps:
-        raise ValueError(f"the store has no prompts of split {e.split!r}; set evaluate.source: arith or add them")
-    return ps[: e.n_prompts]
+    return [(b, benchmark_prompts(b, store, cfg.window.task)) for b in cfg.evaluate.benchmarks]
 
 
-def model_paths(cfg: RossConfig, run_dir: Path) -> dict[str, str]:
-    """Row name → checkpoint, in the table's order."""
+def model_paths(cfg: RossConfig, run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """``(row name → checkpoint, alias row → row it equals)``, rows in the table's order."""
     rows: dict[str, str] = {}
+    aliases: dict[str, str] = {}
     if cfg.base_model:
         rows["base"] = cfg.base_model
     rows["upstream"] = cfg.upstream_model
     if cfg.continued_rl_model:
         rows["continued_rl"] = cfg.continued_rl_model
     for v in cfg.variants:
-        rows[v] = str(run_dir / "models" / v)
-    return rows
+        if same_as(run_dir, v):
+            aliases[v] = same_as(run_dir, v)
+        else:
+            rows[v] = str(run_dir / "models" / v)
+    return rows, aliases
 
 
-def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any) -> dict[str, Any]:
-    from gfcr.ross.analyze import evaluate_models
+def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any, log: Any = None) -> dict[str, Any]:
+    """Every model row on every benchmark, then the paired comparisons (``eval.json``)."""
+    from gfcr.ross.evaluation import default_pairs, evaluate_models, paired_comparisons
 
     e = cfg.evaluate
-    prompts = heldout_prompts(cfg, store)
-    res = evaluate_models(model_paths(cfg, run_dir), tokenizer, prompts, k=e.k, ks=e.ks, max_tokens=e.max_tokens, verifier=e.verifier,
-                          seed=e.seed, greedy=e.greedy)
-    (run_dir / "eval.json").write_text(json.dumps(res, indent=2))
-    return res
+    rows, aliases = model_paths(cfg, run_dir)
+    partial = run_dir / "eval.partial.json"
+    results = evaluate_models(rows, tokenizer, heldout_benchmarks(cfg, store), e, load=load_model, log=log,
+                              on_result=lambda r: partial.write_text(json.dumps(r)))
+    pairs = [tuple(p) for p in e.pairs] if e.pairs is not None else default_pairs(list(rows))
+    pairs = [(aliases.get(a, a), aliases.get(b, b)) for a, b in pairs]
+    out = {"results": results, "aliases": aliases, "pairs": pairs,
+           "paired": paired_comparisons(results, pairs, seed=e.seed)}
+    (run_dir / "eval.json").write_text(json.dumps(out, indent=2))
+    return out
+
+
+def _teacher_texts(path: str | None) -> dict[str, str]:
+    if not path:
+        return {}
+    out = {}
+    with open(path, encoding="utf-8") as fh:
+        for ln, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                out[str(obj["prompt_id"])] = str(obj["text"])
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{ln}: expected a JSON object with prompt_id and text ({e})") from e
+    return out
 
 
 def stage_analyze(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any) -> dict[str, Any]:
+    """TER per step (token-pooled, moving average) and per window, categories early vs late per
+    domain, compatibility, complementarity on the hardest solved prompts (``analysis.json``)."""
     from gfcr.ross.analyze import (
         categories_early_late,
         compatibility,
         complementarity,
-        solved_prompt_ids,
+        hardest_solved_prompts,
+        ter_by_step,
         ter_by_window,
     )
+    from gfcr.ross.evaluation import make_verify_fn
 
-    a, w = cfg.analyze, cfg.window
+    a, w, e = cfg.analyze, cfg.window, cfg.evaluate
     judge = make_configured_judge(cfg)
-    out: dict[str, Any] = {"ter_by_window": ter_by_window(store, judge.name, a.ter_window, judge.version)}
-    steps = [r["steps"] for r in out["ter_by_window"]]
+    flt = dict(run=w.run, task=w.task, steps=w.steps)
+    out: dict[str, Any] = {"ter_by_step": ter_by_step(store, judge.name, judge.version, ma=a.ter_ma, **flt),
+                           "ter_by_window": ter_by_window(store, judge.name, a.ter_window, judge.version, **flt)}
+    steps = [r["step"] for r in out["ter_by_step"]]
     if steps:
-        lo, hi = steps[0][0], steps[-1][1]
+        lo, hi = steps[0], steps[-1]
         q = max((hi - lo + 1) // 4, 1)
         early, late = a.early or (lo, lo + q - 1), a.late or (hi - q + 1, hi)
-        out["categories"] = categories_early_late(store, judge.name, early, late, judge.version)
-    current = load_model(cfg.upstream_model)
-    solved = solved_prompt_ids(store, w.run, w.steps, w.task)
-    prompts = {p.prompt_id: p for p in store.prompts(ids=solved)} if solved else {}
-    if a.compatibility_prompts and prompts:
+        out["categories"] = categories_early_late(store, judge.name, early, late, judge.version, run=w.run,
+                                                  domains=a.domains)
+    verify = make_verify_fn(e.verifier, e.verifier_params)
+    need_model = a.compatibility_prompts or a.complementarity_prompts
+    current = load_model(cfg.upstream_model) if need_model else None
+    if a.compatibility_prompts:
         from gfcr.ross.audit import select_rollouts
 
         hist = select_rollouts(store, run=w.run, steps=w.steps, task=w.task)
         seen, hist_one = set(), []
         for r in hist:  # one historical rollout per prompt, earliest first
-            if r.prompt_id not in seen and r.prompt_id in prompts and len(seen) < a.compatibility_prompts:
+            if r.prompt_id not in seen and len(seen) < a.compatibility_prompts:
                 seen.add(r.prompt_id)
                 hist_one.append(r)
-        other_path = cfg.other_model or cfg.base_model
-        other = load_model(other_path) if other_path else None
-        out["compatibility"] = compatibility(current, tokenizer, hist_one, [prompts[r.prompt_id] for r in hist_one],
-                                             other=other, max_tokens=a.max_tokens)
-    if a.complementarity_prompts and prompts:
+        prompts = {p.prompt_id: p for p in store.prompts(ids=sorted(seen))} if seen else {}
+        hist_one = [r for r in hist_one if r.prompt_id in prompts]
+        if hist_one:
+            other_path = cfg.other_model or cfg.base_model
+            other = load_model(other_path) if other_path else None
+            out["compatibility"] = compatibility(
+                current, tokenizer, hist_one, [prompts[r.prompt_id] for r in hist_one], other=other,
+                max_tokens=a.max_tokens, temperature=e.temperature, tries=a.compatibility_tries,
+                verify=verify if a.compatibility_filter else None, teacher_texts=_teacher_texts(a.teacher_jsonl))
+    if a.complementarity_prompts:
         from gfcr.generate.engines.hf import HFEngine
 
-        eng = HFEngine(current, tokenizer=tokenizer, policy_version="upstream")
-        ps = [prompts[i] for i in sorted(prompts)][: a.complementarity_prompts]
-        out["complementarity"] = complementarity(eng, ps, k=a.complementarity_k,
-                                                 ks=[k for k in (1, 8, 32) if k <= a.complementarity_k],
-                                                 max_tokens=a.max_tokens, verifier=cfg.evaluate.verifier)
+        hard = hardest_solved_prompts(store, a.complementarity_prompts, w.run, w.steps, w.task)
+        ps = {p.prompt_id: p for p in store.prompts(ids=[h["prompt_id"] for h in hard])} if hard else {}
+        if ps:
+            eng = HFEngine(current, tokenizer=tokenizer, policy_version="upstream")
+            res = complementarity(eng, [ps[h["prompt_id"]] for h in hard if h["prompt_id"] in ps],
+                                  k=a.complementarity_k, ks=[k for k in (1, 8, 32) if k <= a.complementarity_k],
+                                  max_tokens=a.max_tokens, verifier=verify, temperature=e.temperature)
+            out["complementarity"] = {**res, "historical_rates": [h["rate"] for h in hard]}
     (run_dir / "analysis.json").write_text(json.dumps(out, indent=2))
     return out
 
 
 def render_report(run: RossRun) -> str:
-    """The comparison table plus the analyses, as Markdown."""
-    from gfcr.ross.analyze import comparison_table
+    """The comparison table (with paired tests) plus the analyses, as Markdown."""
+    from gfcr.ross.evaluation import comparison_table
 
-    parts = ["## ROSS comparison (held-out, % with 95% bootstrap CIs)", ""]
+    parts = ["## ROSS comparison (held-out, % with 95% bootstrap CIs over prompts)", ""]
     if "evaluate" in run.results:
         parts.append(comparison_table(run.results["evaluate"]))
     an = run.results.get("analyze", {})
-    if an.get("ter_by_window"):
-        parts += ["", "### TER by step window vs policy entropy", "", "| steps | n | TER | entropy |", "|---|---|---|---|"]
-        for r in an["ter_by_window"]:
+    if an.get("ter_by_step"):
+        parts += ["", "### TER per step (token-pooled) and its moving average vs policy entropy", "",
+                  "| step | kept rollouts | TER | TER (moving avg) | entropy |", "|---|---|---|---|---|"]
+        for r in an["ter_by_step"]:
             ent = "—" if r["entropy"] is None else f"{r['entropy']:.3f}"
-            parts.append(f"| {r['steps'][0]}–{r['steps'][1]} | {r['n']} | {100 * r['ter']:.1f}% | {ent} |")
+            ter = "—" if r["ter"] is None else f"{100 * r['ter']:.1f}%"
+            ma = "—" if r["ter_ma"] is None else f"{100 * r['ter_ma']:.1f}%"
+            parts.append(f"| {r['step']} | {r['n']} | {ter} | {ma} | {ent} |")
     if an.get("categories"):
-        parts += ["", "### Exclusion categories (primary per rollout)", ""]
-        for k, v in an["categories"].items():
-            shares = ", ".join(f"{c} {100 * s:.0f}%" for c, s in v["shares"].items()) or "none"
-            parts.append(f"- {k} steps {v['steps'][0]}–{v['steps'][1]} (n={v['n']}): {shares}")
+        parts += ["", "### Exclusion categories (primary per rollout), early vs late, per domain", ""]
+        for dom, d in an["categories"].items():
+            for k, v in d.items():
+                shares = ", ".join(f"{c} {100 * s:.0f}%" for c, s in v["shares"].items()) or "none"
+                parts.append(f"- {dom}, {k} steps {v['steps'][0]}–{v['steps'][1]} (n={v['n']}): {shares}")
     if an.get("compatibility"):
         c = an["compatibility"]
-        parts += ["", "### Compatibility (mean token NLL under upstream)", ""]
-        parts += [f"- {k}: {v['mean_nll']:.3f} over {v['tokens']} tokens" for k, v in c.items()]
+        parts += ["", f"### Compatibility (mean token NLL under upstream; samples at T={c['temperature']}, "
+                      f"{'correct only' if c['filtered_for_correctness'] else 'unfiltered'})", ""]
+        for k in ("historical", "current", "other", "teacher"):
+            if k in c and c[k]["mean_nll"] is not None:
+                parts.append(f"- {k}: {c[k]['mean_nll']:.3f} over {c[k]['tokens']} tokens ({c[k]['rows']} prompts)")
+        parts.append(f"- on the {c['common']['prompts']} prompts every source covers: "
+                     + ", ".join(f"{k} {v:.3f}" for k, v in c["common"].items() if k != "prompts"))
     if an.get("complementarity"):
         c = an["complementarity"]
         ms = ", ".join(f"{k} {100 * v['value']:.1f}%" for k, v in c["metrics"].items())
-        parts += ["", f"### Complementarity ({c['n_prompts']} historically solved prompts)", "",
-                  f"- upstream: {ms}; solved in at most half the samples: {c['at_most_half']}"]
+        parts += ["", f"### Complementarity (the {c['n_prompts']} hardest historically solved prompts)", "",
+                  f"- upstream at T={c['temperature']}: {ms}; solved in at most half the samples: {c['at_most_half']}"]
     return "\n".join(parts) + "\n"
 
 
@@ -289,7 +350,7 @@ def run_ross(cfg: RossConfig, run_dir: str | Path | None = None, progress: bool 
         elif stage == "train":
             run.results["train"] = stage_train(cfg, rd, tok, progress)
         elif stage == "evaluate":
-            run.results["evaluate"] = stage_evaluate(cfg, store, rd, tok)
+            run.results["evaluate"] = stage_evaluate(cfg, store, rd, tok, log=log)
         elif stage == "analyze":
             run.results["analyze"] = stage_analyze(cfg, store, rd, tok)
         run.timings[stage] = round(time.perf_counter() - t0, 2)
@@ -303,14 +364,17 @@ def run_ross(cfg: RossConfig, run_dir: str | Path | None = None, progress: bool 
 def run_ross_demo(store: str | Path, upstream_model: str, base_model: str | None = None, out_dir: str | Path = "runs/ross",
                   run: str | None = None, steps: tuple[int, int] | None = None, n_eval: int = 8, k: int = 2,
                   epochs: int = 1, lr: float = 1e-5, max_tokens: int = 48,
-                  variants: tuple[str, ...] = ("positive_sft", "ross"), log: Any = print) -> RossRun:
-    """The demo's ROSS stage: arith-steps judge on an RL run's rollouts, a short masked SFT per
-    variant, base/upstream/variants on held-out one-digit sums; prints and returns the table."""
+                  variants: tuple[str, ...] = ("positive_sft", "ross"), task: str = "arith",
+                  benchmarks: list[dict[str, Any]] | None = None, log: Any = print) -> RossRun:
+    """The demo's ROSS stage: the ``arith-steps`` judge on an RL run's rollouts of ``task``, a short
+    masked SFT per variant, base/upstream/variants on held-out prompts (``benchmarks``; default the
+    task source ``task`` at ``n_eval`` test prompts), paired comparisons; prints and returns the table."""
     cfg = RossConfig(
         store=str(store), out_dir=str(out_dir), upstream_model=upstream_model, base_model=base_model,
-        variants=list(variants), window={"run": run, "steps": steps, "task": "arith"},
+        variants=list(variants), window={"run": run, "steps": steps, "task": task},
         train={"epochs": epochs, "lr": lr, "batch_size": 8},
-        evaluate={"source": "arith", "n_prompts": n_eval, "k": k, "ks": sorted({1, k}), "max_tokens": max_tokens},
+        evaluate={"benchmarks": benchmarks or [{"name": task, "source": task, "n_prompts": n_eval}],
+                  "k": k, "ks": sorted({1, k}), "max_tokens": max_tokens},
         analyze={"ter_window": 1, "compatibility_prompts": 0, "complementarity_prompts": 0},
     )
     res = run_ross(cfg, log=log)

@@ -10,7 +10,10 @@ units is kept with them. Rules:
 - a line longer than ``max_chars`` is split after sentence ends (``.``, ``!``, ``?`` and the CJK
   full stops followed by whitespace, or a CJK full stop);
 - a tool call (``<tool_call>…</tool_call>`` or ``<tool>…</tool>``) is always a unit of its own,
-  even when it spans several lines or sits inside a line (agent trajectories).
+  even when it spans several lines or sits inside a line (agent trajectories);
+- with ``bounds`` (the assistant messages' char ranges), no unit and no tool call crosses from
+  one assistant message into the next: in an agent trajectory a tool or environment turn lies
+  between them.
 """
 
 from __future__ import annotations
@@ -53,21 +56,32 @@ def _line_pieces(text: str, start: int, end: int, max_chars: int) -> list[tuple[
     return pieces
 
 
-def split_units(text: str, max_chars: int = 200) -> list[Unit]:
+def split_units(text: str, max_chars: int = 200, bounds: list[tuple[int, int]] | None = None) -> list[Unit]:
     """Number the units of ``text`` (see module docstring). Empty or blank text has no units.
+
+    ``bounds``: char ranges ``[a, b)`` of the assistant messages in ``text`` (as from
+    :func:`gfcr.records.assistant_text_ranges`); each is split on its own, the separator after a
+    message joining its last unit.
 
     >>> [u.text for u in split_units("a = 1\\n\\nb = 2\\n")]
     ['a = 1\\n\\n', 'b = 2\\n']
     """
     if max_chars < 1:
         raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+    segs = [(0, len(text))]
+    if bounds:
+        starts = [a for a, _ in bounds]
+        segs = [(a, starts[i + 1] if i + 1 < len(starts) else len(text)) for i, a in enumerate(starts)]
+        if segs and segs[0][0] > 0:
+            segs[0] = (0, segs[0][1])
     raw: list[tuple[int, int, bool]] = []
-    pos = 0
-    for m in _TOOL_RE.finditer(text):
-        raw += [(a, b, False) for a, b in _line_pieces(text, pos, m.start(), max_chars)]
-        raw.append((m.start(), m.end(), True))
-        pos = m.end()
-    raw += [(a, b, False) for a, b in _line_pieces(text, pos, len(text), max_chars)]
+    for lo, hi in segs:
+        pos = lo
+        for m in _TOOL_RE.finditer(text, lo, hi):
+            raw += [(a, b, False) for a, b in _line_pieces(text, pos, m.start(), max_chars)]
+            raw.append((m.start(), m.end(), True))
+            pos = m.end()
+        raw += [(a, b, False) for a, b in _line_pieces(text, pos, hi, max_chars)]
     # merge whitespace-only pieces into the previous unit (or the next one at the start)
     merged: list[list] = []
     pending_start: int | None = None

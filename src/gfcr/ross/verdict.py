@@ -9,9 +9,11 @@ The judge answers one JSON object (a fenced ```json block is accepted)::
                  {"units": [7, 9], "category": "redundant_exploration"},
                  {"unit": 5, "quote": "exact text inside unit 5", "category": "incorrect_claim"}]}
 
-Modes: ``select-keep`` (math/code: keep lists the units forming a correct, complete solution; a
-unit neither kept nor excluded is excluded as ``other``) and ``locate-exclude`` (agent
-trajectories: everything not excluded is kept). Checks (any failure raises
+Modes: ``select-keep`` (math/code: keep lists the units forming a correct, complete solution;
+every other unit must be excluded with its category: a unit neither kept nor excluded is an
+error fed back to the judge, never silently ``other``) and ``locate-exclude`` (agent
+trajectories: everything not excluded is kept). A quote never crosses from one assistant turn
+into the next (``bounds``). Checks (any failure raises
 :class:`VerdictError`, whose message is fed back to the judge on retry): the schema (no unknown
 keys, types), unit numbers within ``1..n``, categories from the fixed taxonomy, every quote an
 exact substring of its unit (or of the whole text when no unit is named; repeated occurrences
@@ -21,6 +23,7 @@ verified final answer is given, the kept text still holds it.
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from dataclasses import dataclass, field
@@ -50,22 +53,52 @@ class Decision:
     excluded: list[Span] = field(default_factory=list)
 
 
+#: the most fenced blocks tried before the bare-object candidates (keeps parsing linear)
+_MAX_FENCES = 8
+
+
 def parse_json_object(raw: str) -> dict[str, Any]:
-    """The first JSON object in ``raw`` (fenced or bare); :class:`VerdictError` if none parses."""
+    """The JSON object in ``raw``: a fenced block (```json …```), else the span from the first
+    ``{`` to the last ``}``, else the first object that decodes from the first ``{`` on (text may
+    follow it). :class:`VerdictError` if none parses.
+
+    Linear in ``len(raw)``: a bounded number of ``json.loads`` calls, each over part of ``raw``
+    (a 64 KB output parses in milliseconds; the previous regex backtracked quadratically)."""
     if not isinstance(raw, str) or not raw.strip():
         raise VerdictError("empty output: answer with one JSON object")
-    m = re.search(r"```(?:json)?\s*(\{.*?\})\s*```", raw, re.DOTALL)
-    candidates = [m.group(1)] if m else []
+    candidates: list[str] = []
+    pos = 0
+    while len(candidates) < _MAX_FENCES:
+        a = raw.find("```", pos)
+        if a < 0:
+            break
+        b = raw.find("```", a + 3)
+        if b < 0:
+            break
+        body = raw[a + 3 : b]
+        if body[:4].lower() == "json":
+            body = body[4:]
+        body = body.strip()
+        if body.startswith("{"):
+            candidates.append(body)
+        pos = b + 3
     a, b = raw.find("{"), raw.rfind("}")
     if a >= 0 and b > a:
         candidates.append(raw[a : b + 1])
     for c in candidates:
         try:
             obj = json.loads(c)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # deep nesting must not crash the audit
             continue
         if isinstance(obj, dict):
             return obj
+    if a >= 0:
+        try:
+            obj, _ = json.JSONDecoder().raw_decode(raw, a)
+            if isinstance(obj, dict):
+                return obj
+        except (json.JSONDecodeError, RecursionError):
+            pass
     raise VerdictError("output is not a JSON object: answer with exactly one JSON object and nothing else")
 
 
@@ -89,6 +122,14 @@ def _unit_list(spec: Any, n: int, where: str) -> list[int]:
     return [_unit_no(spec, n, where)]
 
 
+def _within_one(bounds: list[tuple[int, int]] | None, a: int, b: int) -> bool:
+    """``[a, b)`` lies inside one of ``bounds`` (always True without bounds)."""
+    if not bounds:
+        return True
+    i = bisect.bisect_right([x for x, _ in bounds], a) - 1
+    return i >= 0 and b <= bounds[i][1]
+
+
 def answer_positions(text: str, answer: str) -> list[tuple[int, int]]:
     """Char ranges where ``answer`` occurs in ``text``, not as part of a longer number/word."""
     ans = answer.strip()
@@ -99,9 +140,13 @@ def answer_positions(text: str, answer: str) -> list[tuple[int, int]]:
 
 
 def validate_verdict(
-    obj: dict[str, Any], text: str, units: list[Unit], mode: str = "select-keep", answer: str | None = None
+    obj: dict[str, Any], text: str, units: list[Unit], mode: str = "select-keep", answer: str | None = None,
+    bounds: list[tuple[int, int]] | None = None,
 ) -> Decision:
-    """Check ``obj`` against ``text``/``units`` and return the :class:`Decision` (see module doc)."""
+    """Check ``obj`` against ``text``/``units`` and return the :class:`Decision` (see module doc).
+
+    ``bounds``: the assistant messages' char ranges in ``text``; a quote may not cross from one
+    into the next (a tool or environment turn lies between them, and it is never supervisable)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     extra = set(obj) - _TOP_KEYS
@@ -172,8 +217,12 @@ def validate_verdict(
         lo, hi = (units[scope[0] - 1].start, units[scope[0] - 1].end) if scope else (0, len(text))
         hits, pos = [], text.find(quote, lo, hi)
         while pos >= 0 and pos + len(quote) <= hi:
-            hits.append(pos)
+            if _within_one(bounds, pos, pos + len(quote)):
+                hits.append(pos)
             pos = text.find(quote, pos + 1, hi)
+        if not hits and bounds and text.find(quote, lo, hi) >= 0:
+            raise VerdictError(f"{where}: quote {quote[:80]!r} spans two assistant turns (a tool or environment turn "
+                               "lies between them); quote inside one turn")
         if not hits:
             place = f"unit {scope[0]}" if scope else "the text"
             raise VerdictError(f"{where}: quote {quote[:80]!r} does not occur in {place}; quote the original exactly")
@@ -182,14 +231,17 @@ def validate_verdict(
             if isinstance(occ, bool) or not isinstance(occ, int) or not 1 <= occ <= len(hits):
                 raise VerdictError(f"{where}: occurrence must be 1..{len(hits)}, got {occ!r}")
             hits = [hits[occ - 1]]
+        unit_starts = [u.start for u in units]
         for h in hits:
             kept[h : h + len(quote)] = False
-            unit_of = next(u.number for u in units if u.start <= h < u.end)
+            unit_of = units[bisect.bisect_right(unit_starts, h) - 1].number
             excluded.append(Span(h, h + len(quote), cat, unit_of, quote))
     if mode == "select-keep":
-        for u in units:
-            if u.number not in kept_units and u.number not in whole_excluded:
-                excluded.append(Span(u.start, u.end, "other", u.number, None))
+        missing = [u.number for u in units if u.number not in kept_units and u.number not in whole_excluded]
+        if missing:
+            shown = ", ".join(map(str, missing[:20])) + (" …" if len(missing) > 20 else "")
+            raise VerdictError(f"unit(s) {shown} are neither kept nor excluded: keep each, or exclude it with its "
+                               f"category ({', '.join(EXCLUSION_CATEGORIES)}; 'other' only if none fits)")
     if not any(text[i].strip() for i in np.flatnonzero(kept)):
         raise VerdictError("nothing non-blank is kept; discard the rollout instead if nothing is worth learning")
     if answer is not None and str(answer).strip():

@@ -113,7 +113,7 @@ def ray_generate(
     if prompts is None:
         from gfcr.tasks import make_source
 
-        prompts = make_source(config.tasks.source, **config.tasks.args).prompts()
+        prompts = make_source(config.tasks.name, **config.tasks.params).prompts()
     prompts = list(prompts)
     if not prompts:
         raise ValueError("no prompts to generate from")

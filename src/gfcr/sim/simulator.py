@@ -15,13 +15,17 @@ budget is spent. Each step runs the named stages:
     -> control -> observe -> update (learning rule)
 
 Controls (``StrategyConfig.control``): ``none`` (train on every group); ``dynamic_sampling``
-(DAPO, via :class:`~gfcr.control.groups.DynamicSampling`); ``ar3po`` (staged sampling + injection
-of a cached correct response); ``adaptive_k`` (:class:`~gfcr.control.groups.AdaptiveK` splits the
-batch's B·G responses by each prompt's Beta posterior); ``repo`` and ``exgrpo`` (the real
-:class:`~gfcr.replay.buffers.RePO` / :class:`~gfcr.replay.buffers.ExGRPO` buffers, fed minimal
-rollout records). Replay in this world: a group whose non-zero advantage comes from replayed
-responses (RePO's separately normalised replay set, an ExGRPO experience group, an AR3PO
-injection) takes the same learning step as a fresh group, times ``replay_decay ** lag``.
+(DAPO, via :class:`~gfcr.control.groups.DynamicSampling`); ``ar3po`` (the ``ar3po`` group policy
+of :mod:`gfcr.control.policies` over a simulator sampler, then the real
+:class:`~gfcr.replay.buffers.AR3PO` buffer); ``adaptive_k`` (:class:`~gfcr.control.groups.AdaptiveK`
+splits the batch's B·G responses by each prompt's Beta posterior); ``repo`` and ``exgrpo`` (the
+real :class:`~gfcr.replay.buffers.RePO` / :class:`~gfcr.replay.buffers.ExGRPO` buffers). The replay
+controls build minimal rollout records and assemble the batch with the same calls as
+``gfcr train`` (:meth:`_Run.assemble`: ``ReplayBuffer.reserve`` before generation,
+``ReplayBuffer.mix`` with the GRPO estimator and the ``(seed, step, "replay")`` generator after it,
+``add`` after the step), so a simulated batch is the loop's batch for the same groups. Replay in
+this world: a batch group (by its normalisation group) with a non-zero advantage learns like a
+fresh group, times ``replay_decay ** lag`` when it holds replayed responses.
 The world has no notion of an off-policy ratio; ``replay_decay`` (default 1: no discount) is an
 assumption, not a measurement. GFPO is not a strategy here: response lengths in this world do
 not respond to training, so its one benefit (shorter responses) cannot appear.
@@ -49,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gfcr.control.groups import AdaptiveK, DynamicSampling
 from gfcr.control.selectors import SELECTORS, greso_batch_size, make_selector
 from gfcr.records import Cost, Rollout
-from gfcr.replay.buffers import make_buffer
+from gfcr.replay.buffers import TrainItem, make_buffer, stage_rng
 
 CONTROLS = ("none", "dynamic_sampling", "ar3po", "adaptive_k", "repo", "exgrpo")
 
@@ -248,12 +252,10 @@ class _Run:
         self.wall = 0.0
         self.step = 0
         self.zero_var_recent = 0.5
-        self.solved_step = np.full(cfg.n_prompts, -1, dtype=np.int64)  # AR3PO: step of the cached correct response
         self.succ = np.zeros(cfg.n_prompts)  # AdaptiveK: Beta posterior counts
         self.fail = np.zeros(cfg.n_prompts)
-        self.solved_ratio = 0.0  # ExGRPO: share of correct fresh responses in the last batch
         self.buffer: Any = None
-        if strat.control in ("repo", "exgrpo"):
+        if strat.control in ("repo", "exgrpo", "ar3po"):
             params = dict(strat.buffer_params)
             if strat.control == "exgrpo":
                 params.setdefault("group_size", cfg.group_size)
@@ -339,101 +341,86 @@ class _Run:
         return _Trained(np.array([b[0] for b in batch], dtype=np.int64), np.array([b[1].mean() for b in batch]),
                         np.ones(len(batch)), int(sum(b[2].sum() for b in batch)), len(batch) * g)
 
+    def assemble(self, groups: list[list[Rollout]]) -> list[TrainItem]:
+        """The loop's batch assembly: ``buffer.mix`` with the GRPO estimator and the step's replay generator."""
+        from gfcr.filters.advantages import make_estimator
+
+        return self.buffer.mix(groups, self.step, stage_rng(self.cfg.seed, self.step, "replay"), make_estimator("grpo"))
+
+    def trained(self, items: list[TrainItem], train_tokens: int) -> _Trained:
+        """Effective batch groups (a non-zero advantage) → the world's learning step."""
+        by: dict[str, list[TrainItem]] = {}
+        for it in items:
+            by.setdefault(it.group, []).append(it)
+        idx, q, w, n_gen, n_rep = [], [], [], 0, 0
+        for its in by.values():
+            if not any(np.any(np.asarray(it.advantage) != 0) for it in its):
+                continue
+            rep = [it for it in its if it.replayed]
+            idx.append(self.index[its[0].rollout.prompt_id])
+            q.append(float(np.mean([it.rollout.reward for it in its])))
+            w.append(float(self.decay(np.mean([it.lag for it in rep]))) if rep else 1.0)
+            n_gen += len(its) - len(rep)
+            n_rep += len(rep)
+        return _Trained(np.array(idx, dtype=np.int64), np.array(q), np.array(w), train_tokens, n_gen, n_rep)
+
     def step_ar3po(self) -> _Trained:
-        strat = self.strat
-        idx = self.select(self.cfg.train_prompts)
-        rw_all: list[list[float]] = [[] for _ in idx]
-        ln_all: list[list[int]] = [[] for _ in idx]
-        todo = np.arange(idx.size)
-        for _ in range(strat.stages):
-            if todo.size == 0:
-                break
-            rw, ln = self.gen(idx[todo], strat.per_stage)
-            for j, t in enumerate(todo.tolist()):
-                rw_all[t].extend(rw[j].tolist())
-                ln_all[t].extend(ln[j].tolist())
-            todo = np.array([t for t in todo.tolist() if max(rw_all[t]) < 1.0], dtype=np.int64)
-        self.n_groups += idx.size
-        q_list, w_list, eff_list = [], [], []
-        n_eff = train_tokens = n_rep = 0
-        for t, i in enumerate(idx.tolist()):
-            r = np.array(rw_all[t])
-            self.observe(np.array([i]), r[None, :])
-            gen_zero = r.std() == 0
-            self.n_zero += int(gen_zero)
-            w = 1.0
-            if r.max() >= 1.0:
-                self.solved_step[i] = self.step
-                is_eff, qq = not gen_zero, r.mean()
-            elif self.solved_step[i] >= 0:  # all wrong: inject one cached correct response
-                is_eff, qq = True, 1.0 / (r.size + 1)
-                w = float(self.decay(self.step - self.solved_step[i]))
-                n_rep += 1
-            else:
-                is_eff, qq = False, 0.0
-            eff_list.append(is_eff)
-            q_list.append(qq)
-            w_list.append(w)
-            train_tokens += int(np.sum(ln_all[t]))
-            if is_eff:
-                n_eff += r.size
-        eff = np.array(eff_list, dtype=bool)
-        return _Trained(idx[eff], np.array(q_list)[eff], np.array(w_list)[eff], train_tokens, n_eff, n_rep)
+        """AR3PO through the loop's protocols: the ``ar3po`` group policy (staged sampling, a prompt
+        stops at its first correct response) drives a :class:`_SimSampler`, then the AR3PO buffer's
+        mix gives an all-wrong group a cached correct response."""
+        from gfcr.control.policies import make_group_policy
+
+        policy = make_group_policy("ar3po", stages=self.strat.stages, per_stage=self.strat.per_stage)
+        col = policy.collect(_SimSampler(self), self.cfg.train_prompts, self.strat.per_stage)
+        for g in col.generated:
+            self.observe(np.array([self.index[g[0].prompt_id]]), np.array([[x.reward for x in g]]))
+        self.count_groups(np.array([np.std([x.reward for x in g]) == 0 for g in col.generated]))
+        tr = self.trained(self.assemble(col.kept), sum(x.cost.gen_tokens for g in col.generated for x in g))
+        self.buffer.add([x for g in col.kept for x in g])
+        return tr
 
     def step_repo(self) -> _Trained:
-        """Fresh groups as usual; each prompt of the batch also replays ``num_replays`` cached
-        responses, normalised apart (split advantages): a second group for the prompt."""
-        fresh, idx, rw, ln = self.fresh_step()
-        r_idx, r_q, r_w = [], [], []
-        n_rep = train_tokens = 0
-        for i in idx.tolist():
-            reps = self.buffer.replay_for(self.world.prompt_ids[i], self.rng)
-            if not reps:
-                continue
-            rr = np.array([x.reward for x in reps])
-            train_tokens += sum(x.cost.gen_tokens for x in reps)
-            if rr.std() > 0:
-                r_idx.append(i)
-                r_q.append(rr.mean())
-                r_w.append(float(self.decay(np.mean([self.step - x.step for x in reps]))))
-                n_rep += rr.size
-        self.buffer.add(self.rollouts(idx, rw, ln, "g"))
-        return _Trained(np.concatenate([fresh.idx, np.array(r_idx, dtype=np.int64)]), np.concatenate([fresh.q, r_q]),
-                        np.concatenate([fresh.weight, r_w]), fresh.train_tokens + train_tokens, fresh.gen_effective, n_rep)
+        """Fresh groups; each batch prompt with a warm cache also replays ``num_replays`` cached
+        responses as a second, separately normalised group (the RePO buffer's mix)."""
+        idx = self.select(self.cfg.train_prompts)
+        rw, ln = self.gen(idx, self.g)
+        self.observe(idx, rw)
+        self.count_groups(rw.std(axis=1) == 0)
+        groups = self.rollouts_grouped(idx, rw, ln, "g")
+        items = self.assemble(groups)
+        replay_tokens = sum(it.rollout.cost.gen_tokens for it in items if it.replayed)
+        tr = self.trained(items, int(ln.sum()) + replay_tokens)
+        self.buffer.add([x for g in groups for x in g])
+        return tr
 
     def step_exgrpo(self) -> _Trained:
-        """Once the last batch's solved ratio passes ``start_solved_ratio``, ρ·B questions come from
-        experience: K−1 fresh responses plus the stored lowest-entropy correct one."""
+        """``reserve`` picks ρ·B experience questions (once mixed-policy mode is on): K−1 fresh responses
+        each, completed by the buffer's mix with the stored correct one; the rest are fresh questions."""
         cfg, g, buf = self.cfg, self.g, self.buffer
-        n_exp = buf.n_experience(cfg.train_prompts) if buf.active(self.solved_ratio) else 0
-        exp = buf.sample(n_exp, self.step, self.rng) if n_exp else []
-        e_idx = np.array([self.index[s.rollout.prompt_id] for s in exp], dtype=np.int64)
+        reserved = buf.reserve(cfg.train_prompts, self.step, stage_rng(cfg.seed, self.step, "reserve"))
+        e_idx = np.array([self.index[q] for q in reserved], dtype=np.int64)
         f_idx = self.select(cfg.train_prompts - e_idx.size)
-        idx = np.concatenate([f_idx, e_idx])
+        idx = np.concatenate([e_idx, f_idx])
         used = np.ones((idx.size, g), dtype=bool)
-        used[f_idx.size:, g - 1] = False  # experience questions: K-1 fresh responses
+        used[: e_idx.size, g - 1] = False  # experience questions: K-1 fresh responses
         rw, ln = self.gen(idx, g, used)
-        nf = f_idx.size
-        fresh_rw, exp_rw = rw[:nf], rw[nf:, : g - 1]
-        self.observe(f_idx, fresh_rw)
-        self.observe(e_idx, exp_rw)
-        self.solved_ratio = float(rw[used].mean()) if used.any() else 0.0
-        zv_f = fresh_rw.std(axis=1) == 0
-        zv_e = exp_rw.std(axis=1) == 0
-        self.count_groups(np.concatenate([zv_f, zv_e]))
-        q_e = (exp_rw.sum(axis=1) + 1.0) / g  # the replayed response is correct
-        eff_e = q_e < 1.0
-        lag = np.array([s.lag for s in exp], dtype=np.float64)
-        replay_tokens = sum(s.rollout.cost.gen_tokens for s in exp)
-        buf.add(self.rollouts(f_idx, fresh_rw, ln[:nf], "f") + self.rollouts(e_idx, exp_rw, ln[nf:, : g - 1], "e"))
-        return _Trained(
-            np.concatenate([f_idx[~zv_f], e_idx[eff_e]]),
-            np.concatenate([fresh_rw.mean(axis=1)[~zv_f], q_e[eff_e]]),
-            np.concatenate([np.ones(int((~zv_f).sum())), self.decay(lag[eff_e])]),
-            int(ln[used].sum()) + replay_tokens,
-            int((~zv_f).sum()) * g + int(eff_e.sum()) * (g - 1),
-            int(eff_e.sum()),
-        )
+        ne = e_idx.size
+        groups = self.rollouts_grouped(e_idx, rw[:ne, : g - 1], ln[:ne, : g - 1], "e")
+        groups += self.rollouts_grouped(f_idx, rw[ne:], ln[ne:], "f")
+        self.observe(e_idx, rw[:ne, : g - 1])
+        self.observe(f_idx, rw[ne:])
+        self.count_groups(np.array([np.std([x.reward for x in grp]) == 0 for grp in groups]))
+        items = self.assemble(groups)
+        replay_tokens = sum(it.rollout.cost.gen_tokens for it in items if it.replayed)
+        tr = self.trained(items, int(ln[used].sum()) + replay_tokens)
+        buf.add([x for grp in groups for x in grp])
+        return tr
+
+    def rollouts_grouped(self, idx: np.ndarray, rw: np.ndarray, ln: np.ndarray, tag: str) -> list[list[Rollout]]:
+        """:meth:`rollouts`, one list per prompt row."""
+        flat = self.rollouts(idx, rw, ln, tag)
+        k = rw.shape[1] if rw.ndim == 2 else 0
+        return [flat[a * k:(a + 1) * k] for a in range(idx.size)]
 
     def step_adaptive_k(self) -> _Trained:
         """K_i ∝ E[p(1−p)] under each prompt's Beta(1 + successes, 1 + failures), the batch's
@@ -453,6 +440,27 @@ class _Run:
         self.count_groups(zv)
         q = n_ok / k
         return _Trained(idx[~zv], q[~zv], np.ones(int((~zv).sum())), int(ln[used].sum()), int(k[~zv].sum()))
+
+
+class _SimSampler:
+    """The :class:`~gfcr.control.policies.Sampler` a group policy drives in the simulator: the run's
+    selector, and one generation round of the world as minimal rollout records."""
+
+    def __init__(self, run: _Run):
+        self.run, self.rounds = run, 0
+
+    def select(self, n: int) -> list[str]:
+        return [self.run.world.prompt_ids[i] for i in self.run.select(n).tolist()]
+
+    def generate(self, prompt_ids: Sequence[str], sizes: Any) -> list[list[Rollout]]:
+        run, out = self.run, []
+        for k in sorted({sizes[p] for p in prompt_ids}):
+            ids = [p for p in prompt_ids if sizes[p] == k]
+            idx = np.array([run.index[p] for p in ids], dtype=np.int64)
+            rw, ln = run.gen(idx, k)
+            out += run.rollouts_grouped(idx, rw, ln, f"r{self.rounds}k{k}-")
+        self.rounds += 1
+        return out
 
 
 def run_strategy(cfg: SimConfig, strat: StrategyConfig) -> dict[str, Any]:

@@ -258,9 +258,14 @@ class RolloutStore:
             found.update(t.column(0).to_pylist())
         return found
 
-    def append(self, records: Iterable[Rollout] | pa.Table, source: str = "append") -> int:
+    def append(self, records: Iterable[Rollout] | pa.Table, source: str = "append", check_existing: bool = True) -> int:
         """Append rollouts as one commit. Rejects duplicate ``rollout_id``s (within the batch or
-        against the store) before writing anything. Returns the number of rows written."""
+        against the store) before writing anything. Returns the number of rows written.
+
+        ``check_existing=False`` skips the look-up against stored ids (through the in-process id
+        index it is cheap, but its first use in a process reads every stored id) for writers whose
+        ids are fresh by construction (random uuids), e.g. the live recorders; duplicates within the
+        batch are still refused."""
         self._writable()
         table = self._as_rollout_table(records, source)
         if table.num_rows == 0:
@@ -275,16 +280,25 @@ class RolloutStore:
         idx = id_index(self._uri("rollouts"), "rollout_id")
         with idx.lock:  # one check-and-commit at a time in this process
             before = self.dataset("rollouts")
-            clash = idx.existing(before, id_list, hashes)
+            clash = idx.existing(before, id_list, hashes) if check_existing else set()
             if clash:
                 raise StoreError(
                     f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
                 )
+            self._allow_nulls(table)
             uri = self._uri("rollouts")
             after = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
             idx.committed(before, after, hashes)
         self._upkeep("rollouts", after)
         return table.num_rows
+
+    def _allow_nulls(self, table: pa.Table) -> None:
+        """Stores created before a rollout field became nullable (``finish_reason``: null = not
+        recorded by the source) get that field relaxed, once, before the first null is written."""
+        ds = self.dataset("rollouts")
+        for f in ROLLOUT_SCHEMA:
+            if f.nullable and table.column(f.name).null_count and not ds.schema.field(f.name).nullable:
+                _retry(lambda f=f: lance.dataset(self._uri("rollouts")).alter_columns({"path": f.name, "nullable": True}))
 
     def update(self, records: Iterable[Rollout] | pa.Table) -> int:
         """Replace stored rollouts that have the same ``rollout_id`` (a new version; the old rows stay

@@ -74,26 +74,30 @@ def write_areal(d: Path, versions: int = 2, k: int = 2) -> Path:
 
 
 def write_prime_rl(d: Path, step: int = 3, k: int = 2) -> Path:
-    """``rollouts/step_{N}/train/all/traces.jsonl``: one verifiers Episode per line with per-message
-    token_ids, mask and logprobs."""
-    out = d / "rollouts" / f"step_{step}" / "train" / "all"
+    """``rollouts/step_{N}/train/effective/traces.jsonl``: verifiers v1 Episodes (one per line) in the
+    layout of ``Episode.to_record()``: nodes with ``message``, ``token_ids``, ``mask``, ``logprobs``
+    over the sampled tokens only, named rewards, ``group`` and ``run.work`` with the policy span."""
+    out = d / "rollouts" / f"step_{step + 1}" / "train" / "effective"
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "traces.jsonl", "w") as f:
         for qi, (q, gold) in enumerate(QUESTIONS):
-            traces = []
             for j, (ans, score) in enumerate(_answers(q, gold, k)):
                 n_ans = 5 + j
-                traces.append({
-                    "messages": [
-                        {"role": "user", "content": q, "token_ids": [1, 20 + qi, 30, 31, 2], "mask": [0] * 5,
-                         "logprobs": [0.0] * 5},
-                        {"role": "assistant", "content": ans, "token_ids": list(range(100, 100 + n_ans)),
-                         "mask": [1] * n_ans, "logprobs": [-0.125 * (t + 1) for t in range(n_ans)]},
-                    ],
-                    "reward": score, "advantage": score - 0.5,
-                })
-            f.write(json.dumps({"id": f"ep-{qi}", "env": "arith", "errors": [], "traces": traces,
-                                "train": {"step": step, "policy": {"start": step - 1, "end": step}}}) + "\n")
+                nodes = [
+                    {"message": {"role": "user", "content": q}, "sampled": False, "token_ids": [1, 20 + qi, 30, 31, 2],
+                     "mask": [False] * 5, "logprobs": []},
+                    {"parent": 0, "message": {"role": "assistant", "content": ans}, "sampled": True,
+                     "token_ids": list(range(100, 100 + n_ans)), "mask": [True] * n_ans,
+                     "logprobs": [-0.125 * (t + 1) for t in range(n_ans)], "advantages": [score - 0.5] * n_ans},
+                ]
+                trace = {"id": f"t-{qi}-{j}", "nodes": nodes, "calls": [{"node": 1, "finish_reason": "stop"}],
+                         "rewards": {"correct": {"score": score, "weight": 1.0}}, "info": {"advantage": score - 0.5},
+                         "ok": True, "errors": []}
+                f.write(json.dumps({"id": f"ep-{qi}-{j}", "env": {"id": "arith"}, "group": {"id": f"g{qi}"},
+                                    "task": {"type": "Arith", "data": {"answer": gold}, "key": q},
+                                    "run": {"type": "train", "id": "r", "work": {"type": "train", "step": step,
+                                                                                 "policy": {"start": step - 1, "end": step}}},
+                                    "ok": True, "errors": [], "traces": [trace]}) + "\n")
     return out / "traces.jsonl"
 
 

@@ -35,6 +35,7 @@ failed export leaves nothing; an existing file is never overwritten.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -47,13 +48,15 @@ import pyarrow.parquet as pq
 
 from gfcr.records import GENERATED, IGNORE_INDEX, labels_from_mask
 from gfcr.store.core import RolloutStore, StoreError
-from gfcr.store.importers import refuse_existing, write_new_file
+from gfcr.store.export import refuse_existing, write_new_file
 
 SFT_FORMATS = ("tokens", "messages", "prompt-completion", "slime")
 
 #: rollout columns the export reads
 _COLUMNS = ("rollout_id", "run_id", "step", "policy_version", "prompt_id", "task", "reward", "sample_index",
-            "messages", "token_ids", "token_role")
+            "messages", "token_ids", "token_role", "finish_reason", "meta")
+#: finish reasons of a generation cut before it ended itself
+_TRUNCATED = ("length", "abort")
 _PROVENANCE = [("rollout_id", pa.string()), ("run_id", pa.string()), ("step", pa.int64()),
                ("policy_version", pa.string()), ("prompt_id", pa.string()), ("task", pa.string()),
                ("reward", pa.float64())]
@@ -143,7 +146,7 @@ def dedup_key(prompt_id: str, generated_ids: np.ndarray, conv: Sequence[dict[str
 
 def _load_tokenizer(tokenizer: Any) -> Any:
     if isinstance(tokenizer, str | os.PathLike):
-        from gfcr.store.importers import load_tokenizer
+        from gfcr.store.importers._common import load_tokenizer
 
         return load_tokenizer(str(tokenizer))
     return tokenizer
@@ -177,16 +180,20 @@ def export_sft(
     where: str | None = None,
     dedup: bool = True,
     tokenizer: Any | None = None,
+    include_truncated: bool = False,
 ) -> dict[str, Any]:
     """Write the rollouts matching the DuckDB predicate ``where`` (all rollouts when ``None``; e.g.
     ``"verified AND reward > 0"``) as one SFT Parquet file ``out`` in format ``fmt`` (see module doc).
 
     ``tokenizer`` (an HF tokenizer, or a name/dir to load) decodes the completion of rollouts whose
     ``messages`` hold no assistant turn; without it such rollouts make the text formats fail.
+    A rollout cut by the token limit (``finish_reason`` length/abort; a multi-turn episode that
+    only ran out of turns is not cut) is skipped as ``truncated`` unless ``include_truncated``:
+    the text formats would close it with an end-of-turn token and teach stopping mid-sentence.
 
     Returns ``{"path", "format", "rows", "matched", "duplicates_dropped", "skipped", "dropped_fields"}``
     where ``skipped`` counts rows left out by reason (``no_tokens``: stored without token ids, in the
-    ``tokens`` format; ``no_assistant_turn``: nothing to supervise). Raises :class:`StoreError`
+    ``tokens`` format; ``no_assistant_turn``: nothing to supervise; ``truncated``). Raises :class:`StoreError`
     (nothing written) on an unknown format, an existing ``out``, bad SQL or no row to write.
     """
     schema = sft_schema(fmt)
@@ -197,7 +204,7 @@ def export_sft(
     t = _select(store, where)
     ids_col, role_col = _list_slices(t.column("token_ids"), np.int64), _list_slices(t.column("token_role"), np.int8)
     meta = {c: t.column(c).to_pylist() for c in ("rollout_id", "run_id", "step", "policy_version", "prompt_id",
-                                                   "task", "reward", "messages")}
+                                                   "task", "reward", "messages", "finish_reason", "meta")}
     tok = None
     rows: list[dict[str, Any]] = []
     seen: set[tuple[str, str, bytes]] = set()
@@ -207,6 +214,10 @@ def export_sft(
         ids, role = ids_col[i], role_col[i]
         msgs = meta["messages"][i]
         rid = meta["rollout_id"][i]
+        if not include_truncated and meta["finish_reason"][i] in _TRUNCATED and \
+                not json.loads(meta["meta"][i] or "{}").get("max_turns_reached"):
+            skipped["truncated"] += 1
+            continue
         if fmt == "tokens":
             if len(ids) == 0:
                 skipped["no_tokens"] += 1

@@ -15,10 +15,23 @@ name                 source
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic import AliasChoices, Field
+
+from gfcr.config import StrictModel, resolve_object
 from gfcr.records import Prompt
+
+
+class TaskConfig(StrictModel):
+    """Where prompts come from: a task source by name and its keyword arguments. The one task
+    vocabulary of every config (``gfcr generate``, ``gfcr train`` adds how many prompts per split).
+    ``source``/``args`` are accepted as the older spellings of ``name``/``params``."""
+
+    name: str = Field("arith", validation_alias=AliasChoices("name", "source"),
+                      description="Task source name (arith, reasoning_gym, jsonl_math, jsonl_code) or 'pkg.mod:fn'.")
+    params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "args"),
+                                   description="Keyword arguments of the task source (arith: n, level, digits, terms, ops; jsonl_math: path).")
 
 
 @runtime_checkable
@@ -54,14 +67,10 @@ SOURCES: dict[str, str] = {
 
 def make_source(name: str, **kw: Any) -> TaskSource:
     """Build a task source by name (``SOURCES``) or import path ``pkg.mod:fn`` returning prompts."""
-    target = SOURCES.get(name, name)
-    if ":" not in target:
-        raise ValueError(f"unknown task source {name!r}; choose one of {sorted(SOURCES)} or give 'pkg.module:function'")
-    mod, _, fn = target.partition(":")
-    out = getattr(importlib.import_module(mod), fn)(**kw)
+    out = resolve_object(name, SOURCES, "task source")(**kw)
     if isinstance(out, TaskSource):
         return out
     return ListSource(name, list(out))
 
 
-__all__ = ["SOURCES", "ListSource", "TaskSource", "make_source"]
+__all__ = ["SOURCES", "ListSource", "TaskConfig", "TaskSource", "make_source"]

@@ -3,7 +3,9 @@
 Each problem is an integer expression over ``terms`` operands of ``digits`` digits with operators
 from ``ops``, evaluated left to right with the usual precedence (``*`` before ``+``/``-``; Python
 semantics, integers only). The prompt asks for step-by-step work and a final ``Answer: N`` line;
-the gold answer is the integer value as a string.
+the gold answer is the integer value as a string. The stated answer format goes into
+``meta["answer_format"] = "answer_line"``: verifiers read the last ``Answer:`` line and nothing
+else unless their config enables the lenient fallback.
 
 Splits never overlap: a problem's split is a fixed function of its canonical expression
 (``blake2b(expr) mod 10 == 0`` → ``test``, else ``train``), and the generator rejects expressions
@@ -34,6 +36,8 @@ INSTRUCTION = (
     "Compute {expr}. Work it out step by step, writing each intermediate result, "
     "then finish with a final line of the form 'Answer: N'."
 )
+#: the answer format the instruction states (verifiers read this and nothing else by default)
+ANSWER_FORMAT = "answer_line"
 SPLITS = ("train", "test")
 
 
@@ -130,7 +134,8 @@ def make_arith(
                 category=f"arith/{digits}d{terms}t{ops}",
                 difficulty=difficulty,
                 split=split,
-                meta={"expression": expr, "digits": digits, "terms": terms, "ops": ops, "seed": seed},
+                meta={"expression": expr, "digits": digits, "terms": terms, "ops": ops, "seed": seed,
+                      "answer_format": ANSWER_FORMAT},
             )
         )
     return ListSource("arith", out)

@@ -3,6 +3,7 @@
 Math lines: ``{"question": ..., "answer": ...}``; a GSM8K answer ``"...reasoning... #### 42"``
 keeps only what follows ``####`` as the gold answer (the reasoning goes to ``meta["solution"]``).
 Code lines: ``{"prompt": ..., "tests": [...] | "assert ..."}``, plus optional ``entry_point``.
+Math prompts state their answer format (a final ``Answer: N`` line) in ``meta["answer_format"]``.
 Bad lines raise an error naming the file and line; nothing is half-loaded.
 """
 
@@ -73,7 +74,7 @@ def load_math_jsonl(
                 category=obj.get("category") or task,
                 difficulty=float(obj["difficulty"]) if obj.get("difficulty") is not None else None,
                 split=obj.get("split", split),
-                meta={"solution": a, "source": str(path), "line": ln},
+                meta={"solution": a, "source": str(path), "line": ln, "answer_format": "answer_line"},
             )
         )
         if limit is not None and len(out) >= limit:

@@ -52,7 +52,7 @@ def make_reasoning_gym(
                 category=dataset,
                 difficulty=float(diff) if isinstance(diff, int | float) else None,
                 split=split,
-                meta={"source": "reasoning_gym", "index": i, "seed": s},
+                meta={"source": "reasoning_gym", "index": i, "seed": s, "answer_format": "answer_line"},
             )
         )
     return ListSource(f"reasoning_gym:{dataset}", out)

@@ -36,7 +36,7 @@ def save_checkpoint(t: Any, step: int) -> Path:
         shutil.rmtree(tmp)
     t.model.save_pretrained(tmp, safe_serialization=True)
     t.tokenizer.save_pretrained(tmp)
-    torch.save(t.trainer.optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(t.update.optimizer.state_dict(), tmp / "optimizer.pt")
     state = {
         "step": step,
         "run_id": t.run_id,

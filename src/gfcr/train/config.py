@@ -2,8 +2,9 @@
 
 Components of the other rooms are chosen by name (``selector: greso``, ``buffer: exgrpo``...) with
 their keyword arguments under ``params``; names are checked against each room's name → class table
-when the loop builds them, so a typo fails before any model is loaded. The resolved config (every
-default filled in) is written to ``RUN_DIR/config.yaml``.
+by field validators, so a name that does not exist fails at config load with one line naming the
+field and the choices. The resolved config (every default filled in) is written to
+``RUN_DIR/config.yaml``.
 """
 
 from __future__ import annotations
@@ -12,25 +13,39 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
+from gfcr.config import StrictModel as _Strict
 from gfcr.config import load_config_model
+from gfcr.evaluate import EvalConfig as _EvalConfig
+from gfcr.tasks import TaskConfig as _TaskConfig
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _known(field_name: str, value: str | None, table: Any, allow_path: bool = False) -> str | None:
+    """``value`` if it names an entry of ``table`` (or ``pkg.mod:obj`` when allowed), else one clear error."""
+    if value is None or value in table or (allow_path and ":" in value):
+        return value
+    extra = " or 'pkg.module:object'" if allow_path else ""
+    raise ValueError(f"{field_name} {value!r} does not exist; choose one of {sorted(table)}{extra}")
 
 
-class TaskConfig(_Strict):
-    name: str = Field("arith", description="Task source name in gfcr.tasks (e.g. 'arith').")
+class TrainTaskConfig(_TaskConfig):
+    """A task source (``name``, ``params``: the shared task vocabulary) and how many prompts each split gives."""
+
     n_train: int = Field(256, ge=1, description="Training prompts drawn from the task's train split.")
     n_eval: int = Field(32, ge=0, description="Held-out prompts for evaluation (the task's 'test' split).")
-    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the task source besides n/split/seed (arith: level, digits, terms, ops; jsonl_math: path).")
     eval_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments merged over params for the held-out split (e.g. a test-file path).")
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        from gfcr.tasks import SOURCES
 
-class GenerateConfig(_Strict):
+        return _known("tasks[].name", v, SOURCES, allow_path=True)  # type: ignore[return-value]
+
+
+class TrainGenerateConfig(_Strict):
     engine: Literal["hf", "vllm", "openai", "ray"] = Field("hf", description="Generation engine: 'hf' (transformers; samples with the policy being trained in place unless sync is 'copy'), 'vllm' (in-process vLLM on the same GPU, weights copied after each update), 'openai' (a `gfcr serve --allow-weight-updates` server, weights pushed over HTTP through a safetensors file), 'ray' (generation actors on a Ray cluster, gfcr.scale.RayEngine; weights put in Ray's object store once and loaded by every actor).")
     engine_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the engine. openai: base_url (required), model, max_concurrency, timeout_s; api_key_env names an environment variable holding the key (keys are never written into the run folder). vllm: vllm.LLM arguments (gpu_memory_utilization, max_model_len, dtype, enforce_eager...). hf with sync 'copy': dtype of the sampling copy (e.g. bfloat16). ray: workers, inner (hf or vllm), inner_params, actor_options, address, num_cpus.")
     sync: Literal["auto", "in_place", "copy", "http"] = Field("auto", description="How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: nothing moves), 'copy' (an engine with its own weights loads the state dict: hf copy, vllm, ray actors), 'http' (POST to gfcr serve). 'auto': in_place for hf, copy for vllm and ray, http for openai.")
@@ -55,9 +70,50 @@ class VerifyConfig(_Strict):
     reward_source: Literal["verifier", "env", "env_or_verifier", "weighted"] = Field("verifier", description="Where a multi_turn episode's reward comes from: 'verifier' (the verifier on the final assistant turn), 'env' (the env's own info['reward'/'success']; 0 when it reports nothing), 'env_or_verifier' (the env's when it reported, else the verifier's) or 'weighted' (env_weight*env + (1-env_weight)*verifier). Only multi_turn episodes carry an env signal; other topologies need 'verifier'. The format bonus is added on top either way.")
     env_weight: float = Field(0.5, ge=0.0, le=1.0, description="Weight of the env's reward under reward_source 'weighted' (the verifier's score gets 1 - env_weight).")
 
+    @field_validator("verifier")
+    @classmethod
+    def _verifier(cls, v: str) -> str:
+        from gfcr.filters.verifiers import VERIFIERS
+
+        return _known("verify.verifier", v, VERIFIERS)  # type: ignore[return-value]
+
+
+class TokenTermConfig(_Strict):
+    name: str = Field(description="A per-token advantage term in gfcr.filters.advantages.TOKEN_TERMS.")
+    coef: float = Field(1.0, description="Its weight: advantage[t] += coef * term[t].")
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the term's factory.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        from gfcr.filters.advantages import TOKEN_TERMS
+
+        return _known("signals.token_terms[].name", v, TOKEN_TERMS)  # type: ignore[return-value]
+
+
+class PRMConfig(_Strict):
+    scorer: str = Field("arith_steps", description="Step scorer in gfcr.filters.reward.STEP_SCORERS (arith_steps: each stated equation a op b = c checked).")
+    aggregate: Literal["product", "min", "last"] = Field("product", description="How step scores become one score (product: Lightman et al.).")
+    weight: float = Field(1.0, description="reward += weight * aggregated score.")
+
+    @field_validator("scorer")
+    @classmethod
+    def _scorer(cls, v: str) -> str:
+        from gfcr.filters.reward import STEP_SCORERS
+
+        return _known("signals.prm.scorer", v, STEP_SCORERS)  # type: ignore[return-value]
+
+
+class AdaptThinkConfig(_Strict):
+    delta: float = Field(0.05, description="AdaptThink's bonus for a NoThinking response (the paper's scripts: 0.05).")
+
 
 class SignalsConfig(_Strict):
-    advantage: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="Group advantage estimator: GRPO (mean/std), Dr.GRPO (mean only), RLOO (leave-one-out).")
+    advantage: Literal["grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward"] | None = Field(None, description="Group advantage estimator (gfcr.filters.advantages): grpo (mean/std), dr_grpo (mean only), rloo (leave-one-out), seed_grpo (mean-centred, scaled by semantic entropy), treerl (per-token TreeRL values of a tree), reward (the reward itself: AdaptThink). null: treerl for the tree topology, reward with adapt_think, else grpo.")
+    advantage_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the estimator (seed_grpo: alpha, form, estimator, likelihood; treerl: scaling reference|segment).")
+    token_terms: list[TokenTermConfig] = Field(default_factory=list, description="Per-token terms added to every advantage (e.g. a distillation signal); empty = none.")
+    prm: PRMConfig | None = Field(None, description="Process score added to the reward (gfcr.filters.reward): null = off.")
+    adapt_think: AdaptThinkConfig | None = Field(None, description="AdaptThink reward (arXiv 2505.13417): correctness − the prompt's reference accuracy + delta·1[NoThinking]; the advantage is that reward. null = off.")
     overlong_buffer: int = Field(0, ge=0, description="DAPO soft overlong punishment buffer in tokens (0 = off).")
     overlong_penalty: float = Field(1.0, ge=0.0, description="DAPO overlong penalty factor.")
     length_reward: Literal["shorter_better"] | None = Field(None, description="Length control of the reward: 'shorter_better' (ShorterBetter, arXiv 2504.21370) replaces a rollout's correctness reward by alpha·1[verified] − beta·|length − SOL|, SOL = the group's shortest verified length (its mean length when none is verified); the format bonus and the overlong penalty still add on top. null = off.")
@@ -68,14 +124,37 @@ class SignalsConfig(_Strict):
 class ControlConfig(_Strict):
     selector: str = Field("uniform", description="Prompt selector name in gfcr.control (uniform, greso, vcrl, vade, sec).")
     selector_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the selector.")
-    group: str | None = Field(None, description="Group control name in gfcr.control (e.g. dynamic_sampling, gfpo); null = keep every group.")
-    group_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the group control.")
+    group: str | None = Field(None, description="Group policy in gfcr.control.policies (adaptive_k, dynamic_sampling, gfpo, ar3po); null = single (one round, every group).")
+    group_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the group policy.")
+    decide_on: Literal["accuracy", "reward"] = Field("accuracy", description="What Control decisions read (dynamic sampling, GFPO, AdaptiveK, every selector's observation): accuracy (the verdict, 1/0; the reward where there is none) or reward (the shaped reward).")
+    staleness_eta: int | None = Field(None, ge=0, description="AReaL's staleness bound η: a batch row whose policy lag (updates since the policy that sampled it) exceeds η is dropped; null = off.")
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, v: str) -> str:
+        from gfcr.control.selectors import SELECTORS
+
+        return _known("control.selector", v, SELECTORS)  # type: ignore[return-value]
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        from gfcr.control.policies import GROUP_POLICIES
+
+        return _known("control.group", v, GROUP_POLICIES)
 
 
 class ReplayConfig(_Strict):
-    buffer: str | None = Field(None, description="Replay buffer name in gfcr.replay (fifo, repo, exgrpo, ar3po, retrieval); null = no replay.")
+    buffer: str | None = Field(None, description="Replay buffer in gfcr.replay (fifo, repo, exgrpo, ar3po); null = no replay. ar3po also turns on control.group ar3po (its staged rollout) unless another group policy is named.")
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the buffer.")
-    per_step: int = Field(0, ge=0, description="Replayed rollouts mixed into each update.")
+    per_step: int = Field(0, ge=0, description="fifo only: past rollouts mixed into each update (RePO replays num_replays per batch prompt, ExGRPO mix_ratio of the prompts, AR3PO one per all-wrong group).")
+
+    @field_validator("buffer")
+    @classmethod
+    def _buffer(cls, v: str | None) -> str | None:
+        from gfcr.replay.buffers import BUFFERS
+
+        return _known("replay.buffer", v, BUFFERS)
 
 
 class LossConfig(_Strict):
@@ -84,7 +163,8 @@ class LossConfig(_Strict):
     clip_high: float = Field(0.2, ge=0.0, le=10.0, description="Upper clip range ε_high (DAPO clip-higher uses 0.28).")
     norm_len: int | None = Field(None, ge=1, description="Constant length for seq-mean-token-sum-norm (default: generate.max_tokens).")
     kl_coef: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the initial (reference) policy; 0 = no reference model.")
-    tis_cap: float | None = Field(None, gt=0.0, description="Truncated importance-weight cap for stale/replayed rollouts (AReaL decoupled loss); null = off.")
+    tis_cap: float | None = Field(None, gt=0.0, description="Cap of the behaviour importance weight exp(proximal − behaviour) for stale/replayed rollouts (AReaL decoupled loss); null = off.")
+    tis_mode: Literal["mask", "clamp"] = Field("mask", description="mask (AReaL: tokens whose weight exceeds tis_cap get weight 0) or clamp (truncated IS: min(weight, tis_cap)).")
     mask_truncated: bool = Field(False, description="DAPO overlong filtering: rollouts that hit max_tokens get no loss.")
 
 
@@ -103,13 +183,11 @@ class CheckpointConfig(_Strict):
     keep_last: int = Field(1, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
 
 
-class EvalConfig(_Strict):
+class TrainEvalConfig(_EvalConfig):
+    """When to evaluate, plus the shared eval sampling (k, greedy, max_tokens = generate.max_tokens when None, temperature)."""
+
     before: bool = Field(False, description="Evaluate the policy on held-out prompts before training.")
     after: bool = Field(False, description="Evaluate the policy on held-out prompts after training.")
-    k: int = Field(4, ge=0, description="Samples per prompt for pass@k / avg@k (0 = greedy only).")
-    greedy: bool = Field(True, description="Also compute greedy pass@1.")
-    max_tokens: int | None = Field(None, ge=1, description="New tokens per eval sample (default: generate.max_tokens).")
-    temperature: float = Field(0.7, gt=0.0, description="Sampling temperature for pass@k.")
 
 
 class TrainConfig(_Strict):
@@ -121,8 +199,8 @@ class TrainConfig(_Strict):
     model: str = Field("default", description="Policy model: an HF directory/name, or 'default' (SmolLM2-135M-Instruct).")
     device: str = Field("cpu", description="torch device for training and hf generation.")
     steps: int = Field(20, ge=1, description="Training steps (each: select → generate → verify → signals → control → replay → append → update → observe → checkpoint).")
-    tasks: list[TaskConfig] = Field(default_factory=lambda: [TaskConfig()], description="Task sources; their train prompts form the pool.")
-    generate: GenerateConfig = Field(default_factory=GenerateConfig, description="Generation.")
+    tasks: list[TrainTaskConfig] = Field(default_factory=lambda: [TrainTaskConfig()], description="Task sources; their train prompts form the pool.")
+    generate: TrainGenerateConfig = Field(default_factory=TrainGenerateConfig, description="Generation.")
     verify: VerifyConfig = Field(default_factory=VerifyConfig, description="Outcome verification.")
     signals: SignalsConfig = Field(default_factory=SignalsConfig, description="Filter signals (advantages, shaping).")
     control: ControlConfig = Field(default_factory=ControlConfig, description="Prompt selection and group control.")
@@ -130,7 +208,7 @@ class TrainConfig(_Strict):
     loss: LossConfig = Field(default_factory=LossConfig, description="Policy-gradient loss.")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
-    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation around training.")
+    eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig, description="Held-out evaluation around training.")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard when the tensorboard package is installed.")
 
     @model_validator(mode="after")
@@ -139,8 +217,23 @@ class TrainConfig(_Strict):
             self.loss.norm_len = self.generate.max_tokens
         if self.eval.max_tokens is None:
             self.eval.max_tokens = self.generate.max_tokens
-        if self.replay.per_step and not self.replay.buffer:
-            raise ValueError("replay.per_step > 0 needs replay.buffer (a buffer name)")
+        if self.replay.per_step and self.replay.buffer != "fifo":
+            raise ValueError("replay.per_step is the fifo buffer's count; set replay.buffer: fifo, or use the buffer's own "
+                             "params (repo: num_replays, exgrpo: mix_ratio; ar3po injects one per all-wrong group)")
+        if self.replay.buffer == "fifo":
+            self.replay.params.setdefault("per_step", self.replay.per_step)
+        if self.replay.buffer == "ar3po" and self.control.group is None:
+            self.control.group = "ar3po"  # AR3PO = staged rollout + response reuse
+        if self.replay.buffer == "exgrpo":
+            self.replay.params.setdefault("group_size", self.generate.k)
+        s = self.signals
+        if s.advantage is None:
+            s.advantage = "treerl" if self.generate.topology == "tree" else "reward" if s.adapt_think else "grpo"
+        if s.length_reward and s.adapt_think:
+            raise ValueError("signals.length_reward and signals.adapt_think both replace the correctness reward; choose one")
+        if self.generate.topology == "tree" and self.control.group in ("gfpo", "adaptive_k", "ar3po"):
+            raise ValueError(f"control.group {self.control.group!r} changes a group's members or size, which a tree's "
+                             "shape (m, n, l, t) fixes: use dynamic_sampling (whole trees) or no group policy")
         if not self.tasks:
             raise ValueError("tasks: name at least one task source")
         if self.signals.length_params and not self.signals.length_reward:

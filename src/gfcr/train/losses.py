@@ -24,7 +24,15 @@ Departures: the k3 KL (``ref/π − log(ref/π) − 1``, Schulman's estimator as
 the loss per token and aggregated with the same mode as the policy term. Truncated importance
 sampling for stale/replayed rollouts follows AReaL's decoupled objective (arXiv 2505.24298): when
 ``proximal_logp`` is given the PPO ratio is taken against it and each token is additionally weighted
-by ``min(exp(proximal − behaviour), tis_cap)`` (detached).
+by ``w = exp(proximal − behaviour)`` (detached): ``tis_mode="mask"`` (AReaL's rule,
+``realhf/impl/model/utils/ppo_functional.py`` ``actor_loss_fn``: ``behav_mask = w <= cap``,
+``w = where(behav_mask, w, 0)``, the denominator unchanged) drops tokens whose weight exceeds the
+cap; ``tis_mode="clamp"`` keeps them at ``min(w, cap)`` (truncated IS).
+
+Per-row forms (one loss for every method of the batch): ``sample_weight`` ``[B]`` multiplies a
+row's per-token loss (RePO's ``off_policy_loss_coef`` on replayed rows); ``shaping`` ``[B]`` with
+``γ > 0`` switches a row to ExGRPO's shaped, unclipped term ``−A·f(w)``, ``f(w) = w/(w+γ)``,
+``w = exp(logp − behaviour)`` (ElliottYan/LUFFY ``ExGRPO/.../mix_core_alg.py`` L133–143, L189).
 """
 
 from __future__ import annotations
@@ -48,6 +56,25 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tenso
     lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
     picked = lp.gather(-1, input_ids[:, 1:].long().unsqueeze(-1)).squeeze(-1)
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+
+
+def masked_nll(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean next-token NLL over exactly the masked-in target tokens (masked SFT, ROSS's objective).
+
+    Shapes: ``logits [B, T, V]``, ``input_ids [B, T]``, ``loss_mask [B, T]`` (1 = token ``t`` is a
+    target, predicted from positions ``< t``). Returns ``(loss, n_tokens)``; ``loss`` is
+    ``sum_t mask[t] * -log p(x_t | x_<t) / sum_t mask[t]`` (0 when nothing is masked in), with the
+    log-probs of :func:`token_logprobs`. Position 0 can never be a target (nothing precedes it).
+    Masked-out tokens contribute exactly zero loss and gradient.
+
+    Example: one sequence whose two targets have p = 0.5 and 0.25 → loss = (ln 2 + ln 4) / 2.
+    """
+    lp = token_logprobs(logits, input_ids)
+    m = loss_mask.to(lp.dtype).clone()
+    m[:, 0] = 0
+    n = m.sum()
+    nll = torch.where(m > 0, -lp, torch.zeros_like(lp))
+    return nll.sum() / n.clamp_min(1.0), n
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -107,14 +134,21 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1.0
 
 
-def truncated_is_weight(proximal_logp: torch.Tensor, behaviour_logp: torch.Tensor, cap: float) -> torch.Tensor:
-    """Detached truncated importance weight ``min(exp(proximal − behaviour), cap)``, ``[B, T]``.
+def truncated_is_weight(proximal_logp: torch.Tensor, behaviour_logp: torch.Tensor, cap: float,
+                        mode: Literal["mask", "clamp"] = "mask") -> torch.Tensor:
+    """Detached behaviour importance weight ``w = exp(proximal − behaviour)`` with a cap, ``[B, T]``.
 
     Corrects for the gap between the policy that sampled a stale or replayed rollout (behaviour) and
-    the policy at the start of this update (proximal). Example: proximal ``log 0.6``, behaviour
-    ``log 0.2``, cap 2 → ``min(3, 2) = 2``.
+    the policy at the start of this update (proximal). ``mask`` (AReaL): ``w`` if ``w <= cap`` else 0;
+    ``clamp``: ``min(w, cap)``. Example: proximal ``log 0.6``, behaviour ``log 0.2`` (w = 3), cap 2 →
+    mask 0, clamp 2; with behaviour ``log 0.4`` (w = 1.5) both give 1.5.
     """
-    return torch.exp(proximal_logp - behaviour_logp).clamp(max=cap).detach()
+    w = torch.exp(proximal_logp - behaviour_logp)
+    if mode == "mask":
+        return torch.where(w <= cap, w, torch.zeros_like(w)).detach()
+    if mode == "clamp":
+        return w.clamp(max=cap).detach()
+    raise ValueError(f"tis_mode must be 'mask' or 'clamp', got {mode!r}")
 
 
 @dataclass
@@ -145,6 +179,9 @@ def policy_gradient_loss(
     kl_coef: float = 0.0,
     proximal_logp: torch.Tensor | None = None,
     tis_cap: float | None = None,
+    tis_mode: Literal["mask", "clamp"] = "mask",
+    sample_weight: torch.Tensor | None = None,
+    shaping: torch.Tensor | None = None,
 ) -> LossOutput:
     """Clipped policy-gradient loss (to minimise).
 
@@ -152,9 +189,10 @@ def policy_gradient_loss(
     ``mask`` ``[B, T]``; ``advantages`` ``[B]`` (one per sequence) or ``[B, T]``.
 
     Per token: ``r = exp(logp − old)`` with ``old = proximal_logp`` if given else ``behaviour_logp``;
-    ``ℓ = −min(r·A, clip(r, 1 − clip_low, 1 + clip_high)·A)``; if ``tis_cap`` is set (requires
-    ``proximal_logp``), ``ℓ *= min(exp(proximal − behaviour), tis_cap)``; if ``kl_coef > 0``,
-    ``ℓ += kl_coef · k3(logp, ref_logp)``. The loss is ``aggregate(ℓ, mask, agg, ...)``.
+    ``ℓ = −min(r·A, clip(r, 1 − clip_low, 1 + clip_high)·A)``; rows with ``shaping[b] = γ > 0`` take
+    ``ℓ = −A·w/(w+γ)``, ``w = exp(logp − behaviour)`` instead; if ``tis_cap`` is set (requires
+    ``proximal_logp``), ``ℓ *=`` :func:`truncated_is_weight` (``tis_mode``); ``ℓ *= sample_weight[b]``;
+    if ``kl_coef > 0``, ``ℓ += kl_coef · k3(logp, ref_logp)``. The loss is ``aggregate(ℓ, mask, agg, ...)``.
 
     With ``r ≡ 1`` (``old = logp.detach()``) the gradient equals the vanilla policy gradient of
     ``aggregate(−A·logp)``.
@@ -172,9 +210,19 @@ def policy_gradient_loss(
     surr1 = ratio * adv
     surr2 = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
     per_token = -torch.minimum(surr1, surr2)
+    if shaping is not None and bool((shaping > 0).any()):
+        gam = shaping.to(logp.dtype)[:, None].expand_as(logp)
+        w_b = torch.exp(torch.where(m, logp - behaviour_logp.detach(), zeros))
+        shaped = -adv * w_b / (w_b + gam.clamp(min=1e-12))
+        per_token = torch.where(gam > 0, shaped, per_token)
     if tis_cap is not None:
-        w = truncated_is_weight(torch.where(m, proximal_logp, zeros), torch.where(m, behaviour_logp, zeros), tis_cap)
+        w = truncated_is_weight(torch.where(m, proximal_logp, zeros), torch.where(m, behaviour_logp, zeros), tis_cap,
+                                tis_mode)
+        if shaping is not None:  # a shaped row already weighs π_θ against its behaviour policy
+            w = torch.where(shaping.to(logp.dtype)[:, None].expand_as(w) > 0, torch.ones_like(w), w)
         per_token = per_token * w
+    if sample_weight is not None:
+        per_token = per_token * sample_weight.to(logp.dtype)[:, None]
     kl_val = 0.0
     if kl_coef > 0.0:
         if ref_logp is None:

@@ -22,7 +22,13 @@ import torch
 from gfcr.records import GENERATED, Rollout
 from gfcr.train import dist
 from gfcr.train.config import LossConfig, OptimConfig
-from gfcr.train.losses import masked_row_mean, policy_gradient_loss, token_entropy, token_logprobs
+from gfcr.train.losses import (
+    masked_row_mean,
+    policy_gradient_loss,
+    token_entropy,
+    token_logprobs,
+    truncated_is_weight,
+)
 
 
 @dataclass
@@ -34,6 +40,8 @@ class Batch:
     loss_mask: torch.Tensor
     behaviour_logp: torch.Tensor
     advantages: torch.Tensor
+    weights: torch.Tensor | None = None  # [B] loss weight per row (None = all 1)
+    shaping: torch.Tensor | None = None  # [B] ExGRPO γ per row (0 = the clipped ratio)
 
 
 Advantage = float | np.ndarray  # one per rollout, or per token (aligned to token_ids)
@@ -63,8 +71,12 @@ def _advantage_tensor(rollouts: Sequence[Rollout], advantages: Sequence[Advantag
     return out
 
 
-def collate(rollouts: Sequence[Rollout], advantages: Sequence[Advantage], pad_id: int, mask_truncated: bool = False) -> Batch:
-    """Right-pad rollouts into a :class:`Batch`; ``mask_truncated`` drops rollouts cut at max length."""
+def collate(rollouts: Sequence[Rollout], advantages: Sequence[Advantage], pad_id: int, mask_truncated: bool = False,
+            weights: Sequence[float] | None = None, shaping: Sequence[float] | None = None) -> Batch:
+    """Right-pad rollouts into a :class:`Batch`; ``mask_truncated`` drops rollouts cut at max length
+    (DAPO's overlong filter, :func:`gfcr.control.groups.overlong_mask`)."""
+    from gfcr.control.groups import overlong_mask
+
     if len(rollouts) != len(advantages):
         raise ValueError(f"{len(rollouts)} rollouts but {len(advantages)} advantages")
     B = len(rollouts)
@@ -73,15 +85,18 @@ def collate(rollouts: Sequence[Rollout], advantages: Sequence[Advantage], pad_id
     attn = torch.zeros((B, T), dtype=torch.long)
     mask = torch.zeros((B, T), dtype=torch.bool)
     blp = torch.zeros((B, T), dtype=torch.float32)
+    keep = overlong_mask([r.finish_reason for r in rollouts]) if mask_truncated else np.ones(B, dtype=np.uint8)
     for i, r in enumerate(rollouts):
         n = len(r.token_ids)
         ids[i, :n] = torch.from_numpy(np.asarray(r.token_ids, dtype=np.int64))
         attn[i, :n] = 1
-        if not (mask_truncated and r.finish_reason == "length"):
+        if keep[i]:
             mask[i, :n] = torch.from_numpy(np.asarray(r.token_role) == GENERATED)
         blp[i, :n] = torch.from_numpy(np.asarray(r.logprobs, dtype=np.float32))
     mask[:, 0] = False  # the first token has no prediction
-    return Batch(ids, attn, mask, blp, _advantage_tensor(rollouts, advantages, T))
+    w = None if weights is None or all(float(x) == 1.0 for x in weights) else torch.tensor([float(x) for x in weights])
+    sh = None if shaping is None or not any(shaping) else torch.tensor([float(x or 0.0) for x in shaping])
+    return Batch(ids, attn, mask, blp, _advantage_tensor(rollouts, advantages, T), w, sh)
 
 
 class PolicyTrainer:
@@ -153,28 +168,33 @@ class PolicyTrainer:
         self.model.train(was_training)
         return torch.cat(out).numpy().astype(np.float64)
 
-    def update(self, rollouts: Sequence[Rollout], advantages: Sequence[Advantage]) -> dict[str, float]:
-        """Train on the rollouts; returns statistics (last epoch).
+    def update(self, rollouts: Sequence[Rollout], advantages: Sequence[Advantage], weights: Sequence[float] | None = None,
+               shaping: Sequence[float | None] | None = None) -> dict[str, float]:
+        """Train on the rollouts; returns statistics (last epoch). ``weights`` (loss weight per row) and
+        ``shaping`` (ExGRPO γ per row; None/0 = the clipped ratio) come from the batch's ``TrainItem`` s.
 
         The batch is cut, in order, into PPO mini-batches of ``optim.mini_batch`` rollouts (``None``:
-        the whole batch is one), and each epoch takes one optimizer step per mini-batch, each with its
-        own mini-batch's denominators (token and sequence counts); ``micro_batch`` only splits the
-        forward/backward inside a step. So ``epochs × mini-batches`` optimizer steps in all
-        (``n_optimizer_steps``); after the first, the policy has moved and the clipped ratio matters.
-        ``kl``, ``clip_frac``, ``ratio_mean`` and ``entropy`` are means over the generated tokens of
-        the rollouts run forward in the last epoch (those with a non-zero advantage, or all when
-        ``kl_coef > 0``); ``grad_norm`` is the mean over its steps. A mini-batch whose advantages are
-        all 0 takes no step; a batch with none to take reports ``skipped = 1``.
+        the whole batch is one); each epoch takes one optimizer step per mini-batch with that
+        mini-batch's denominators; ``micro_batch`` only splits the forward/backward inside a step
+        (``n_optimizer_steps = epochs × mini-batches``). ``kl``, ``clip_frac``, ``ratio_mean`` and
+        ``entropy`` are means over the generated tokens of the rollouts run forward in the last epoch
+        (non-zero advantage, or all when ``kl_coef > 0``); ``grad_norm`` is the mean over its steps. A
+        mini-batch whose advantages are all 0 takes no step; with none to take, ``skipped = 1``.
         """
         self.last_importance_weight = np.full(len(rollouts), np.nan)
         if not rollouts:
             return {}
         lc, oc = self.loss_cfg, self.optim_cfg
+        def batch_of(rows: Sequence[int]) -> Batch:
+            return collate([rollouts[i] for i in rows], [advantages[i] for i in rows], self.pad_id, lc.mask_truncated,
+                           None if weights is None else [weights[i] for i in rows],
+                           None if shaping is None else [shaping[i] for i in rows])
+
         size = oc.mini_batch or len(rollouts)
         chunks = [list(range(s, min(s + size, len(rollouts)))) for s in range(0, len(rollouts), size)]
         n_tok_all, plans = 0.0, []
         for c in chunks:
-            full = collate([rollouts[i] for i in c], [advantages[i] for i in c], self.pad_id, lc.mask_truncated)
+            full = batch_of(c)
             n_tok = float(full.loss_mask.sum())
             n_tok_all += n_tok
             # Rollouts with advantage 0 add exactly zero loss and gradient when there is no KL term: they
@@ -191,8 +211,7 @@ class PolicyTrainer:
         batches = []
         for live, n_tok, n_seq in plans:
             mine = dist.shard(live)  # data parallel: this rank's rows (all of them in one process)
-            batch = (collate([rollouts[i] for i in mine], [advantages[i] for i in mine], self.pad_id, lc.mask_truncated)
-                     if mine else None)
+            batch = batch_of(mine) if mine else None
             ref = self._logp_no_grad(self.ref_model, batch, mb) if lc.kl_coef > 0 and batch is not None else None
             prox = self._logp_no_grad(self.model, batch, mb) if lc.tis_cap is not None and batch is not None else None
             batches.append((live, mine, batch, n_tok, n_seq, ref, prox))
@@ -264,6 +283,9 @@ class PolicyTrainer:
                 kl_coef=lc.kl_coef,
                 proximal_logp=None if prox is None else prox[sl].to(dev),
                 tis_cap=lc.tis_cap,
+                tis_mode=lc.tis_mode,
+                sample_weight=None if batch.weights is None else batch.weights[sl].to(dev),
+                shaping=None if batch.shaping is None else batch.shaping[sl].to(dev),
             )
             out.loss.backward()
             with torch.no_grad():
@@ -272,7 +294,7 @@ class PolicyTrainer:
                 if record_iw:
                     w = torch.exp(logp.detach() - batch.behaviour_logp[sl].to(dev))
                     if lc.tis_cap is not None:
-                        w = w.clamp(max=lc.tis_cap)
+                        w = truncated_is_weight(logp.detach(), batch.behaviour_logp[sl].to(dev), lc.tis_cap, lc.tis_mode)
                     row_iw.append(masked_row_mean(w, m).cpu())
             acc["loss"] += float(out.loss.detach())
             acc["pg_loss"] += out.pg_loss

@@ -6,12 +6,16 @@ name       class
 ``hf``     :class:`HFEngine` (transformers, CPU/GPU, exact behaviour log-probs)
 ``openai`` :class:`OpenAIEngine` (any OpenAI-compatible server, e.g. ``gfcr serve``)
 ``vllm``   :class:`VLLMEngine` (offline ``vllm.LLM``; extra ``gfcr[vllm]``, GPU)
-``ray``    :class:`gfcr.scale.engine.RayEngine` (hf/vllm engines in Ray actors; extra ``gfcr[ray]``)
 =========  =====================================================================
+
+Engines of rooms above Generate (``ray``: :class:`gfcr.scale.engine.RayEngine`) are not listed
+here: the composer that wants them passes them in (``make_engine(name, engines={"ray": RayEngine})``;
+the training loop and the ``gfcr generate`` command do).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gfcr.generate.engines.base import Engine, GenRequest, GenResult, SamplingParams, TokenizingEngine
@@ -20,25 +24,21 @@ ENGINES: dict[str, str] = {
     "hf": "gfcr.generate.engines.hf:HFEngine",
     "openai": "gfcr.generate.engines.openai:OpenAIEngine",
     "vllm": "gfcr.generate.engines.vllm:VLLMEngine",
-    "ray": "gfcr.scale.engine:RayEngine",
 }
 
 
-def engine_class(name: str) -> type:
-    """The engine class registered under ``name`` (or an import path ``pkg.mod:Class``)."""
-    import importlib
+def engine_class(name: str, engines: Mapping[str, Any] | None = None) -> type:
+    """The engine class named ``name`` in :data:`ENGINES` (plus ``engines``, a composer's own), or
+    an import path ``pkg.mod:Class``."""
+    from gfcr.config import resolve_object
 
-    target = ENGINES.get(name, name)
-    if ":" not in target:
-        raise ValueError(f"unknown engine {name!r}; choose one of {sorted(ENGINES)} or give 'pkg.module:Class'")
-    mod, _, cls = target.partition(":")
-    return getattr(importlib.import_module(mod), cls)
+    return resolve_object(name, {**ENGINES, **(engines or {})}, "engine")
 
 
-def make_engine(name: str = "hf", **kw: Any) -> Engine:
+def make_engine(name: str = "hf", engines: Mapping[str, Any] | None = None, **kw: Any) -> Engine:
     """Build an engine by name: ``make_engine("hf", model="default")``,
     ``make_engine("openai", base_url="http://127.0.0.1:8000/v1", model="m")``."""
-    return engine_class(name)(**kw)
+    return engine_class(name, engines)(**kw)
 
 
 def __getattr__(name: str) -> Any:  # lazy: importing the package must not import torch/httpx

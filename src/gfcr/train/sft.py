@@ -1,8 +1,9 @@
 """Masked SFT: teacher-forced cross-entropy on the supervised tokens only (ROSS's objective).
 
 ROSS (arXiv 2609.35954) keeps the whole historical trajectory as context and applies the loss
-only to selected model-generated tokens. :func:`masked_nll` is that loss as a pure function;
-:func:`train_masked_sft` is a small torch loop around it: length-grouped batches (rows sorted by
+only to selected model-generated tokens. :func:`gfcr.train.losses.masked_nll` is that loss as a
+pure function, beside the policy-gradient losses; :func:`train_masked_sft` is a small torch loop
+around it (ROSS's train stage calls it): length-grouped batches (rows sorted by
 length, cut into batches, batch order shuffled each epoch) with right padding, AdamW, gradient
 clipping, a linear warm-up. Departure: the paper's batch size, learning rate and packing are not
 public; the defaults here are sized for a 135M model on CPU (the seed's 3 epochs kept).
@@ -25,26 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-
-def masked_nll(logits: Any, input_ids: Any, loss_mask: Any) -> tuple[Any, Any]:
-    """Mean next-token NLL over exactly the masked-in target tokens.
-
-    Shapes: ``logits [B, T, V]``, ``input_ids [B, T]``, ``loss_mask [B, T]`` (1 = token ``t`` is a
-    target, predicted from positions ``< t``). Returns ``(loss, n_tokens)``; ``loss`` is
-    ``sum_t mask[t] * -log p(x_t | x_<t) / sum_t mask[t]`` (0 when nothing is masked in).
-    Position 0 can never be a target (nothing precedes it).
-
-    Example: one sequence whose two targets have p = 0.5 and 0.25 → loss = (ln 2 + ln 4) / 2.
-    """
-    import torch
-
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    tgt = input_ids[:, 1:].long()
-    m = loss_mask[:, 1:].to(logp.dtype)
-    nll = -logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-    n = m.sum()
-    return (nll * m).sum() / n.clamp_min(1.0), n
 
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[list[int]]:
@@ -230,7 +211,7 @@ def train_masked_sft(
     packing: bool = False,
     max_tokens_per_row: int = 1024,
 ) -> SFTResult:
-    """Train ``model`` (a causal LM, modified in place) on ``rows`` with :func:`masked_nll`.
+    """Train ``model`` (a causal LM, modified in place) on ``rows`` with :func:`~gfcr.train.losses.masked_nll`.
 
     ``rows``: dicts with ``input_ids`` and ``loss_mask`` (as written by :mod:`gfcr.ross.build`).
     Saves model (and ``tokenizer``) to ``out_dir`` if given (a new folder).
@@ -240,6 +221,8 @@ def train_masked_sft(
     tokens either way. Packing needs an attention implementation that takes a 4D mask (eager, sdpa).
     """
     import torch
+
+    from gfcr.train.losses import masked_nll
 
     if not rows:
         raise ValueError("no training rows")
@@ -325,6 +308,8 @@ class NLLStats:
 def mean_token_nll(model: Any, rows: Sequence[dict[str, Any]], pad_id: int, batch_size: int = 8) -> NLLStats:
     """Mean per-token NLL of the masked-in tokens of ``rows`` under ``model`` (compatibility)."""
     import torch
+
+    from gfcr.train.losses import masked_nll
 
     tot, n = 0.0, 0
     model.eval()

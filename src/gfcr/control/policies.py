@@ -1,0 +1,227 @@
+"""Group policies (Control): how many samples each prompt gets, how many sampling rounds run, and
+which samples of a group survive into the batch. The training loop and the simulator call them
+through :class:`GroupPolicy` without knowing which method is behind it.
+
+A policy drives a :class:`Sampler` (the caller's: the loop's selects prompts and runs
+generate → verify → reward; the simulator's samples a model-free world) and returns a
+:class:`Collected` (every generated group, the surviving groups, counters). Decisions read
+``decide(rollout)``: the verdict (:func:`gfcr.records.accuracy`) by default, the shaped
+reward with ``decide_on="reward"``.
+
+=====================  ===============================================================================
+name                   rule
+=====================  ===============================================================================
+``single`` (default)   one round: ``n`` prompts × K samples, every group survives
+``adaptive_k``         :class:`~gfcr.control.groups.AdaptiveK`: the ``n·K`` budget split by each
+                       prompt's Beta(1 + verified, 1 + failed) posterior over the run's earlier rollouts
+``dynamic_sampling``   DAPO (arXiv 2503.14476): rounds of ``gen_prompts`` prompts until
+                       ``train_prompts`` groups whose *accuracy* varies (verl recipe
+                       ``dapo_ray_trainer.py``: ``filter_groups.metric: acc``), at most
+                       ``max_num_gen_batches`` rounds
+``gfpo``               GFPO (arXiv 2508.09726): sample K, keep the ``k`` shortest (or most accurate
+                       per token); advantages are then normalised over the survivors only
+``ar3po``              AR3PO's adaptive rollout (arXiv 2509.25808): ``stages`` rounds of
+                       ``per_stage`` samples, a prompt stops being sampled once one is correct; its
+                       stages form one group
+=====================  ===============================================================================
+
+Table :data:`GROUP_POLICIES`; factory :func:`make_group_policy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from gfcr.control.groups import AdaptiveK, DynamicSampling, gfpo_keep
+from gfcr.records import Rollout, accuracy
+
+Group = list[Rollout]
+
+
+def decider(decide_on: str) -> Callable[[Rollout], float]:
+    """What Control decisions read: ``accuracy`` (the verdict; default) or ``reward`` (the shaped reward)."""
+    if decide_on == "accuracy":
+        return accuracy
+    if decide_on == "reward":
+        return lambda r: float(r.reward)
+    raise ValueError(f"decide_on must be 'accuracy' or 'reward', got {decide_on!r}")
+
+
+class Sampler(Protocol):
+    """What a group policy drives: prompt selection and one generation round."""
+
+    def select(self, n: int) -> list[str]: ...
+
+    def generate(self, prompt_ids: Sequence[str], sizes: Mapping[str, int]) -> list[Group]: ...
+
+
+@dataclass
+class Collected:
+    """One step's collection: every generated group, the surviving groups, and counters."""
+
+    generated: list[Group]
+    kept: list[Group]
+    info: dict[str, float] = field(default_factory=dict)
+
+
+class GroupPolicy(Protocol):
+    decide: Callable[[Rollout], float]  # what its decisions read (the loop's selector observes the same)
+
+    def collect(self, sampler: Sampler, n_prompts: int, k: int) -> Collected: ...
+
+    def observe(self, generated: Sequence[Group]) -> None: ...
+
+
+class _Stateless:
+    decide: Callable[[Rollout], float] = staticmethod(accuracy)
+
+    def observe(self, generated: Sequence[Group]) -> None:
+        return None
+
+
+class SingleRound(_Stateless):
+    """One round of ``n`` prompts × K samples; every group survives."""
+
+    def __init__(self, decide_on: str = "accuracy"):
+        self.decide = decider(decide_on)
+
+    def collect(self, sampler: Sampler, n_prompts: int, k: int) -> Collected:
+        pids = sampler.select(n_prompts)
+        groups = sampler.generate(pids, {p: k for p in pids})
+        return Collected(groups, list(groups))
+
+
+class AdaptiveKPolicy:
+    """K per prompt from :class:`AdaptiveK` over each prompt's Beta(1 + verified, 1 + failed)
+    posterior; ``observe`` adds a step's outcomes (rebuilt from the store on resume)."""
+
+    def __init__(self, k_min: int = 2, k_max: int = 16, decide_on: str = "accuracy"):
+        self.alloc = AdaptiveK(k_min, k_max)
+        self.decide = decider(decide_on)
+        self.outcomes: dict[str, tuple[int, int]] = {}
+
+    def sizes(self, prompt_ids: Sequence[str], k: int) -> dict[str, int]:
+        a = np.array([1.0 + self.outcomes.get(p, (0, 0))[0] for p in prompt_ids])
+        b = np.array([1.0 + self.outcomes.get(p, (0, 0))[1] for p in prompt_ids])
+        ks = self.alloc.allocate(a, b, len(prompt_ids) * k)
+        return {p: int(n) for p, n in zip(prompt_ids, ks, strict=True)}
+
+    def collect(self, sampler: Sampler, n_prompts: int, k: int) -> Collected:
+        pids = sampler.select(n_prompts)
+        groups = sampler.generate(pids, self.sizes(pids, k))
+        sizes = [len(g) for g in groups] or [0]
+        return Collected(groups, list(groups), {"k_min": float(min(sizes)), "k_max": float(max(sizes)),
+                                                "k_mean": float(np.mean(sizes))})
+
+    def observe(self, generated: Sequence[Group]) -> None:
+        for g in generated:
+            for r in g:
+                ok, bad = self.outcomes.get(r.prompt_id, (0, 0))
+                v = self.decide(r)
+                self.outcomes[r.prompt_id] = (ok + int(v >= 0.5), bad + int(v < 0.5))
+
+
+class DynamicSamplingPolicy(_Stateless):
+    """DAPO dynamic sampling over :class:`DynamicSampling`, deciding on ``decide`` (accuracy).
+
+    ``train_prompts`` / ``gen_prompts`` default to the step's ``n`` prompts (verl's recipe draws
+    3× as many per round; set ``gen_prompts`` for that).
+    """
+
+    def __init__(self, train_prompts: int | None = None, gen_prompts: int | None = None,
+                 max_num_gen_batches: int = 10, decide_on: str = "accuracy"):
+        self.train_prompts, self.gen_prompts, self.max_rounds = train_prompts, gen_prompts, max_num_gen_batches
+        self.decide = decider(decide_on)
+
+    def collect(self, sampler: Sampler, n_prompts: int, k: int) -> Collected:
+        ds = DynamicSampling(self.train_prompts or n_prompts, self.gen_prompts or n_prompts, self.max_rounds)
+        generated: list[Group] = []
+
+        def one_round(n: int) -> list[Group]:
+            pids = sampler.select(n)
+            groups = sampler.generate(pids, {p: k for p in pids})
+            generated.extend(groups)
+            return groups
+
+        res = ds.collect(one_round, rewards_of=lambda g: [self.decide(r) for r in g])
+        return Collected(generated, res.groups, {"ds_rounds": float(res.n_gen_batches),
+                                                 "ds_reached_target": float(res.reached_target)})
+
+
+class GFPOPolicy(_Stateless):
+    """GFPO: keep :func:`gfpo_keep` of each group (``length``: shortest; ``token_efficiency``:
+    highest accuracy per token); ``adaptive`` picks k from the group's mean accuracy."""
+
+    def __init__(self, k: int = 8, metric: str = "length", adaptive: bool = False,
+                 adaptive_k: Sequence[int] = (4, 6, 8, 8), bins: Sequence[float] = (0.75, 0.5, 0.25),
+                 decide_on: str = "accuracy"):
+        from gfcr.control.groups import GFPO
+
+        self.rule = GFPO(k, metric, adaptive, adaptive_k, bins)
+        self.decide = decider(decide_on)
+
+    def survivors(self, g: Group) -> Group:
+        acc = [self.decide(r) for r in g]
+        k = min(self.rule.k_for(acc), len(g))
+        return [g[i] for i in sorted(gfpo_keep(acc, [r.n_generated for r in g], k, self.rule.metric).tolist())]
+
+    def collect(self, sampler: Sampler, n_prompts: int, k: int) -> Collected:
+        pids = sampler.select(n_prompts)
+        groups = sampler.generate(pids, {p: k for p in pids})
+        return Collected(groups, [self.survivors(g) for g in groups])
+
+
+class AR3POPolicy(_Stateless):
+    """AR3PO adaptive rollout: ``stages`` rounds of ``per_stage`` samples (default K); prompts with a
+    correct sample leave the pool. A prompt's stages become one group (its first stage's
+    ``group_id``, sample indices continued). Stage count and size are NOT FOUND in the paper's
+    public text; defaults are ours."""
+
+    def __init__(self, stages: int = 2, per_stage: int | None = None, decide_on: str = "accuracy"):
+        if stages < 1:
+            raise ValueError("ar3po: stages must be >= 1")
+        self.stages, self.per_stage = stages, per_stage
+        self.decide = decider(decide_on)
+
+    def collect(self, sampler: Sampler, n_prompts: int, k: int) -> Collected:
+        per = self.per_stage or k
+        pids = sampler.select(n_prompts)
+        merged: dict[str, Group] = {}
+        todo = list(pids)
+        rounds = 0
+        for _ in range(self.stages):
+            if not todo:
+                break
+            rounds += 1
+            for g in sampler.generate(todo, {p: per for p in todo}):
+                first = merged.setdefault(g[0].prompt_id, [])
+                for r in g:
+                    if first:
+                        r.group_id, r.sample_index = first[0].group_id, len(first)
+                    first.append(r)
+            todo = [p for p in todo if not any(self.decide(r) >= 0.5 for r in merged.get(p, []))]
+        groups = [merged[p] for p in pids if p in merged]
+        return Collected(groups, list(groups), {"ar3po_stages": float(rounds),
+                                                "samples_per_prompt": float(np.mean([len(g) for g in groups]))})
+
+
+GROUP_POLICIES: dict[str, Callable[..., Any]] = {
+    "single": SingleRound,
+    "adaptive_k": AdaptiveKPolicy,
+    "dynamic_sampling": DynamicSamplingPolicy,
+    "gfpo": GFPOPolicy,
+    "ar3po": AR3POPolicy,
+}
+
+
+def make_group_policy(name: str | None, decide_on: str = "accuracy", **params: Any) -> GroupPolicy:
+    """Build a group policy by its name in :data:`GROUP_POLICIES` (``None`` = ``single``)."""
+    try:
+        cls = GROUP_POLICIES[name or "single"]
+    except KeyError:
+        raise ValueError(f"unknown group policy {name!r}; choose one of {sorted(GROUP_POLICIES)}") from None
+    return cls(decide_on=decide_on, **params)

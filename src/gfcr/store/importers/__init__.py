@@ -1,0 +1,217 @@
+"""Bring rollouts in from the frameworks people already run: one module per framework, one driver.
+
+Every importer parses and validates *all* of a file into records before anything is written; a
+malformed input raises :class:`ImportFormatError` naming file, line (or record) and field, and the
+store is left as it was. Imports are incremental: rollout ids derive from content and source
+position, rows already stored are skipped, each file's new rows land in one commit (prompts
+first), and a store-wide lock makes two racing imports of the same dump store each rollout once.
+:func:`follow` polls a dump folder a trainer keeps writing.
+
+Formats (the per-framework modules say exactly which fields map where; docs/store.md has tables):
+``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, and
+gfcr's own ``jsonl`` / ``parquet`` (:mod:`gfcr.store.export`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from gfcr.records import RecordError, Rollout, rollouts_to_table
+from gfcr.store.core import RolloutStore, StoreError
+from gfcr.store.export import export, refuse_existing, rollout_to_json, write_new_file  # noqa: F401 - re-exported
+from gfcr.store.importers import areal, native, open_instruct, prime_rl, roll, skyrl, slime, trl, verl
+from gfcr.store.importers._common import (
+    FOLLOWING,
+    ImportFormatError,
+    ImportResult,
+    find_files,
+    load_tokenizer,
+)
+
+__all__ = ["FORMATS", "ImportFormatError", "ImportResult", "export", "follow", "import_rollouts", "load_tokenizer"]
+
+_MODULES: dict[str, ModuleType] = {
+    "verl": verl, "trl": trl, "areal": areal, "prime-rl": prime_rl, "slime": slime, "roll": roll,
+    "skyrl": skyrl, "open-instruct": open_instruct,
+}
+FORMATS: dict[str, Callable[..., ImportResult]] = {
+    **{k: m.parse for k, m in _MODULES.items()}, "jsonl": native.parse_jsonl, "parquet": native.parse_parquet,
+}
+_PATTERNS = {**{k: m.PATTERNS for k, m in _MODULES.items()}, "jsonl": ("*.jsonl",), "parquet": ("*.parquet",)}
+#: formats whose dumps hold the same rollout in two files on purpose (prime-rl: all/ and effective/)
+_DUPLICATES_EXPECTED = {"prime-rl"}
+
+
+@contextmanager
+def _import_lock(store: RolloutStore) -> Iterator[None]:
+    """An exclusive lock on the store for the check-then-write of one import, so that two imports
+    of the same dump cannot both find a rollout missing and both write it."""
+    with open(store.path / ".import.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _sorted(fmt: str, files: list[Path]) -> list[Path]:
+    order = getattr(_MODULES.get(fmt), "file_order", None)
+    return sorted(files, key=order) if order else files
+
+
+def _check(fmt: str, res: ImportResult, f: Path, seen: dict[str, Path]) -> list[Rollout]:
+    """Validate ``res``'s rollouts; drop (or refuse) ids already read from another file."""
+    out = []
+    for r in res.rollouts:
+        try:
+            r.validate()
+        except RecordError as e:
+            raise ImportFormatError(f, f"record {r.rollout_id}", e.field, str(e)) from e
+        if r.rollout_id in seen:
+            if fmt in _DUPLICATES_EXPECTED and seen[r.rollout_id] != f:
+                continue
+            raise ImportFormatError(f, f"record {r.rollout_id}", "rollout_id",
+                                    f"duplicate rollout id {r.rollout_id!r}: also read from {seen[r.rollout_id]}")
+        seen[r.rollout_id] = f
+        out.append(r)
+    return out
+
+
+def _write(store: RolloutStore, fmt: str, batches: list[tuple[Path, ImportResult, list[Rollout]]]) -> tuple[int, int]:
+    """Under the import lock: per file, skip stored ids, then prompts and the new rollouts (one
+    commit). Returns (written, skipped)."""
+    written = skipped = 0
+    inferior = getattr(_MODULES.get(fmt), "inferior_copy", None)
+    with _import_lock(store):
+        for _f, res, rs in batches:
+            if not rs:
+                continue
+            have = store.existing_ids([r.rollout_id for r in rs])
+            new = [r for r in rs if r.rollout_id not in have]
+            if have and inferior is not None:  # e.g. a prime-rl all/ copy, now seen with its advantages
+                old = store.get(sorted(have), columns=["rollout_id", "meta"]).to_pylist()
+                worse = {o["rollout_id"] for o in old if inferior(json.loads(o["meta"]))}
+                upd = [r for r in rs if r.rollout_id in worse and not inferior(r.meta)]
+                if upd:
+                    store.update(upd)
+            skipped += len(rs) - len(new)
+            if not new:
+                continue
+            pids = {r.prompt_id for r in new}
+            ps = [p for p in res.prompts if p.prompt_id in pids or fmt in ("jsonl", "parquet")]
+            if ps:
+                store.upsert_prompts(ps)
+            store.append(rollouts_to_table(new, validate=False), source=fmt)
+            written += len(new)
+    return written, skipped
+
+
+def import_rollouts(
+    store: RolloutStore,
+    fmt: str,
+    paths: list[str],
+    run_id: str | None = None,
+    tokenizer: Any | str | None = None,
+    trust_pickle: bool = False,
+    **options: Any,
+) -> ImportResult:
+    """Import what is new in ``paths``: parse and validate every file, then (under the store's
+    import lock) write each file's not-yet-stored rollouts as one commit, its prompts first.
+
+    ``options`` go to the format's parser: ``reward_columns``/``reward_weights``/``verdict_key``
+    (TRL), ``reward_key`` (slime), ``verdict_key`` (verl), ``evals`` (``"separate"`` or ``"skip"``:
+    areal, prime-rl, slime), ``vocab`` (token ids must lie below it). A re-run imports only new
+    content; the result's ``skipped`` counts rollouts already stored. On any parse error nothing is
+    written; an input with no rollouts at all is an error."""
+    if fmt not in FORMATS:
+        raise StoreError(f"unknown import format {fmt!r}; choose one of {sorted(FORMATS)}")
+    if isinstance(tokenizer, str):
+        tokenizer = load_tokenizer(tokenizer)
+    if fmt in ("jsonl", "parquet"):
+        run = run_id
+    else:
+        run = run_id or f"import-{fmt}"
+    kw: dict[str, Any] = {"tokenizer": tokenizer, "trust_pickle": trust_pickle,
+                          **{k: v for k, v in options.items() if v is not None}}
+    files = _sorted(fmt, find_files(paths, _PATTERNS[fmt]))
+    total = ImportResult(fmt, [str(f) for f in files], [], [])
+    batches = []
+    seen: dict[str, Path] = {}
+    for f in files:
+        res = FORMATS[fmt]([str(f)], run, **kw)
+        rs = _check(fmt, res, f, seen)
+        batches.append((f, res, rs))
+        total.rollouts.extend(rs)
+        total.prompts.extend(res.prompts)
+        total.notes.extend(n for n in res.notes if n not in total.notes)
+    if not total.rollouts and not FOLLOWING.get():
+        raise ImportFormatError(paths[0] if paths else "-", "input", "-",
+                                f"no rollouts found in {len(files)} file(s): empty dump?")
+    total.written, total.skipped = _write(store, fmt, batches)
+    if total.skipped and not FOLLOWING.get():
+        total.notes.append(f"{total.skipped} rollout(s) were already in the store and were skipped")
+    return total
+
+
+def follow(
+    store: RolloutStore,
+    fmt: str,
+    paths: list[str],
+    interval: float = 2.0,
+    stop: Callable[[], bool] | None = None,
+    progress: Callable[[str], None] | None = None,
+    settle: float | None = None,
+    max_polls: int | None = None,
+    **kw: Any,
+) -> ImportResult:
+    """Import ``paths`` now and again every ``interval`` seconds, each changed file's new rollouts
+    as one commit, until ``stop()`` is true (or ``max_polls`` polls). A last line still being
+    written is read next time; a file that does not parse yet (a ``.pt``/``.parquet`` being
+    written) is retried while it changed within ``settle`` seconds (default 3 × interval), then
+    its error is raised. ``progress`` receives one line per commit. Returns the totals."""
+    settle = 3 * interval if settle is None else settle
+    if isinstance(kw.get("tokenizer"), str):
+        kw["tokenizer"] = load_tokenizer(kw["tokenizer"])
+    total = ImportResult(fmt, [], [], [])
+    seen: dict[Path, tuple[int, int]] = {}
+    polls = 0
+    token = FOLLOWING.set(True)
+    try:
+        while True:
+            polls += 1
+            for f in _sorted(fmt, find_files(paths, _PATTERNS[fmt])):
+                st = f.stat()
+                sig = (st.st_size, st.st_mtime_ns)
+                if seen.get(f) == sig or st.st_size == 0:
+                    continue
+                try:
+                    res = import_rollouts(store, fmt, [str(f)], **kw)
+                except ImportFormatError:
+                    if time.time() - st.st_mtime < settle:
+                        continue  # still being written: try again next poll
+                    raise
+                seen[f] = sig
+                if str(f) not in total.files:
+                    total.files.append(str(f))
+                total.written += res.written
+                total.skipped += res.skipped
+                total.notes.extend(n for n in res.notes if n not in total.notes)
+                if res.written and progress is not None:
+                    progress(f"+{res.written} rollouts from {f} (this session: {total.written}; "
+                             f"store: {store.count()})")
+            if (stop is not None and stop()) or (max_polls is not None and polls >= max_polls):
+                return total
+            deadline = time.monotonic() + interval
+            while time.monotonic() < deadline:
+                if stop is not None and stop():
+                    return total
+                time.sleep(min(0.1, interval))
+    finally:
+        FOLLOWING.reset(token)

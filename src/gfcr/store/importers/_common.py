@@ -1,0 +1,270 @@
+"""What every importer shares: the error type, the result, file discovery, JSONL reading that names
+file/line/field for every malformed input, typed field access, integer range checks, stable ids, and
+the optional retokenization of text-only dumps."""
+
+from __future__ import annotations
+
+import contextvars
+import glob
+import hashlib
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gfcr.records import Prompt, Rollout
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+#: set while following a growing dump: a last line without its newline is a write in progress
+#: (read next time), and an empty file is a file not yet written; both are errors otherwise.
+FOLLOWING: contextvars.ContextVar[bool] = contextvars.ContextVar("gfcr_import_following", default=False)
+
+
+class ImportFormatError(ValueError):
+    """Malformed import input. The message names the file, the line or record, and the field."""
+
+    def __init__(self, path: str | os.PathLike[str], where: str, field_name: str, message: str):
+        self.path, self.where, self.field = str(path), where, field_name
+        super().__init__(f"{path}: {where}: field '{field_name}': {message}")
+
+
+@dataclass
+class ImportResult:
+    """What a parser read: rollouts and prompts, the files, notes for the user. After
+    :func:`gfcr.store.importers.import_rollouts`, ``skipped`` counts rollouts already stored and
+    ``written`` those committed now."""
+
+    format: str
+    files: list[str]
+    rollouts: list[Rollout]
+    prompts: list[Prompt]
+    notes: list[str] = field(default_factory=list)
+    skipped: int = 0
+    written: int = 0
+
+    @property
+    def tokens_source(self) -> str:
+        srcs = {r.tokens_source for r in self.rollouts}
+        return ",".join(sorted(srcs)) or "-"
+
+
+def find_files(paths: list[str], patterns: tuple[str, ...], exclude_dirs: tuple[str, ...] = ()) -> list[Path]:
+    """Files named by ``paths``; a directory is searched recursively for ``patterns``, skipping any
+    file below a folder named in ``exclude_dirs``."""
+    out: list[Path] = []
+    for p in paths:
+        pp = Path(p)
+        if pp.is_dir():
+            found = sorted({Path(f) for pat in patterns for f in glob.glob(str(pp / "**" / pat), recursive=True)})
+            found = [f for f in found if not set(f.relative_to(pp).parts[:-1]) & set(exclude_dirs)]
+            if not found and not FOLLOWING.get():
+                raise ImportFormatError(pp, "directory", "-", f"no files matching {patterns} found")
+            out.extend(found)
+        elif pp.exists():
+            out.append(pp)
+        else:
+            raise ImportFormatError(pp, "path", "-", "no such file or directory")
+    return out
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line. Each line must be UTF-8 JSON holding an
+    object; anything else raises :class:`ImportFormatError` naming the line. An empty file is an
+    error (unless following a growing dump, where a last line without its newline is skipped)."""
+    following = FOLLOWING.get()
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.strip() and not following:
+        raise ImportFormatError(path, "file", "-", "empty: no records")
+    lines = data.split(b"\n")
+    last_complete = data.endswith(b"\n")
+    for i, raw in enumerate(lines, start=1):
+        if i == len(lines) and following and not last_complete:
+            return  # a line being written right now; read it next time
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ImportFormatError(path, f"line {i}", "-", f"not UTF-8 text (byte {e.start}: {raw[e.start:e.start + 1]!r})") from e
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ImportFormatError(path, f"line {i}", "-", f"not valid JSON ({e.msg}); truncated line?") from e
+        except RecursionError as e:
+            raise ImportFormatError(path, f"line {i}", "-", "JSON nested too deeply") from e
+        if not isinstance(obj, dict):
+            raise ImportFormatError(path, f"line {i}", "-", f"expected a JSON object, got {type(obj).__name__}")
+        yield i, obj
+
+
+def req(obj: dict[str, Any], key: str, types: type | tuple[type, ...], path: Path, where: str) -> Any:
+    """``obj[key]``, which must exist and be of ``types`` (bool is never an int here unless asked)."""
+    if key not in obj:
+        raise ImportFormatError(path, where, key, "missing")
+    v = obj[key]
+    tt = types if isinstance(types, tuple) else (types,)
+    if not isinstance(v, tt) or (isinstance(v, bool) and bool not in tt):
+        tn = "/".join(t.__name__ for t in tt)
+        raise ImportFormatError(path, where, key, f"expected {tn}, got {type(v).__name__} ({str(v)[:40]!r})")
+    return v
+
+
+def num(obj: dict[str, Any], key: str, path: Path, where: str) -> float:
+    """A finite number."""
+    v = req(obj, key, (int, float), path, where)
+    if not math.isfinite(float(v)):
+        raise ImportFormatError(path, where, key, f"must be finite, got {v!r}")
+    return float(v)
+
+
+def opt_num(v: Any, path: Path, where: str, key: str) -> float | None:
+    """A finite number, or None for null / NaN (a value the source left out)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
+        raise ImportFormatError(path, where, key, f"expected a number or null, got {type(v).__name__} ({str(v)[:40]!r})")
+    f = float(v)
+    if math.isnan(f):
+        return None
+    if not math.isfinite(f):
+        raise ImportFormatError(path, where, key, f"must be finite, got {v!r}")
+    return f
+
+
+def step_int(v: Any, path: Path, where: str, key: str = "step") -> int:
+    """A training step: an integer in [0, 2^63); an integer string (older TRL) is read as one."""
+    if isinstance(v, str) and v.strip().lstrip("+").isdigit():
+        v = int(v.strip())
+    if isinstance(v, bool) or not isinstance(v, int | np.integer):
+        raise ImportFormatError(path, where, key, f"expected an integer >= 0, got {type(v).__name__} ({str(v)[:40]!r})")
+    if not 0 <= int(v) <= INT64_MAX:
+        raise ImportFormatError(path, where, key, f"must lie in [0, 2^63), got {v}")
+    return int(v)
+
+
+def token_ids(v: Any, path: Path, where: str, key: str, vocab: int | None = None) -> list[int]:
+    """A list of token ids, each an integer in [0, vocab) (or [0, 2^31) without a vocabulary):
+    a value that does not fit is refused, never wrapped."""
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if not isinstance(v, list):
+        raise ImportFormatError(path, where, key, f"expected a list of token ids, got {type(v).__name__}")
+    hi = vocab if vocab is not None else INT32_MAX + 1
+    for j, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise ImportFormatError(path, where, f"{key}[{j}]", f"expected an integer token id, got {x!r}")
+        if not 0 <= x < hi:
+            lim = f"the vocabulary size {vocab}" if vocab is not None else "2^31 (int32)"
+            raise ImportFormatError(path, where, f"{key}[{j}]", f"token id {x} out of range: must be >= 0 and < {lim}")
+    return v
+
+
+def check_id_array(arr: np.ndarray, path: Path, where: str, key: str, vocab: int | None = None) -> None:
+    """:func:`token_ids` for an integer array (any width): refuses ids that int32 (or the
+    vocabulary) cannot hold instead of letting a cast wrap them."""
+    if arr.size == 0:
+        return
+    hi = vocab if vocab is not None else INT32_MAX + 1
+    bad = np.nonzero((arr < 0) | (arr >= hi))
+    if len(bad[0]):
+        pos = tuple(int(b[0]) for b in bad)
+        lim = f"the vocabulary size {vocab}" if vocab is not None else "2^31 (int32)"
+        raise ImportFormatError(path, where if len(pos) < 2 else f"row {pos[0]}", key,
+                                f"token id {int(arr[pos])} at {list(pos)} out of range: must be >= 0 and < {lim}")
+
+
+def hid(*parts: Any) -> str:
+    """A stable 24-hex id from ``parts`` (content and source position)."""
+    h = hashlib.sha1("\x1f".join(str(p) for p in parts).encode()).hexdigest()
+    return h[:24]
+
+
+def norm_finish(v: Any) -> str | None:
+    """A framework's finish reason in gfcr's vocabulary, or None when absent or unknown."""
+    if v is None:
+        return None
+    s = str(v).lower().split(".")[-1]
+    return {"stop": "stop", "eos": "stop", "completed": "stop", "length": "length", "truncated": "length",
+            "abort": "abort", "aborted": "abort", "error": "error", "failed": "error",
+            "env_done": "env_done"}.get(s)
+
+
+class Tokenize:
+    """Turns (prompt text, completion text) into token arrays, or leaves them empty without a tokenizer."""
+
+    def __init__(self, tokenizer: Any | None):
+        self.tok = tokenizer
+
+    def __call__(self, prompt: str, completion: str) -> dict[str, Any]:
+        if self.tok is None:
+            return dict(token_ids=np.zeros(0, np.int32), token_role=np.zeros(0, np.int8),
+                        logprobs=np.zeros(0, np.float32), tokens_source="none")
+        p = self.tok(prompt, add_special_tokens=False)["input_ids"]
+        c = self.tok(completion, add_special_tokens=False)["input_ids"]
+        if len(p) + len(c) == 0:
+            return Tokenize(None)("", "")
+        ids = np.asarray(list(p) + list(c), np.int32)
+        role = np.asarray([0] * len(p) + [1] * len(c), np.int8)
+        return dict(token_ids=ids, token_role=role, logprobs=np.zeros(len(ids), np.float32), tokens_source="retokenized")
+
+
+def text_only_note(fmt: str, tokenizer: Any | None) -> list[str]:
+    if tokenizer is not None:
+        return []
+    return [f"{fmt} dumps hold text only: imported without tokens (tokens_source=none); pass --tokenizer to retokenize"]
+
+
+def load_tokenizer(name_or_path: str | None) -> Any | None:
+    if not name_or_path:
+        return None
+    from transformers import AutoTokenizer  # heavy import only when asked for
+
+    return AutoTokenizer.from_pretrained(name_or_path)
+
+
+def load_weights_only(torch: Any, f: Path, why: str) -> Any:
+    """``torch.load(f, weights_only=True)``; a file that needs arbitrary unpickling is refused with
+    ``why`` and the ``--trust-pickle`` hint (unpickling can execute code)."""
+    try:
+        with warnings.catch_warnings():  # torch warns about the pickle protocol before refusing
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many types; report them all the same way
+        if "weights_only" in str(e):
+            raise ImportFormatError(
+                f, "file", "-",
+                f"needs arbitrary unpickling ({why}); refusing. Re-run with --trust-pickle only if you trust this "
+                "file: unpickling can execute code",
+            ) from e
+        raise ImportFormatError(f, "file", "-", f"cannot be loaded as a torch file: {e}") from e
+
+
+def need_torch(what: str) -> Any:
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - torch is in the [ml] extra
+        from gfcr.store.core import StoreError
+
+        raise StoreError(f"importing {what} needs torch: pip install 'gfcr[ml]'") from e
+    return torch
+
+
+def eval_run(run_id: str, is_eval: bool, evals: str) -> str | None:
+    """The run an evaluation rollout goes to: ``{run}-eval`` (``evals="separate"``, the default),
+    None = skip it (``evals="skip"``)."""
+    if not is_eval:
+        return run_id
+    if evals == "skip":
+        return None
+    if evals != "separate":
+        raise ValueError(f"evals must be 'separate' or 'skip', got {evals!r}")
+    return f"{run_id}-eval"

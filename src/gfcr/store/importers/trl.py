@@ -1,0 +1,165 @@
+"""TRL GRPO completion logs: ``{output_dir}/completions/completions_{global_step:05d}.parquet``.
+
+Layout from the writer, ``GRPOTrainer.log`` (huggingface/trl @ f2cd5771,
+``trl/trainer/grpo_trainer.py``): a pandas frame of ``step``, ``prompt``, ``completion``, one column
+per reward function (``rewards_per_func``; NaN where a function returned None), every ``log_extra``
+column, and ``advantage``. Reward-function columns and ``log_extra`` columns sit side by side with no
+marker, so the reward columns and their weights come from the user (``reward_columns``,
+``reward_weights``, as in ``GRPOConfig.reward_weights``); the reward is TRL's own
+``nansum(weight * reward)``. With one numeric column besides ``step``/``advantage`` that column is
+the reward; with several and no ``reward_columns`` the import refuses and lists them.
+
+Mapping: reward columns → ``signals["reward/<name>"]``; every other numeric column →
+``signals[<name>]`` (never summed); string and other columns → ``meta["extra"]``; ``advantage`` →
+``signals["advantage"]``; a conversational ``completion`` (a list of messages) keeps each message
+with its role, ``tool_calls`` and ``name``, so tool output stays a tool turn; ``step`` may be an
+integer string (older TRL). ``verdict_key`` names a column whose value ``> 0`` means correct
+(e.g. ``accuracy_reward``); without it ``verified`` is null. Lost: tokens (text decoded with
+``skip_special_tokens=True``), log-probs, finish reason (null), policy version (``step-N``), group
+uid (rows of one prompt in one step form the group).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gfcr.records import Message, Prompt, Rollout
+from gfcr.store.importers._common import (
+    ImportFormatError,
+    ImportResult,
+    Tokenize,
+    find_files,
+    hid,
+    opt_num,
+    step_int,
+    text_only_note,
+)
+
+PATTERNS = ("completions_*.parquet",)
+_STD = ("step", "prompt", "completion", "advantage")
+
+
+def _messages(v: Any, f: Any, w: str, key: str) -> list[Message]:
+    out = []
+    for j, m in enumerate(v):
+        if not isinstance(m, dict) or not m.get("role"):
+            raise ImportFormatError(f, w, f"{key}[{j}]", "expected a message object with a 'role'")
+        content = m.get("content")
+        if isinstance(content, list):  # multimodal parts: keep the text parts
+            content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+        tc = m.get("tool_calls")
+        out.append(Message(role=str(m["role"]), content="" if content is None else str(content),
+                           tool_calls=None if not tc else json.dumps(tc, sort_keys=True, default=str),
+                           name=m.get("name")))
+    return out
+
+
+def _reward_columns(t: pa.Table, f: Any, reward_columns: list[str] | None) -> list[str]:
+    numeric = [c for c in t.column_names if c not in _STD
+               and (pa.types.is_floating(t.schema.field(c).type) or pa.types.is_integer(t.schema.field(c).type))]
+    if reward_columns:
+        for c in reward_columns:
+            if c not in t.column_names:
+                raise ImportFormatError(f, "schema", c, f"--reward-columns names a column this file lacks; "
+                                        f"numeric columns: {numeric}")
+        return list(reward_columns)
+    if len(numeric) == 1:
+        return numeric
+    raise ImportFormatError(f, "schema", "-", f"cannot tell reward-function columns from log_extra columns among "
+                            f"{numeric}: pass --reward-columns (and --reward-weights as in GRPOConfig)")
+
+
+def _columns(row: dict[str, Any], names: list[str], weights: dict[str, float], f: Any, w: str
+             ) -> tuple[float, bool, dict[str, float], dict[str, Any]]:
+    """(reward = TRL's nansum of weight * reward column, any reward applied, signals, string extras)."""
+    sig: dict[str, float] = {}
+    extra: dict[str, Any] = {}
+    reward, scored = 0.0, False
+    for c in names:
+        if c in ("step", "prompt", "completion"):
+            continue
+        v = row[c]
+        if c in weights:
+            x = opt_num(v, f, w, c)
+            if x is not None:  # NaN: this reward function did not apply
+                sig[f"reward/{c}"] = x
+                reward += weights[c] * x
+                scored = True
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            x = opt_num(v, f, w, c)
+            if x is not None:
+                sig[c] = x
+        elif v is not None:
+            extra[c] = v
+    return reward, scored, sig, extra
+
+
+def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, reward_columns: list[str] | None = None,
+          reward_weights: list[float] | None = None, verdict_key: str | None = None, **_: Any) -> ImportResult:
+    files = find_files(paths, PATTERNS)
+    if reward_weights is not None and (not reward_columns or len(reward_weights) != len(reward_columns)):
+        raise ImportFormatError(files[0] if files else paths[0], "options", "reward_weights",
+                                "give one weight per --reward-columns entry")
+    tok = Tokenize(tokenizer)
+    rollouts, prompts = [], {}
+    for f in files:
+        try:
+            t = pq.read_table(f)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise ImportFormatError(f, "file", "-", f"not a readable Parquet file: {e}") from e
+        for col in ("step", "prompt", "completion"):
+            if col not in t.column_names:
+                raise ImportFormatError(f, "schema", col, "missing column")
+        if t.num_rows == 0:
+            raise ImportFormatError(f, "file", "-", "empty: no rows")
+        rcols = _reward_columns(t, f, reward_columns)
+        weights = dict(zip(rcols, reward_weights or [1.0] * len(rcols), strict=True))
+        if verdict_key is not None and verdict_key not in t.column_names:
+            raise ImportFormatError(f, "schema", verdict_key, "the verdict column is missing")
+        counters: dict[tuple[int, str], int] = {}
+        for i, row in enumerate(t.to_pylist()):
+            w = f"row {i}"
+            step = step_int(row["step"], f, w)
+            prompt = row["prompt"]
+            if isinstance(prompt, list):  # conversational prompt
+                pmsgs = _messages(prompt, f, w, "prompt")
+                ptext = "\n".join(m.content for m in pmsgs)
+            elif isinstance(prompt, str):
+                pmsgs, ptext = [Message("user", prompt)], prompt
+            else:
+                raise ImportFormatError(f, w, "prompt", f"expected text or messages, got {type(prompt).__name__}")
+            comp = row["completion"]
+            if isinstance(comp, list):
+                cmsgs = _messages(comp, f, w, "completion")
+                ctext = "".join(m.content for m in cmsgs if m.role == "assistant")
+            elif isinstance(comp, str):
+                cmsgs, ctext = [Message("assistant", comp)], comp
+            else:
+                raise ImportFormatError(f, w, "completion", f"expected text or messages, got {type(comp).__name__}")
+            reward, scored, sig, extra = _columns(row, t.column_names, weights, f, w)
+            verified = None
+            if verdict_key is not None:
+                x = opt_num(row[verdict_key], f, w, verdict_key)
+                verified = None if x is None else x > 0
+            pid = "trl-" + hid(ptext)
+            prompts.setdefault(pid, Prompt(prompt_id=pid, task="trl", messages=pmsgs))
+            k = counters[(step, pid)] = counters.get((step, pid), -1) + 1
+            if not math.isfinite(reward):
+                raise ImportFormatError(f, w, "-", f"weighted reward is not finite ({reward})")
+            rollouts.append(
+                Rollout(
+                    rollout_id="trl-" + hid(run_id, f.name, i, ptext, json.dumps([m.to_dict() for m in cmsgs])),
+                    run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid, group_id=f"{pid}@{step}",
+                    sample_index=k, task="trl", messages=[*pmsgs, *cmsgs], reward=reward, verified=verified,
+                    finish_reason=None, signals=sig,
+                    verifier={"name": "trl", "reward_functions": weights, "scored": scored},
+                    meta={"source": "trl", "file": f.name, "row": i, "extra": extra, "unscorable": not scored},
+                    **tok(ptext, ctext),
+                )
+            )
+    return ImportResult("trl", [str(f) for f in files], rollouts, list(prompts.values()), text_only_note("TRL", tokenizer))

@@ -1,0 +1,106 @@
+"""The arith-steps judge checks every arithmetic claim: hand-written correct and false claims."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gfcr.ross.audit import judge_rollout
+from gfcr.ross.claims import evaluate_expr, find_claims
+from gfcr.ross.judges import ArithSteps
+
+from .conftest import make_prompt, make_rollout
+
+# (text, [(claimed expression, stated value, correct)])
+CLAIMS = [
+    ("12 + 7 = 19", [("12 + 7", 19, True)]),
+    ("12 + 7 = 18", [("12 + 7", 18, False)]),
+    ("3 * 4 = 12, 12 - 5 = 8", [("3 * 4", 12, True), ("12 - 5", 8, False)]),
+    ("9 x 2 = 18 and 7 / 2 = 3.5", [("9 * 2", 18, True), ("7 / 2", 3.5, True)]),
+    ("2 + 3 * 4 = 14", [("2 + 3 * 4", 14, True)]),
+    ("2 + 3 * 4 = 20", [("2 + 3 * 4", 20, False)]),
+    ("1,000 + 24 = 1,024", [("1000 + 24", 1024, True)]),
+    ("3 + 6 = 9 + 4 = 13", [("3 + 6", 9, True), ("9 + 4", 13, True)]),          # running total
+    ("3 + 6 = 10 + 4 = 14", [("3 + 6", 10, False), ("10 + 4", 14, True)]),
+    ("2 * 6 = 3 * 4", [("2 * 6", 12, True)]),
+    ("23 + 45 gives 68", [("23 + 45", 68, True)]),
+    ("23 + 45 gives 67", [("23 + 45", 67, False)]),
+    ("The sum of 23 and 45 is 68.", [("23 + 45", 68, True)]),
+    ("multiply 11 by 9, which results in 99", [("11 * 9", 99, True)]),
+    ("multiply 11 by 9, which results in 90", [("11 * 9", 90, False)]),
+    ("subtract 3 from 10 to get 7", [("10 - 3", 7, True)]),
+    ("the difference between 10 and 3 is 6", [("10 - 3", 6, False)]),
+    ("12 divided by 4 is 3", [("12 / 4", 3, True)]),
+    ("3 plus 4 equals 8", [("3 + 4", 8, False)]),
+    ("Adding 34 and 58, we get 92.", [("34 + 58", 92, True)]),
+    ("the product of 6 and 7 is 42", [("6 * 7", 42, True)]),
+    # the demo's truncated rollout: "(3 + 6) added to 9 gives 11" is false; the unfinished claim is none
+    ("add 3 + 6 to 9, which gives 11. Then multiply 11 by 9, which results in", [("3 + 6 + 9", 11, False)]),
+    ("Answer: 19", []),
+    ("Step 2: we have 19 apples.", []),
+]
+
+
+@pytest.mark.parametrize("text,expected", CLAIMS)
+def test_find_claims(text, expected):
+    got = [(c.expr, c.stated, c.correct) for c in find_claims(text)]
+    assert got == [(e, float(v), ok) for e, v, ok in expected]
+
+
+def test_claim_span_is_exact_text():
+    text = "so 5 + 5 = 10 and 2 * 2 = 5. Answer: 10"
+    assert [text[c.start:c.end] for c in find_claims(text)] == ["5 + 5 = 10", "2 * 2 = 5"]
+
+
+def test_evaluate_expr_precedence_and_division_by_zero():
+    assert evaluate_expr("2 + 3 × 4 - 6 / 3") == 12.0
+    assert evaluate_expr("-4 + 10") == 6.0
+    assert evaluate_expr("5 / 0") is None
+
+
+def _verdict(tok, text, gold):
+    r = make_rollout(tok, "Compute it. End with 'Answer: N'.", text, gold=gold)
+    dec, err, raws, _, _ = judge_rollout(r, make_prompt("q", gold), ArithSteps())
+    assert err is None
+    return dec, json.loads(raws[-1])
+
+
+def test_false_verbal_claim_is_excluded_as_incorrect_claim(tok):
+    text = "We multiply 11 by 9, which results in 90.\nSo the total is 9 * 11 = 99.\nAnswer: 99\n"
+    dec, obj = _verdict(tok, text, "99")
+    assert {"unit": 1, "category": "incorrect_claim"} in obj["exclude"]
+    kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k)
+    assert "90" not in kept and "Answer: 99" in kept
+
+
+def test_false_claim_later_corrected_is_corrected_mistake(tok):
+    text = "23 + 45 gives 67.\nHmm, let me recount.\nThe sum of 23 and 45 is 68.\nAnswer: 68\n"
+    _, obj = _verdict(tok, text, "68")
+    cats = {e["unit"]: e["category"] for e in obj["exclude"]}
+    assert cats == {1: "corrected_mistake", 2: "corrected_mistake"} and obj["keep"] == [3, 4]
+
+
+def test_all_correct_claims_keep_everything(tok):
+    text = "First, 23 + 45 = 68.\nThen 68 * 2 = 136.\nAnswer: 136\n"
+    dec, obj = _verdict(tok, text, "136")
+    assert obj["exclude"] == [] and obj["keep"] == [1, 2, 3] and dec.kept_chars.all()
+
+
+def test_false_claim_in_answer_unit_is_quoted(tok):
+    text = "3 plus 4 equals 8, I mean 3 + 4 = 7. Answer: 7"
+    dec, obj = _verdict(tok, text, "7")
+    assert {"unit": 1, "quote": "3 plus 4 equals 8", "category": "corrected_mistake"} in obj["exclude"]
+    kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k)
+    assert "equals 8" not in kept and "Answer: 7" in kept
+
+
+def test_uncorrected_false_claim_without_a_correct_derivation_is_discarded(tok):
+    # verified only because a lenient last-number reading found the gold "13"
+    r = make_rollout(tok, "Compute 7 + 6.", "7 + 6 = 12 [1 + 2] is how many times 12 is divisible by 13.", gold="13")
+    dec, err, raws, _, _ = judge_rollout(r, make_prompt("q", "13"), ArithSteps())
+    assert dec.status == "discarded" and "discard rule" in dec.reason
+    # the same false claim next to a correct derivation of the answer is excluded, not discarded
+    r = make_rollout(tok, "q", "2 * 2 = 5 on the side.\n7 + 6 = 13.\nAnswer: 13", gold="13")
+    dec, err, raws, _, _ = judge_rollout(r, make_prompt("q", "13"), ArithSteps())
+    assert dec.status == "kept" and {"unit": 1, "category": "incorrect_claim"} in json.loads(raws[-1])["exclude"]

@@ -1,0 +1,242 @@
+"""Contract tests: dumps written by each framework's own writer code (tests/contracts/gen_*.py;
+fixtures committed under tests/contracts/fixtures) import with the values the framework meant.
+Each assertion names a value an importer once got wrong."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from gfcr.store.importers import ImportFormatError, import_rollouts
+
+FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures"
+
+
+def _by(rs, key):
+    return {key(r): r for r in rs}
+
+
+# --- TRL (trl 1.16.0 GRPOTrainer(log_completions=True)) -----------------------------------------------
+
+
+def test_trl_rewards_weights_extras_and_tool_turns(store):
+    exp = json.loads((FIX / "trl" / "expected.json").read_text())["rows"]
+    with pytest.raises(ImportFormatError, match="--reward-columns"):  # n_chars is numeric: never guessed
+        import_rollouts(store, "trl", [str(FIX / "trl")])
+    assert store.count() == 0
+    res = import_rollouts(store, "trl", [str(FIX / "trl")], run_id="t", reward_columns=["accuracy_reward", "format_reward"],
+                          reward_weights=[1.0, 0.5], verdict_key="accuracy_reward")
+    assert res.written == len(exp) == 8
+    got = _by(store.rollouts(run="t"), lambda r: (r.meta["file"], r.meta["row"]))
+    for e in exp:
+        r = got[(e["file"], e["row"])]
+        assert r.reward == pytest.approx(e["reward"], abs=1e-9)  # TRL's nansum(weight * reward), extras not summed
+        assert r.signals["advantage"] == pytest.approx(e["advantage"])
+        assert r.signals["n_chars"] == e["n_chars"] and r.meta["extra"]["pred"] == e["pred"]  # kept, named
+        assert [m.role for m in r.messages] == ["user", *e["roles"]]  # tool output stays a tool turn
+        assert r.finish_reason is None  # TRL does not record it
+        assert r.step == int(e["file"][12:17])
+        assert r.verified == (r.signals["reward/accuracy_reward"] > 0)
+    tool = next(r for r in got.values() if len(r.messages) == 4)
+    assert json.loads(tool.messages[1].tool_calls)[0]["function"]["name"] == "add"
+    assert tool.messages[2].content.isdigit() and "answer" in tool.messages[3].content
+    # format_reward returned None (NaN) for the 4 + 5 prompt: not applicable, not 0 and not in signals
+    nine = [r for r in got.values() if "4 + 5" in r.messages[0].content]
+    assert nine and all("reward/format_reward" not in r.signals for r in nine)
+    # groups: the two generations of one prompt in one step
+    groups = store.sql("SELECT group_id, count(*) n FROM rollouts GROUP BY group_id").to_pylist()
+    assert len(groups) == 4 and {g["n"] for g in groups} == {2}
+
+
+def test_trl_string_step_of_older_versions(store, tmp_path):
+    """TRL before 0.28 logged ``step`` as a string; the column is rewritten that way from the fixture."""
+    d = tmp_path / "completions"
+    d.mkdir()
+    for f in sorted((FIX / "trl" / "completions").glob("*.parquet")):
+        t = pq.read_table(f)
+        t = t.set_column(0, "step", t.column("step").cast("string"))
+        pq.write_table(t, d / f.name)
+    res = import_rollouts(store, "trl", [str(d)], reward_columns=["accuracy_reward", "format_reward"])
+    assert sorted({r.step for r in res.rollouts}) == [1, 2]
+
+
+# --- prime-rl / verifiers v1 --------------------------------------------------------------------------
+
+
+def test_prime_rl_episodes(store):
+    exp = json.loads((FIX / "prime_rl" / "expected.json").read_text())
+    res = import_rollouts(store, "prime-rl", [str(FIX / "prime_rl")], run_id="p")
+    train = store.rollouts(run="p")
+    # A (1 trace), B (1 trace), C (1 trace, 2 branches): once each although all/ and effective/ hold them
+    assert len(train) == 4 and res.written == 5  # + 1 eval episode in its own run
+    ev = store.rollouts(run="p-eval")
+    assert len(ev) == 1 and ev[0].step == 3
+    for r in train:
+        assert r.step == 3 and r.meta["batch_step"] == 4  # run.work.step, not the folder and not 0
+    by_reward = sorted(train, key=lambda r: r.reward)
+    b, a = by_reward[0], by_reward[-1]
+    assert a.reward == pytest.approx(exp["a"]["reward"])  # sum of score * weight (1 + 0.5 * 0.2)
+    assert a.signals["reward/format"] == 0.5 and a.signals["metric/turns"] == 1.0
+    assert a.signals["advantage"] == pytest.approx(exp["a"]["advantage"])  # from effective/, not dropped
+    assert b.signals["advantage"] == pytest.approx(exp["b"]["advantage"])
+    assert a.policy_version == "v2-v3" and b.policy_version == "v3"
+    assert a.group_id == b.group_id == "prime-g1"
+    assert a.finish_reason == "stop" and b.finish_reason == "length"
+    # roles nest under node["message"]; tool turns keep their role, call and name
+    assert [m.role for m in a.messages] == ["system", "user", "assistant"]
+    assert [m.role for m in b.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert json.loads(b.messages[2].tool_calls)[0]["name"] == "add" and b.messages[3].content == "5"
+    # log-probs cover only the mask=True tokens; they land exactly there
+    assert a.token_ids.tolist() == [1, 10, 11, 2, 1, 12, 13, 14, 2, 1, 15, 40, 41, 2]
+    assert a.token_role.tolist() == [0] * 11 + [1] * 3
+    assert a.logprobs[-3:].tolist() == [-0.5, -0.25, -0.125] and not a.logprobs[:11].any()
+    assert b.token_role.tolist() == [0] * 9 + [0, 0, 1, 1, 1, 1] + [0] * 4 + [0, 0, 1, 1]
+    # C: two leaves of one trace graph, two rollouts sharing the prompt; never trained (zero advantage)
+    c = [r for r in train if r.group_id == "prime-g2"]
+    assert len(c) == exp["c"]["branches"] and {r.messages[-1].content for r in c} == {"8", "9"}
+    assert all(r.meta["subset"] == "all" and "advantage" not in r.signals for r in c)
+    assert "without traces" in " ".join(res.notes)
+
+
+def test_prime_rl_follow_order_all_then_effective(store, tmp_path):
+    """A follower sees all/ first (no advantages yet); the effective/ copy then replaces it."""
+    src = FIX / "prime_rl" / "rollouts"
+    dst = tmp_path / "rollouts"
+    shutil.copytree(src / "step_4" / "train" / "all", dst / "step_4" / "train" / "all")
+    import_rollouts(store, "prime-rl", [str(tmp_path)], run_id="p")
+    assert all("advantage" not in r.signals for r in store.rollouts(run="p"))
+    shutil.copytree(src / "step_4" / "train" / "effective", dst / "step_4" / "train" / "effective")
+    res = import_rollouts(store, "prime-rl", [str(tmp_path)], run_id="p")
+    rs = store.rollouts(run="p")
+    assert res.written == 0 and len(rs) == 4
+    assert sum("advantage" in r.signals for r in rs) == 2  # A and B now carry their credit
+
+
+# --- slime ------------------------------------------------------------------------------------------
+
+
+def test_slime_reward_key_eval_remove_sample_versions(store):
+    exp = json.loads((FIX / "slime" / "expected.json").read_text())
+    with pytest.raises(ImportFormatError, match="--reward-key") as e:
+        import_rollouts(store, "slime", [str(FIX / "slime")])
+    assert "10.pt" in str(e.value) and "sample 0" in str(e.value)
+    res = import_rollouts(store, "slime", [str(FIX / "slime")], run_id="s", reward_key="score")
+    rs = sorted(store.rollouts(run="s"), key=lambda r: r.sample_index)
+    assert [r.reward for r in rs] == exp["rewards"]
+    assert [r.finish_reason for r in rs] == exp["finish"]
+    assert [r.policy_version for r in rs] == exp["policy_version"]  # 9 before 10: numbers, not strings
+    assert [r.meta["remove_sample"] for r in rs] == exp["remove_sample"]
+    assert rs[0].signals["reward/format"] == 0.5 and all(r.step == 10 for r in rs)
+    assert rs[1].token_role.tolist()[-5:] == [1, 1, 0, 0, 1]  # tool output in the response stays context
+    assert len({r.group_id for r in rs}) == 2
+    ev = store.rollouts(run="s-eval")
+    assert len(ev) == 1 and ev[0].meta["eval"]  # eval_10.pt is its own run, not merged into the groups
+    assert "remove_sample" in " ".join(res.notes)
+    other = import_rollouts(store, "slime", [str(FIX / "slime")], run_id="s2", reward_key="score", evals="skip")
+    assert other.written == 4 and store.count(where="run_id = 's2-eval'") == 0
+
+
+# --- AReaL ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["v1.0.4", "cbff54d6"])
+def test_areal_versions_special_tokens_eval(store, version):
+    root = FIX / "areal" / version / "logs" / "root" / "exp" / "t1"
+    res = import_rollouts(store, "areal", [str(root)], run_id="a")
+    rs = sorted(store.rollouts(run="a"), key=lambda r: (r.meta["task_id"], r.sample_index))
+    assert len(rs) == 3 and res.written == 4
+    assert store.count(where="run_id = 'a-eval'") == 1  # eval-rollout/ is not mixed into training
+    for r in rs:
+        assert "-1" not in r.policy_version  # prompt tokens carry version -1: never a head version
+        assert all("<|" not in m.content for m in r.messages)  # special tokens stripped from text
+        assert r.step == 3 and r.finish_reason is None and r.verified is None
+    if version == "cbff54d6":  # version_rle: exact head over generated tokens
+        assert [r.policy_version for r in rs] == ["v3", "v2-v3", "v3"]
+    else:  # 1.0.4 wrote head_version = -1 (prompt included) and no rle: the head is unknown
+        assert [r.policy_version for r in rs] == ["v?-v3"] * 3
+    assert [m.role for m in rs[0].messages] == ["user", "assistant"]
+    assert rs[0].messages[0].content == "What is 2 + 3?" and rs[0].messages[1].content == "The answer is 5."
+    tool = rs[2]
+    assert [m.role for m in tool.messages] == ["user", "assistant", "tool", "assistant"]
+    assert tool.messages[2].content == "42" and tool.messages[3].content == "So the answer is 42."
+    assert rs[0].group_id == rs[1].group_id != rs[2].group_id
+    skip = import_rollouts(store, "areal", [str(root)], run_id="b", evals="skip")
+    assert skip.written == 3
+
+
+def test_areal_special_tokens_kept_in_tokens(store, tmp_path):
+    from gfcr.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    root = FIX / "areal" / "cbff54d6" / "logs" / "root" / "exp" / "t1" / "rollout"
+    res = import_rollouts(store, "areal", [str(root)], tokenizer=tok)
+    r = min(res.rollouts, key=lambda x: (x.meta["task_id"], x.sample_index))
+    assert tok.convert_tokens_to_ids("<|im_end|>") in r.token_ids.tolist()  # tokens untouched
+    assert "<|im_end|>" not in r.messages[-1].content
+
+
+# --- verl -------------------------------------------------------------------------------------------
+
+
+def test_verl_acc_is_the_verdict(store):
+    import_rollouts(store, "verl", [str(FIX / "verl")], run_id="v")
+    rs = store.rollouts(run="v")
+    assert len(rs) == 8
+    assert store.count(where="verified") == 4  # the documented `--where verified` selects the correct ones
+    for r in rs:
+        assert r.finish_reason is None  # not recorded by verl
+        assert r.verified == ("5" in r.messages[1].content.split("{")[-1] or "42}" in r.messages[1].content
+                              or r.messages[1].content in ("#### 5", "#### 42"))
+    s1 = [r for r in rs if r.step == 1]
+    assert {r.reward for r in s1} == {1.0, -1.0} and all(r.meta["extra"]["pred"] for r in s1)
+    assert all(r.meta["request_id"].startswith("req-") for r in s1)
+    assert {p.answer for p in store.prompts(task="verl")} == {"5", "42"}
+    assert len({r.group_id for r in rs}) == 4
+
+
+# --- SkyRL: integer ranges ----------------------------------------------------------------------------
+
+
+def test_skyrl_token_id_beyond_int32_refused(store, tmp_path):
+    """A token id of 2^32 + 5 used to be stored as 5 with exit 0."""
+    from test_importers_roll_skyrl import _tensors, write_skyrl
+
+    t = _tensors()
+    t["sequences"][1, -1] = 2**32 + 5
+    d = tmp_path / "dumped_data"
+    write_skyrl(d / "global_step_3_training_input.pkl", t, {})
+    with pytest.raises(ImportFormatError, match=r"4294967301 .*out of range") as e:
+        import_rollouts(store, "skyrl", [str(d)], trust_pickle=True)
+    assert "global_step_3_training_input.pkl" in str(e.value) and "field 'sequences'" in str(e.value)
+    assert store.count() == 0
+    t["sequences"][1, -1] = 300
+    write_skyrl(d / "global_step_3_training_input.pkl", t, {})
+    with pytest.raises(ImportFormatError, match="vocabulary size 256"):
+        import_rollouts(store, "skyrl", [str(d)], trust_pickle=True, vocab=256)
+
+
+# --- open-instruct save_traces ------------------------------------------------------------------------
+
+
+def test_open_instruct_save_traces(store):
+    from gfcr.testing import tiny_tokenizer
+
+    res = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="oi")
+    assert res.written == 4 and res.files == [str(FIX / "open_instruct" / "grpo_demo_rollouts_000000.jsonl")]
+    rs = sorted(store.rollouts(run="oi"), key=lambda r: r.sample_index)
+    assert [r.reward for r in rs] == [10.0, 0.0, 10.0, 0.0]
+    assert [r.signals["advantage"] for r in rs] == [0.5, -0.5, 0.5, -0.5]
+    assert [r.finish_reason for r in rs] == ["stop", "stop", "stop", "length"]
+    assert all(r.step == 7 and r.tokens_source == "engine" for r in rs)
+    assert rs[0].token_ids.tolist() == [1, 50, 51, 2, 70, 71, 2] and rs[0].token_role.tolist() == [0] * 4 + [1] * 3
+    assert rs[1].logprobs[4:].tolist() == [-0.25, -0.5, -0.75, -1.0, -1.25]
+    assert rs[1].meta["tool_called"] and not rs[0].meta["tool_called"]
+    assert rs[0].meta["run"]["model_name"] == "tiny-model"
+    assert rs[0].group_id == rs[1].group_id != rs[2].group_id
+    assert {p.answer for p in store.prompts()} == {"5", "42"}
+    dec = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="oi2", tokenizer=tiny_tokenizer())
+    assert all(len(r.messages) == 2 for r in dec.rollouts)

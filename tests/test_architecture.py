@@ -1,0 +1,276 @@
+"""The import contract of docs/architecture.md, read from the source with ``ast`` (every import
+statement, at module level or inside a function): which room may import which, no cycles between
+rooms, no model code under the records and the store, no CLI below the CLI, and the size limits.
+
+A new arrow between rooms is a design decision: add it to ``ALLOWED`` here and to the table in
+docs/architecture.md in the same change.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "gfcr"
+
+# Rooms: a folder of src/gfcr, or a top-level module. ``gfcr`` is the package's own __init__ (version).
+BASE = {"gfcr", "records", "config"}
+
+#: room -> the other rooms it may import (besides BASE). Rooms not listed here import only BASE.
+ALLOWED: dict[str, set[str]] = {
+    "models": set(),
+    "testing": set(),
+    "store": set(),
+    "tasks": set(),
+    "filters": set(),
+    "control": set(),
+    "replay": set(),
+    "generate": {"store", "tasks", "filters", "models"},
+    "evaluate": {"filters", "generate", "models", "tasks"},
+    "sim": {"control", "replay", "filters"},
+    "scale": {"store", "tasks", "filters", "generate", "models"},
+    "diagnose": {"store"},
+    "train": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "scale"},
+    "ross": {"store", "tasks", "filters", "generate", "evaluate", "models", "train"},
+    "integrations": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "train"},
+    "demo": {"store", "models", "train", "ross", "diagnose"},
+    "cli": {"*"},
+}
+
+#: rooms that must not import model code (torch, transformers), at any depth of a function
+NO_MODEL_CODE = {"records", "config", "store"}
+MODEL_PACKAGES = {"torch", "transformers"}
+#: (file, package): the places in those rooms that may import it, and why
+MODEL_CODE_EXEMPT = {
+    ("store/importers", "torch"): "reads slime/SkyRL dumps, which are torch-pickled .pt files (weights_only by default)",
+    ("store/importers", "transformers"): "the tokenizer that re-tokenizes text-only dumps (flagged 'retokenized')",
+    ("store/samples.py", "torch"): "writes the sample slime .pt dump for the walkthrough and the importer tests",
+}
+
+# The limits are "about 600 lines per module, about 80 per function": a module or function may run
+# a little over (up to the ceilings); past the ceiling it is split, or listed below with its reason.
+MAX_MODULE_LINES, MODULE_CEILING = 600, 660
+MAX_FUNCTION_LINES, FUNCTION_CEILING = 80, 100
+
+#: modules over the ceiling, and why
+LONG_MODULES = {
+    "train/loop.py": "being split into stage modules (the loop's composition is being rewritten)",
+    "store/importers.py": "being split into one module per framework under store/importers/",
+    "records.py": "the records, their Arrow schemas, conversions and validation: the schema's one source of truth",
+    "generate/topologies.py": "its tree maths is moving out to the Filter room (TreeRL advantages)",
+}
+
+#: functions over the ceiling (file, name), and why
+LONG_FUNCTIONS = {
+    ("diagnose/metrics.py", "step_metrics"): "one SQL aggregation of every per-step metric, column by column",
+    ("diagnose/viewer.py", "create_app"): "the viewer's routes are closures over the opened store",
+    ("generate/serve.py", "create_app"): "the server's routes are closures over the engine and the batcher",
+    ("filters/sandbox.py", "run_python"): "process set-up, limits and clean-up of one sandboxed run, in order",
+    ("ross/verdict.py", "validate_verdict"): "every rule of the judge protocol, checked in order",
+    ("scale/generate.py", "ray_generate"): "shard dispatch, retries and ordered commits",
+    ("store/importers.py", "parse_skyrl"): "being split with store/importers.py",
+    ("store/importers/skyrl.py", "parse"): "SkyRL's batch layout, field by field (split out of store/importers.py)",
+    ("train/sft.py", "train_masked_sft"): "the SFT loop: epochs, accumulation, schedule, checkpoint",
+}
+
+
+def _modules() -> dict[str, Path]:
+    """'gfcr.x.y' -> file, for every module under src/gfcr."""
+    out = {}
+    for f in SRC.rglob("*.py"):
+        parts = list(f.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "gfcr"
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Absolute names of everything ``module`` imports, anywhere in its body."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            names.add(mod)
+            names.update(f"{mod}.{a.name}" for a in node.names)  # `from gfcr import cli`
+    return names
+
+
+MODULES = _modules()
+IMPORTS = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def _room_edges() -> dict[str, dict[str, set[str]]]:
+    """room -> imported room -> the modules that import it."""
+    edges: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for m, names in IMPORTS.items():
+        for n in names:
+            if n == "gfcr" or n.startswith("gfcr."):
+                target = n if n in MODULES else n.rpartition(".")[0]
+                if target not in MODULES:
+                    continue
+                a, b = _room(m), _room(target)
+                if a != b:
+                    edges[a][b].add(m)
+    return edges
+
+
+EDGES = _room_edges()
+
+
+def test_the_contract_sees_the_rooms():
+    assert {"records", "store", "train", "ross", "diagnose", "cli", "generate"} <= {_room(m) for m in MODULES}
+    assert "store" in EDGES["train"] and "train" in EDGES["ross"]  # the reader finds real arrows
+
+
+def test_no_room_imports_the_cli():
+    bad = {a: sorted(EDGES[a]["cli"]) for a in EDGES if "cli" in EDGES[a]}
+    assert not bad, f"the library must not import the CLI: {bad}"
+
+
+def test_only_the_cli_imports_typer():
+    bad = sorted(m for m, names in IMPORTS.items() if _room(m) != "cli" and any(n.split(".")[0] in ("typer", "click") for n in names))
+    assert not bad, f"typer/click outside src/gfcr/cli/: {bad}"
+
+
+def test_every_arrow_between_rooms_is_allowed():
+    bad = []
+    for a, targets in EDGES.items():
+        allowed = ALLOWED.get(a, set())
+        for b, mods in targets.items():
+            if b not in BASE and b not in allowed and "*" not in allowed:
+                bad.append(f"{a} -> {b} (in {sorted(mods)})")
+    assert not bad, "arrows not in docs/architecture.md:\n" + "\n".join(bad)
+
+
+def test_diagnose_imports_neither_train_nor_ross():
+    assert not ({"train", "ross"} & set(EDGES["diagnose"])), dict(EDGES["diagnose"])
+
+
+def test_no_import_cycles_between_rooms():
+    graph = {a: set(t) for a, t in EDGES.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(n: str) -> None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                cycles.append(stack[stack.index(m):] + [m])
+            elif m not in state:
+                visit(m)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n)
+    assert not cycles, [" -> ".join(c) for c in cycles]
+
+
+def test_no_import_cycles_between_modules_at_import_time():
+    """Module-level imports only (a function-level import runs later and breaks no cycle)."""
+    graph: dict[str, set[str]] = {}
+    for m, p in MODULES.items():
+        top = set()
+        for node in ast.parse(p.read_text()).body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                mod = ast.Module(body=[node], type_ignores=[])
+                for n in _imports_of(mod, m, p):
+                    t = n if n in MODULES else n.rpartition(".")[0]
+                    if t in MODULES and t != m and not m.startswith(t + "."):  # a package's own parents load first
+                        top.add(t)
+        graph[m] = top
+    cycles = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> None:
+        state[n] = 1
+        stack.append(n)
+        for x in sorted(graph.get(n, ())):
+            if state.get(x) == 1:
+                cycles.append(stack[stack.index(x):] + [x])
+            elif x not in state:
+                visit(x)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n)
+    assert not cycles, [" -> ".join(c) for c in cycles]
+
+
+def _imports_of(tree: ast.Module, module: str, path: Path) -> set[str]:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)
+    return out
+
+
+def test_records_config_and_store_import_no_model_code():
+    bad = []
+    for m, names in IMPORTS.items():
+        if _room(m) not in NO_MODEL_CODE:
+            continue
+        rel = str(MODULES[m].relative_to(SRC))
+        for pkg in {n.split(".")[0] for n in names} & MODEL_PACKAGES:
+            if not any(rel.startswith(f) and p == pkg for f, p in MODEL_CODE_EXEMPT):
+                bad.append(f"{rel} imports {pkg}")
+    assert not bad, bad
+
+
+def test_importing_the_store_loads_no_model_code():
+    code = ("import sys, gfcr.records, gfcr.config, gfcr.store, gfcr.store.importers, gfcr.cli; "
+            "print(sorted(m for m in ('torch', 'transformers', 'typer') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "['typer']"  # typer: by gfcr.cli only
+
+
+@pytest.mark.parametrize("kind", ["modules", "functions"])
+def test_size_limits(kind):
+    over = []
+    for p in MODULES.values():
+        rel = str(p.relative_to(SRC))
+        text = p.read_text()
+        if kind == "modules":
+            n = len(text.splitlines())
+            if n > MODULE_CEILING and rel not in LONG_MODULES:
+                over.append(f"{rel}: {n} lines")
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > FUNCTION_CEILING and (rel, node.name) not in LONG_FUNCTIONS:
+                    over.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
+    assert not over, f"over the limit (split it, or list it with a reason in {__name__}): {over}"
