@@ -37,6 +37,7 @@ def test_every_documented_option_runs_two_steps(tiny_dir, tmp_path, name, over):
     base = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 2, "tensorboard": False,
             "tasks": [{"name": "arith", "n_train": 2, "n_eval": 0, "params": {"level": 1}}],
             "generate.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 3, "signals.entropy": False}
+    over = json.loads(json.dumps(over).replace('"@model"', json.dumps(tiny_dir)))  # a teacher: the tiny model
     res = train(load_config(None, base | over), run_dir=tmp_path / "r", progress=False)
     rows = [json.loads(x) for x in res.metrics_path.read_text().splitlines()]
     assert res.steps_done == 2 and [r["step"] for r in rows] == [0, 1]

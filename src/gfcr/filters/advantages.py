@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gfcr.filters.signals import ADVANTAGES, seed_grpo_advantages
+from gfcr.filters.teacher import TeacherKL
 from gfcr.filters.treerl import SCALINGS, tree_advantages_for
 from gfcr.records import Rollout
 
@@ -46,7 +47,9 @@ class TokenTerm(Protocol):
 
 
 #: name → factory of a :class:`TokenTerm` (keyword arguments from ``signals.token_terms[i].params``)
-TOKEN_TERMS: dict[str, Callable[..., TokenTerm]] = {}
+TOKEN_TERMS: dict[str, Callable[..., TokenTerm]] = {
+    "teacher_kl": TeacherKL,  # on-policy distillation: −(log p − log q_teacher) per generated token
+}
 
 
 def answer_cluster(r: Rollout) -> str:
@@ -122,15 +125,17 @@ def make_estimator(name: str, **params: Any) -> GroupAdvantage:
     return factory(**params)
 
 
-def with_token_terms(estimator: GroupAdvantage, terms: Sequence[tuple[float, TokenTerm]]) -> GroupAdvantage:
-    """``estimator`` plus ``Σ coef · term(r)`` per token (the result is per-token when any term is given)."""
-    if not terms:
+def with_token_terms(estimator: GroupAdvantage, terms: Sequence[tuple[float, TokenTerm]],
+                     base_coef: float = 1.0) -> GroupAdvantage:
+    """``base_coef · estimator`` plus ``Σ coef · term(r)`` per token (the result is per-token when any
+    term is given). ``base_coef = 0`` trains on the terms alone (pure on-policy distillation)."""
+    if not terms and base_coef == 1.0:
         return estimator
 
     def composed(rollouts: Sequence[Rollout]) -> list[Advantage]:
         out: list[Advantage] = []
         for r, a in zip(rollouts, estimator(rollouts), strict=True):
-            total = np.broadcast_to(np.asarray(a, dtype=np.float64), (len(r.token_ids),)).copy()
+            total = base_coef * np.broadcast_to(np.asarray(a, dtype=np.float64), (len(r.token_ids),)).copy()
             for coef, term in terms:
                 t = np.asarray(term(r), dtype=np.float64)
                 if t.shape != total.shape:

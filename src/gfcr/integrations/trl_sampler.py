@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from torch.utils.data import Sampler
 
 from gfcr.control.selectors import SELECTORS, make_selector
 from gfcr.records import Prompt
@@ -22,13 +24,7 @@ from .trl_data import Columns, prompt_record
 # ---------------------------------------------------------------------------------------------
 
 
-def _torch_sampler_base() -> type:
-    from torch.utils.data import Sampler
-
-    return Sampler
-
-
-class GfcrSampler(_torch_sampler_base()):  # type: ignore[misc]
+class GfcrSampler(Sampler):
     """A gfcr prompt selector as TRL's training sampler (drop-in for ``RepeatSampler``).
 
     ``dataset``: the trainer's (map-style) train dataset; ``selector``: a name in
@@ -72,7 +68,7 @@ class GfcrSampler(_torch_sampler_base()):  # type: ignore[misc]
         self.store = store
         self.lock = threading.Lock()
         self._epoch = 0
-        self.selected: list[list[str]] = []  # prompt ids of each generation batch, in order
+        self.selected: deque[list[str]] = deque(maxlen=1024)  # prompt ids of the latest generation batches
         if store is not None:
             _register_prompts(store, self.prompts)
             self.selector.load(store)

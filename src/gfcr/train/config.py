@@ -20,6 +20,7 @@ from gfcr.config import StrictModel as _Strict
 from gfcr.config import load_config_model
 from gfcr.evaluate import EvalConfig as _EvalConfig
 from gfcr.tasks import TaskConfig as _TaskConfig
+from gfcr.train.distill import DistillConfig
 
 
 def _known(field_name: str, value: str | None, table: Any, allow_path: bool = False) -> str | None:
@@ -209,6 +210,7 @@ class TrainConfig(_Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
     eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig, description="Held-out evaluation around training.")
+    distill: DistillConfig | None = Field(None, description="On-policy distillation (gfcr.train.distill): teachers that score every sampled token; each generated token's advantage gets -coef*(log p_student - log p_teacher) on top of rl_coef x the group advantage. One teacher per task = multi-teacher (MOPD). null = off.")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard when the tensorboard package is installed.")
 
     @model_validator(mode="after")
@@ -236,6 +238,10 @@ class TrainConfig(_Strict):
                              "shape (m, n, l, t) fixes: use dynamic_sampling (whole trees) or no group policy")
         if not self.tasks:
             raise ValueError("tasks: name at least one task source")
+        if self.distill is None and any(t.name == "teacher_kl" for t in self.signals.token_terms):
+            raise ValueError("signals.token_terms 'teacher_kl' needs a distill section (the teachers that score the rollouts)")
+        if self.distill is not None and any(t.name == "teacher_kl" for t in self.signals.token_terms):
+            raise ValueError("with a distill section, set the teacher term's weight with distill.coef (not signals.token_terms)")
         if self.signals.length_params and not self.signals.length_reward:
             raise ValueError("signals.length_params is set but signals.length_reward is not (set it to shorter_better)")
         if set(self.signals.length_params) - {"alpha", "beta"}:

@@ -6,7 +6,8 @@ loop never branches on a method's name:
     collect   GroupPolicy.collect(sampler, n, K)                   (gfcr.control.policies)
                 sampler.select: ReplayBuffer.reserve + PromptSelector.select (gfcr.control.selectors)
                 sampler.generate: Topology over the engine → Verifier.verify →
-                RewardComposition.apply (gfcr.generate, gfcr.filters)
+                RewardComposition.apply (gfcr.generate, gfcr.filters) → with a distill section, the
+                task's teacher scores every generated token (gfcr.train.distill, stage ``teacher``)
     replay    ReplayBuffer.mix(kept groups, s, rng, estimator) → TrainItems: the batch, with the
               advantages, loss weights and loss forms each method prescribes (gfcr.replay);
               estimator = the group advantage (+ per-token terms, gfcr.filters.advantages);
@@ -66,7 +67,7 @@ from gfcr.train.sampling import (  # noqa: F401  (re-exported)
     with_replay_events,
 )
 
-STAGES = ("select", "generate", "verify", "entropy", "replay", "append", "update", "annotate", "observe", "sync",
+STAGES = ("select", "generate", "verify", "teacher", "entropy", "replay", "append", "update", "annotate", "observe", "sync",
           "checkpoint")
 
 
@@ -122,6 +123,7 @@ class TrainingRun:
         from gfcr.models import resolve_model
         from gfcr.replay.buffers import make_buffer
         from gfcr.store import RolloutStore
+        from gfcr.train.distill import build_teachers
         from gfcr.train.trainer import PolicyTrainer
 
         cfg = self.cfg
@@ -152,7 +154,10 @@ class TrainingRun:
 
             self.staleness = StalenessBound(eta=c.staleness_eta, mode="drop")
         terms = [(t.coef, TOKEN_TERMS[t.name](**t.params)) for t in cfg.signals.token_terms]
-        self.estimator = with_token_terms(make_estimator(cfg.signals.advantage, **cfg.signals.advantage_params), terms)
+        d = cfg.distill  # on-policy distillation: the teacher term joins the (rl_coef-weighted) group advantage
+        terms += [(d.coef, TOKEN_TERMS["teacher_kl"](discount=d.discount))] if d is not None else []
+        self.estimator = with_token_terms(make_estimator(cfg.signals.advantage, **cfg.signals.advantage_params), terms,
+                                          base_coef=d.rl_coef if d is not None else 1.0)
         self.reward = reward_composition(cfg)
         self.verifier = get_verifier(cfg.verify.verifier, **cfg.verify.params)
         self.format_verifier = get_verifier("format", pattern=cfg.verify.format_pattern)
@@ -161,6 +166,8 @@ class TrainingRun:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.teachers = None if d is None else build_teachers(d, self.tokenizer, temperature=cfg.generate.temperature,
+                                                               top_p=cfg.generate.top_p, device=self.device)
         ckpt = latest_checkpoint(self.run_dir) if self.resume else None
         weights = ckpt if ckpt is not None else self.model_path
         self.model = AutoModelForCausalLM.from_pretrained(str(weights), dtype=torch.float32).to(self.device)
@@ -255,6 +262,13 @@ class TrainingRun:
                     r.signals["verifier_score"] = float(v.score)
                 r.signals["correctness"] = score
             self.reward.apply(grp)
+
+    def score_teacher(self, groups: list[list[Rollout]]) -> None:
+        """On-policy distillation: each rollout's task teacher scores its generated tokens
+        (``meta["teacher"]``, ``signals["teacher_kl"]``; :func:`gfcr.train.distill.score_rollouts`)."""
+        from gfcr.train.distill import score_rollouts
+
+        score_rollouts([r for g in groups for r in g], self.teachers)
 
     def entropy(self, groups: list[list[Rollout]]) -> None:
         """``signals["entropy"]`` for rollouts whose engine did not report it (one no-grad forward)."""

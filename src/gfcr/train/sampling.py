@@ -102,6 +102,9 @@ class StepSampler:
             groups = run.generate_groups(list(prompt_ids), dict(sizes), self.step, rnd)
         with self.timer("verify"):
             run.verify(groups)
+        if getattr(run, "teachers", None) is not None:
+            with self.timer("teacher"):
+                run.score_teacher(groups)
         if run.cfg.signals.entropy:
             with self.timer("entropy"):
                 run.entropy(groups)

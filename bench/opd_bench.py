@@ -1,0 +1,120 @@
+"""Benchmark run (not a test): on-policy distillation on CPU, base vs OPD student, paired per prompt.
+
+    .venv/bin/python bench/opd_bench.py [--steps 10] [--n-eval 300] [--teacher sharpened|PATH]
+        [--ross configs/ross-arith.yaml]
+
+Stages, each timed (wall and CPU seconds), with the machine load at start and end:
+
+1. held-out set: ``--n-eval`` distinct two-digit sums from the arith task's test split (never
+   trained on);
+2. evaluate the base model (greedy + ``--k`` samples at T = 0.7, ``max_tokens`` 64);
+3. ``gfcr train configs/opd-arith.yaml`` for ``--steps`` steps (teacher: the base model scored at
+   T = 0.5, or a checkpoint given with ``--teacher PATH`` scored at T = 1);
+4. evaluate the OPD student on the same prompts;
+5. with ``--ross CONFIG``: ``gfcr ross run CONFIG`` over the OPD store (positive-rollout SFT and
+   ROSS from the OPD checkpoint), then evaluate both on the same prompts.
+
+Every comparison is paired per prompt (``gfcr.evaluate.compare_paired``: McNemar for greedy pass@1,
+paired bootstrap + sign-flip test for sampled pass@1) and printed with its p-value and interval of
+the difference; "not significant" is printed when p >= 0.05. Results: ``bench/out/opd_bench.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _cpu() -> float:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def _evaluate(model: str, prompts: list, k: int, seed: int) -> Any:
+    from gfcr.evaluate import evaluate_model
+    from gfcr.generate.engines.hf import HFEngine
+
+    eng = HFEngine(model, max_batch=32)
+    return evaluate_model(eng, prompts, k=k, ks=[1] if k else None, verifier="numeric", greedy=True,
+                          temperature=0.7, max_tokens=64, seed=seed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="configs/opd-arith.yaml")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--n-eval", type=int, default=300)
+    ap.add_argument("--k", type=int, default=2, help="sampled completions per held-out prompt (0: greedy only)")
+    ap.add_argument("--teacher", default="sharpened", help="'sharpened' (base at T=0.5) or a checkpoint directory")
+    ap.add_argument("--ross", default=None, help="a ROSS config to run over the OPD store (optional)")
+    ap.add_argument("--output-dir", default="bench/out/opd")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    from gfcr.evaluate import compare_paired
+    from gfcr.tasks.arith import make_arith
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import train
+
+    out: dict[str, Any] = {"args": vars(args), "load_start": os.getloadavg(), "stages": {}}
+    timings = out["stages"]
+
+    def stage(name: str, fn: Any) -> Any:
+        t0, c0 = time.perf_counter(), _cpu()
+        res = fn()
+        timings[name] = {"wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(_cpu() - c0, 1)}
+        print(f"[{name}] {timings[name]}", file=sys.stderr, flush=True)
+        return res
+
+    prompts = make_arith(n=args.n_eval, level=2, split="test", seed=args.seed).prompts()
+    evals: dict[str, Any] = {"base": stage("eval_base", lambda: _evaluate("default", prompts, args.k, args.seed))}
+    over: dict[str, Any] = {"steps": args.steps, "output_dir": args.output_dir, "eval.before": False,
+                            "eval.after": False, "seed": args.seed}
+    if args.teacher != "sharpened":
+        over |= {"distill.teachers": [{"name": "rl-teacher", "model": args.teacher, "temperature": 1.0}]}
+    res = stage("opd_train", lambda: train(load_config(args.config, over), progress=True))
+    ckpts = sorted((Path(res.run_dir) / "checkpoints").glob("step_*"))
+    student = str(ckpts[-1])
+    evals["opd"] = stage("eval_opd", lambda: _evaluate(student, prompts, args.k, args.seed))
+    out["opd_run"] = str(res.run_dir)
+    if args.ross:
+        ross_out = Path(args.output_dir) / "ross"
+        cmd = [sys.executable, "-m", "gfcr", "ross", "run", args.ross, "--set", f"store={res.run_dir}/store",
+               "--set", f"upstream_model={student}", "--set", f"out_dir={ross_out}",
+               "--set", "variants=[positive_sft, ross]"]
+        stage("ross_run", lambda: subprocess.run(cmd, check=True))
+        for variant in ("positive_sft", "ross"):
+            found = sorted(ross_out.rglob(f"{variant}*/config.json"))
+            if found:
+                evals[variant] = stage(f"eval_{variant}", lambda d=str(found[-1].parent): _evaluate(d, prompts, args.k, args.seed))
+
+    out["metrics"] = {name: {m: vars(v) for m, v in e.metrics.items()} for name, e in evals.items()}
+    pairs = [("opd", "base")] + [(v, "opd") for v in ("positive_sft", "ross") if v in evals]
+    if "ross" in evals and "positive_sft" in evals:
+        pairs.append(("ross", "positive_sft"))
+    out["paired"] = {}
+    for a, b in pairs:
+        for metric in ("greedy_pass@1", "pass@1") if args.k else ("greedy_pass@1",):
+            d = compare_paired(evals[a], evals[b], metric)
+            out["paired"][f"{a} - {b} {metric}"] = d.to_dict()
+    out["load_end"] = os.getloadavg()
+    p = Path("bench/out/opd_bench.json")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(out, indent=2, default=str))
+    print(f"\nwritten {p}\n")
+    print("| comparison | metric | difference [95% CI] | p | verdict |\n|---|---|---|---|---|")
+    for key, d in out["paired"].items():
+        name, metric = key.rsplit(" ", 1)
+        verdict = "significant" if d["significant"] else "not significant"
+        print(f"| {name} | {metric} | {d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] | {d['p_value']:.3g} | {verdict} |")
+
+
+if __name__ == "__main__":
+    main()
