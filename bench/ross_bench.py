@@ -95,6 +95,43 @@ def run_seed(seed: int, args: argparse.Namespace, out: Path) -> dict:
             **{k: res.results.get(k) for k in ("select", "audit", "build", "evaluate", "analyze")}}
 
 
+def eval_rows(run_dir: Path, rows: list[str]) -> None:
+    """Evaluate only ``rows`` of a ROSS run folder (its ``config.json``) into ``eval.<row>.json``:
+    a second process can evaluate rows in parallel with the main run, or finish an interrupted one."""
+    from gfcr.ross.config import RossConfig
+    from gfcr.ross.evaluation import evaluate_models
+    from gfcr.ross.pipeline import heldout_benchmarks, load_model, load_tokenizer, model_paths, open_store
+
+    cfg = RossConfig.model_validate_json((run_dir / "config.json").read_text())
+    paths, _ = model_paths(cfg, run_dir)
+    tok, benches = load_tokenizer(cfg), heldout_benchmarks(cfg, open_store(cfg))
+    for row in rows:
+        res = evaluate_models({row: paths[row]}, tok, benches, cfg.evaluate, load=load_model, log=print)
+        (run_dir / f"eval.{row}.json").write_text(json.dumps(res))
+
+
+def combine(run_dir: Path) -> str:
+    """The comparison table with paired tests from every evaluation a run folder holds
+    (``eval.json``, ``eval.partial.json``, ``eval.<row>.json``), rows in the table's order."""
+    from gfcr.ross.config import RossConfig
+    from gfcr.ross.evaluation import comparison_table, default_pairs, paired_comparisons
+    from gfcr.ross.pipeline import model_paths
+
+    cfg = RossConfig.model_validate_json((run_dir / "config.json").read_text())
+    order, aliases = model_paths(cfg, run_dir)
+    found: dict = {}
+    for f in sorted(run_dir.glob("eval.*.json")) + [run_dir / "eval.json"]:
+        if f.exists():
+            d = json.loads(f.read_text())
+            found.update(d.get("results", d))
+    results = {m: found[m] for m in order if m in found}
+    pairs = default_pairs(list(results))
+    ev = {"results": results, "aliases": aliases, "pairs": pairs, "paired": paired_comparisons(results, pairs)}
+    (run_dir / "eval.combined.json").write_text(json.dumps(ev, indent=2))
+    missing = [m for m in order if m not in results]
+    return comparison_table(ev) + (f"\n\nnot evaluated (yet): {', '.join(missing)}" if missing else "")
+
+
 def summarize(per_seed: list[dict]) -> str:
     """Per seed: the evaluation table with its paired tests; across seeds: the mean headline."""
     parts = []
@@ -180,9 +217,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-base", action="store_true", help="leave out the base row (saves one evaluation)")
     ap.add_argument("--out", default="bench/out/ross")
     ap.add_argument("--micro", action="store_true", help="only the audit/align throughput micro-benchmark")
+    ap.add_argument("--eval-rows", nargs="+", default=None, help="with --run-dir: evaluate only these rows")
+    ap.add_argument("--combine", action="store_true", help="with --run-dir: print the table of what is evaluated")
+    ap.add_argument("--run-dir", default=None, help="a ROSS run folder (seedN/ross/ross-…)")
     args = ap.parse_args(argv)
     if args.micro:
         micro()
+        return 0
+    if args.run_dir and args.eval_rows:
+        eval_rows(Path(args.run_dir), args.eval_rows)
+        return 0
+    if args.run_dir and args.combine:
+        print(combine(Path(args.run_dir)))
         return 0
     out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)

@@ -126,10 +126,24 @@ def test_demo_stage_runs_ross_after_rl(tmp_path, tok):
     assert STAGES.index("ross") == STAGES.index("train") + 1
     c = _config(tmp_path, tok)
     said: list[str] = []
-    d = Demo(cfg=SimpleNamespace(eval=SimpleNamespace(max_tokens=6)), full=False, model_path=c["base_model"],
+    d = Demo(cfg=SimpleNamespace(eval=SimpleNamespace(max_tokens=6), verify=SimpleNamespace(params={})), full=False,
+             model_path=c["base_model"],
              run_dir=tmp_path / "demo", store_path=c["store"],
              result=SimpleNamespace(checkpoint=c["upstream_model"]))
     stage_ross(d, lambda m: said.append(str(m)))
     out = "\n".join(said)
     assert "| ross |" in out and "| positive_sft |" in out and "| upstream |" in out
     assert d.outputs["ROSS table"].exists()
+
+
+def test_demo_skips_ross_when_nothing_verified(tmp_path, tok):
+    from gfcr.ross.pipeline import run_ross_demo
+    from gfcr.store import RolloutStore
+
+    from .conftest import make_rollout
+
+    store = RolloutStore.open(tmp_path / "store", create=True)
+    store.append([make_rollout(tok, "q", "3 + 4 = 7", verified=False)])
+    said: list[str] = []
+    res = run_ross_demo(tmp_path / "store", "unused", out_dir=tmp_path / "ross", log=said.append)
+    assert "ROSS skipped" in said[0] and (tmp_path / "ross" / "table.md").exists() and "skipped" in res.results

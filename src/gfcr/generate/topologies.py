@@ -137,7 +137,7 @@ def rollout_from_result(
         parent_id=parent_id,
         branch_pos=branch_pos,
         finish_reason=res.finish_reason if res.finish_reason in ("stop", "length", "abort", "error") else "unknown",
-        sampling=params.to_record(getattr(engine, "name", type(engine).__name__)),
+        sampling=params.to_record(engine),
         cost=Cost(prompt_tokens=n_prompt, gen_tokens=int(len(res.token_ids)), latency_s=float(res.latency_s)),
         tokens_source=res.tokens_source,
         signals=signals,
@@ -408,7 +408,7 @@ class EPTree:
         shape = {"m": self.m, "n": self.n, "l": self.l, "t": self.t, "min_prefix_frac": self.min_prefix_frac,
                  "no_fork_after": list(self.no_fork_after)}
         for r in out:
-            r.sampling = self.params.to_record(engine.name) | {"tree": shape}
+            r.sampling = self.params.to_record(engine) | {"tree": shape}
         return out
 
     def _generate_rounds(self, engine: Engine, prompts: Sequence[Prompt], run_id: str, step: int) -> list[Rollout]:
@@ -595,7 +595,7 @@ class MultiTurn:
                 messages=e["msgs"], task=p.task,
                 step=step, policy_version=version, group_id=group_id_of(p.prompt_id, step, run_id),
                 sample_index=e["i"], finish_reason=e["finish"],
-                sampling=self.params.to_record(engine.name) | {"max_turns": self.max_turns, "env": env_name},
+                sampling=self.params.to_record(engine) | {"max_turns": self.max_turns, "env": env_name},
                 cost=Cost(prompt_tokens=e["n_prompt"], gen_tokens=n_gen, latency_s=e["latency"]), signals=signals,
                 meta=e["meta"] | {"turns": e["turns"], "env": env_name, "env_info": json_safe(e["info"])},
             ))

@@ -365,18 +365,28 @@ def run_ross_demo(store: str | Path, upstream_model: str, base_model: str | None
                   run: str | None = None, steps: tuple[int, int] | None = None, n_eval: int = 8, k: int = 2,
                   epochs: int = 1, lr: float = 1e-5, max_tokens: int = 48,
                   variants: tuple[str, ...] = ("positive_sft", "ross"), task: str = "arith",
-                  benchmarks: list[dict[str, Any]] | None = None, log: Any = print) -> RossRun:
+                  benchmarks: list[dict[str, Any]] | None = None, verifier_params: dict[str, Any] | None = None,
+                  log: Any = print) -> RossRun:
     """The demo's ROSS stage: the ``arith-steps`` judge on an RL run's rollouts of ``task``, a short
     masked SFT per variant, base/upstream/variants on held-out prompts (``benchmarks``; default the
-    task source ``task`` at ``n_eval`` test prompts), paired comparisons; prints and returns the table."""
+    task source ``task`` at ``n_eval`` test prompts; ``verifier_params`` as the RL run's verifier), paired
+    comparisons; prints and returns the table. A run with no verified, complete rollout of the task is
+    skipped with a message (nothing to relearn)."""
     cfg = RossConfig(
         store=str(store), out_dir=str(out_dir), upstream_model=upstream_model, base_model=base_model,
         variants=list(variants), window={"run": run, "steps": steps, "task": task},
         train={"epochs": epochs, "lr": lr, "batch_size": 8},
         evaluate={"benchmarks": benchmarks or [{"name": task, "source": task, "n_prompts": n_eval}],
-                  "k": k, "ks": sorted({1, k}), "max_tokens": max_tokens},
+                  "k": k, "ks": sorted({1, k}), "max_tokens": max_tokens, "verifier_params": verifier_params or {}},
         analyze={"ter_window": 1, "compatibility_prompts": 0, "complementarity_prompts": 0},
     )
+    n = len(stage_select(cfg, open_store(cfg)))
+    if n == 0:  # nothing verified to relearn (e.g. no 'Answer: N' line, or every success truncated)
+        msg = f"ROSS skipped: the run stored no verified, complete rollout of task {task!r} to relearn"
+        log(msg)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "table.md").write_text(msg + "\n")
+        return RossRun(Path(out_dir), results={"skipped": msg}, table=msg + "\n")
     res = run_ross(cfg, log=log)
     log(res.table)
     return res
