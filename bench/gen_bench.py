@@ -1,32 +1,104 @@
-"""Generation benchmark: hf tokens/s at batch 1, 8, 32; tree vs group generated tokens at equal leaves.
+"""Generation benchmark: hf tokens/s at batch 1, 8, 32; tree vs group at equal leaves.
 
-    .venv/bin/python bench/gen_bench.py [--model DIR] [--max-tokens 64] [--prompts 2] [--threads 1]
-        [--part all|throughput|tree] [--min-prefix-frac 0 0.5] [--out bench/out/gen.json]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/gen_bench.py [--model DIR] [--max-tokens 48] [--reps 3]
+        [--prompts 2] [--threads 1] [--part all|throughput|tree] [--out bench/out/gen.json]
 
-Goals (issue 3): batch 32 >= 5x the tokens/s of batch 1 (same engine, same prompt, measured side by
-side); the EPTree topology samples >= 30% fewer tokens than a group with the same number of leaves.
-Tokens are counted with ``token_accounting``: ``sampled_tokens`` is what the engine sampled (a tree
-child only from its branch point on); ``leaf_tokens`` counts every leaf's whole answer (equal for
-tree and group by construction, since a branch gets the rest of the budget).
+Every arm is timed in wall and CPU seconds (this process, all torch threads); arms take turns
+inside each repetition (the order rotating), every repetition uses fresh seeds, and the report
+gives medians over repetitions with the machine load (``os.getloadavg``) seen during each arm.
+
+- throughput: one request of ``n = 1, 8, 32`` samples of the same prompt; tokens per wall second
+  and per CPU second. Goal: batch 32 >= 5x batch 1 per CPU second.
+- tree vs group: EPTree (6x2x1x2, 30 leaves per prompt) decoded as one growing batch, the same tree
+  decoded round by round (the engine-independent path), and a group of k = 30: sampled tokens
+  (``token_accounting``) and time. Goal: the tree samples >= 30% fewer tokens per leaf and takes
+  less wall time than the group.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import time
 from pathlib import Path
+
+
+def timed(fn):
+    load = os.getloadavg()[0]
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "load": load}
+
+
+def med(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def throughput(eng, ids, a) -> dict:
+    from gfcr.generate.engines import GenRequest, SamplingParams
+
+    arms = {b: [] for b in (1, 8, 32)}
+    order = list(arms)
+    for rep in range(a.reps):
+        for k in range(len(order)):
+            b = order[(rep + k) % len(order)]
+            p = SamplingParams(n=b, temperature=1.0, max_tokens=a.max_tokens, seed=1000 * rep + b, stop_token_ids=[])
+            out, t = timed(lambda p=p: eng.generate([GenRequest(prompt_ids=ids, params=p)])[0])
+            toks = sum(r.n_tokens for r in out)
+            arms[b].append(t | {"tokens": toks, "tok_per_s": toks / t["wall_s"], "tok_per_cpu_s": toks / t["cpu_s"]})
+            print(f"rep {rep} batch {b:>2}: {toks} tokens, {t['wall_s']:.1f} s wall, {t['cpu_s']:.1f} s CPU, load {t['load']:.1f}", flush=True)
+    res = {str(b): {"tok_per_s": med(rows, "tok_per_s"), "tok_per_cpu_s": med(rows, "tok_per_cpu_s"),
+                    "load": med(rows, "load"), "reps": rows} for b, rows in arms.items()}
+    res["batch32_over_batch1_wall"] = res["32"]["tok_per_s"] / res["1"]["tok_per_s"]
+    res["batch32_over_batch1_cpu"] = res["32"]["tok_per_cpu_s"] / res["1"]["tok_per_cpu_s"]
+    return res
+
+
+def tree_vs_group(eng, a) -> dict:
+    from gfcr.generate.engines import SamplingParams
+    from gfcr.generate.topologies import EPTree, Group, token_accounting
+    from gfcr.tasks.arith import make_arith
+
+    prompts = make_arith(n=a.prompts, level=2, seed=11).prompts()
+    sp = SamplingParams(temperature=1.0, max_tokens=a.max_tokens)
+    leaves = EPTree(m=6, n=2, l=1, t=2).leaves_per_prompt
+    arms = {"group": [], "tree (growing batch)": [], "tree (round by round)": []}
+    order = list(arms)
+    for rep in range(a.reps):
+        tree = EPTree(m=6, n=2, l=1, t=2, params=sp, seed=rep, min_prefix_frac=a.min_prefix_frac)
+        run = {
+            "group": lambda rep=rep: Group(k=leaves, params=sp, seed=rep).generate(eng, prompts, run_id="bench"),
+            "tree (growing batch)": lambda tree=tree: tree.generate(eng, prompts, run_id="bench"),
+            "tree (round by round)": lambda tree=tree: tree._generate_rounds(eng, prompts, run_id="bench", step=0),
+        }
+        for k in range(len(order)):
+            name = order[(rep + k) % len(order)]
+            rs, t = timed(run[name])
+            acc = token_accounting(rs)
+            arms[name].append(t | {"sampled_per_leaf": acc.sampled_per_leaf, "leaves": len(rs)})
+            print(f"rep {rep} {name}: {len(rs)} leaves, {acc.sampled_per_leaf:.1f} sampled tokens/leaf, "
+                  f"{t['wall_s']:.1f} s wall, {t['cpu_s']:.1f} s CPU, load {t['load']:.1f}", flush=True)
+    res = {name: {"wall_s": med(rows, "wall_s"), "cpu_s": med(rows, "cpu_s"), "sampled_per_leaf": med(rows, "sampled_per_leaf"),
+                  "load": med(rows, "load"), "reps": rows} for name, rows in arms.items()}
+    g = res["group"]
+    for name in ("tree (growing batch)", "tree (round by round)"):
+        res[name]["token_saving_per_leaf"] = 1 - res[name]["sampled_per_leaf"] / g["sampled_per_leaf"]
+        res[name]["wall_over_group"] = res[name]["wall_s"] / g["wall_s"]
+        res[name]["cpu_over_group"] = res[name]["cpu_s"] / g["cpu_s"]
+    return res
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None, help="HF dir (default: SmolLM2-135M-Instruct, pulled on first use)")
-    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--reps", type=int, default=3, help="repetitions (fresh seeds) per arm")
     ap.add_argument("--prompts", type=int, default=2, help="prompts for the tree-vs-group comparison")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default); 1 is faster on a busy machine")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared machine)")
     ap.add_argument("--part", choices=("all", "throughput", "tree"), default="all")
-    ap.add_argument("--min-prefix-frac", type=float, nargs="+", default=[0.0, 0.5],
-                    help="EPTree min_prefix_frac values to compare (0 = TreeRL's plain top-n)")
+    ap.add_argument("--min-prefix-frac", type=float, default=0.5, help="EPTree min_prefix_frac")
     ap.add_argument("--out", default="bench/out/gen.json")
     a = ap.parse_args()
 
@@ -34,53 +106,26 @@ def main() -> None:
 
     from gfcr.generate.engines import GenRequest, SamplingParams
     from gfcr.generate.engines.hf import HFEngine
-    from gfcr.generate.topologies import EPTree, Group, token_accounting
     from gfcr.tasks.arith import make_arith
 
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    torch.set_num_threads(a.threads)
     eng = HFEngine(a.model, max_batch=32)
     prompt = make_arith(n=1, level=2, seed=7).prompts()[0]
     ids = eng.encode_messages([m.to_dict() for m in prompt.messages])
     eng.generate([GenRequest(prompt_ids=ids, params=SamplingParams(max_tokens=4, seed=0))])  # warm-up
-    res: dict = {"model": eng.model_name, "max_tokens": a.max_tokens, "threads": torch.get_num_threads()}
+    res: dict = {"model": eng.model_name, "max_tokens": a.max_tokens, "threads": torch.get_num_threads(),
+                 "reps": a.reps, "cpus": os.cpu_count(), "load_start": os.getloadavg()}
     if a.part in ("all", "throughput"):
-        res["throughput"] = {}
-        for b in (1, 8, 32):
-            p = SamplingParams(n=b, temperature=1.0, max_tokens=a.max_tokens, seed=1, stop_token_ids=[])
-            t0 = time.perf_counter()
-            out = eng.generate([GenRequest(prompt_ids=ids, params=p)])[0]
-            dt = time.perf_counter() - t0
-            toks = sum(r.n_tokens for r in out)
-            res["throughput"][b] = {"tokens": toks, "seconds": round(dt, 2), "tokens_per_s": round(toks / dt, 1)}
-            print(f"batch {b:>2}: {toks} tokens in {dt:.1f}s = {toks / dt:.1f} tok/s", flush=True)
-        t1, t32 = res["throughput"][1]["tokens_per_s"], res["throughput"][32]["tokens_per_s"]
-        res["batch32_over_batch1"] = round(t32 / t1, 2)
-
+        res["throughput"] = throughput(eng, ids, a)
     if a.part in ("all", "tree"):
-        prompts = make_arith(n=a.prompts, level=2, seed=11).prompts()
-        sp = SamplingParams(temperature=1.0, max_tokens=a.max_tokens)
-        leaves = EPTree(m=6, n=2, l=1, t=2).leaves_per_prompt
-        t0 = time.perf_counter()
-        gr = Group(k=leaves, params=sp, seed=0).generate(eng, prompts, run_id="bench")
-        g = token_accounting(gr)
-        res["group"] = g.to_dict() | {"seconds": round(time.perf_counter() - t0, 1)}
-        print(f"group k={leaves}: {res['group']}", flush=True)
-        res["tree"] = {}
-        for f in a.min_prefix_frac:
-            tree = EPTree(m=6, n=2, l=1, t=2, params=sp, seed=0, min_prefix_frac=f)
-            t0 = time.perf_counter()
-            tr = tree.generate(eng, prompts, run_id="bench")
-            t = token_accounting(tr)
-            offs = [r.meta["tree"]["fork_offset"] / max(r.meta["tree"]["parent_gen_tokens"], 1) for r in tr if r.parent_id]
-            res["tree"][str(f)] = t.to_dict() | {
-                "seconds": round(time.perf_counter() - t0, 1),
-                "token_saving_per_leaf": round(1 - t.sampled_per_leaf / g.sampled_per_leaf, 3),
-                "leaf_token_ratio": round(t.leaf_tokens_per_leaf / g.leaf_tokens_per_leaf, 3),
-                "mean_fork_position": round(sum(offs) / max(len(offs), 1), 3),
-            }
-            print(f"tree min_prefix_frac={f}: {res['tree'][str(f)]}", flush=True)
-    print(json.dumps(res, indent=1))
+        res["tree_vs_group"] = tree_vs_group(eng, a)
+    res["load_end"] = os.getloadavg()
+    slim = json.loads(json.dumps(res))
+    for part in ("throughput", "tree_vs_group"):
+        for v in slim.get(part, {}).values():
+            if isinstance(v, dict):
+                v.pop("reps", None)
+    print(json.dumps(slim, indent=1))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1))
 

@@ -59,10 +59,7 @@ MAX_FUNCTION_LINES, FUNCTION_CEILING = 80, 100
 
 #: modules over the ceiling, and why
 LONG_MODULES = {
-    "train/loop.py": "being split into stage modules (the loop's composition is being rewritten)",
-    "store/importers.py": "being split into one module per framework under store/importers/",
     "records.py": "the records, their Arrow schemas, conversions and validation: the schema's one source of truth",
-    "generate/topologies.py": "its tree maths is moving out to the Filter room (TreeRL advantages)",
 }
 
 #: functions over the ceiling (file, name), and why
@@ -73,7 +70,6 @@ LONG_FUNCTIONS = {
     ("filters/sandbox.py", "run_python"): "process set-up, limits and clean-up of one sandboxed run, in order",
     ("ross/verdict.py", "validate_verdict"): "every rule of the judge protocol, checked in order",
     ("scale/generate.py", "ray_generate"): "shard dispatch, retries and ordered commits",
-    ("store/importers.py", "parse_skyrl"): "being split with store/importers.py",
     ("store/importers/skyrl.py", "parse"): "SkyRL's batch layout, field by field (split out of store/importers.py)",
     ("train/sft.py", "train_masked_sft"): "the SFT loop: epochs, accumulation, schedule, checkpoint",
 }

@@ -219,6 +219,7 @@ def evaluate_model(
     n_boot: int = 1000,
     batch_size: int = 32,
     tokenizer: Any = None,
+    progress: bool = False,
     allow_truncated: bool = False,
 ) -> EvalResult:
     """Sample ``k`` completions (and one greedy) per prompt with ``engine``, verify, summarize.
@@ -227,7 +228,8 @@ def evaluate_model(
     ``k = 0`` skips sampling (greedy only). Completions are taken from ``GenResult.text`` or, when
     absent, decoded with ``tokenizer`` (or ``engine.tokenizer``). A completion cut by the token
     limit (``finish_reason`` length/abort) counts as wrong unless ``allow_truncated``;
-    ``info["truncated"]`` counts them.
+    ``info["truncated"]`` counts them. ``progress`` shows a bar on stderr (prompts done per phase,
+    elapsed time), so stdout keeps only the result.
     """
     from gfcr.generate.engines.base import GenRequest, SamplingParams
 
@@ -250,8 +252,11 @@ def evaluate_model(
             return False
         return bool(verify(p, text_of(r)))
 
-    def run(params: SamplingParams) -> dict[str, list[bool]]:
+    bar = _eval_progress(progress)
+
+    def run(params: SamplingParams, desc: str) -> dict[str, list[bool]]:
         out: dict[str, list[bool]] = {}
+        task = bar.add_task(desc, total=len(prompts))
         for i in range(0, len(prompts), batch_size):
             chunk = prompts[i : i + batch_size]
             reqs = [
@@ -260,20 +265,61 @@ def evaluate_model(
             ]
             for p, results in zip(chunk, engine.generate(reqs), strict=True):
                 out[p.prompt_id] = [judge(p, r) for r in results]
+            bar.advance(task, len(chunk))
         return out
 
     t0 = time.perf_counter()
     sampled: dict[str, list[bool]] = {}
-    if k > 0:
-        sampled = run(SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed))
     greedy_v: dict[str, bool] | None = None
-    if greedy:
-        g = run(SamplingParams(n=1, temperature=0.0, max_tokens=max_tokens, seed=seed))
-        greedy_v = {pid: v[0] for pid, v in g.items()}
+    with bar:
+        if k > 0:
+            sampled = run(SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed),
+                          f"eval: {k} samples per prompt")
+        if greedy:
+            g = run(SamplingParams(n=1, temperature=0.0, max_tokens=max_tokens, seed=seed), "eval: greedy")
+            greedy_v = {pid: v[0] for pid, v in g.items()}
     res = summarize(sampled, greedy_v, ks=ks if k > 0 else None, n_boot=n_boot, seed=seed)
     res.info.update(_run_info(engine, verify, prompts, k, temperature, top_p, max_tokens, seed, t0))
     res.info.update(truncated=n_cut[0], allow_truncated=allow_truncated)
     return res
+
+
+def _eval_progress(enabled: bool) -> Any:
+    """A rich progress bar on stderr (disabled: a no-op with the same methods)."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("prompts"), TimeElapsedColumn(), disable=not enabled, console=Console(stderr=True))
+
+
+def eval_prompts(tasks: str, n: int, split: str = "test", seed: int = 0,
+                 **task_args: Any) -> tuple[list[Prompt], list[str]]:
+    """Up to ``n`` held-out prompts of each comma-separated task source, and notes for the reader.
+
+    A source whose split holds fewer than ``n`` distinct prompts (e.g. ``arith``'s one-digit sums:
+    100 expressions, 14 of them in ``test``) gives all it has, with a note, instead of failing:
+    an evaluation over every held-out prompt is what was asked for. Other errors raise ``ValueError``.
+    """
+    from gfcr.tasks import PoolTooSmall, make_source
+
+    prompts: list[Prompt] = []
+    notes: list[str] = []
+    for name in [t.strip() for t in tasks.split(",") if t.strip()]:
+        try:
+            prompts.extend(make_source(name, n=n, split=split, seed=seed, **task_args).prompts())
+        except PoolTooSmall as e:
+            prompts.extend(e.prompts)
+            notes.append(f"{name}: the {split} split holds only {len(e.prompts)} distinct prompts at these settings; "
+                         f"evaluating all {len(e.prompts)} (asked for {n})")
+    return prompts, notes
 
 
 def _check_eval_args(k: int, greedy: bool, prompts: Sequence[Prompt]) -> None:

@@ -74,7 +74,7 @@ def audit(r: Rollout, spans: list[tuple[int, int, str]], status: str = "kept", t
 
 
 PATHOLOGIES = ("zero_reward", "reward_hacking", "length_inflation", "signal_noise", "compute_waste",
-               "replay_staleness", "entropy_collapse")
+               "long_tail", "replay_staleness", "entropy_collapse")
 
 
 def simulate_run(kind: str, steps: int = 6, groups: int = 4, k: int = 4) -> list[Rollout]:
@@ -104,9 +104,142 @@ def simulate_run(kind: str, steps: int = 6, groups: int = 4, k: int = 4) -> list
                 if kind == "entropy_collapse":
                     ent = 2.0 * (0.6 ** t)
                 gen_len = 20 + (10 * t if kind == "length_inflation" else 0) + i
+                if kind == "long_tail" and gi == 0 and i == 0:
+                    gen_len = 200  # one straggler per step holds the batch ten times as long
                 out.append(rollout(run, t, f"p{gi}", r, gen_len=gen_len, verified=v, sample_index=i,
                                    signals={"advantage": adv, "entropy": ent}, logprob=-ent))
         lag, iw = (8.0, 0.2) if kind == "replay_staleness" else (1.0, 1.0)
         out.append(rollout(run, t, "p0", 1.0, verified=True, meta={"generated_at_step": max(0, t - 1)},
                            signals={"replayed": 1.0, "staleness": lag, "importance_weight": iw}))
     return out
+
+
+#: pass ratios of the four groups of a step in the shaped code run: mixed, mixed, all failing, mixed
+CODE_PASS_RATIOS = ([1.0, 0.8, 0.2, 0.0], [1.0, 1.0, 0.6, 0.4], [0.8, 0.6, 0.2, 0.0], [1.0, 0.5, 0.4, 0.0])
+
+
+def simulate_shaped_run(kind: str, steps: int = 6, k: int = 4, max_tokens: int = 64) -> list[Rollout]:
+    """A healthy run with reward shaping on, built with the project's own reward functions.
+
+    ``code``: RLTF partial credit (``coderl_reward``, pass ratios :data:`CODE_PASS_RATIOS`), a 0.1
+    format bonus on odd samples and DAPO's soft overlong penalty (buffer 16 of ``max_tokens``).
+    ``length``: ShorterBetter's ``1[verified] − β·|len − SOL|`` with a 0.1 format bonus. GRPO
+    advantages, steady entropy, lengths that vary but have no tail, one fresh replayed copy a step.
+    """
+    from gfcr.filters.reward import ShorterBetter
+    from gfcr.filters.signals import dapo_overlong_penalty, grpo_advantages
+    from gfcr.filters.verifiers import coderl_reward
+
+    out: list[Rollout] = []
+    run = f"shaped_{kind}"
+    for t in range(steps):
+        for gi, ratios in enumerate(CODE_PASS_RATIOS):
+            ratios = ratios[:k]
+            lens = [24 + 6 * i + 3 * gi + (t % 2) * 4 for i in range(k)]
+            verified = [x >= 1.0 for x in ratios]
+            fmt = [0.1 * (i % 2) for i in range(k)]
+            if kind == "code":
+                base = [coderl_reward("passed") if x >= 1.0 else coderl_reward("failed", x) for x in ratios]
+                pen = dapo_overlong_penalty(lens, max_tokens, 16, 1.0)
+                rewards = [b + f + float(p) for b, f, p in zip(base, fmt, pen, strict=True)]
+            elif kind == "length":
+                rewards = [float(v) + f for v, f in zip(ShorterBetter(beta=0.01).rewards(verified, lens), fmt, strict=True)]
+            else:
+                raise ValueError(kind)
+            adv = grpo_advantages(rewards)
+            for i in range(k):
+                ent = 1.0 + 0.05 * ((t + i) % 3)
+                out.append(rollout(run, t, f"p{gi}", rewards[i], gen_len=lens[i], verified=verified[i], sample_index=i,
+                                   signals={"advantage": float(adv[i]), "entropy": ent}, logprob=-ent))
+        out.append(rollout(run, t, "p0", 1.0, verified=True, meta={"generated_at_step": max(0, t - 1)},
+                           signals={"replayed": 1.0, "staleness": 1.0, "importance_weight": 1.0}))
+    return out
+
+
+def _solution(a: int, b: int, right: bool, detour: bool, long: bool) -> str:
+    s = a + b
+    lines = [f"We need {a} + {b}."]
+    if detour:
+        lines += [f"First try: {a} + {b} = {s + 10}.", f"Check: {s + 10} - {b} = {s + 10 - b}, not {a}. That was wrong."]
+    lines += [f"Ones: {a % 10} + {b % 10} = {a % 10 + b % 10}.", f"So {a} + {b} = {s if right else s - 1}."]
+    if long:
+        lines += [f"Let me double-check by counting up from {a}: " + ", ".join(str(a + i) for i in range(1, b + 1)) + "."]
+    lines.append(f"Answer: {s if right else s - 1}")
+    return "\n".join(lines)
+
+
+def showcase_store(path: Any, tokenizer_dir: str, steps: int = 10, prompts: int = 4, k: int = 4) -> Any:
+    """A store that looks like a short GRPO run on two-digit sums, for the browser test and the docs'
+    screenshots: real token ids from the tiny tokenizer saved in ``tokenizer_dir`` (recorded as the
+    store's model in ``sampling.model``), partial credit for a near miss, DAPO-style dropped groups
+    (``meta.trained``), a straggler now and then, one replayed copy per step and rule-judge audits
+    (with excluded detours) on some passing rollouts."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from gfcr.records import Audit, Span
+    from gfcr.store import RolloutStore
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    rng = random.Random(7)
+    store = RolloutStore.open(path, create=True)
+    rows: list[Rollout] = []
+    audits: list[Audit] = []
+    sums = [(rng.randint(10, 89), rng.randint(10, 89)) for _ in range(prompts * 3)]
+    for t in range(steps):
+        p_right = 0.3 + 0.5 * t / max(1, steps - 1)
+        for gi in range(prompts):
+            a, b = sums[(t * prompts + gi) % len(sums)]
+            user = f"Compute {a} + {b}. Work it out step by step, then finish with a final line 'Answer: N'."
+            chat = tok.apply_chat_template([{"role": "user", "content": user}], add_generation_prompt=True, tokenize=False)
+            prompt_ids = tok(chat, add_special_tokens=False)["input_ids"]
+            group_rows = []
+            for i in range(k):
+                right = rng.random() < p_right
+                detour = rng.random() < 0.4
+                long = gi == 0 and i == 0 and (t % 4 == 2 or t >= steps - 3)  # stragglers, more at the end
+                text = _solution(a, b, right, detour, long)
+                gen = tok(text + "<|im_end|>", add_special_tokens=False)["input_ids"]
+                ids = list(prompt_ids) + gen
+                role = [0] * len(prompt_ids) + [1] * len(gen)
+                lp = [0.0] * len(prompt_ids) + [-0.2 - 0.8 * rng.random() for _ in gen]
+                reward = 1.0 if right else (0.3 if detour else 0.0)  # partial credit for a worked check
+                group_rows.append(Rollout(
+                    run_id="grpo-sums", prompt_id=f"sum-{a}-{b}", group_id=f"sum-{a}-{b}@{t}", step=t, sample_index=i,
+                    task="arith", token_ids=np.asarray(ids, np.int32), token_role=np.asarray(role, np.uint8),
+                    logprobs=np.asarray(lp, np.float32), policy_version=f"s{t}",
+                    messages=[Message("user", user), Message("assistant", text)], reward=reward, verified=right,
+                    finish_reason="stop", verifier={"name": "numeric", "version": "1", "passed": right,
+                                                    "evidence": {"parsed": text.rsplit(" ", 1)[-1]}},
+                    sampling={"engine": "hf", "model": tokenizer_dir, "temperature": 0.7, "max_tokens": 256},
+                    signals={"entropy": 1.1 - 0.04 * t + 0.1 * rng.random()}))
+            rewards = [r.reward for r in group_rows]
+            mean = sum(rewards) / k
+            keep = max(rewards) - min(rewards) > 1e-9
+            for r in group_rows:
+                r.signals["advantage"] = r.reward - mean
+                r.meta = {"trained": keep}
+                if r.verified and "First try" in r.completion and len(audits) < 12:
+                    text = r.completion
+                    a0 = text.index("First try")
+                    a1 = text.index("That was wrong.") + len("That was wrong.") + 1
+                    # supervised = generated tokens wholly outside the excluded characters (the ROSS rule)
+                    mask = (np.asarray(r.token_role) == 1).astype(np.uint8)
+                    gen_idx = np.nonzero(mask)[0]
+                    offsets = tok(text + "<|im_end|>", add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+                    for j, (c0, c1) in zip(gen_idx, offsets, strict=True):
+                        if c1 > a0 and c0 < a1:
+                            mask[j] = 0
+                    n_out = int((mask[gen_idx] == 0).sum())
+                    audits.append(Audit(rollout_id=r.rollout_id, judge="arith-steps", judge_version="1", status="kept",
+                                        mask=mask, excluded=[Span(a0, a1, "corrected_mistake")],
+                                        ter=n_out / len(gen_idx)))
+            rows += group_rows
+        src = rows[-1]
+        rows.append(Rollout(**{**src.__dict__, "rollout_id": f"replay-{t}", "step": t + 1 if t + 1 < steps else t,
+                               "signals": {"replayed": 1.0, "staleness": 1.0 + t % 3, "importance_weight": 0.9},
+                               "meta": {"generated_at_step": t}}))
+    store.append(rows)
+    store.upsert_audits(audits)
+    return store

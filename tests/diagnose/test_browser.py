@@ -1,7 +1,17 @@
-"""End to end in headless Chromium: open the viewer, filter, open a rollout, check the spans."""
+"""End to end in headless Chromium at 1280 px: the report and the viewer, as a person sees them.
+
+Checks what a reader would notice: no horizontal scrolling, no console errors, every chart with
+labelled, round ticks on both axes, the metrics table scrolling inside its box; in the viewer the
+prompt text in the list, tokens decoded with the store's own tokenizer and wrapped inside the pane,
+supervised / excluded colouring, and links to the rollout's group siblings. Screenshots go to the
+test's folder, and to ``docs/img/`` when ``GFCR_DOCS_SCREENSHOTS=1``.
+"""
 
 from __future__ import annotations
 
+import math
+import os
+import re
 import shutil
 import socket
 import threading
@@ -9,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from diag_helpers import audit, group, rollout
+from diag_helpers import audit, group, rollout, showcase_store
 
 from gfcr.store import RolloutStore
 
@@ -17,6 +27,8 @@ CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]
 TEXT = "<b>bold?</b> Try 3*4=11. No: 3*4=12. Answer: 12"
+WIDTH = 1280
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 
 pytestmark = [
     pytest.mark.browser,
@@ -31,12 +43,165 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture()
-def server(tmp_path):
+def _serve(store_path: Path):
     import uvicorn
 
     from gfcr.diagnose.viewer import create_app
 
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(store_path), host="127.0.0.1", port=port, log_level="warning"))
+    th = threading.Thread(target=srv.run, daemon=True)
+    th.start()
+    deadline = time.time() + 20
+    while not srv.started:
+        assert time.time() < deadline, "viewer did not start"
+        time.sleep(0.05)
+    return srv, th, f"http://127.0.0.1:{port}/"
+
+
+@pytest.fixture(scope="module")
+def showcase(tmp_path_factory):
+    from gfcr.testing import tiny_tokenizer
+
+    d = tmp_path_factory.mktemp("showcase")
+    tiny_tokenizer().save_pretrained(str(d / "tokenizer"))
+    store = showcase_store(d / "store", str(d / "tokenizer"))
+    srv, th, url = _serve(store.path)
+    yield store, url, d
+    srv.should_exit = True
+    th.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+
+    exe = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    profile = tmp_path_factory.mktemp("profile")
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(str(profile), executable_path=exe, headless=True, args=FLAGS,
+                                                   viewport={"width": WIDTH, "height": 900})
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+def _watch(page) -> list[str]:
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on("dialog", lambda d: errors.append("dialog opened: " + d.message))
+    return errors
+
+
+def _no_horizontal_overflow(page) -> None:
+    sw, iw = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert sw <= iw, f"page is {sw} px wide in a {iw} px window"
+
+
+def _shot(page, tmp: Path, name: str, **kw) -> Path:
+    out = tmp / f"{name}.png"
+    page.screenshot(path=str(out), **kw)
+    assert out.stat().st_size > 10_000
+    if os.environ.get("GFCR_DOCS_SCREENSHOTS") == "1" and name in ("report", "viewer"):
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out, DOCS_IMG / f"{name}.png")
+    return out
+
+
+def _round(values: list[float]) -> bool:
+    if len(values) < 2:
+        return False
+    step = values[1] - values[0]
+    mant = step / 10 ** math.floor(math.log10(step))
+    return (any(abs(mant - m) < 1e-6 for m in (1, 2, 2.5, 5))
+            and all(abs(v / step - round(v / step)) < 1e-6 for v in values))
+
+
+def test_report_in_chromium(showcase, browser, tmp_path):
+    from gfcr.diagnose.report import write_report
+
+    store, _, _ = showcase
+    path = write_report(store, tmp_path / "report.html")
+    page = browser.new_page()
+    errors = _watch(page)
+    page.goto(path.as_uri())
+    charts = page.locator("svg.chart")
+    assert charts.count() >= 10
+    for i in range(charts.count()):
+        c = charts.nth(i)
+        title = c.get_attribute("aria-label")
+        xt = [t.strip() for t in c.locator("text.xtick").all_text_contents()]
+        yt = [t.strip() for t in c.locator("text.ytick").all_text_contents()]
+        assert len(xt) >= 2 and all(xt) and len(yt) >= 3 and all(yt), title
+        assert _round([float(v) for v in yt]), (title, yt)
+        assert xt == [str(s) for s in range(10)], (title, xt)  # ten steps: every one labelled
+        assert c.locator("text.axis-label").count() == 2, title
+        # the chart and its title fit: nothing drawn outside the svg box
+        box = c.bounding_box()
+        for t in c.locator("text").all():
+            tb = t.bounding_box()
+            assert tb["x"] >= box["x"] - 1 and tb["x"] + tb["width"] <= box["x"] + box["width"] + 1, (title, t.text_content())
+    assert page.locator("text.title", has_text="Long tail").count() == 1
+    assert page.locator("text.title", has_text="Group control decisions").count() == 1
+    assert page.locator("text.title", has_text="TER over steps").count() == 1
+    assert page.locator('[data-detector="long_tail"]').count() == 1
+    # the metrics table scrolls inside its box
+    box = page.locator("#metrics-box")
+    sw, cw = box.evaluate("(e) => [e.scrollWidth, e.clientWidth]")
+    assert sw > cw and cw <= WIDTH
+    _no_horizontal_overflow(page)
+    full = _shot(page, tmp_path, "report-full", full_page=True)
+    page.locator("#plots").scroll_into_view_if_needed()
+    page.evaluate("() => window.scrollTo(0, document.getElementById('findings').offsetTop - 10)")
+    _shot(page, tmp_path, "report")
+    assert full.exists() and errors == []
+    page.close()
+
+
+def test_viewer_in_chromium(showcase, browser, tmp_path):
+    from playwright.sync_api import expect
+
+    store, url, _ = showcase
+    page = browser.new_page()
+    errors = _watch(page)
+    page.goto(url)
+    expect(page.locator("#rollouts tbody tr")).to_have_count(25)
+    # prompt text, not a hash, in the list
+    first = page.locator("#rollouts tbody tr td.prompt").first
+    assert first.inner_text().startswith("Compute ")
+    expect(page.locator("#tokenizer")).to_contain_text("the store's model")
+    # open an audited rollout: decoded tokens, wrapped, coloured by supervision
+    rid = store.audits().column("rollout_id").to_pylist()[0]
+    page.goto(url + f"#rollout={rid}")
+    page.wait_for_selector("#token-strip .tok-unsup")
+    strip = page.locator("#token-strip")
+    sw, cw = strip.evaluate("(e) => [e.scrollWidth, e.clientWidth]")
+    assert sw <= cw + 1, "token strip runs past its pane"
+    assert page.locator("#token-strip .tok-sup").count() > 10
+    assert page.locator("#token-strip .tok-ctx").count() > 10
+    pieces = page.locator("#token-strip .tok").all_text_contents()
+    assert not all(p.strip().isdigit() for p in pieces[:20]), "tokens are ids, not decoded"
+    assert "Compute" in "".join(pieces)
+    excluded = page.locator("#assistant-turn pre .seg-excluded")
+    assert excluded.count() == 1 and excluded.get_attribute("data-category") == "corrected_mistake"
+    # siblings: the group's other samples, one click away
+    sib = page.locator("#siblings a.sibling")
+    assert sib.count() == 3
+    other = sib.first.get_attribute("data-id")
+    _no_horizontal_overflow(page)
+    _shot(page, tmp_path, "viewer")
+    sib.first.click()
+    expect(page.locator("#detail-pane h2").first).to_have_text(f"Rollout {other}")
+    assert page.url.endswith(f"#rollout={other}")
+    _no_horizontal_overflow(page)
+    assert errors == []
+    page.close()
+
+
+@pytest.fixture()
+def small_server(tmp_path):
     store = RolloutStore.open(tmp_path / "store", create=True)
     rows = group("run-a", 0, "p1", [1.0, 0.0], [True, False]) + group("run-b", 0, "p1", [0.0, 0.0], [False, False])
     target = rollout("run-a", 1, "p2", 1.0, verified=True, text=TEXT, gen_len=12, rollout_id="target-rollout")
@@ -44,58 +209,37 @@ def server(tmp_path):
     store.append(rows)
     a, b = TEXT.index("Try"), TEXT.index("No:")
     store.upsert_audits([audit(target, [(a, b, "corrected_mistake")], ter=0.25)])
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(store.path), host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    deadline = time.time() + 20
-    while not srv.started:
-        assert time.time() < deadline, "viewer did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/"
+    srv, th, url = _serve(store.path)
+    yield url
     srv.should_exit = True
     th.join(timeout=10)
 
 
-def test_viewer_in_chromium(server, tmp_path):
-    from playwright.sync_api import expect, sync_playwright
+def test_viewer_filters_and_escapes(small_server, browser):
+    from playwright.sync_api import expect
 
-    exe = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
-    profile = tmp_path / "profile"
-    profile.mkdir()
-    with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(str(profile), executable_path=exe, headless=True, args=FLAGS,
-                                                   viewport={"width": 1400, "height": 900})
-        try:
-            page = ctx.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("dialog", lambda d: errors.append("dialog opened: " + d.message))
-            page.goto(server)
-            expect(page.locator("#rollouts tbody tr")).to_have_count(5)
-            # filter: run-a, verified only
-            page.select_option("#f-run", "run-a")
-            page.select_option("#f-verified", "true")
-            page.click("#f-apply")
-            # no wait_for_function: the page's CSP forbids string evaluation, which it needs
-            expect(page.locator("#page-info")).to_have_text("1–2 of 2")
-            expect(page.locator("#rollouts tbody tr")).to_have_count(2)
-            # open the audited rollout
-            page.click("#rollouts tbody tr[data-id='target-rollout']")
-            page.wait_for_selector("#assistant-turn .seg-excluded")
-            excluded = page.locator("#assistant-turn pre .seg-excluded")
-            assert excluded.count() == 1
-            assert excluded.get_attribute("data-category") == "corrected_mistake"
-            assert excluded.inner_text() == "Try 3*4=11. "
-            assert "cat-corrected_mistake" in (excluded.get_attribute("class") or "")
-            sup = page.locator("#assistant-turn pre .seg-supervised")
-            assert [sup.nth(i).inner_text() for i in range(sup.count())] == ["<b>bold?</b> ", "No: 3*4=12. Answer: 12"]
-            assert page.locator("#assistant-turn b").count() == 0  # model text is never parsed as HTML
-            assert page.locator(".tokens .tok-ctx").count() == 4 and page.locator(".tokens .tok-gen").count() == 12
-            assert '"exact"' in page.inner_text("#verifier")
-            shot = tmp_path / "viewer.png"
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 10_000
-            assert errors == []
-        finally:
-            ctx.close()
+    page = browser.new_page()
+    errors = _watch(page)
+    page.goto(small_server)
+    expect(page.locator("#rollouts tbody tr")).to_have_count(5)
+    # a store that records no model says so, and shows ids
+    expect(page.locator("#tokenizer")).to_contain_text("records no model")
+    page.select_option("#f-run", "run-a")
+    page.select_option("#f-verified", "true")
+    page.click("#f-apply")
+    # no wait_for_function: the page's CSP forbids string evaluation, which it needs
+    expect(page.locator("#page-info")).to_have_text("1–2 of 2")
+    expect(page.locator("#rollouts tbody tr")).to_have_count(2)
+    page.click("#rollouts tbody tr[data-id='target-rollout']")
+    page.wait_for_selector("#assistant-turn .seg-excluded")
+    excluded = page.locator("#assistant-turn pre .seg-excluded")
+    assert excluded.count() == 1 and excluded.inner_text() == "Try 3*4=11. "
+    assert "cat-corrected_mistake" in (excluded.get_attribute("class") or "")
+    sup = page.locator("#assistant-turn pre .seg-supervised")
+    assert [sup.nth(i).inner_text() for i in range(sup.count())] == ["<b>bold?</b> ", "No: 3*4=12. Answer: 12"]
+    assert page.locator("#assistant-turn b").count() == 0  # model text is never parsed as HTML
+    assert page.locator(".tokens .tok-ctx").count() == 4 and page.locator(".tokens .tok-gen").count() == 12
+    assert re.fullmatch(r"\d+", page.locator(".tokens .tok-gen").first.inner_text())
+    assert '"exact"' in page.inner_text("#verifier")
+    assert errors == []
+    page.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from diag_helpers import PATHOLOGIES, simulate_run
+from diag_helpers import PATHOLOGIES, simulate_run, simulate_shaped_run
 from pydantic import ValidationError
 
 from gfcr.diagnose.detectors import DETECTORS, DetectorConfig, detect
@@ -17,6 +17,7 @@ def findings(tmp_path_factory):
     rows = []
     for kind in ("healthy", *PATHOLOGIES):
         rows += simulate_run(kind)
+    rows += simulate_shaped_run("code") + simulate_shaped_run("length")
     store.append(rows)
     metrics = step_metrics(store)
     return metrics, detect(metrics)
@@ -29,6 +30,26 @@ def test_every_pathology_has_a_detector():
 def test_healthy_run_is_quiet(findings):
     _, fs = findings
     assert [f.detector for f in fs if f.run_id == "healthy"] == []
+
+
+@pytest.mark.parametrize("run", ["shaped_code", "shaped_length"])
+def test_healthy_shaped_runs_are_quiet(findings, run):
+    """Partial credit (RLTF), format bonus, overlong and ShorterBetter length shaping are designed:
+    no detector may fire on them, and the metrics that used to misread them stay low."""
+    metrics, fs = findings
+    assert [f.detector for f in fs if f.run_id == run] == []
+    rows = [r for r in metrics.to_pylist() if r["run_id"] == run]
+    assert all(r["hack_rate"] == 0.0 and r["adv_disagreement"] == 0.0 and r["low_std_share"] == 0.0 for r in rows)
+
+
+def test_shaped_code_run_is_the_case_the_sign_rules_misread():
+    """Guard that the quiet shaped run really is the false-alarm case: under the earlier rules
+    (failing with reward >= 0.5 = hack; advantage sign against the verdict = noise) it fires both."""
+    fresh = [r for r in simulate_shaped_run("code") if not r.signals.get("replayed")]
+    hack = sum(r.verified is False and r.reward >= 0.5 for r in fresh) / len(fresh)
+    sign = sum((r.signals["advantage"] > 0) != bool(r.verified) for r in fresh) / len(fresh)
+    cfg = DetectorConfig()
+    assert hack >= cfg.reward_hacking.max_disagreement and sign >= cfg.signal_noise.max_adv_disagreement
 
 
 @pytest.mark.parametrize("kind", PATHOLOGIES)
@@ -48,6 +69,8 @@ def test_expected_levers_are_named(findings):
     assert "AR3PO" in levers["zero_reward"]
     assert "ShorterBetter" in levers["length_inflation"] and "GFPO" in levers["length_inflation"]
     assert "overlong" in levers["length_inflation"]
+    for name in ("max_tokens", "early exit", "partial rollouts", "ReSpec", "EARL", "Seer"):
+        assert name in levers["long_tail"]
 
 
 def test_thresholds_come_from_config(findings):

@@ -66,7 +66,8 @@ def test_step_metrics_hand_worked(hand_store):
     assert s0["reward_mean"] == pytest.approx((1 + 1 + 1 + 0 + 0.5 + 0.52 + 1) / 7)
     assert s0["verified_rate"] == pytest.approx(3 / 6)  # y has verified = None
     assert s0["zero_var_share"] == pytest.approx(1 / 3)
-    assert s0["all_correct_share"] == pytest.approx(1 / 3) and s0["all_wrong_share"] == 0.0
+    # by verdict: a all verified, c none verified (its rewards differ: shaping, not a zero-variance group)
+    assert s0["all_correct_share"] == pytest.approx(1 / 3) and s0["all_wrong_share"] == pytest.approx(1 / 3)
     # tokens: a 10+10, b 10+30, c 10+10, y 10 = 90; wasted = group a (zero variance) = 20
     assert s0["gen_tokens"] == 90 and s0["wasted_tokens"] == 20
     assert s0["waste_share"] == pytest.approx(20 / 90)
@@ -75,12 +76,13 @@ def test_step_metrics_hand_worked(hand_store):
     assert s0["trunc_rate"] == pytest.approx(1 / 7) and s0["abort_rate"] == 0.0
     assert s1["abort_rate"] == pytest.approx(1 / 4) and s1["trunc_rate"] == 0.0  # fresh rows of step 1: a, a, b, b
     assert s0["nll_mean"] == pytest.approx(1.0) and s0["entropy_mean"] is None
-    # hack: reward >= 0.5 and verified false: c's 0.5 and 0.52 → 2 of 6 verified-known
-    assert s0["hack_rate"] == pytest.approx(2 / 6)
-    # advantage vs verdict: b consistent (2), c: +1 on a failed rollout contradicts, -1 on failed agrees
-    assert s0["adv_disagreement"] == pytest.approx(1 / 4)
-    # low-std groups: among non-constant groups b (std 0.5) and c (std 0.01) → 1 of 2
-    assert s0["low_std_share"] == pytest.approx(0.5)
+    # hack: a failed rollout rewarded at least the passing median (1.0); c's 0.5 and 0.52 are partial credit
+    assert s0["hack_rate"] == 0.0
+    # advantage vs verdict inside mixed groups only: b ranks its pass above its fail; c has no pass to contradict
+    assert s0["adv_disagreement"] == 0.0
+    # low-std groups among non-constant mixed-verdict groups: b (std 0.5) only; c's tiny spread is shaping
+    assert s0["low_std_share"] == 0.0
+    assert s0["n_kept_groups"] is None and s0["n_dropped_groups"] is None  # no meta["trained"] recorded
     assert s0["n_replayed"] == 0 and s0["staleness_mean"] is None
     # audits on step 0: a kept audit with ter 0.25 and 2 spans, a discarded one
     assert s0["n_audited"] == 2 and s0["kept_share"] == pytest.approx(0.5)
@@ -89,7 +91,8 @@ def test_step_metrics_hand_worked(hand_store):
 
     # step 1: fresh = a (2 wrong) + b (1.0 unverified, 0.0) = 4 rows; replayed copy excluded
     assert s1["n_rollouts"] == 4 and s1["n_groups"] == 2
-    assert s1["all_wrong_share"] == pytest.approx(0.5)
+    assert s1["all_wrong_share"] == pytest.approx(1.0)  # b's 1.0 is a reward, not a pass: both groups fail
+    # no pass at step 1: the run's passing median (1.0, from step 0) is the reference; b's 1.0 fails
     assert s1["verified_rate"] == 0.0 and s1["hack_rate"] == pytest.approx(1 / 4)
     assert s1["entropy_mean"] == pytest.approx((0.5 + 0.5 + 1.5 + 1.0) / 4)
     assert s1["nll_mean"] == pytest.approx(2.0)
@@ -128,3 +131,64 @@ def test_ter_computed_from_mask_when_not_stored(tmp_path):
 def test_empty_store_gives_empty_table(tmp_path):
     store = RolloutStore.open(tmp_path / "s", create=True)
     assert step_metrics(store).num_rows == 0
+
+
+def _grpo(rewards: list[float]) -> list[float]:
+    r = np.asarray(rewards, float)
+    return ((r - r.mean()) / (r.std() + 1e-6)).tolist()
+
+
+def test_partial_credit_is_not_a_hack_or_noise(tmp_path):
+    """RLTF partial credit (arXiv 2307.04349: -0.3 + 1.3 x pass ratio): pass ratios [1, .8, .2, 0]
+    give rewards [1, .74, -.04, -.3]; only the first passes. The .74 rollout fails with a reward above
+    0.5 and a positive GRPO advantage, yet the reward still ranks every pass above every fail."""
+    from gfcr.filters.verifiers import coderl_reward
+
+    rewards = [coderl_reward("passed")] + [coderl_reward("failed", x) for x in (0.8, 0.2, 0.0)]
+    assert rewards == pytest.approx([1.0, 0.74, -0.04, -0.3])
+    adv = _grpo(rewards)
+    assert adv[1] > 0  # the designed case the old sign rule called a contradiction
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    rows = [rollout("r", 0, "p", r, verified=(i == 0), sample_index=i, signals={"advantage": a})
+            for i, (r, a) in enumerate(zip(rewards, adv, strict=True))]
+    # the same step, a hack: a failing rollout rewarded like the pass, its advantage level with it
+    hacked = [1.0, 1.0, 0.0, 0.0]
+    rows += [rollout("r", 0, "h", r, verified=(i == 0), sample_index=i, signals={"advantage": a})
+             for i, (r, a) in enumerate(zip(hacked, _grpo(hacked), strict=True))]
+    store.append(rows)
+    m = step_metrics(store).to_pylist()[0]
+    # passing median = 1.0; fails at >= 1.0: one (group h) of 8 verdicts
+    assert m["hack_rate"] == pytest.approx(1 / 8)
+    # discordant: h's fail ties its pass (adv equal) -> both count; p is fully concordant → 2 of 8
+    assert m["adv_disagreement"] == pytest.approx(2 / 8)
+    assert m["low_std_share"] == 0.0 and m["all_wrong_share"] == 0.0
+
+
+def test_long_tail_and_group_control(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    # step 0: nine rollouts of 10 tokens and one of 100 (kept by group control: group a only)
+    lens = [10] * 9 + [100]
+    rows = [rollout("r", 0, "a" if i < 5 else "b", 1.0, gen_len=n, sample_index=i,
+                    meta={"trained": i < 5}) for i, n in enumerate(lens)]
+    store.append(rows)
+    m = step_metrics(store, config=MetricsConfig(tail_quantile=0.9)).to_pylist()[0]
+    # 90% quantile (quantile_cont over 9 x 10 and 100) = 10 + 0.1 * 90 = 19: decode steps after it 81 of 100
+    assert m["len_max"] == 100 and m["tail_timed"] == 0.0
+    assert m["tail_time_share"] == pytest.approx(0.81)
+    # tokens past the 19th: 100 - 19 = 81 of 190
+    assert m["tail_token_share"] == pytest.approx(81 / 190)
+    assert m["n_kept_groups"] == 1 and m["n_dropped_groups"] == 1
+
+
+def test_long_tail_from_per_sample_timings(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    rows = []
+    for i, t in enumerate([1.0, 2.0, 3.0, 4.0, 10.0]):
+        r = rollout("r", 0, "a", 1.0, gen_len=10, sample_index=i)
+        r.cost.latency_s = t
+        rows.append(r)
+    store.append(rows)
+    m = step_metrics(store, config=MetricsConfig(tail_quantile=0.5)).to_pylist()[0]
+    # finish times are distinct → timed; median 3.0 → (10 - 3) / 10; equal lengths → no token tail
+    assert m["tail_timed"] == 1.0 and m["tail_time_share"] == pytest.approx(0.7)
+    assert m["tail_token_share"] == 0.0

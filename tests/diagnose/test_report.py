@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -9,7 +10,8 @@ from diag_helpers import audit, rollout, simulate_run
 from typer.testing import CliRunner
 
 from gfcr.cli import app
-from gfcr.diagnose.report import CATEGORY_COLOURS, build_report, svg_line_chart, write_report
+from gfcr.diagnose.charts import line_chart, nice_step, nice_ticks, stacked_bar_chart, tick_label, wrap
+from gfcr.diagnose.report import CATEGORY_COLOURS, build_report, write_report
 from gfcr.diagnose.spans import segments
 from gfcr.records import EXCLUSION_CATEGORIES
 from gfcr.store import RolloutStore
@@ -40,11 +42,63 @@ def test_segments_partition_text_and_resolve_overlaps():
                                                             ("ef", "excluded", "x")]
 
 
-def test_svg_chart_breaks_on_nan_and_escapes_labels():
-    svg = svg_line_chart("<b>t</b>", [0, 1, 2, 3], {"a<": [1.0, 2.0, float("nan"), 3.0]})
+def _is_round(v: float, step: float) -> bool:
+    k = v / step
+    return abs(k - round(k)) < 1e-9 and any(abs(step / 10 ** math.floor(math.log10(step)) - m) < 1e-9
+                                             for m in (1, 2, 2.5, 5))
+
+
+def test_ticks_are_round_and_cover_the_data():
+    assert nice_ticks(0, 0.392) == pytest.approx([0, 0.1, 0.2, 0.3, 0.4])
+    assert nice_ticks(0, 1) == pytest.approx([0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    assert nice_ticks(0, 37, integer=True) == [0, 10, 20, 30, 40]
+    assert nice_ticks(0, 3, integer=True) == [0, 1, 2, 3]  # counts never tick at 0.5
+    assert nice_step(1.0) == 0.2 and nice_step(37) == 10
+    for lo, hi in [(0, 0.0625), (-0.3, 1.1), (0.281, 0.392), (3, 3), (0, 2500), (-7e-4, 0)]:
+        t = nice_ticks(lo, hi)
+        step = t[1] - t[0]
+        assert t[0] <= lo and t[-1] >= hi and 3 <= len(t) <= 12, (lo, hi, t)
+        assert all(_is_round(v, step) for v in t), (lo, hi, t)
+    assert [tick_label(v, 0.25) for v in nice_ticks(0, 1, 4)] == ["0", "0.25", "0.50", "0.75", "1.00"]
+    assert tick_label(0.30000000000000004, 0.1) == "0.3" and tick_label(20.0, 10) == "20"
+
+
+def test_titles_wrap_to_the_chart():
+    lines = wrap("Truncated (max_tokens) / stopped early (abort, e.g. repetition) over the whole run", 380)
+    assert len(lines) >= 2 and all(len(x) * 7.2 <= 380 for x in lines)
+
+
+def test_line_chart_labels_ticks_markers_and_styles():
+    svg = line_chart("<b>t</b>", [0, 1, 2, 3], {"a<": [1.0, 2.0, float("nan"), 3.0], "b": [1.0, 2.0, 2.5, 3.0]},
+                     "tokens")
     assert "<b>" not in svg and "&lt;b&gt;" in svg and "a&lt;" in svg
-    assert svg.count("<polyline") == 1 and svg.count("<circle") == 1  # [0,1] a line, [3] a dot
-    assert svg_line_chart("empty", [0, 1], {"a": [float("nan")] * 2}) == ""
+    xt = re.findall(r'class="tick xtick"[^>]*>([^<]*)<', svg)
+    yt = [float(v) for v in re.findall(r'class="tick ytick"[^>]*>([^<]*)<', svg)]
+    assert xt == ["0", "1", "2", "3"]  # every step labelled
+    assert yt == [0, 1, 2, 3]
+    assert ">step<" in svg and ">tokens<" in svg  # axis labels
+    # series a: a line over steps 0-1 and a lone marker at 3; b: one dashed line; distinct markers
+    a = re.search(r'data-series="a&lt;">(.*?)</g>', svg).group(1)
+    b = re.search(r'data-series="b">(.*?)</g>', svg).group(1)
+    assert a.count("<polyline") == 1 and a.count("<circle") == 3
+    assert b.count("<polyline") == 1 and b.count("<rect") == 4 and 'stroke-dasharray="6 3"' in b
+    assert "step 3: 3" in a  # point tooltips
+    assert line_chart("empty", [0, 1], {"a": [float("nan")] * 2}, "x") == ""
+
+
+def test_many_steps_get_round_integer_ticks():
+    steps = list(range(0, 40))
+    svg = line_chart("t", steps, {"a": [float(i) for i in steps]}, "y")
+    xt = [int(v) for v in re.findall(r'class="tick xtick"[^>]*>([^<]*)<', svg)]
+    assert 3 <= len(xt) <= 12 and xt[0] == 0 and all(v % 5 == 0 for v in xt)
+
+
+def test_stacked_bars():
+    svg = stacked_bar_chart("kept", [0, 1, 2], {"kept": [3, 2, 4], "dropped": [1, 2, float("nan")]}, "groups")
+    yt = [float(v) for v in re.findall(r'class="tick ytick"[^>]*>([^<]*)<', svg)]
+    assert yt[0] == 0 and yt[-1] >= 4 and all(v == int(v) for v in yt)
+    assert svg.count("<rect") == 5 + 2  # five bars and two legend swatches
+    assert stacked_bar_chart("none", [0, 1], {"a": [0, 0]}, "g") == ""
 
 
 def test_report_without_audits(store):
@@ -72,6 +126,8 @@ def test_report_with_audits_highlights_spans(store):
     page = build_report(s, run="healthy")
     assert 'id="ross-status"' in page and 'id="ross-categories"' in page and 'id="no-audits"' not in page
     assert 'id="bucket-most-masked"' in page
+    masked = page[page.index('id="bucket-most-masked"'):page.index('id="table"')]
+    assert evil.rollout_id in masked
     m = re.search(r'<span class="seg-excluded" data-category="corrected_mistake"[^>]*>([^<]*)</span>', page)
     assert m and m.group(1) == "First 2+2=5. "
     assert '<span class="seg-supervised" title="supervised">&lt;script&gt;' in page

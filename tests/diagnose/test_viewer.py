@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from diag_helpers import audit, group, rollout
 from fastapi.testclient import TestClient
@@ -130,3 +131,51 @@ def test_static_and_headers_and_read_only(viewer):
 def test_refuses_a_path_that_is_not_a_store(tmp_path):
     with pytest.raises(StoreError, match="no gfcr store"):
         create_app(tmp_path / "missing")
+
+
+def test_list_has_prompt_text_and_detail_has_siblings(viewer):
+    client, _, rows = viewer
+    items = client.get("/api/rollouts", params={"run": "A", "step_max": 0}).json()["items"]
+    assert {i["prompt_text"] for i in items} == {"What is p1?", "What is p2?"}
+    target = next(r for r in rows if r.run_id == "A" and r.step == 1 and r.prompt_id == "p1" and r.sample_index == 1)
+    d = client.get(f"/api/rollouts/{target.rollout_id}").json()
+    assert [(s["sample_index"], s["reward"], s["verified"]) for s in d["siblings"]] == [(0, 1.0, True), (1, 0.0, False),
+                                                                                         (2, 1.0, True)]
+    assert target.rollout_id in {s["rollout_id"] for s in d["siblings"]}
+    s = client.get("/api/summary").json()
+    assert s["tokenizer"]["source"] == "none" and "records no model" in s["tokenizer"]["note"]
+    assert d["decoded"] is False and d["tokenizer"]["source"] == "none"
+
+
+def test_tokens_decoded_with_the_stores_model(tmp_path):
+    from gfcr.diagnose.viewer import prompt_text, store_model
+    from gfcr.generate.engines.base import SamplingParams
+    from gfcr.testing import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tok.save_pretrained(str(tmp_path / "tok"))
+    ids = tok("Answer: 19", add_special_tokens=False)["input_ids"]
+
+    class Engine:  # what the engines expose: the record names the model its tokenizer loads from
+        name, model_name = "hf", str(tmp_path / "tok")
+
+    rec = SamplingParams(temperature=0.5).to_record(Engine())
+    assert rec["engine"] == "hf" and rec["model"] == str(tmp_path / "tok")
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    r = rollout("A", 0, "p", 1.0, gen_len=len(ids), prompt_len=0)
+    r.token_ids = np.asarray(ids, np.int32)
+    r.sampling = rec
+    store.append([r])
+    assert store_model(store) == str(tmp_path / "tok")
+    client = TestClient(create_app(store.path))
+    d = client.get(f"/api/rollouts/{r.rollout_id}").json()
+    assert d["decoded"] is True and "".join(t["text"] for t in d["tokens"]) == "Answer: 19"
+    assert client.get("/api/summary").json()["tokenizer"]["source"] == "store"
+    # a recorded model that is not on this machine: ids, and the reason
+    r2 = rollout("A", 0, "p", 1.0)
+    r2.sampling = {"engine": "hf", "model": str(tmp_path / "gone")}
+    store2 = RolloutStore.open(tmp_path / "s2", create=True)
+    store2.append([r2])
+    info = TestClient(create_app(store2.path)).get("/api/summary").json()["tokenizer"]
+    assert info["source"] == "none" and "gone" in info["note"] and "--tokenizer" in info["note"]
+    assert prompt_text([{"role": "system", "content": "sys"}, {"role": "user", "content": " a\n b "}]) == "a b"

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from gfcr.filters.advantages import make_estimator, with_token_terms
+from gfcr.filters.teacher import TeacherKL, discounted_future_sum, distill_token_advantages
 from gfcr.generate.engines.base import GenRequest, SamplingParams
 from gfcr.records import Rollout
 from gfcr.testing import tiny_model, tiny_tokenizer
-from gfcr.filters.advantages import make_estimator, with_token_terms
-from gfcr.filters.teacher import TeacherKL, discounted_future_sum, distill_token_advantages
 from gfcr.train.distill import (
     HFTeacher,
     TeacherError,

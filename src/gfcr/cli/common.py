@@ -41,7 +41,7 @@ USAGE_EXIT = 2
 _USER_ERRORS = (
     ("gfcr.store.core", "StoreError"),
     ("gfcr.models", "ModelError"),
-    ("gfcr.train.loop", "TrainError"),
+    ("gfcr.train.run_setup", "TrainError"),
     ("gfcr.scale.cluster", "ScaleError"),
     ("gfcr.filters.sandbox", "SandboxUnavailable"),
     ("gfcr.generate.sync", "WeightSyncError"),

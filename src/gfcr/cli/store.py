@@ -28,20 +28,40 @@ def _open(path: Path):  # noqa: ANN202
     return RolloutStore.open(path)
 
 
+def _cell(v: Any, max_width: int) -> str:
+    s = f"{v:.4g}" if isinstance(v, float) else str(v)
+    s = " ".join(s.split()) if "\n" in s else s
+    return s if len(s) <= max_width else s[: max_width - 1] + "…"
+
+
 def print_rows(rows: list[dict[str, Any]], title: str | None = None, max_width: int = 60) -> None:
-    """A rich table of dict rows (long cells shortened)."""
+    """A rich table of dict rows (long cells shortened). When the columns cannot fit the terminal
+    at a readable width, each row is printed as a block of ``column  value`` lines instead (as
+    psql's expanded display), so an 80-column terminal never squeezes columns to a few letters."""
     if not rows:
         console.print("(no rows)")
         return
+    keys = [str(k) for k in rows[0]]
+    cells = [[_cell(v, max_width) for v in r.values()] for r in rows]
+    natural = [max([len(k)] + [len(c[i]) for c in cells]) for i, k in enumerate(keys)]
+    readable = [min(n, max(len(k), 12)) for n, k in zip(natural, keys, strict=True)]
+    if sum(readable) + 3 * len(keys) + 1 > console.width:
+        if title:
+            console.print(title, style="italic", markup=False)
+        kw = max(len(k) for k in keys)
+        room = max(20, console.width - kw - 2)
+        for i, row in enumerate(cells):
+            console.print(f"-[ row {i + 1} ]" + "-" * max(0, min(console.width, kw + 40) - len(str(i + 1)) - 10),
+                          style="dim", markup=False)
+            for k, c in zip(keys, row, strict=True):
+                console.print(f"{k.ljust(kw)}  {c if len(c) <= room else c[: room - 1] + '…'}", markup=False,
+                              highlight=False, soft_wrap=True)
+        return
     t = Table(title=title, show_lines=False)
-    for k in rows[0]:
-        t.add_column(str(k), overflow="fold")
-    for r in rows:
-        cells = []
-        for v in r.values():
-            s = f"{v:.4g}" if isinstance(v, float) else str(v)
-            cells.append(s if len(s) <= max_width else s[: max_width - 1] + "…")
-        t.add_row(*cells)
+    for k, n in zip(keys, readable, strict=True):
+        t.add_column(k, overflow="fold", min_width=n)
+    for row in cells:
+        t.add_row(*row)
     console.print(t)
 
 

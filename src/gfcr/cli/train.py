@@ -70,7 +70,7 @@ def eval_cmd(
     model: Annotated[str, typer.Option("--model", help="HF model directory/name, or 'default'.")] = "default",
     tasks: Annotated[str, typer.Option("--tasks", help="Task source name(s), comma-separated (e.g. arith).")] = "arith",
     k: Annotated[int, typer.Option("--k", help="Samples per prompt for pass@k/avg@k (0 = greedy only).")] = 4,
-    n: Annotated[int, typer.Option("--n", help="Held-out prompts per task.")] = 32,
+    n: Annotated[int, typer.Option("--n", help="Held-out prompts per task (at most: a smaller split gives all it holds, with a note).")] = 32,
     split: Annotated[str, typer.Option("--split", help="Task split to evaluate.")] = "test",
     task_arg: Annotated[list[str] | None, typer.Option("--task-arg", help="Task source argument KEY=VALUE (repeatable), e.g. level=2.")] = None,
     verifier: Annotated[str, typer.Option("--verifier", help="Verifier name in gfcr.filters.")] = "numeric",
@@ -88,10 +88,9 @@ def eval_cmd(
 ) -> None:
     """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON).
     With --env, each sample is a whole policy-env episode (as in multi_turn training)."""
-    from gfcr.evaluate import EvalConfig, evaluate_episodes, evaluate_model
+    from gfcr.evaluate import EvalConfig, eval_prompts, evaluate_episodes, evaluate_model
     from gfcr.generate.engines.hf import HFEngine
     from gfcr.generate.envs import REWARD_SOURCES, make_env
-    from gfcr.tasks import make_source
 
     if env is None and (max_turns != 4 or obs_role != "user" or reward_source != "verifier" or env_weight != 0.5):
         fail("--max-turns, --obs-role, --reward-source and --env-weight apply to multi-turn episodes: add --env NAME")
@@ -109,12 +108,13 @@ def eval_cmd(
     validated(EvalConfig, {"k": k, "greedy": not no_greedy, "max_tokens": max_tokens, "temperature": temperature},
               "eval options", {"k": "--k", "max_tokens": "--max-tokens", "temperature": "--temperature"})
     kw = parse_sets(task_arg, option="--task-arg")
-    prompts = []
+    prompts, notes = [], []
     try:
-        for name in [t.strip() for t in tasks.split(",") if t.strip()]:
-            prompts.extend(make_source(name, n=n, split=split, seed=seed, **kw).prompts())
+        prompts, notes = eval_prompts(tasks, n=n, split=split, seed=seed, **kw)
     except (ValueError, TypeError) as e:
         fail(f"--tasks {tasks!r}: {e}")
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
     if not prompts:
         fail("no prompts to evaluate")
     engine = HFEngine(None if model == "default" else model, device=device)
@@ -124,7 +124,7 @@ def eval_cmd(
                                 greedy=not no_greedy, temperature=temperature, max_tokens=max_tokens, seed=seed)
     else:
         res = evaluate_model(engine, prompts, k=k, verifier=verifier, greedy=not no_greedy,
-                             temperature=temperature, max_tokens=max_tokens, seed=seed)
+                             temperature=temperature, max_tokens=max_tokens, seed=seed, progress=True)
     res.info["model"] = model
     if out is not None:
         res.save(out)

@@ -74,7 +74,7 @@ class ZeroRewardConfig(_Base):
 
 
 class RewardHackingConfig(_Base):
-    max_disagreement: float = Field(0.1, ge=0, le=1, description="fires when the share of verified-known rollouts with high reward but a failed strict verifier reaches this")
+    max_disagreement: float = Field(0.1, ge=0, le=1, description="fires when this share of verdict-carrying rollouts fails the strict verifier yet is rewarded like a pass")
 
 
 class LengthInflationConfig(_Base):
@@ -84,12 +84,17 @@ class LengthInflationConfig(_Base):
 
 
 class SignalNoiseConfig(_Base):
-    max_adv_disagreement: float = Field(0.15, ge=0, le=1, description="fires when this share of rollouts has an advantage whose sign contradicts the verifier")
-    max_low_std_share: float = Field(0.3, ge=0, le=1, description="or when this share of non-constant groups has a tiny reward std (std normalisation amplifies noise)")
+    max_adv_disagreement: float = Field(0.15, ge=0, le=1, description="fires when this share of rollouts in mixed-verdict groups is ranked against its verdict by the advantage")
+    max_low_std_share: float = Field(0.3, ge=0, le=1, description="or when this share of non-constant mixed-verdict groups has a tiny reward std (std normalisation amplifies noise)")
 
 
 class ComputeWasteConfig(_Base):
     max_waste: float = Field(0.5, ge=0, le=1, description="fires when this share of generated tokens sits in zero-advantage groups")
+
+
+class LongTailConfig(_Base):
+    max_tail_time: float = Field(0.5, gt=0, lt=1, description="fires when this share of a step's generation time comes after most of the batch finished")
+    min_rollouts: int = Field(8, ge=2, description="steps with fewer fresh rollouts are not judged")
 
 
 class ReplayStalenessConfig(_Base):
@@ -113,6 +118,7 @@ class DetectorConfig(BaseModel):
     length_inflation: LengthInflationConfig = Field(default_factory=LengthInflationConfig, description="length inflation")
     signal_noise: SignalNoiseConfig = Field(default_factory=SignalNoiseConfig, description="signal noise")
     compute_waste: ComputeWasteConfig = Field(default_factory=ComputeWasteConfig, description="compute waste")
+    long_tail: LongTailConfig = Field(default_factory=LongTailConfig, description="long-tail generation")
     replay_staleness: ReplayStalenessConfig = Field(default_factory=ReplayStalenessConfig, description="replay staleness")
     entropy_collapse: EntropyCollapseConfig = Field(default_factory=EntropyCollapseConfig, description="entropy collapse")
 
@@ -160,11 +166,16 @@ class ZeroRewardMode:
 
 
 class RewardHacking:
-    """Reward hacking: the training reward is high where the strict outcome verifier fails.
+    """Reward hacking: the training reward pays a failing answer like a passing one.
 
-    Rule: over the window, the share of verifier-known rollouts with ``reward ≥ reward_high`` and
-    ``verified = false`` ≥ ``max_disagreement``. Levers: train on the strict verifier (or a
-    composite), audit with a judge (ROSS audits, arXiv 2609.35954), verify by execution.
+    Judged against the strict verdict, not the shaped reward. Per step, a rollout counts
+    (``hack_rate``) when ``verified = false`` and its reward reaches the median reward of the step's
+    passing rollouts (the run's, when none passed that step; ``metrics.pass_reward`` when none ever
+    did). Designed shaping stays out by construction: partial credit (RLTF's −0.3 + 1.3 × pass
+    ratio, arXiv 2307.04349, tops out below a pass), format bonuses and length shaping
+    (ShorterBetter, DAPO's overlong penalty) move rewards within the pass and fail bands, but do not
+    lift a failure to where passes sit. Rule: the window mean of ``hack_rate`` ≥ ``max_disagreement``.
+    Levers: train on the strict verifier (or a composite), audit with a judge, verify by execution.
     """
 
     name = "reward_hacking"
@@ -182,8 +193,8 @@ class RewardHacking:
             return None
         return Finding(
             self.name, run, "Reward hacking",
-            f"{rate:.0%} of verified-known rollouts in the last {cfg.window} steps got a high reward while the "
-            "strict verifier failed them.",
+            f"{rate:.0%} of verified-known rollouts in the last {cfg.window} steps failed the strict verifier "
+            "yet were rewarded like the passing ones.",
             self.module, self.levers, {"disagreement_rate": rate}, _severity(rate, cfg.max_disagreement),
         )
 
@@ -228,13 +239,18 @@ class LengthInflation:
 
 
 class SignalNoise:
-    """Signal noise: the learning signal contradicts the outcome, or normalisation amplifies noise.
+    """Signal noise: the learning signal ranks answers against their outcome, or normalisation
+    amplifies differences the outcome does not make.
 
-    Rule: over the window, share of rollouts whose advantage sign contradicts the verifier
-    ≥ ``max_adv_disagreement``, or share of non-constant groups with reward std below
-    ``min_group_std`` ≥ ``max_low_std_share`` (GRPO's division by a tiny std blows small reward
-    differences up to ±1; Dr. GRPO, arXiv 2503.20783). Levers also from ExGRPO (arXiv 2510.02245:
-    prefer low-entropy trajectories for replay).
+    Judged against the verdict inside groups that hold both a pass and a fail: a rollout is
+    discordant (``adv_disagreement``) when a failing one's advantage reaches a passing one's in the
+    same group. A positive advantage on a failure is not noise by itself: with partial credit
+    (RLTF) the best failure of a group is meant to beat the worst. Groups of one verdict are left
+    out, so shaping that orders answers inside them stays quiet. Rule: over the window, the
+    discordant share ≥ ``max_adv_disagreement``, or the share of non-constant mixed-verdict groups
+    with reward std below ``min_group_std`` ≥ ``max_low_std_share`` (pass and fail barely differ in
+    reward, and GRPO's division by a tiny std blows the difference up to ±1; Dr. GRPO, arXiv
+    2503.20783). Levers also from ExGRPO (arXiv 2510.02245: prefer low-entropy trajectories).
     """
 
     name = "signal_noise"
@@ -255,9 +271,9 @@ class SignalNoise:
             return None
         parts = []
         if a:
-            parts.append(f"{dis:.0%} of rollouts have an advantage whose sign contradicts the verifier")
+            parts.append(f"{dis:.0%} of rollouts in mixed groups are ranked against their verdict by the advantage")
         if b:
-            parts.append(f"{low:.0%} of non-constant groups have a reward std below the noise floor")
+            parts.append(f"{low:.0%} of mixed-verdict groups have a reward std below the noise floor")
         sev = "critical" if a and b else (
             _severity(dis, cfg.max_adv_disagreement) if a else _severity(low, cfg.max_low_std_share))
         return Finding(self.name, run, "Signal noise", "; ".join(parts) + f" (last {cfg.window} steps).",
@@ -292,6 +308,54 @@ class ComputeWaste:
             f"(zero-variance group share {zv:.0%}).",
             self.module, self.levers, {"waste_share": waste, "zero_var_share": zv},
             "critical" if waste >= min(1.0, 1.5 * cfg.max_waste) else "warning",
+        )
+
+
+class LongTail:
+    """Long-tail generation: a few long samples hold the whole synchronous batch.
+
+    Per step (``tail_time_share``): the share of the step's generation time spent after
+    ``metrics.tail_quantile`` (90%) of its rollouts had finished. From per-sample finish times
+    (``cost.latency_s``) when the store has them, else from generated lengths (a batched decoder
+    runs as many decode steps as its longest sample: ``1 − L_q / L_max``). ``tail_token_share`` is
+    the share of generated tokens past ``L_q``. Rule: window mean of ``tail_time_share`` ≥
+    ``max_tail_time`` on steps with at least ``min_rollouts`` rollouts. The survey (§6.2, §6.4)
+    names the pathology — long reasoning rollouts have a long tail that slows synchronous training —
+    and puts rollout count, max length, group size, tree width and batch load balancing under one
+    budget; its levers are below, the system ones (ReSpec, DAS, TLT, EARL, Seer) outside gfcr.
+    """
+
+    name = "long_tail"
+    module = "Control (budgeting and scheduling) + Generate (partial rollouts)"
+    levers = [
+        "cap the length budget: lower max_tokens, or DAPO overlong shaping so the longest answers stop paying",
+        "early exit (control early_exit: repetition, confidence) to stop runaway samples",
+        "partial rollouts: stop unfinished samples at a token budget and resume them next step",
+        "balance the batch under one budget: adaptive K, smaller groups or tree width for prompts that run long",
+        "continuous batching (gfcr serve, vLLM) or asynchronous generation with a staleness bound (AReaL)",
+        "system levers the survey names: speculative decoding (ReSpec), long-tail load balancing and "
+        "dynamic parallelism (DAS, TLT, EARL), similar-sample reuse (Seer)",
+    ]
+
+    def detect(self, run: str, s: Series, cfg: LongTailConfig) -> Finding | None:
+        ok = np.asarray(s["n_rollouts"], float) >= cfg.min_rollouts
+        tail_t = np.where(ok, s["tail_time_share"], np.nan)
+        tail = _tail_mean(tail_t, cfg.window)
+        if not (np.isfinite(tail) and tail >= cfg.max_tail_time):
+            return None
+        tok = _tail_mean(np.where(ok, s["tail_token_share"], np.nan), cfg.window)
+        timed = _tail_mean(np.where(ok, s["tail_timed"], np.nan), cfg.window)
+        basis = "per-sample finish times" if timed >= 0.5 else "generated lengths (decode steps)"
+        lmax = _tail_mean(np.where(ok, s["len_max"], np.nan), cfg.window)
+        lmean = _tail_mean(np.where(ok, s["len_mean"], np.nan), cfg.window)
+        return Finding(
+            self.name, run, "Long-tail generation",
+            f"{tail:.0%} of each step's generation time in the last {cfg.window} steps came after most of the "
+            f"batch had finished ({tok:.0%} of the tokens; longest sample {lmax:.0f} vs mean {lmean:.0f} tokens; "
+            f"from {basis}).",
+            self.module, self.levers,
+            {"tail_time_share": tail, "tail_token_share": tok, "len_max": lmax, "len_mean": lmean},
+            "critical" if tail >= min(0.9, 1.5 * cfg.max_tail_time) else "warning",
         )
 
 
@@ -371,7 +435,7 @@ class EntropyCollapse:
 #: detector name → instance, in the order findings are reported
 DETECTORS = {
     d.name: d
-    for d in (ZeroRewardMode(), RewardHacking(), LengthInflation(), SignalNoise(), ComputeWaste(),
+    for d in (ZeroRewardMode(), RewardHacking(), LengthInflation(), SignalNoise(), ComputeWaste(), LongTail(),
               ReplayStaleness(), EntropyCollapse())
 }
 

@@ -45,8 +45,9 @@ FEATURE_COLUMNS = [
 METRIC_COLUMNS = [
     "run_id", "step", "n_rollouts", "n_groups", "reward_mean", "reward_std", "verified_rate",
     "zero_var_share", "all_correct_share", "all_wrong_share", "gen_tokens", "wasted_tokens",
-    "waste_share", "len_mean", "len_p95", "trunc_rate", "abort_rate", "entropy_mean", "nll_mean", "hack_rate",
-    "adv_disagreement", "low_std_share", "n_replayed", "replay_share", "staleness_mean",
+    "waste_share", "len_mean", "len_p95", "len_max", "trunc_rate", "abort_rate", "tail_time_share", "tail_token_share",
+    "tail_timed", "entropy_mean", "nll_mean", "hack_rate", "adv_disagreement", "low_std_share", "n_kept_groups",
+    "n_dropped_groups", "n_replayed", "replay_share", "staleness_mean",
     "staleness_max", "iw_mean", "iw_min", "iw_max", "n_audited", "kept_share", "ter_mean",
     *[f"excl_{c}" for c in EXCLUSION_CATEGORIES],
 ]
@@ -63,11 +64,14 @@ class MetricsConfig(BaseModel):
     staleness_key: str = Field("staleness", description="signals key: policy versions a replayed row lags behind")
     iw_key: str = Field("importance_weight", description="signals key: importance weight of a replayed row")
     eps: float = Field(1e-6, ge=0, description="rewards/advantages closer than this count as equal/zero")
-    reward_high: float = Field(
-        0.5, description="reward at or above which a rollout the strict verifier fails counts as a disagreement"
+    pass_reward: float = Field(
+        1.0, description="reward of a passing rollout, used to judge failing rewards only in a run where no rollout passed"
     )
     min_group_std: float = Field(
-        0.05, ge=0, description="a group with reward std in (0, this) counts as a low-std (noise-amplifying) group"
+        0.05, ge=0, description="a mixed-verdict group with reward std in (0, this) counts as a low-std (noise-amplifying) group"
+    )
+    tail_quantile: float = Field(
+        0.9, gt=0, lt=1, description="'most of the batch': the share of a step's rollouts that must have finished before the tail starts"
     )
     judge: str | None = Field(None, description="audit judge to read; None = the judge with the most audits")
 
@@ -121,6 +125,15 @@ def ter_from_mask(mask: np.ndarray, token_role: np.ndarray) -> float:
     return float((np.asarray(mask)[role] == 0).sum() / n)
 
 
+def _json_obj(text: str | None) -> dict[str, Any]:
+    """A JSON object from ``text``; anything else (invalid, not an object) → ``{}``."""
+    try:
+        v = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
 def _row_index(list_col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Flat values of a list column and, for each value, the index of its row."""
     arr = list_col.combine_chunks() if isinstance(list_col, pa.ChunkedArray) else list_col
@@ -166,6 +179,7 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
     gen = role.astype(bool)
     gen_len = np.bincount(rrow[gen], minlength=n).astype(np.int64)
     cost_gen = pc.struct_field(table.column("cost"), "gen_tokens").to_numpy(zero_copy_only=False)
+    latency = pc.struct_field(table.column("cost"), "latency_s").to_numpy(zero_copy_only=False).astype(float)
     gen_len = np.where(gen_len == 0, np.nan_to_num(cost_gen.astype(float)).astype(np.int64), gen_len)
     nll_sum = np.bincount(rrow[gen], weights=-lp[gen].astype(float), minlength=n)
     n_gen_tok = np.bincount(rrow[gen], minlength=n)
@@ -181,19 +195,21 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
     steps = table.column("step").to_numpy()
     runs = table.column("run_id").to_pylist()
     metas = table.column("meta").to_pylist()
+    trained = np.full(n, np.nan)  # meta["trained"]: did group control keep the rollout for the update
     ev_run: list[str] = []
     ev_step: list[int] = []
     ev_lag: list[float] = []
     ev_iw: list[float] = []
     for i, m in enumerate(metas):
+        if '"trained"' in m:
+            t = _json_obj(m).get("trained")
+            if isinstance(t, bool):
+                trained[i] = float(t)
         if "generated_at_step" not in m and "replayed_at_step" not in m:
             if replayed[i]:
                 ev_run.append(runs[i]), ev_step.append(int(steps[i])), ev_lag.append(lag[i]), ev_iw.append(iw[i])
             continue
-        try:
-            meta = json.loads(m)
-        except json.JSONDecodeError:
-            meta = {}
+        meta = _json_obj(m)
         if replayed[i]:
             if np.isnan(lag[i]) and isinstance(meta.get("generated_at_step"), int | float):
                 lag[i] = float(steps[i] - meta["generated_at_step"])
@@ -226,6 +242,8 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
             "replayed": pa.array(replayed, pa.bool_()),
             "lag": pa.array(lag, pa.float64(), mask=np.isnan(lag)),
             "iw": pa.array(iw, pa.float64(), mask=np.isnan(iw)),
+            "latency": pa.array(latency, pa.float64(), mask=~np.isfinite(latency)),
+            "trained": pa.array(trained, pa.float64(), mask=np.isnan(trained)),
         }
     )
     ev_lag_a = np.asarray(ev_lag, float)
@@ -296,6 +314,9 @@ def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | Non
     feats, events = rollout_features(table, cfg)
     audit_feats = _audit_features(store, feats, cfg)
     eps = float(cfg.eps)
+    q_tail = float(cfg.tail_quantile)
+    # per-sample finish times, not one latency per batch: at least 3 and at least half of them distinct
+    timed = "(r.n_lat = r.n_rollouts AND r.n_lat_distinct >= greatest(3, r.n_rollouts / 2) AND r.lat_max > 0)"
     con = duckdb.connect()
     try:
         con.register("f", feats)
@@ -312,44 +333,69 @@ def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | Non
         WITH fresh AS (SELECT * FROM f WHERE NOT replayed),
         g AS (
             SELECT run_id, step, group_id, count(*) AS n, max(reward) - min(reward) AS spread,
-                   stddev_pop(reward) AS sd, count(verified) AS n_ver, bool_and(verified) AS all_v,
-                   bool_or(verified) AS any_v, max(reward) AS rmax, sum(gen_len) AS gen,
-                   count(advantage) AS n_adv, max(abs(advantage)) AS max_abs_adv
+                   stddev_pop(reward) AS sd, count(verified) AS n_ver,
+                   count(*) FILTER (WHERE verified) AS n_pass, count(*) FILTER (WHERE verified = false) AS n_fail,
+                   max(reward) AS rmax, sum(gen_len) AS gen, count(advantage) AS n_adv,
+                   max(abs(advantage)) AS max_abs_adv,
+                   min(advantage) FILTER (WHERE verified) AS pass_adv_min,
+                   max(advantage) FILTER (WHERE verified = false) AS fail_adv_max,
+                   count(trained) AS n_tr, bool_or(trained > 0.5) AS any_trained
             FROM fresh GROUP BY run_id, step, group_id
         ),
         gc AS (
             SELECT *, (n >= 2 AND spread <= {eps}) AS zero_var,
-                   CASE WHEN n_adv = n THEN max_abs_adv <= {eps} ELSE (n >= 2 AND spread <= {eps}) END AS zero_adv
+                   CASE WHEN n_adv = n THEN max_abs_adv <= {eps} ELSE (n >= 2 AND spread <= {eps}) END AS zero_adv,
+                   (n_pass > 0 AND n_fail > 0) AS mixed
             FROM g
         ),
         gs AS (
             SELECT run_id, step,
                    count(*) FILTER (WHERE n >= 2) AS n_groups,
                    count(*) FILTER (WHERE zero_var) AS n_zero,
-                   count(*) FILTER (WHERE zero_var AND ((n_ver = n AND all_v) OR (n_ver = 0 AND rmax > 0))) AS n_all_correct,
-                   count(*) FILTER (WHERE zero_var AND ((n_ver = n AND NOT any_v) OR (n_ver = 0 AND rmax <= 0))) AS n_all_wrong,
-                   count(*) FILTER (WHERE n >= 2 AND spread > {eps}) AS n_var,
-                   count(*) FILTER (WHERE n >= 2 AND spread > {eps} AND sd < {float(cfg.min_group_std)}) AS n_low_std,
-                   coalesce(sum(gen) FILTER (WHERE zero_adv), 0) AS wasted
+                   count(*) FILTER (WHERE n >= 2 AND ((n_ver = n AND n_fail = 0) OR (n_ver = 0 AND zero_var AND rmax > 0))) AS n_all_correct,
+                   count(*) FILTER (WHERE n >= 2 AND ((n_ver = n AND n_pass = 0) OR (n_ver = 0 AND zero_var AND rmax <= 0))) AS n_all_wrong,
+                   count(*) FILTER (WHERE n >= 2 AND spread > {eps} AND (mixed OR n_ver = 0)) AS n_var,
+                   count(*) FILTER (WHERE n >= 2 AND spread > {eps} AND (mixed OR n_ver = 0)
+                                    AND sd < {float(cfg.min_group_std)}) AS n_low_std,
+                   coalesce(sum(gen) FILTER (WHERE zero_adv), 0) AS wasted,
+                   count(*) FILTER (WHERE n_tr > 0) AS n_tr_groups,
+                   count(*) FILTER (WHERE n_tr > 0 AND any_trained) AS n_kept,
+                   count(*) FILTER (WHERE n_tr > 0 AND NOT any_trained) AS n_dropped
             FROM gc GROUP BY run_id, step
+        ),
+        pass_step AS (SELECT run_id, step, median(reward) AS ref FROM fresh WHERE verified GROUP BY run_id, step),
+        pass_run AS (SELECT run_id, median(reward) AS ref FROM fresh WHERE verified GROUP BY run_id),
+        fr AS (
+            SELECT fresh.*, coalesce(ps.ref, pr.ref, {float(cfg.pass_reward)}) AS pass_ref,
+                   gc.mixed, gc.pass_adv_min, gc.fail_adv_max
+            FROM fresh LEFT JOIN pass_step ps USING (run_id, step) LEFT JOIN pass_run pr USING (run_id)
+            LEFT JOIN gc USING (run_id, step, group_id)
         ),
         r AS (
             SELECT run_id, step, count(*) AS n_rollouts, avg(reward) AS reward_mean,
                    stddev_pop(reward) AS reward_std,
                    avg(CASE WHEN verified THEN 1.0 WHEN NOT verified THEN 0.0 END) AS verified_rate,
                    sum(gen_len) AS gen_tokens, avg(gen_len) AS len_mean,
-                   quantile_cont(gen_len, 0.95) AS len_p95,
+                   quantile_cont(gen_len, 0.95) AS len_p95, max(gen_len) AS len_max,
+                   quantile_cont(gen_len, {q_tail}) AS len_q,
+                   count(latency) AS n_lat, count(DISTINCT latency) AS n_lat_distinct,
+                   max(latency) AS lat_max, quantile_cont(latency, {q_tail}) AS lat_q,
                    avg(CASE WHEN finish_reason = 'length' THEN 1.0 ELSE 0.0 END) AS trunc_rate,
                    avg(CASE WHEN finish_reason = 'abort' THEN 1.0 ELSE 0.0 END) AS abort_rate,
                    avg(entropy) AS entropy_mean, avg(nll_mean) AS nll_mean,
                    CASE WHEN count(verified) > 0 THEN
-                       count(*) FILTER (WHERE reward >= {float(cfg.reward_high)} AND verified = false)::DOUBLE
+                       count(*) FILTER (WHERE verified = false AND reward >= pass_ref - {eps})::DOUBLE
                        / count(verified) END AS hack_rate,
-                   CASE WHEN count(*) FILTER (WHERE verified IS NOT NULL AND abs(advantage) > {eps}) > 0 THEN
-                       count(*) FILTER (WHERE (advantage > {eps} AND verified = false)
-                                          OR (advantage < -{eps} AND verified = true))::DOUBLE
-                       / count(*) FILTER (WHERE verified IS NOT NULL AND abs(advantage) > {eps}) END AS adv_disagreement
-            FROM fresh GROUP BY run_id, step
+                   CASE WHEN count(*) FILTER (WHERE mixed AND advantage IS NOT NULL AND verified IS NOT NULL) > 0 THEN
+                       count(*) FILTER (WHERE mixed AND ((verified = false AND advantage >= pass_adv_min - {eps})
+                                                        OR (verified AND advantage <= fail_adv_max + {eps})))::DOUBLE
+                       / count(*) FILTER (WHERE mixed AND advantage IS NOT NULL AND verified IS NOT NULL) END
+                       AS adv_disagreement
+            FROM fr GROUP BY run_id, step
+        ),
+        tail AS (
+            SELECT fresh.run_id, fresh.step, sum(greatest(fresh.gen_len - r.len_q, 0)) AS tail_tokens
+            FROM fresh JOIN r USING (run_id, step) GROUP BY fresh.run_id, fresh.step
         ),
         allsteps AS (SELECT DISTINCT run_id, step FROM f UNION SELECT DISTINCT run_id, step FROM ev),
         rows_at AS (SELECT run_id, step, count(*) AS n_rows FROM f GROUP BY run_id, step),
@@ -366,15 +412,22 @@ def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | Non
                gs.n_all_wrong::DOUBLE / nullif(gs.n_groups, 0) AS all_wrong_share,
                coalesce(r.gen_tokens, 0)::BIGINT AS gen_tokens, coalesce(gs.wasted, 0)::BIGINT AS wasted_tokens,
                gs.wasted::DOUBLE / nullif(r.gen_tokens, 0) AS waste_share,
-               r.len_mean, r.len_p95, r.trunc_rate, r.abort_rate, r.entropy_mean, r.nll_mean, r.hack_rate, r.adv_disagreement,
+               r.len_mean, r.len_p95, r.len_max::DOUBLE AS len_max, r.trunc_rate, r.abort_rate,
+               CASE WHEN {timed} THEN (r.lat_max - r.lat_q) / r.lat_max
+                    WHEN r.len_max > 0 THEN (r.len_max - r.len_q) / r.len_max END AS tail_time_share,
+               tail.tail_tokens::DOUBLE / nullif(r.gen_tokens, 0) AS tail_token_share,
+               CASE WHEN r.n_rollouts IS NULL THEN NULL WHEN {timed} THEN 1.0 ELSE 0.0 END AS tail_timed,
+               r.entropy_mean, r.nll_mean, r.hack_rate, r.adv_disagreement,
                gs.n_low_std::DOUBLE / nullif(gs.n_var, 0) AS low_std_share,
+               CASE WHEN gs.n_tr_groups > 0 THEN gs.n_kept END::BIGINT AS n_kept_groups,
+               CASE WHEN gs.n_tr_groups > 0 THEN gs.n_dropped END::BIGINT AS n_dropped_groups,
                coalesce(e.n_replayed, 0)::BIGINT AS n_replayed,
                coalesce(e.n_replayed, 0)::DOUBLE / nullif(greatest(ra.n_rows, coalesce(e.n_replayed, 0)), 0) AS replay_share,
                e.staleness_mean, e.staleness_max, e.iw_mean, e.iw_min, e.iw_max,
                coalesce(au.n_audited, 0)::BIGINT AS n_audited, au.kept_share, au.ter_mean,
                {", ".join(f"au.excl_{c}" for c in EXCLUSION_CATEGORIES)}
         FROM allsteps s
-        LEFT JOIN r USING (run_id, step) LEFT JOIN gs USING (run_id, step)
+        LEFT JOIN r USING (run_id, step) LEFT JOIN gs USING (run_id, step) LEFT JOIN tail USING (run_id, step)
         LEFT JOIN e USING (run_id, step) LEFT JOIN au USING (run_id, step)
         LEFT JOIN rows_at ra USING (run_id, step)
         ORDER BY s.run_id, s.step

@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gfcr.diagnose.charts import line_chart, stacked_bar_chart
 from gfcr.diagnose.detectors import DetectorConfig, Finding, detect
 from gfcr.diagnose.metrics import MetricsConfig, by_run, step_metrics
 from gfcr.diagnose.spans import segments
 from gfcr.records import assistant_text
 
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 CATEGORY_COLOURS = {
     "corrected_mistake": "#f4a3a3",
     "redundant_exploration": "#f9d58b",
@@ -34,25 +33,47 @@ CATEGORY_COLOURS = {
     "other": "#cccccc",
 }
 
-#: (chart title, metric columns, y-axis label)
-CHARTS: list[tuple[str, list[str], str]] = [
-    ("Reward and verified rate", ["reward_mean", "verified_rate"], ""),
-    ("Zero-variance groups", ["zero_var_share", "all_correct_share", "all_wrong_share"], "share of groups"),
-    ("Compute waste", ["waste_share"], "share of generated tokens"),
-    ("Generated length", ["len_mean", "len_p95"], "tokens"),
-    ("Truncated (max_tokens) / stopped early (abort, e.g. repetition)", ["trunc_rate", "abort_rate"], "share"),
-    ("Token entropy", ["entropy_mean", "nll_mean"], "nats/token"),
-    ("Reward–verifier disagreement", ["hack_rate", "adv_disagreement", "low_std_share"], "share"),
-    ("Replay staleness", ["staleness_mean", "staleness_max"], "policy versions"),
-    ("Replay importance weights", ["iw_mean", "iw_min", "iw_max"], ""),
-    ("ROSS audits", ["ter_mean", "kept_share"], "share"),
+#: metric column → legend label
+LABELS = {
+    "reward_mean": "mean reward", "verified_rate": "verified (pass) rate",
+    "zero_var_share": "no reward spread", "all_correct_share": "all passed", "all_wrong_share": "none passed",
+    "waste_share": "tokens in zero-advantage groups",
+    "tail_time_share": "time after 90% finished", "tail_token_share": "tokens after 90% finished",
+    "len_mean": "mean", "len_p95": "95th percentile", "len_max": "longest",
+    "trunc_rate": "truncated (max_tokens)", "abort_rate": "stopped early (abort)",
+    "entropy_mean": "entropy signal", "nll_mean": "−log-prob of sampled tokens",
+    "hack_rate": "failed, rewarded like a pass", "adv_disagreement": "advantage against verdict",
+    "low_std_share": "mixed groups with tiny std",
+    "n_kept_groups": "kept (trained on)", "n_dropped_groups": "dropped by group control",
+    "staleness_mean": "mean lag", "staleness_max": "max lag",
+    "iw_mean": "mean", "iw_min": "min", "iw_max": "max",
+    "ter_mean": "TER (excluded share of generated tokens)", "kept_share": "audits kept",
+}
+SHARE = (0.0, 1.0)
+#: (chart title, metric columns, y-axis label, y range, kind)
+CHARTS: list[tuple[str, list[str], str, tuple[float | None, float | None], str]] = [
+    ("Reward and pass rate", ["reward_mean", "verified_rate"], "reward / rate", (None, None), "line"),
+    ("Group outcomes", ["zero_var_share", "all_correct_share", "all_wrong_share"], "share of groups", SHARE, "line"),
+    ("Compute waste", ["waste_share"], "share of tokens", SHARE, "line"),
+    ("Long tail: after most of the batch finished", ["tail_time_share", "tail_token_share"], "share", SHARE, "line"),
+    ("Generated length", ["len_mean", "len_p95", "len_max"], "tokens", (0.0, None), "line"),
+    ("Truncated and stopped early", ["trunc_rate", "abort_rate"], "share of rollouts", SHARE, "line"),
+    ("Token entropy", ["entropy_mean", "nll_mean"], "nats / token", (0.0, None), "line"),
+    ("Reward against the verdict", ["hack_rate", "adv_disagreement", "low_std_share"], "share", SHARE, "line"),
+    ("Group control decisions", ["n_kept_groups", "n_dropped_groups"], "groups", (0.0, None), "bars"),
+    ("Replay staleness", ["staleness_mean", "staleness_max"], "policy versions", (0.0, None), "line"),
+    ("Replay importance weights", ["iw_mean", "iw_min", "iw_max"], "weight", (0.0, None), "line"),
+    ("ROSS audits: TER over steps", ["ter_mean", "kept_share"], "share", SHARE, "line"),
 ]
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1280px}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;padding:20px 24px;color:#222;max-width:1280px}
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f5f5f5}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #eee;padding:4px}
+th{background:#f5f5f5}.charts{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}.chart{border:1px solid #eee;background:#fff;max-width:100%;height:auto}
+.scroll{overflow:auto;max-width:100%;max-height:480px;border:1px solid #ddd}.scroll table{margin:0}
+.scroll th{position:sticky;top:0}#metrics td{text-align:right;white-space:nowrap}#metrics td:first-child{text-align:left}
 .finding{border-left:4px solid #f0ad4e;padding:6px 10px;margin:8px 0;background:#fffaf0}
 .finding.critical{border-color:#d9534f;background:#fff5f5}.muted{color:#777}
 .card{border:1px solid #ddd;border-radius:4px;padding:8px 12px;margin:10px 0}
@@ -74,81 +95,19 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def svg_line_chart(title: str, x: Sequence[float], series: dict[str, Sequence[float]], y_label: str = "",
-                   width: int = 380, height: int = 220) -> str:
-    """An inline SVG line chart; NaN breaks a line, a lone point is drawn as a dot.
-
-    ``x`` ``[N]``; each series ``[N]``. Labels are escaped. Returns ``""`` when no value is finite.
-    """
-    xs = np.asarray(x, float)
-    ys = {k: np.asarray(v, float) for k, v in series.items()}
-    finite = [v[np.isfinite(v)] for v in ys.values()]
-    allv = np.concatenate(finite) if finite else np.zeros(0)
-    if len(xs) == 0 or len(allv) == 0:
-        return ""
-    left, right, top, bottom = 48, 10, 34, 56
-    pw, ph = width - left - right, height - top - bottom
-    x0, x1 = float(np.nanmin(xs)), float(np.nanmax(xs))
-    y0, y1 = float(min(0.0, allv.min())), float(allv.max())
-    if y1 - y0 < 1e-12:
-        y1 = y0 + 1.0
-    x1 = x1 if x1 > x0 else x0 + 1
-
-    def px(v: float) -> float:
-        return left + (v - x0) / (x1 - x0) * pw
-
-    def py(v: float) -> float:
-        return top + ph - (v - y0) / (y1 - y0) * ph
-
-    parts = [f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-             f'aria-label="{_e(title)}" class="chart">',
-             f'<text x="{left}" y="15" font-size="13" font-weight="600">{_e(title)}</text>',
-             f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#999"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#999"/>']
-    for v in (y0, (y0 + y1) / 2, y1):
-        parts.append(f'<text x="{left - 4}" y="{py(v) + 4:.1f}" font-size="10" text-anchor="end">{_fmt(float(v))}</text>')
-        parts.append(f'<line x1="{left}" y1="{py(v):.1f}" x2="{left + pw}" y2="{py(v):.1f}" stroke="#eee"/>')
-    for v in sorted({x0, x1}):
-        parts.append(f'<text x="{px(v):.1f}" y="{top + ph + 13}" font-size="10" text-anchor="middle">{_fmt(v)}</text>')
-    parts.append(f'<text x="{left + pw / 2}" y="{top + ph + 26}" font-size="10" text-anchor="middle">step</text>')
-    if y_label:
-        parts.append(f'<text x="{left}" y="{top - 3}" font-size="10" fill="#777">{_e(y_label)}</text>')
-    for i, (name, v) in enumerate(ys.items()):
-        colour = PALETTE[i % len(PALETTE)]
-        run: list[str] = []
-        runs = []
-        for xv, yv in zip(xs, v, strict=True):
-            if np.isfinite(yv):
-                run.append(f"{px(xv):.1f},{py(yv):.1f}")
-            elif run:
-                runs.append(run)
-                run = []
-        if run:
-            runs.append(run)
-        for r in runs:
-            if len(r) == 1:
-                cx, cy = r[0].split(",")
-                parts.append(f'<circle cx="{cx}" cy="{cy}" r="2.5" fill="{colour}"/>')
-            else:
-                parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.8" points="{" ".join(r)}"/>')
-        ly = height - 6 - 12 * (i // 3)
-        lx = left + (i % 3) * (pw // 3)
-        parts.append(f'<rect x="{lx}" y="{ly - 8}" width="10" height="3" fill="{colour}"/>'
-                     f'<text x="{lx + 13}" y="{ly - 4}" font-size="10">{_e(name)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
 def _charts(metrics: pa.Table) -> str:
     runs = by_run(metrics)
     out = []
-    for title, cols, ylab in CHARTS:
+    for title, cols, ylab, yrange, kind in CHARTS:
         for run, s in runs.items():
-            series = {c: s[c] for c in cols if np.isfinite(s[c]).any()}
-            if not series:
+            series = {LABELS.get(c, c): s[c] for c in cols if np.isfinite(s[c]).any()}
+            if not series or (kind == "bars" and not any(np.nansum(v) > 0 for v in series.values())):
                 continue
             t = title if len(runs) == 1 else f"{title} — {run}"
-            out.append(svg_line_chart(t, s["step"], series, ylab))
+            if kind == "bars":
+                out.append(stacked_bar_chart(t, s["step"], series, ylab))
+            else:
+                out.append(line_chart(t, s["step"], series, ylab, yrange))
     return '<div class="charts">' + "".join(out) + "</div>" if out else '<p class="muted">No steps to plot.</p>'
 
 
@@ -169,11 +128,12 @@ def _findings_html(findings: list[Finding]) -> str:
 
 def _metrics_table(metrics: pa.Table) -> str:
     cols = ["run_id", "step", "n_rollouts", "reward_mean", "verified_rate", "zero_var_share", "waste_share",
-            "len_mean", "len_p95", "trunc_rate", "entropy_mean", "nll_mean", "hack_rate", "n_replayed",
+            "len_mean", "len_p95", "len_max", "tail_time_share", "trunc_rate", "entropy_mean", "nll_mean",
+            "hack_rate", "adv_disagreement", "n_kept_groups", "n_dropped_groups", "n_replayed",
             "staleness_mean", "iw_mean", "n_audited", "ter_mean"]
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)
     rows = "".join("<tr>" + "".join(f"<td>{_e(_fmt(r[c]))}</td>" for c in cols) + "</tr>" for r in metrics.to_pylist())
-    return f'<table id="metrics"><tr>{head}</tr>{rows}</table>'
+    return f'<div class="scroll" id="metrics-box"><table id="metrics"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
 
 
 def _ross_tables(store: Any, run: str | None) -> str:
@@ -229,7 +189,7 @@ def _pick(store: Any, run: str | None, n: int) -> dict[str, list[str]]:
     if audits.num_rows:
         idset = set(ids.tolist())
         rows = [a for a in audits.select(["rollout_id", "ter", "status"]).to_pylist()
-                if a["rollout_id"] in idset and a["ter"] is not None]
+                if a["rollout_id"] in idset and a["ter"] is not None and a["ter"] > 0]
         rows.sort(key=lambda a: (-a["ter"], a["rollout_id"]))
         out["most-masked"] = list(dict.fromkeys(a["rollout_id"] for a in rows))[:n]
     return out
@@ -335,4 +295,4 @@ def write_report(store: Any, out: str | Path, run: str | None = None, overwrite:
     return path
 
 
-__all__ = ["build_report", "write_report", "svg_line_chart", "render_text_segments"]
+__all__ = ["build_report", "write_report", "render_text_segments"]

@@ -8,13 +8,20 @@ carry a Content-Security-Policy that allows only the app's own script and style.
 
 JSON API:
 
-* ``GET /api/summary`` — runs (steps, rollouts), tasks, finish reasons, audit judges.
+* ``GET /api/summary`` — runs (steps, rollouts), tasks, finish reasons, audit judges, and the
+  tokenizer the token strip is decoded with (``tokenizer``: ``name``, ``source``, ``note``).
 * ``GET /api/rollouts`` — filters ``run``, ``step_min``, ``step_max``, ``reward_min``,
   ``reward_max``, ``verified``, ``prompt``, ``task``, ``finish``; paging ``offset``, ``limit``
-  (≤ 200); sorted by run, step, prompt, sample index. Returns ``{total, offset, limit, items}``.
-* ``GET /api/rollouts/{rollout_id}`` — one rollout: turns, token roles (decoded per token when
-  a tokenizer was given), verifier evidence, signals, and each ROSS audit with its excluded spans
-  and the assistant text cut into supervised / excluded segments. 404 for an unknown id.
+  (≤ 200); sorted by run, step, prompt, sample index. Returns ``{total, offset, limit, items}``;
+  each item carries the prompt's text (``prompt_text``, its last user turn, cut to 200 characters).
+* ``GET /api/rollouts/{rollout_id}`` — one rollout: turns, tokens (each decoded with the store's
+  tokenizer), verifier evidence, signals, its group's siblings, and each ROSS audit with its
+  excluded spans and the assistant text cut into supervised / excluded segments. 404 for an
+  unknown id.
+
+The tokenizer: ``--tokenizer`` when given; else the model the store records (``sampling.model``
+of its rollouts, written by the engines), loaded from local files only (the viewer never
+downloads); else token ids, with a note saying why.
 """
 
 from __future__ import annotations
@@ -90,11 +97,64 @@ def role_runs(token_role: list[int]) -> list[dict[str, int]]:
     return out
 
 
+def store_model(store: Any) -> str | None:
+    """The model most of the store's rollouts were sampled from (``sampling.model``), or None."""
+    try:
+        rows = store.sql(
+            "SELECT json_extract_string(sampling, '$.model') AS m, count(*) AS n FROM rollouts "
+            "WHERE json_valid(sampling) AND json_extract_string(sampling, '$.model') IS NOT NULL "
+            "GROUP BY m ORDER BY n DESC, m LIMIT 1"
+        ).to_pylist()
+    except Exception:  # noqa: BLE001 - an odd sampling column must not stop the viewer
+        return None
+    return rows[0]["m"] if rows else None
+
+
+def resolve_tokenizer(store: Any, tokenizer: Any | None) -> tuple[Any | None, dict[str, str | None]]:
+    """The tokenizer to decode tokens with, and what to tell the reader about it.
+
+    ``tokenizer``: an HF tokenizer, a path/name (loaded as given), or None: the store's own model
+    (:func:`store_model`), local files only. Returns ``(tokenizer or None, {name, source, note})``
+    with ``source`` one of ``given``, ``store``, ``none``.
+    """
+    if tokenizer is not None and not isinstance(tokenizer, str | Path):
+        return tokenizer, {"name": getattr(tokenizer, "name_or_path", None) or "given", "source": "given", "note": None}
+    from transformers import AutoTokenizer
+
+    if tokenizer is not None:
+        return AutoTokenizer.from_pretrained(str(tokenizer)), {"name": str(tokenizer), "source": "given", "note": None}
+    name = store_model(store)
+    if name is None:
+        return None, {"name": None, "source": "none",
+                      "note": "the store records no model: tokens are shown as ids (start with --tokenizer to decode)"}
+    try:
+        return AutoTokenizer.from_pretrained(name, local_files_only=True), {"name": name, "source": "store", "note": None}
+    except Exception as e:  # noqa: BLE001 - any load failure falls back to ids, with the reason
+        why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        return None, {"name": name, "source": "none",
+                      "note": f"could not load the tokenizer of the store's model {name!r} ({why}): tokens are shown "
+                              "as ids (start with --tokenizer to decode)"}
+
+
+def prompt_text(messages: list[dict[str, Any]], limit: int = 200) -> str:
+    """The prompt as a list shows it: the last user turn before the first assistant turn (else the
+    first turn), whitespace collapsed, cut to ``limit`` characters."""
+    text = ""
+    for m in messages:
+        if m["role"] == "assistant":
+            break
+        if m["role"] == "user" or not text:
+            text = m.get("content") or ""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hosts: list[str] | None = None) -> Any:
     """The FastAPI app over the store at ``store_path`` (which must exist). ``tokenizer``: an HF
-    tokenizer, or a path/name to load one from, to show decoded tokens; None shows token ids.
-    ``allowed_hosts``: the only ``Host`` header names answered (``gfcr view`` passes the loopback names
-    on a loopback bind, against DNS rebinding); None answers any."""
+    tokenizer, or a path/name to load one from; None decodes with the store's own model when it
+    records one (:func:`resolve_tokenizer`). ``allowed_hosts``: the only ``Host`` header names
+    answered (``gfcr view`` passes the loopback names on a loopback bind, against DNS rebinding);
+    None answers any."""
     from fastapi import FastAPI, HTTPException, Query
     from fastapi.responses import JSONResponse, Response
 
@@ -102,11 +162,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
 
     store = RolloutStore.open(store_path)  # raises a StoreError naming the problem if it is not a store
     static = load_static()
-    tok = tokenizer
-    if isinstance(tokenizer, str | Path):
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(tokenizer))
+    tok, tok_info = resolve_tokenizer(store, tokenizer)
 
     app = FastAPI(title="gfcr viewer", docs_url=None, redoc_url=None, openapi_url=None)
     if allowed_hosts is not None:
@@ -132,6 +188,10 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     def index() -> Response:
         return _static("index.html")
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(status_code=204)  # no icon; without this route browsers log a 404
+
     @app.get("/static/{name}", include_in_schema=False)
     def static_file(name: str) -> Response:
         return _static(name)
@@ -145,7 +205,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
         tasks = store.sql("SELECT DISTINCT task FROM rollouts ORDER BY task").column("task").to_pylist() if runs else []
         judges = store.sql("SELECT judge, count(*) AS n FROM audits GROUP BY judge ORDER BY judge").to_pylist()
         return JSONResponse({"store": str(store.path), "runs": runs, "tasks": tasks,
-                             "finish_reasons": list(FINISH_REASONS), "judges": judges})
+                             "finish_reasons": list(FINISH_REASONS), "judges": judges, "tokenizer": tok_info})
 
     @app.get("/api/rollouts")
     def list_rollouts(
@@ -184,14 +244,16 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             t = t.take(idx).slice(offset, limit)
         items = []
         page = t.to_pylist() if total else []
-        if page:  # generated-token counts for this page only (token_role is the truth, cost may be unset)
-            roles = store.get([r["rollout_id"] for r in page], columns=["token_role"]).column("token_role")
+        if page:  # generated-token counts and prompt text for this page only (token_role is the truth)
+            extra = store.get([r["rollout_id"] for r in page], columns=["token_role", "messages"])
+            roles = extra.column("token_role")
             gen = pc.list_value_length(roles).to_pylist()
             flat = pc.list_flatten(roles).to_numpy(zero_copy_only=False).astype(np.int64)
             sums = np.bincount(np.repeat(np.arange(len(page)), gen), weights=flat, minlength=len(page))
-            for r, n, sm in zip(page, gen, sums, strict=True):
+            for r, n, sm, msgs in zip(page, gen, sums, extra.column("messages").to_pylist(), strict=True):
                 cost = r.pop("cost")
                 r["gen_tokens"] = int(sm) if n else int(cost["gen_tokens"])
+                r["prompt_text"] = prompt_text(msgs)
                 items.append(_jsonable(r))
         return JSONResponse({"total": total, "offset": offset, "limit": limit, "items": items})
 
@@ -217,6 +279,10 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             a["supervised_tokens"] = int(sum(m for m, r in zip(mask, role, strict=False) if r == 1))
             a["mask"] = mask[:MAX_TOKENS_SHOWN]
             audits.append(a)
+        sib = store.scan(run=row["run_id"], steps=(row["step"], row["step"]), prompt_ids=[row["prompt_id"]],
+                         columns=["rollout_id", "group_id", "sample_index", "reward", "verified", "finish_reason"])
+        siblings = sorted((r for r in sib.to_pylist() if r.pop("group_id") == row["group_id"]),
+                          key=lambda r: (r["sample_index"], r["rollout_id"]))
         tokens = []
         shown = ids[:MAX_TOKENS_SHOWN]
         pieces = [tok.decode([i]) for i in shown] if tok is not None else [None] * len(shown)
@@ -232,11 +298,13 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             tokens=tokens,
             tokens_truncated=len(ids) > MAX_TOKENS_SHOWN,
             decoded=tok is not None,
+            tokenizer=tok_info,
             audits=audits,
+            siblings=siblings,
         )
         return JSONResponse(_jsonable(row))
 
     return app
 
 
-__all__ = ["create_app", "load_static", "role_runs"]
+__all__ = ["create_app", "load_static", "prompt_text", "resolve_tokenizer", "role_runs", "store_model"]

@@ -2,7 +2,9 @@
 
 Started fresh (``python -I -c <this source>``, never forked from the harness, so it inherits none of
 the harness's memory: no expected values, no result nonce). It speaks JSON lines with the harness
-on private duplicates of fd 0/1; the solution's own stdin/stdout are /dev/null. Requests:
+on private duplicates of fd 0/1; the solution's own stdin/stdout are /dev/null. Its first line,
+``{"up": true}``, tells the harness the interpreter has started (start-up is not a test's time).
+Requests:
 
 - ``{"op": "load", "source": ...}``: run the solution in a fresh namespace;
 - ``{"op": "value", "expr": ...}``: evaluate an expression and send its value back, encoded as plain
@@ -62,6 +64,8 @@ def _main():
     os.dup2(null, 1)
     os.close(null)
     ns = {"__name__": "solution"}
+    proto_out.write('{"up": true}\n')  # the interpreter is up: the harness starts the test clocks now
+    proto_out.flush()
     for line in proto_in:
         req = json.loads(line)
         op = req["op"]

@@ -16,6 +16,12 @@
    compared here (trailing whitespace ignored); the child never sees the expected output.
 5. Every wait has a deadline: a child that overruns is killed (with its process group) and, for
    assert tests, a new child reloads the solution for the remaining tests.
+6. Time limits measure the test, not the interpreter: each fresh interpreter first reports that it
+   is up (within its own start-up budget, ``startup_s``), and only then does a test's clock start.
+   A test's limit ``timeout_s`` is CPU time of the process running it (read from
+   ``/proc/<pid>/stat``), so a correct solution keeps its verdict on a loaded machine; a wall-clock
+   backstop of ``WALL_FACTOR × timeout_s`` catches tests that sleep or block. Where ``/proc`` cannot
+   be read the limit falls back to wall time.
 
 Only this process writes to the sandbox's stdout (children get pipes): the report is one line,
 prefixed with the nonce.
@@ -40,6 +46,13 @@ os.remove("child.py")
 ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
 _nonce = _spec.pop("nonce")
 _PER_TEST = float(_spec["timeout_s"])
+_STARTUP = float(_spec.get("startup_s", 30.0))
+WALL_FACTOR = 4.0
+_CLK = os.sysconf("SC_CLK_TCK")
+_startup_total = [0.0, 0]  # seconds spent starting interpreters, how many
+#: a case process's first code: report "up" on the pipe, close it, run the solution as __main__
+_BOOT = ("import os, sys, runpy\nos.write({fd}, b'1')\nos.close({fd})\ndel os\n"
+         "sys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
 _MAX_LINE = 8 << 20
 _MAX_OUT = 8 << 20
 
@@ -59,6 +72,53 @@ def _norm(text):
     while lines and not lines[-1]:
         lines.pop()
     return "\n".join(lines)
+
+
+def _cpu_seconds(pid):
+    """User + system CPU seconds of process ``pid`` (all its threads), or None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _Clock:
+    """A test's limit: ``limit`` CPU seconds of ``pid`` since start, or ``WALL_FACTOR × limit`` wall
+    seconds, whichever comes first (wall ``limit`` alone when the CPU time cannot be read)."""
+
+    def __init__(self, pid, limit):
+        self.pid, self.limit = pid, limit
+        self.t0, self.cpu0 = time.monotonic(), _cpu_seconds(pid)
+
+    def expired(self):
+        wall = time.monotonic() - self.t0
+        if self.cpu0 is None:
+            return wall > self.limit
+        cpu = _cpu_seconds(self.pid)
+        return wall > WALL_FACTOR * self.limit or (cpu is not None and cpu - self.cpu0 > self.limit)
+
+    def wait_s(self):
+        """How long to sleep before looking again."""
+        return max(0.0, min(0.05, self.t0 + WALL_FACTOR * self.limit - time.monotonic()))
+
+
+def _wait_up(fd, proc):
+    """Wait (start-up budget) for a fresh interpreter's first line/byte on ``fd``; True when it came."""
+    t0 = time.monotonic()
+    while True:
+        left = t0 + _STARTUP - time.monotonic()
+        if left <= 0:
+            return False
+        ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if ready:
+            _startup_total[0] += time.monotonic() - t0
+            _startup_total[1] += 1
+            return True
+        if proc.poll() is not None:
+            return False
 
 
 def _kill(proc):
@@ -152,22 +212,30 @@ class Child:
             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
         )
         self.buf = b""
+        self.up = _wait_up(self.proc.stdout.fileno(), self.proc)  # its first line says it is up
+        if self.up:
+            self._line(None)
 
     def ask(self, req, timeout):
         """The reply dict, or ``("timeout"|"died"|"garbled", message)``."""
+        if not self.up:
+            self.close()
+            return ("died", f"the test process did not start within {_STARTUP}s")
         try:
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
         except OSError:
             return self._died()
+        return self._line(_Clock(self.proc.pid, timeout))
+
+    def _line(self, clock):
+        """The next JSON line (the start-up line when ``clock`` is None: no limit but the budget)."""
         fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
         while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if clock is not None and clock.expired():
                 self.close()
-                return ("timeout", f"timed out after {timeout}s")
-            ready, _, _ = select.select([fd], [], [], left)
+                return ("timeout", f"timed out after {clock.limit}s")
+            ready, _, _ = select.select([fd], [], [], clock.wait_s() if clock is not None else _STARTUP)
             if not ready:
                 continue
             chunk = os.read(fd, 1 << 16)
@@ -256,20 +324,28 @@ def run_asserts(source, tests):
 
 
 def run_case(case_input):
-    """Run solution.py as __main__ on ``case_input``; ``(stdout, error or None)``."""
+    """Run solution.py as __main__ on ``case_input``; ``(stdout, error or None)``. The clock starts
+    when the case's interpreter reports it is up (see :data:`_BOOT`)."""
     with open(".case-in", "w") as f:
         f.write(case_input)
+    up_r, up_w = os.pipe()
     with open(".case-in", "rb") as fin, open(".case-err", "wb") as ferr:
-        proc = subprocess.Popen([sys.executable, "-I", "solution.py"], stdin=fin, stdout=subprocess.PIPE,
-                                stderr=ferr, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen([sys.executable, "-I", "-c", _BOOT.format(fd=up_w), "solution.py"], stdin=fin,
+                                stdout=subprocess.PIPE, stderr=ferr, start_new_session=True, close_fds=True,
+                                pass_fds=(up_w,))
+    os.close(up_w)
+    up = _wait_up(up_r, proc)
+    os.close(up_r)
     fd = proc.stdout.fileno()
-    out, deadline, err = b"", time.monotonic() + _PER_TEST, None
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
+    out, err = b"", None
+    clock = _Clock(proc.pid, _PER_TEST)
+    if not up and proc.poll() is None:
+        err = f"the case process did not start within {_STARTUP}s"
+    while err is None:
+        if clock.expired():
             err = f"timed out after {_PER_TEST}s"
             break
-        ready, _, _ = select.select([fd], [], [], left)
+        ready, _, _ = select.select([fd], [], [], clock.wait_s())
         if not ready:
             continue
         chunk = os.read(fd, 1 << 16)
@@ -279,11 +355,11 @@ def run_case(case_input):
         if len(out) > _MAX_OUT:
             err = "output too large"
             break
-    if err is None:
-        try:
-            proc.wait(timeout=max(deadline - time.monotonic(), 0.05))
-        except subprocess.TimeoutExpired:
+    while err is None and proc.poll() is None:  # stdout closed: wait for the exit, on the same clock
+        if clock.expired():
             err = f"timed out after {_PER_TEST}s"
+        else:
+            time.sleep(clock.wait_s())
     _kill(proc)
     proc.stdout.close()
     if err is None and proc.returncode != 0:
@@ -317,7 +393,8 @@ def _summary(results, first_failure, trusted):
     else:
         status = "failed"
     return {"status": status, "results": results, "first_failure": first_failure,
-            "decided_by_harness": sum(trusted)}
+            "decided_by_harness": sum(trusted), "startup_s": round(_startup_total[0], 3),
+            "interpreters_started": _startup_total[1]}
 
 
 def _main():

@@ -91,10 +91,11 @@ def verify_many(
             return [one(r) for r in rs]
         with ThreadPoolExecutor(workers) as ex:
             return list(ex.map(one, rs))
+    from rich.console import Console
     from rich.progress import Progress
 
     out: list[Rollout] = []
-    with Progress(transient=True) as bar, ThreadPoolExecutor(workers) as ex:
+    with Progress(transient=True, console=Console(stderr=True)) as bar, ThreadPoolExecutor(workers) as ex:
         task = bar.add_task(f"verify ({v.name})", total=len(rs))
         for r in ex.map(one, rs):
             out.append(r)

@@ -33,6 +33,13 @@ silently degrading.
 The launcher gets its spec (program text, extra files) on an inherited file descriptor, never on
 its command line or a path the program could read, and makes itself non-dumpable before the
 program starts.
+
+Time limits: starting the sandbox (bwrap or unshare, the launcher, the program's interpreter) takes
+from ~0.1 s on an idle machine to seconds under heavy load. That start-up has its own budget,
+``startup_s``; ``wall_s`` counts from the moment the program's own code starts (the program's
+interpreter signals it on a private pipe before running any of it, see
+:mod:`gfcr.filters._sandbox_launcher`). Both are reported: ``SandboxResult.wall_s`` is the
+program's time, ``details["startup_s"]`` the start-up's.
 """
 
 from __future__ import annotations
@@ -71,7 +78,10 @@ class SandboxConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cpu_s: int = Field(5, ge=1, le=3600, description="RLIMIT_CPU: CPU seconds before SIGXCPU/SIGKILL.")
-    wall_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock limit; the whole process group is killed.")
+    wall_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock limit of the program, counted from when its "
+                          "own code starts; the whole process group is killed.")
+    startup_s: float = Field(30.0, gt=0, le=3600, description="Separate budget for starting the sandbox and the "
+                             "program's interpreter (bwrap/unshare, launcher, Python start-up), which load slows.")
     memory_mb: int = Field(1024, ge=64, description="RLIMIT_AS: address-space limit of each process, MiB.")
     file_mb: int = Field(16, ge=1, description="RLIMIT_FSIZE: largest file the program may write, MiB (also caps stdout).")
     nproc: int = Field(64, ge=1, description="RLIMIT_NPROC: processes of the run's uid (a fresh uid per run when the caller is root).")
@@ -321,6 +331,8 @@ def run_python(
         }
         # the spec (program, tests, secrets) travels on an inherited fd of an unlinked file: never on
         # a command line (/proc/*/cmdline is world-readable) nor at a path the program could open
+        ready_r, ready_w = os.pipe()  # the program's interpreter writes one byte here when it is up
+        spec["ready_fd"] = ready_w
         spec_path = host_dir / "spec.json"
         spec_path.write_text(json.dumps(spec))
         spec_fd = os.open(spec_path, os.O_RDONLY)
@@ -336,23 +348,31 @@ def run_python(
         else:
             cmd = [*launcher, str(LAUNCHER), str(spec_fd)]
         out_path, err_path = host_dir / "stdout", host_dir / "stderr"
-        t0 = time.perf_counter()
-        timed_out = False
+        timed_out, phase = False, None
         try:
             with open(host_dir / "stdin", "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
+                t0 = time.perf_counter()
                 proc = subprocess.Popen(
                     cmd, stdin=fin, stdout=fout, stderr=ferr, env=env, start_new_session=True, close_fds=True,
-                    pass_fds=(spec_fd,),
+                    pass_fds=(spec_fd, ready_w),
                 )
+                os.close(ready_w)
+                ready_w = -1
                 try:
-                    proc.wait(timeout=cfg.wall_s)
+                    startup, phase = _wait_started(proc, ready_r, t0, cfg.startup_s)
+                    t1 = time.perf_counter()
+                    if phase is None:
+                        proc.wait(timeout=cfg.wall_s)
                 except subprocess.TimeoutExpired:
-                    timed_out = True
+                    phase = "run"
                 finally:
                     _kill_group(proc)
+                timed_out = phase is not None
         finally:
-            os.close(spec_fd)
-        wall = time.perf_counter() - t0
+            for fd in (spec_fd, ready_r, ready_w):
+                if fd >= 0:
+                    os.close(fd)
+        wall = time.perf_counter() - t1
         rc = proc.returncode
         stdout, t1 = _read_capped(out_path, cfg.max_output_bytes)
         stderr, t2 = _read_capped(err_path, cfg.max_output_bytes)
@@ -376,10 +396,30 @@ def run_python(
             isolation=isolation,
             truncated=t1 or t2,
             details={"uid": uid if uid is not None else (NOBODY if private else None), "limits": rlimits,
-                     "wall_limit_s": cfg.wall_s},
+                     "wall_limit_s": cfg.wall_s, "startup_s": startup, "startup_limit_s": cfg.startup_s,
+                     "timed_out_in": phase},
         )
     finally:
         shutil.rmtree(host_dir, ignore_errors=True)
+
+
+def _wait_started(proc: subprocess.Popen, ready_r: int, t0: float, budget: float) -> tuple[float, str | None]:
+    """Wait until the program's interpreter reports it is up (one byte on ``ready_r``), the launcher
+    exits, or the start-up ``budget`` (seconds since ``t0``) runs out. Returns ``(start-up seconds,
+    "startup" if the budget ran out else None)``. EOF without a byte (the program could not start,
+    or the launcher failed) ends the start-up too: the exit status then says what happened."""
+    import select
+
+    while True:
+        left = t0 + budget - time.perf_counter()
+        if left <= 0:
+            return time.perf_counter() - t0, "startup"
+        ready, _, _ = select.select([ready_r], [], [], min(left, 0.5))
+        if ready:
+            os.read(ready_r, 1)
+            return time.perf_counter() - t0, None
+        if proc.poll() is not None:
+            return time.perf_counter() - t0, None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -148,7 +148,9 @@ def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = Tr
 
 
 def _progress(enabled: bool) -> Any:
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    # stderr: `gfcr generate … > out.json` keeps the JSON summary alone on stdout
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[tps]}"),
-                    TimeElapsedColumn(), disable=not enabled)
+                    TimeElapsedColumn(), disable=not enabled, console=Console(stderr=True))

@@ -345,9 +345,10 @@ class _NoBar:
 
 class _RichBar:
     def __init__(self, total: int, desc: str):
+        from rich.console import Console
         from rich.progress import Progress
 
-        self.p = Progress(transient=True)
+        self.p = Progress(transient=True, console=Console(stderr=True))  # stdout stays for results
         self.p.start()
         self.t = self.p.add_task(desc, total=total)
 

@@ -224,7 +224,8 @@ def _first_line(e: BaseException) -> str:
 
 
 def _progress(enabled: bool) -> Any:
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    disable=not enabled)
+                    disable=not enabled, console=Console(stderr=True))

@@ -13,6 +13,11 @@ only appended or merged. (Two processes racing to *create* a Lance dataset in ap
 on this machine kind; creating at init under a lock avoids that.) Every write is one Lance commit:
 a batch lands whole or not at all, a killed writer leaves the earlier commits intact, and every
 commit is a version that :meth:`RolloutStore.checkout` can travel back to.
+
+Upkeep (:mod:`gfcr.store.upkeep`): the duplicate-id check of :meth:`RolloutStore.append` looks ids
+up in an in-process hash index instead of scanning the id column on every commit, and every write
+merges adjacent small fragments of one size tier (``auto_compact`` at a time), so a long run of small
+commits keeps its commit rate and reads stay fast.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from gfcr.records import (
     table_to_rollouts,
     utcnow,
 )
+from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
 
 MANIFEST = "gfcr-store.json"
 FORMAT = "gfcr-store"
@@ -66,6 +72,19 @@ TABLES: dict[str, pa.Schema] = {
     "state": STATE_SCHEMA,
 }
 T = TypeVar("T")
+#: after a write, this many adjacent fragments of one size tier are merged into one (0 = never)
+AUTO_COMPACT = 8
+
+
+_SESSION: list[Any] = []
+
+
+def _session() -> Any:
+    """One Lance session per process: the file metadata (page tables) it caches is read once, not
+    on every open (a store opens its dataset afresh for each call to see other writers' commits)."""
+    if not _SESSION:
+        _SESSION.append(lance.Session() if hasattr(lance, "Session") else None)
+    return _SESSION[0]
 
 
 class StoreError(RuntimeError):
@@ -104,17 +123,22 @@ class RolloutStore:
     """A durable, queryable rollout store. See the module docstring for the layout.
 
     Open with ``RolloutStore.open(path, create=True)``. A store opened by :meth:`checkout` is a
-    read-only view of an earlier version.
+    read-only view of an earlier version. ``auto_compact``: after a write, that many adjacent
+    fragments of one size tier are merged into one (:func:`gfcr.store.upkeep.pick_compaction`);
+    ``0`` turns automatic compaction off.
     """
 
-    def __init__(self, path: Path, versions: dict[str, int] | None = None):
+    def __init__(self, path: Path, versions: dict[str, int] | None = None, auto_compact: int = AUTO_COMPACT):
         self.path = Path(path)
         self._pinned = versions  # None = follow the latest version of every table
         self.manifest = json.loads((self.path / MANIFEST).read_text())
+        self.auto_compact = int(auto_compact)
+        self.compactions: list[dict[str, Any]] = []  # automatic compactions done by this object
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike[str], create: bool = False) -> RolloutStore:
+    def open(cls, path: str | os.PathLike[str], create: bool = False,
+             auto_compact: int = AUTO_COMPACT) -> RolloutStore:
         p = Path(path)
         if not (p / MANIFEST).exists():
             if not create:
@@ -122,7 +146,7 @@ class RolloutStore:
                     raise StoreError(f"{p} exists but is not a gfcr store (no {MANIFEST}); choose another path")
                 raise StoreError(f"no gfcr store at {p}; create one with `gfcr store init {p}` or open(..., create=True)")
             cls._init(p)
-        store = cls(p)
+        store = cls(p, auto_compact=auto_compact)
         m = store.manifest
         if m.get("format") != FORMAT:
             raise StoreError(f"{p / MANIFEST} is not a gfcr store manifest")
@@ -168,9 +192,8 @@ class RolloutStore:
         """The Lance dataset of table ``name`` at the pinned (or latest) version."""
         if name not in TABLES:
             raise StoreError(f"unknown table {name!r}; tables are {sorted(TABLES)}")
-        if self._pinned is not None:
-            return lance.dataset(self._uri(name), version=self._pinned[name])
-        return lance.dataset(self._uri(name))
+        version = self._pinned[name] if self._pinned is not None else None
+        return lance.dataset(self._uri(name), version=version, session=_session())
 
     @property
     def read_only(self) -> bool:
@@ -180,9 +203,11 @@ class RolloutStore:
         if self._pinned is not None:
             raise StoreError("this store view is a checkout of an earlier version and is read-only")
 
-    def _append(self, name: str, table: pa.Table) -> None:
+    def _append(self, name: str, table: pa.Table) -> lance.LanceDataset:
         uri = self._uri(name)
-        _retry(lambda: lance.write_dataset(table, uri, mode="append"))
+        ds = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
+        self._upkeep(name, ds)
+        return ds
 
     def _merge(self, name: str, table: pa.Table, on: str | list[str], insert: bool = True) -> None:
         def go() -> None:
@@ -192,6 +217,24 @@ class RolloutStore:
             b.execute(table)
 
         _retry(go)
+        self._upkeep(name, lance.dataset(self._uri(name)))
+
+    def _upkeep(self, name: str, ds: lance.LanceDataset) -> None:
+        """Merge ``auto_compact`` adjacent fragments of one size tier of table ``name``, if it has them."""
+        if self.auto_compact < 2 or len(ds.fragment_ids()) < self.auto_compact:
+            return
+        idx = id_index(self._uri(name), "rollout_id") if name == "rollouts" else None
+        if idx is not None:
+            with idx.lock:
+                ds = lance.dataset(self._uri(name))
+                frags, rows = fragment_set(ds), ds.count_rows()
+                done = compact_small(ds, self.auto_compact)
+                if done:
+                    idx.compacted(frags, rows, lance.dataset(self._uri(name)))
+        else:
+            done = compact_small(ds, self.auto_compact)
+        if done:
+            self.compactions.append({"table": name, **done})
 
     # --- rollouts -------------------------------------------------------------------------------
     def _as_rollout_table(self, records: Iterable[Rollout] | pa.Table, source: str) -> pa.Table:
@@ -200,10 +243,15 @@ class RolloutStore:
         return rollouts_to_table(records)
 
     def existing_ids(self, ids: Sequence[str], table: str = "rollouts", column: str = "rollout_id") -> set[str]:
-        """Which of ``ids`` are already stored."""
-        found: set[str] = set()
+        """Which of ``ids`` are already stored (through the id index, see :mod:`gfcr.store.upkeep`;
+        a checkout of an earlier version reads the column instead)."""
         ds = self.dataset(table)
         ids = list(ids)
+        if self._pinned is None:
+            idx = id_index(self._uri(table), column)
+            with idx.lock:
+                return idx.existing(ds, ids)
+        found: set[str] = set()
         for i in range(0, len(ids), 2000):
             chunk = ids[i : i + 2000]
             t = ds.to_table(columns=[column], filter=_in_list(column, chunk))
@@ -214,9 +262,10 @@ class RolloutStore:
         """Append rollouts as one commit. Rejects duplicate ``rollout_id``s (within the batch or
         against the store) before writing anything. Returns the number of rows written.
 
-        ``check_existing=False`` skips the look-up against stored ids (a scan whose cost grows with
-        the table) for writers whose ids are fresh by construction (random uuids), e.g. the live
-        recorders; duplicates within the batch are still refused."""
+        ``check_existing=False`` skips the look-up against stored ids (through the in-process id
+        index it is cheap, but its first use in a process reads every stored id) for writers whose
+        ids are fresh by construction (random uuids), e.g. the live recorders; duplicates within the
+        batch are still refused."""
         self._writable()
         table = self._as_rollout_table(records, source)
         if table.num_rows == 0:
@@ -226,13 +275,21 @@ class RolloutStore:
             vc = pc.value_counts(ids)
             dup = next(x["values"].as_py() for x in vc if x["counts"].as_py() > 1)
             raise StoreError(f"duplicate rollout_id {dup!r} within the batch; nothing was written")
-        clash = self.existing_ids(ids.to_pylist()) if check_existing else set()
-        if clash:
-            raise StoreError(
-                f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
-            )
-        self._allow_nulls(table)
-        self._append("rollouts", table)
+        id_list = ids.to_pylist()
+        hashes = hash_ids(id_list)
+        idx = id_index(self._uri("rollouts"), "rollout_id")
+        with idx.lock:  # one check-and-commit at a time in this process
+            before = self.dataset("rollouts")
+            clash = idx.existing(before, id_list, hashes) if check_existing else set()
+            if clash:
+                raise StoreError(
+                    f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
+                )
+            self._allow_nulls(table)
+            uri = self._uri("rollouts")
+            after = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
+            idx.committed(before, after, hashes)
+        self._upkeep("rollouts", after)
         return table.num_rows
 
     def _allow_nulls(self, table: pa.Table) -> None:
@@ -497,7 +554,7 @@ class RolloutStore:
                 continue
             cands = [v["version"] for v in lance.dataset(self._uri(name)).versions() if v["timestamp"] <= ts]
             pinned[name] = max(cands) if cands else 1
-        return RolloutStore(self.path, versions=pinned)
+        return RolloutStore(self.path, versions=pinned, auto_compact=0)
 
     def compact(self) -> dict[str, Any]:
         """Merge small fragments of every table (a new version; history stays)."""
@@ -506,7 +563,15 @@ class RolloutStore:
         for name in TABLES:
             ds = lance.dataset(self._uri(name))
             before = len(ds.get_fragments())
-            metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
+            idx = id_index(self._uri(name), "rollout_id") if name == "rollouts" else None
+            if idx is not None:
+                with idx.lock:
+                    idx.catch_up(ds)
+                    frags, rows = fragment_set(ds), ds.count_rows()
+                    metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
+                    idx.compacted(frags, rows, lance.dataset(self._uri(name)))
+            else:
+                metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
             out[name] = {"fragments_before": before, "fragments_after": len(lance.dataset(self._uri(name)).get_fragments()),
                          "fragments_removed": getattr(metrics, "fragments_removed", None)}
         return out

@@ -43,6 +43,14 @@ class TaskSource(Protocol):
     def prompts(self) -> list[Prompt]: ...
 
 
+class PoolTooSmall(ValueError):
+    """A task source holds fewer distinct prompts than asked for; ``prompts`` are all it has."""
+
+    def __init__(self, message: str, prompts: list[Prompt]):
+        super().__init__(message)
+        self.prompts = prompts
+
+
 class ListSource:
     """A task source over a fixed list of prompts (what every built-in factory returns)."""
 
@@ -73,4 +81,4 @@ def make_source(name: str, **kw: Any) -> TaskSource:
     return ListSource(name, list(out))
 
 
-__all__ = ["SOURCES", "ListSource", "TaskConfig", "TaskSource", "make_source"]
+__all__ = ["SOURCES", "ListSource", "PoolTooSmall", "TaskConfig", "TaskSource", "make_source"]

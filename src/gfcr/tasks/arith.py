@@ -18,7 +18,7 @@ import hashlib
 import random
 
 from gfcr.records import Message, Prompt
-from gfcr.tasks import ListSource
+from gfcr.tasks import ListSource, PoolTooSmall
 
 #: difficulty level -> (digits, terms, ops)
 LEVELS: dict[int, tuple[int, int, str]] = {
@@ -116,9 +116,9 @@ def make_arith(
     while len(out) < n:
         attempts += 1
         if attempts > 200 * n + 1000:
-            raise ValueError(
+            raise PoolTooSmall(
                 f"could only make {len(out)} distinct {split} problems with digits={digits}, terms={terms}, "
-                f"ops={ops!r}; ask for fewer or a harder level"
+                f"ops={ops!r}; ask for fewer or a harder level", out
             )
         expr = make_expression(rng, digits, terms, ops)
         if expr in seen or split_of(expr) != split:

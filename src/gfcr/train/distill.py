@@ -60,8 +60,6 @@ from pydantic import Field, model_validator
 from gfcr.config import StrictModel
 from gfcr.records import GENERATED, Rollout
 
-
-
 # --------------------------------------------------------------------------------------------
 # Pure maths
 # --------------------------------------------------------------------------------------------

@@ -70,10 +70,11 @@ def progress_bar(enabled: bool, total: int, start: int) -> Iterator[Callable[[in
     if not enabled:
         yield lambda step, m: None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}")) as prog:
+                  TextColumn("{task.description}"), console=Console(stderr=True)) as prog:
         task = prog.add_task("", total=total, completed=start)
 
         def update(step: int, m: dict[str, Any]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +87,12 @@ def build_engine(cfg: TrainConfig, model: Any, model_path: str, tokenizer: Any, 
         "openai": {"tokenizer": tokenizer, "policy_version": version},
         "ray": {"model": model_path, "tokenizer": tokenizer, "policy_version": version},
     }[g.engine]
-    return make_engine(g.engine, **what, **kw)
+    engines = {}
+    if g.engine == "ray":  # the Ray engine lives above Generate: the loop hands it in
+        from gfcr.scale.engine import RayEngine
+
+        engines["ray"] = RayEngine
+    return make_engine(g.engine, engines, **what, **kw)
 
 
 def reward_composition(cfg: TrainConfig) -> Any:
@@ -122,16 +126,9 @@ def check_supported(cfg: TrainConfig) -> None:
 
 def new_run_dir(cfg: TrainConfig) -> Path:
     """A fresh folder ``output_dir/run_name-YYYYmmdd-HHMMSS[-n]`` (never an existing one)."""
-    base = Path(cfg.output_dir)
-    base.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    d = base / f"{cfg.run_name}-{stamp}"
-    i = 1
-    while d.exists():
-        d = base / f"{cfg.run_name}-{stamp}-{i}"
-        i += 1
-    d.mkdir()
-    return d
+    from gfcr.config import new_run_dir as _new
+
+    return _new(cfg.output_dir, cfg.run_name)
 
 
 _RESUMABLE_CHANGES = {"steps", "eval", "tensorboard", "output_dir", "run_name"}

@@ -247,9 +247,10 @@ def train_masked_sft(
     t0 = time.perf_counter()
     bar = None
     if progress:
+        from rich.console import Console
         from rich.progress import Progress
 
-        bar = Progress(transient=True)
+        bar = Progress(transient=True, console=Console(stderr=True))
         bar.start()
         task = bar.add_task("masked SFT", total=total)
     dtype = next(model.parameters()).dtype

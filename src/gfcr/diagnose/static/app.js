@@ -31,6 +31,10 @@ function query() {
 async function loadSummary() {
   const s = await getJSON("/api/summary");
   document.getElementById("store").textContent = s.store;
+  const t = s.tokenizer || {};
+  const tk = document.getElementById("tokenizer");
+  tk.textContent = t.note ? t.note : `tokens decoded with ${t.name}${t.source === "store" ? " (the store's model)" : ""}`;
+  tk.className = t.note ? "note warn" : "note";
   const run = document.getElementById("f-run");
   for (const r of s.runs) run.append(el("option", { value: r.run_id, text: `${r.run_id} (${r.rollouts})` }));
   const fin = document.getElementById("f-finish");
@@ -45,9 +49,11 @@ async function loadList() {
   state.total = data.total;
   body.replaceChildren(...data.items.map((r) => {
     const tr = el("tr", { "data-id": r.rollout_id },
-      el("td", { text: r.run_id }), el("td", { text: fmt(r.step) }), el("td", { text: r.prompt_id }),
-      el("td", { text: fmt(r.sample_index) }), el("td", { text: fmt(r.reward) }), el("td", { text: fmt(r.verified) }),
-      el("td", { text: r.finish_reason }), el("td", { text: fmt(r.gen_tokens) }));
+      el("td", { text: r.run_id }), el("td", { class: "num", text: fmt(r.step) }),
+      el("td", { class: "prompt", title: `${r.prompt_id}: ${r.prompt_text}`, text: r.prompt_text || r.prompt_id }),
+      el("td", { class: "num", text: fmt(r.sample_index) }), el("td", { class: "num", text: fmt(r.reward) }),
+      el("td", { class: r.verified === true ? "ok" : r.verified === false ? "bad" : "", text: fmt(r.verified) }),
+      el("td", { text: r.finish_reason }), el("td", { class: "num", text: fmt(r.gen_tokens) }));
     tr.addEventListener("click", () => openRollout(r.rollout_id, tr));
     return tr;
   }));
@@ -67,29 +73,64 @@ function segmentsNode(segs) {
   return pre;
 }
 
+function tokenText(piece) {
+  // whitespace made visible, so a token strip can wrap without losing where lines and spaces were
+  return piece.replace(/\n/g, "↵").replace(/\t/g, "⇥").replace(/^ /, "·").replace(/ $/, "·") || "∅";
+}
+
 function tokensNode(d, audit) {
-  const box = el("div", { class: "tokens" });
+  const kept = audit && audit.status === "kept";
+  const legend = el("div", { class: "legend" }, el("span", { class: "tok tok-ctx", text: "context" }));
+  if (kept) legend.append(el("span", { class: "tok tok-gen tok-sup", text: "generated, supervised" }),
+    el("span", { class: "tok tok-gen tok-unsup", text: "generated, excluded from supervision" }));
+  else legend.append(el("span", { class: "tok tok-gen", text: "generated (no kept audit)" }));
+  const box = el("div", { class: "tokens", id: "token-strip" });
   for (const t of d.tokens) {
     let cls = t.role === 1 ? "tok tok-gen" : "tok tok-ctx";
-    if (audit && t.role === 1 && audit.mask[t.i] === 0) cls += " tok-unsup";
-    box.append(el("span", { class: cls, title: `#${t.i} id ${t.id} ${t.role === 1 ? "generated" : "context"}`, text: d.decoded ? t.text : String(t.id) }));
+    if (kept && t.role === 1) cls += audit.mask[t.i] === 0 ? " tok-unsup" : " tok-sup";
+    const what = t.role === 1 ? (kept ? (audit.mask[t.i] === 0 ? "generated, excluded" : "generated, supervised") : "generated") : "context";
+    box.append(el("span", { class: cls, title: `#${t.i} · id ${t.id} · ${what}`, text: d.decoded ? tokenText(t.text) : String(t.id) }));
   }
-  if (d.tokens_truncated) box.append(el("span", { class: "muted", text: " … (truncated)" }));
-  return box;
+  if (d.tokens_truncated) box.append(el("span", { class: "muted", text: ` … (first ${d.tokens.length} of ${d.n_tokens})` }));
+  const note = d.decoded ? null : el("p", { class: "note warn", text: (d.tokenizer && d.tokenizer.note) || "tokens shown as ids" });
+  return el("div", {}, legend, note, box);
+}
+
+function siblingsNode(d) {
+  const tbody = el("tbody");
+  for (const s of d.siblings) {
+    const self = s.rollout_id === d.rollout_id;
+    const link = self ? el("b", { text: `#${s.sample_index} (this one)` })
+      : el("a", { href: `#rollout=${encodeURIComponent(s.rollout_id)}`, class: "sibling", "data-id": s.rollout_id, text: `#${s.sample_index}` });
+    tbody.append(el("tr", { class: self ? "selected" : "" }, el("td", {}, link), el("td", { class: "num", text: fmt(s.reward) }),
+      el("td", { class: s.verified === true ? "ok" : s.verified === false ? "bad" : "", text: fmt(s.verified) }),
+      el("td", { text: s.finish_reason })));
+  }
+  return el("table", { id: "siblings" }, el("thead", {}, el("tr", {}, el("th", { text: "sample" }), el("th", { text: "reward" }),
+    el("th", { text: "verified" }), el("th", { text: "finish" }))), tbody);
+}
+
+function hashId() {
+  const m = location.hash.match(/^#rollout=(.+)$/);
+  return m ? decodeURIComponent(m[1]) : null;
 }
 
 async function openRollout(id, tr) {
   const pane = document.getElementById("detail-pane");
   document.querySelectorAll("#rollouts tr.selected").forEach((x) => x.classList.remove("selected"));
   if (tr) tr.classList.add("selected");
+  if (!tr) { const row = document.querySelector(`#rollouts tr[data-id="${CSS.escape(id)}"]`); if (row) row.classList.add("selected"); }
   let d;
   try { d = await getJSON("/api/rollouts/" + encodeURIComponent(id)); }
   catch (e) { pane.replaceChildren(el("p", { class: "err", text: e.message })); return; }
+  if (location.hash !== `#rollout=${encodeURIComponent(id)}`) history.replaceState(null, "", `#rollout=${encodeURIComponent(id)}`);
   const audit = d.audits.length ? d.audits[d.audits.length - 1] : null;
   const nodes = [
     el("h2", { text: `Rollout ${d.rollout_id}` }),
     el("div", { class: "muted", text: `run ${d.run_id} · step ${d.step} · prompt ${d.prompt_id} · sample ${d.sample_index} · task ${d.task} · policy ${d.policy_version}` }),
     el("div", { id: "scores", text: `reward ${fmt(d.reward)} · verified ${fmt(d.verified)} · finish ${d.finish_reason} · tokens: ${d.n_context} context / ${d.n_generated} generated` }),
+    el("h2", { text: `Group ${d.group_id} (${d.siblings.length} sample${d.siblings.length === 1 ? "" : "s"})` }),
+    siblingsNode(d),
     el("h2", { text: "Turns" }),
   ];
   for (const m of d.messages) {
@@ -108,7 +149,7 @@ async function openRollout(id, tr) {
     nodes.push(el("div", { class: "audit" }, el("b", { text: `${a.judge}@${a.judge_version}: ${a.status}` }),
       el("span", { class: "muted", text: ` TER ${fmt(a.ter)} · ${a.supervised_tokens} supervised tokens${a.reason ? " · " + a.reason : ""}` }), ul));
   }
-  nodes.push(el("h2", { text: "Tokens (grey: context, blue: generated, red: generated but not supervised)" }), tokensNode(d, audit));
+  nodes.push(el("h2", { text: `Tokens (${d.n_context} context, ${d.n_generated} generated)` }), tokensNode(d, audit));
   nodes.push(el("h2", { text: "Verifier evidence" }), el("pre", { id: "verifier", text: JSON.stringify(d.verifier, null, 1) }));
   nodes.push(el("h2", { text: "Signals" }), el("pre", { text: JSON.stringify(d.signals, null, 1) }));
   pane.replaceChildren(...nodes);
@@ -118,6 +159,13 @@ document.addEventListener("DOMContentLoaded", async () => {
   document.getElementById("filters").addEventListener("submit", (ev) => { ev.preventDefault(); state.offset = 0; loadList(); });
   document.getElementById("prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - state.limit); loadList(); });
   document.getElementById("next").addEventListener("click", () => { state.offset += state.limit; loadList(); });
+  document.getElementById("detail-pane").addEventListener("click", (ev) => {
+    const a = ev.target.closest("a.sibling");
+    if (a) { ev.preventDefault(); openRollout(a.dataset.id, null); }
+  });
+  window.addEventListener("hashchange", () => { const id = hashId(); if (id) openRollout(id, null); });
   try { await loadSummary(); } catch (e) { document.getElementById("store").textContent = e.message; }
   await loadList();
+  const id = hashId();
+  if (id) openRollout(id, null);
 });

@@ -51,16 +51,24 @@ class SamplingParams(BaseModel):
             raise ValueError("stop strings must be non-empty")
         return self
 
-    def to_record(self, engine: str) -> dict[str, Any]:
+    def to_record(self, engine: Any) -> dict[str, Any]:
         """The ``sampling`` JSON stored with each rollout (fields left at their neutral default are omitted
-        for the parameters added after the first release, so older records and new ones compare equal)."""
+        for the parameters added after the first release, so older records and new ones compare equal).
+        ``engine``: its name, or the engine itself, which also records the model it serves (``model``:
+        the path or name its tokenizer loads from; Diagnose's viewer decodes tokens with it)."""
         d = self.model_dump()
         for k, neutral in _LATER_NEUTRAL.items():
             if d.get(k) == neutral:
                 d.pop(k)
         if d.get("logit_bias"):
             d["logit_bias"] = {str(k): v for k, v in d["logit_bias"].items()}
-        d["engine"] = engine
+        if isinstance(engine, str):
+            d["engine"] = engine
+            return d
+        d["engine"] = getattr(engine, "name", type(engine).__name__)
+        model = getattr(engine, "model_name", None) or getattr(engine, "model", None)
+        if isinstance(model, str) and model:
+            d["model"] = model
         return d
 
     def has_logit_processing(self) -> bool:

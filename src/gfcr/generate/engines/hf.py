@@ -522,6 +522,13 @@ class HFEngine:
                 out[i] = sc
         return [o for o in out if o is not None]
 
+    def generate_growing(self, requests: list[GenRequest], follow: Any = None) -> list[list[GenResult]]:
+        """Continuous batching: ``follow(i, results)`` may add requests when request ``i`` is done;
+        they join the running batch (:func:`gfcr.generate.engines.growing.decode_growing`)."""
+        from gfcr.generate.engines.growing import decode_growing
+
+        return decode_growing(self, requests, follow)
+
     def _hit_stop(self, toks: list[int], stop: list[str]) -> bool:
         tail = self.tokenizer.decode(toks[-64:], skip_special_tokens=False)
         return any(s in tail for s in stop)

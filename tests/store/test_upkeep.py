@@ -1,0 +1,132 @@
+"""The duplicate-id index and automatic compaction (gfcr.store.upkeep)."""
+
+import subprocess
+import sys
+
+import lance
+import pytest
+
+from gfcr.records import rollouts_to_table
+from gfcr.store import RolloutStore, StoreError, upkeep
+from gfcr.store.upkeep import pick_compaction, size_tier
+from gfcr.testing import make_rollout
+
+
+def _batch(tag, b, size, n_gen=8):
+    return [make_rollout(i, step=b, run=tag, n_ctx=4, n_gen=n_gen, seed=b, rollout_id=f"{tag}-{b}-{i}")
+            for i in range(size)]
+
+
+def test_size_tier_and_pick_compaction_worked_examples():
+    assert [size_tier(n, 4) for n in (1, 3, 4, 15, 16, 63, 64)] == [0, 0, 1, 1, 2, 2, 3]
+    # k = 4: the four 10-row fragments (tier 1) are merged, the 40-row one (tier 2) and the big one wait
+    assert pick_compaction([5000, 10, 10, 40, 10, 10], 4) == [1, 2, 4, 5]
+    assert pick_compaction([5000, 10, 10, 10], 4) == []
+    # the lowest full tier goes first; its oldest k fragments
+    assert pick_compaction([40, 40, 40, 40, 1, 2, 3, 1, 2], 4) == [4, 5, 6, 7]
+    assert pick_compaction([10] * 9, 0) == []
+    assert pick_compaction([5000] * 9, 4) == []  # commits of >= 4096 rows are left alone
+    assert pick_compaction([5000] * 9, 4, max_rows=10_000) == [0, 1, 2, 3]
+
+
+def test_tiering_bounds_fragments_and_rewrites():
+    """Simulate 20,000 one-row commits with k = 8 (a merged fragment goes last, as in Lance)."""
+    sizes, rewritten, most = [], 0, 0
+    for _ in range(20_000):
+        sizes.append(1)
+        while pick := pick_compaction(sizes, 8):
+            rewritten += sum(sizes[i] for i in pick)
+            sizes = [s for i, s in enumerate(sizes) if i not in pick] + [sum(sizes[i] for i in pick)]
+        most = max(most, len(sizes))
+    assert sum(sizes) == 20_000
+    assert most <= 7 * 4 + 1 + 20_000 // 4096  # fewer than k fragments per tier below 4096 rows
+    assert all(s <= 4096 for s in sizes)
+    assert rewritten / 20_000 <= 4  # each row rewritten at most log_8(4096) = 4 times
+
+
+def test_duplicates_refused_across_commits_compactions_and_processes(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True, auto_compact=4)
+    for b in range(9):
+        store.append(_batch("a", b, 5))
+    assert store.compactions, "nine commits at k=4 should have merged fragments"
+    assert len(store.dataset("rollouts").get_fragments()) < 9
+    with pytest.raises(StoreError, match="a-0-3"):  # an id that lives in a merged fragment now
+        store.append(_batch("a", 0, 5)[3:4])
+    # a commit made behind the index's back (another process) is read on the next check
+    lance.write_dataset(rollouts_to_table(_batch("other", 0, 3)), str(tmp_path / "s" / "rollouts.lance"), mode="append")
+    with pytest.raises(StoreError, match="other-0-1"):
+        store.append(_batch("other", 0, 3)[1:2])
+    # a fresh process (no index yet) refuses too
+    code = ("import sys; from gfcr.store import RolloutStore, StoreError; from gfcr.testing import make_rollout\n"
+            "s = RolloutStore.open(sys.argv[1])\n"
+            "try:\n    s.append([make_rollout(0, run='a', rollout_id='a-4-2')])\nexcept StoreError as e:\n    print('refused', e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, timeout=120)
+    assert "refused" in out.stdout and "a-4-2" in out.stdout, out.stderr
+    assert store.count() == 9 * 5 + 3
+
+
+def test_hash_collisions_are_confirmed_exactly(tmp_path, monkeypatch):
+    """Every id hashing alike must not refuse new ids: hits are checked against the stored ids."""
+    import numpy as np
+
+    upkeep.forget_indexes()
+    monkeypatch.setattr(upkeep, "hash_ids", lambda ids: np.zeros(len(list(ids)), np.int64))
+    import gfcr.store.core as core
+
+    monkeypatch.setattr(core, "hash_ids", upkeep.hash_ids)
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    store.append(_batch("c", 0, 4))
+    store.append(_batch("c", 1, 4))  # every hash collides; the exact check lets them in
+    with pytest.raises(StoreError, match="c-1-2"):
+        store.append(_batch("c", 1, 4)[2:3])
+    assert store.count() == 8
+    upkeep.forget_indexes()
+
+
+def test_compaction_keeps_every_row_and_the_history(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True, auto_compact=3)
+    want = set()
+    versions = []
+    for b in range(20):
+        rs = _batch("h", b, 2 + b % 3)
+        store.append(rs)
+        want |= {r.rollout_id for r in rs}
+        versions.append((store.version, set(want)))
+    ids = store.scan(columns=["rollout_id"]).column("rollout_id").to_pylist()
+    assert len(ids) == len(want) and set(ids) == want
+    assert len(store.dataset("rollouts").get_fragments()) <= 2 * 3  # fewer than k per tier
+    full = {r.rollout_id: r for r in store.rollouts()}
+    for r in _batch("h", 7, 2 + 7 % 3):  # the merged rows are bit-identical
+        assert full[r.rollout_id].token_ids.tolist() == r.token_ids.tolist()
+        assert full[r.rollout_id].logprobs.tolist() == pytest.approx(r.logprobs.tolist())
+    for v, ids_then in versions[::5]:  # time travel still sees each commit's rows
+        old = store.checkout(v).scan(columns=["rollout_id"]).column("rollout_id").to_pylist()
+        assert set(old) == ids_then
+
+
+WRITER = r"""
+import sys
+from gfcr.store import RolloutStore
+from gfcr.testing import make_rollout
+path, tag, batches, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+store = RolloutStore.open(path, auto_compact=3)
+for b in range(batches):
+    store.append([make_rollout(i, step=b, run=tag, n_ctx=4, n_gen=8, seed=b, rollout_id=f"{tag}-{b}-{i}")
+                  for i in range(size)])
+print(len(store.compactions))
+"""
+
+
+def test_concurrent_writers_with_automatic_compaction_stay_exact(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(store.path), f"w{k}", "24", "4"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(3)]
+    merged = 0
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        merged += int(out.strip().splitlines()[-1])
+    assert merged > 0, "the writers should have compacted while the others appended"
+    ids = store.scan(columns=["rollout_id"]).column("rollout_id").to_pylist()
+    assert len(ids) == 3 * 24 * 4 and len(set(ids)) == len(ids)
+    assert set(ids) == {f"w{k}-{b}-{i}" for k in range(3) for b in range(24) for i in range(4)}

@@ -1,0 +1,274 @@
+"""The README's commands work as a newcomer would type them.
+
+The commands are read from README.md's ```bash blocks when the tests run (not copied here), so a
+README edit is checked as soon as it lands. Every command needs a rule in :data:`RULES`:
+
+* run here on tiny settings — the same command, in the same order, in one scratch folder, with a
+  tiny random model in place of the default one and small sizes (the rule lists the added flags;
+  ROSS gets a few solved rollouts added to the tiny RL run's store, which a random policy never
+  produces);
+  servers (``gfcr serve``, ``gfcr view``) are started, probed, and stopped;
+* ``real`` — needs the real default model: runs as written in the slow set;
+* ``skip`` — only the installation lines and ``make test`` (which is this suite).
+
+A new README command without a rule fails :func:`test_every_readme_command_has_a_rule`.
+The ```python block runs after the bash blocks, against the store they made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+GFCR = [sys.executable, "-m", "gfcr.cli"]
+
+
+def readme_blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), re.S)
+
+
+def readme_commands() -> list[list[list[str]]]:
+    """Each README bash line as its simple commands (``a; b`` and ``a & b`` split), comments dropped."""
+    lines = []
+    for block in readme_blocks("bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            lex = shlex.shlex(line, posix=True, punctuation_chars=";&|<>")
+            lex.whitespace_split = True
+            lex.commenters = "#"
+            toks = list(lex)
+            if not toks:
+                continue
+            cmds: list[list[str]] = [[]]
+            for t in toks:
+                if t in (";", "&", "&&"):
+                    cmds.append([])
+                else:
+                    assert t not in ("|", ">", "<", ">>"), f"README line uses a pipe or redirection; teach the test: {line}"
+                    cmds[-1].append(t)
+            lines.append([c for c in cmds if c])
+    return lines
+
+
+def _key(argv: list[str]) -> str:
+    """The rule key: the command and its subcommands (``gfcr store import``, ``make demo``)."""
+    words = []
+    for a in argv:
+        if a.startswith("-") or "/" in a or "." in a or len(words) >= 3:
+            break
+        words.append(a)
+    if words[:1] == ["gfcr"] and len(words) > 2 and words[1] not in ("store", "ross", "scale", "model"):
+        words = words[:2]
+    return " ".join(words)
+
+
+def _tiny_train() -> list[str]:
+    return ["--set", "model={tiny}", "--set", "steps=3", "--set", "generate.k=2", "--set", "generate.prompts_per_step=2",
+            "--set", "generate.max_tokens=6", "--set", "eval.before=false", "--set", "eval.after=false",
+            "--set", "checkpoint.every=3", "--set", "tensorboard=false"]
+
+
+#: rule key → ("skip" | "real", reason) or ("tiny", {"add": flags, "replace": {README word: tiny word}})
+RULES: dict[str, tuple[str, object]] = {
+    "make test": ("skip", "the test suite itself"),
+    # the main job is the default model's: a random tiny policy solves nothing, and ROSS has nothing to relearn
+    "make demo": ("real", "the main job on the default model (`gfcr demo`)"),
+    "pip install": ("skip", "installation: `make test` installs the same on every fresh CI machine"),
+    "gfcr store walkthrough": ("tiny", {}),
+    "gfcr store import": ("tiny", {"replace": {"path/to/rollout_data_dir": "{verl_dump}"}}),
+    "gfcr store query": ("tiny", {"check": "stdout_has:avg(reward)"}),
+    "gfcr store export": ("tiny", {}),
+    "gfcr store export-sft": ("tiny", {}),
+    "gfcr generate": ("tiny", {"add": ["--model", "{tiny}", "--n", "4", "--max-tokens", "8"], "check": "stdout_json"}),
+    "gfcr verify": ("tiny", {}),
+    "gfcr train": ("tiny", {"add": [*_tiny_train(), "--no-progress"]}),
+    # served under the name the README's serve config asks for ('default', the real model's name)
+    "gfcr serve": ("tiny", {"server": "/v1/models", "add": ["--model", "{tiny}", "--name", "default", "--port", "{port}"]}),
+    "gfcr eval": ("real", "its point is the default model: pass@k of SmolLM2-135M on held-out arithmetic"),
+    "gfcr ross run": ("tiny", {"add": ["--set", "base_model={tiny}", "--set", "train.epochs=1", "--set", "train.batch_size=4",
+                                       "--set", "evaluate.benchmarks=[{name: arith-1d, source: arith, params: {level: 1}, n_prompts: 2}]",
+                                       "--set", "evaluate.k=2", "--set", "evaluate.ks=[1,2]",
+                                       "--set", "evaluate.max_tokens=6", "--set", "analyze.compatibility_prompts=2",
+                                       "--set", "analyze.complementarity_prompts=2", "--set", "analyze.complementarity_k=2",
+                                       "--set", "analyze.max_tokens=6", "--set", "window.steps=[0,3]"],
+                               "replace": {"runs/RUN/checkpoints/step_000019": "runs/RUN/checkpoints/step_000002"},
+                               "before": "add_solved_rollouts"}),
+    "gfcr simulate": ("tiny", {}),
+    "gfcr report": ("tiny", {}),
+    "gfcr view": ("tiny", {"server": "/api/summary", "add": ["--port", "{port}"]}),
+    "gfcr scale verify": ("tiny", {"replace": {"4": "1"}}),
+}
+#: how a later command reaches a server the README starts in the background
+SERVE_CONFIG = {"configs/arith-smollm2-serve.yaml": ["--set", "generate.engine_params.base_url=http://127.0.0.1:{port}/v1"]}
+
+
+def _add_solved_rollouts(store_path: Path, tokenizer_dir: str, n: int = 6) -> None:
+    """What a random tiny policy never produces: a few verified arithmetic rollouts (a slip, then the
+    fix, so the arith-steps judge has something to exclude), in the run's store, for ROSS to relearn."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from gfcr.records import Message, Prompt, Rollout
+    from gfcr.store import RolloutStore
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    store = RolloutStore.open(store_path)
+    run = store.scan(columns=["run_id"]).column("run_id")[0].as_py()
+    rows, prompts = [], []
+    for i in range(n):
+        a, b = i + 2, 7
+        q, text = f"What is {a} + {b}?", f"{a} + {b} = {a + b + 1}.\nOops. {a} + {b} = {a + b}.\nAnswer: {a + b}"
+        chat = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        ctx = tok(chat, add_special_tokens=False)["input_ids"]
+        gen = tok(text + "<|im_end|>", add_special_tokens=False)["input_ids"]
+        rows.append(Rollout(run_id=run, prompt_id=f"solved-{i}", group_id=f"solved-{i}@{i % 4}", step=i % 4, task="arith",
+                            token_ids=np.asarray(ctx + gen, np.int32), token_role=np.asarray([0] * len(ctx) + [1] * len(gen), np.uint8),
+                            logprobs=np.asarray([0.0] * len(ctx) + [-0.5] * len(gen), np.float32),
+                            messages=[Message("user", q), Message("assistant", text)], reward=1.0, verified=True,
+                            finish_reason="stop"))
+        prompts.append(Prompt(prompt_id=f"solved-{i}", task="arith", messages=[Message("user", q)], answer=str(a + b)))
+    store.upsert_prompts(prompts)
+    store.append(rows)
+
+
+def test_every_readme_command_has_a_rule():
+    keys = [_key(c) for line in readme_commands() for c in line]
+    assert keys, "no bash commands found in README.md"
+    missing = sorted({k for k in keys if k not in RULES})
+    assert not missing, f"README commands without a rule in tests/test_readme.py: {missing}"
+    unused = sorted(set(RULES) - set(keys))
+    assert not unused, f"rules for commands no longer in README.md (remove them): {unused}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited with {proc.returncode}: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - loopback only
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise AssertionError(f"server did not answer {url}")
+
+
+def _argv(argv: list[str], rule: dict, subs: dict[str, str]) -> list[str]:
+    if "argv" in rule:
+        out = list(rule["argv"])
+    else:
+        out = []
+        for a in argv:  # whole words, and longer keys (paths) inside a word too (``--set k=path``)
+            for old, new in rule.get("replace", {}).items():
+                a = new if a == old else (a.replace(old, new) if len(old) > 3 else a)
+            out.append(a)
+        out += list(rule.get("add", []))
+        for cfg, extra in SERVE_CONFIG.items():
+            if cfg in out:
+                out += extra
+    for k, v in subs.items():
+        out = [a.replace("{" + k + "}", v) for a in out]
+    if out[0] == "gfcr":
+        out = [*GFCR, *out[1:]]
+    return out
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["COLUMNS"] = "80"
+    return env
+
+
+@pytest.mark.slow
+def test_readme_commands_run_on_tiny_settings(tmp_path):
+    """Every tiny-rule command in README order, in one folder, each exit code 0."""
+    from gfcr.store.samples import write_verl
+    from gfcr.testing import save_tiny
+
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copytree(ROOT / "configs", work / "configs")
+    subs = {"tiny": save_tiny(str(tmp_path / "tiny")), "verl_dump": str(write_verl(tmp_path / "verl"))}
+    servers: list[subprocess.Popen] = []
+    ran = []
+    trains = 0
+    try:
+        for line in readme_commands():
+            for argv in line:
+                kind, rule = RULES[_key(argv)]
+                if kind != "tiny":
+                    continue
+                assert isinstance(rule, dict)
+                if "server" in rule or any(c in argv for c in SERVE_CONFIG):
+                    subs.setdefault("port", str(_free_port()))
+                if _key(argv) == "gfcr train" and "--run-dir" not in argv:  # the first is the run ROSS reads
+                    trains += 1
+                    rule = {**rule, "add": [*rule.get("add", []), "--run-dir", "runs/RUN" if trains == 1 else f"runs/RUN-{trains}"]}
+                if rule.get("before") == "add_solved_rollouts":
+                    _add_solved_rollouts(work / "runs" / "RUN" / "store", subs["tiny"])
+                cmd = _argv(argv, rule, subs)
+                if "server" in rule:
+                    p = subprocess.Popen(cmd, cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         text=True)
+                    servers.append(p)
+                    _wait(f"http://127.0.0.1:{subs['port']}{rule['server']}", p)
+                    ran.append(" ".join(argv))
+                    continue
+                t0 = time.perf_counter()
+                proc = subprocess.run(cmd, cwd=work, env=_env(), capture_output=True, text=True, timeout=600)
+                print(f"{time.perf_counter() - t0:6.1f} s  {' '.join(argv)}")  # the cost of each, with -s
+                assert proc.returncode == 0, f"README command failed: {' '.join(argv)}\n{proc.stderr[-3000:]}"
+                check = rule.get("check")
+                if check == "stdout_json":
+                    json.loads(proc.stdout)  # progress went to stderr, the summary alone to stdout
+                elif isinstance(check, str) and check.startswith("stdout_has:"):
+                    assert check.split(":", 1)[1] in proc.stdout
+                ran.append(" ".join(argv))
+            for p in servers:
+                p.terminate()
+                p.wait(timeout=30)
+            servers.clear()
+            subs.pop("port", None)
+    finally:
+        for p in servers:
+            p.kill()
+    assert (work / "report.html").exists() and (work / "runs" / "RUN" / "store").exists()
+    # the python block, against the stores the commands made
+    for block in readme_blocks("python"):
+        code = subprocess.run([sys.executable, "-c", block], cwd=work, env=_env(), capture_output=True, text=True,
+                              timeout=300)
+        assert code.returncode == 0, f"README python block failed:\n{block}\n{code.stderr[-3000:]}"
+
+
+@pytest.mark.slow
+def test_readme_real_model_commands(tmp_path):
+    """The commands marked ``real``, exactly as written (the default model is pulled if needed)."""
+    real = [argv for line in readme_commands() for argv in line if RULES[_key(argv)][0] == "real"]
+    for argv in real:
+        cmd = [*GFCR, "demo"] if argv == ["make", "demo"] else [*GFCR, *argv[1:]]  # `make demo` = `gfcr demo`
+        proc = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, f"README command failed: {' '.join(argv)}\n{proc.stderr[-3000:]}"
+        if _key(argv) == "gfcr eval":
+            res = json.loads(proc.stdout)  # machine output alone on stdout; progress and notes on stderr
+            assert res["n_prompts"] >= 1 and "pass@4" in res["metrics"]
