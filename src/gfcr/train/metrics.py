@@ -40,6 +40,9 @@ def step_metrics(step: int, generated: list[list[Rollout]], kept: list[list[Roll
     ents = [r.signals["entropy"] for r in rs if "entropy" in r.signals]
     if ents:  # mean token entropy of what the sampling policy generated (the update's `entropy` is its forward's)
         out["rollout_entropy"] = float(np.mean(ents))
+    kls = [r.signals["teacher_kl"] for r in rs if "teacher_kl" in r.signals]
+    if kls:  # on-policy distillation: mean sampled-token reverse KL to the teacher (gfcr.train.distill)
+        out["teacher_kl"] = float(np.mean(kls))
     out.update({k: float(v) for k, v in ustats.items()})
     out.update({f"seconds/{k}": round(v, 4) for k, v in seconds.items()})
     out.update(info)
