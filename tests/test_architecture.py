@@ -160,11 +160,11 @@ def test_diagnose_imports_neither_train_nor_ross():
     assert not ({"train", "ross"} & set(EDGES["diagnose"])), dict(EDGES["diagnose"])
 
 
-def test_no_import_cycles_between_rooms():
-    graph = {a: set(t) for a, t in EDGES.items()}
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle a depth-first walk of ``graph`` meets (as paths ``a -> ... -> a``)."""
     state: dict[str, int] = {}
     stack: list[str] = []
-    cycles = []
+    cycles: list[list[str]] = []
 
     def visit(n: str) -> None:
         state[n] = 1
@@ -180,6 +180,16 @@ def test_no_import_cycles_between_rooms():
     for n in sorted(graph):
         if n not in state:
             visit(n)
+    return cycles
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles_between_rooms():
+    cycles = _cycles({a: set(t) for a, t in EDGES.items()})
     assert not cycles, [" -> ".join(c) for c in cycles]
 
 
@@ -196,24 +206,7 @@ def test_no_import_cycles_between_modules_at_import_time():
                     if t in MODULES and t != m and not m.startswith(t + "."):  # a package's own parents load first
                         top.add(t)
         graph[m] = top
-    cycles = []
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(n: str) -> None:
-        state[n] = 1
-        stack.append(n)
-        for x in sorted(graph.get(n, ())):
-            if state.get(x) == 1:
-                cycles.append(stack[stack.index(x):] + [x])
-            elif x not in state:
-                visit(x)
-        stack.pop()
-        state[n] = 2
-
-    for n in sorted(graph):
-        if n not in state:
-            visit(n)
+    cycles = _cycles(graph)
     assert not cycles, [" -> ".join(c) for c in cycles]
 
 
