@@ -91,22 +91,28 @@ def _room(module: str) -> str:
     return parts[1] if len(parts) > 1 else "gfcr"
 
 
-def _imports(module: str, path: Path) -> set[str]:
-    """Absolute names of everything ``module`` imports, anywhere in its body."""
+def _import_names(nodes, module: str, path: Path) -> set[str]:
+    """Absolute names the import statements among ``nodes`` bring in (relative imports resolved
+    against ``module``'s package; ``from a import b`` gives both ``a`` and ``a.b``)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    out = set()
+    for node in nodes:
         if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
+            out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            names.add(mod)
-            names.update(f"{mod}.{a.name}" for a in node.names)  # `from gfcr import cli`
-    return names
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)  # `from gfcr import cli`
+    return out
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Absolute names of everything ``module`` imports, anywhere in its body."""
+    return _import_names(ast.walk(ast.parse(path.read_text(), str(path))), module, path)
 
 
 MODULES = _modules()
@@ -211,20 +217,9 @@ def test_no_import_cycles_between_modules_at_import_time():
 
 
 def _imports_of(tree: ast.Module, module: str, path: Path) -> set[str]:
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    out = set()
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            out.add(mod)
-            out.update(f"{mod}.{a.name}" for a in node.names)
-    return out
+    """Names imported by the top-level statements of ``tree`` only."""
+    return _import_names(tree.body, module, path)
+
 
 
 def test_records_config_and_store_import_no_model_code():

@@ -19,42 +19,22 @@ mask 0); one batch is an evaluation rollout (``eval-rollout/``).
 from __future__ import annotations
 
 import asyncio
-import importlib.abc
-import importlib.machinery
 import json
 import logging
 import os
 import sys
 import types
 from pathlib import Path
-from unittest import mock
+
+from _stubs import StubFinder  # this folder is on sys.path when run as a script
 
 _STUBBED = ["flask", "torchdata", "werkzeug", "lark", "uvloop", "hydra", "omegaconf", "ray", "numba", "einops", "swanlab", "tabulate", "tensorboardX", "wandb", "trackio"]
-
-
-class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, roots):
-        self.roots = set(roots)
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in self.roots:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        m = types.ModuleType(spec.name)
-        m.__path__ = []
-        m.__getattr__ = lambda attr: mock.MagicMock(name=f"{spec.name}.{attr}")
-        return m
-
-    def exec_module(self, module):
-        pass
 
 
 def main(out: str) -> None:
     if os.environ.get("AREAL_SRC"):
         sys.path.insert(0, os.environ["AREAL_SRC"])
-    sys.meta_path.append(_Stub(_STUBBED))
+    sys.meta_path.append(StubFinder(_STUBBED))
     import torch
     from areal.infra.workflow_executor import WorkflowExecutor
 

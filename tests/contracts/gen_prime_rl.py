@@ -21,41 +21,18 @@ the frameworks meant.
 from __future__ import annotations
 
 import asyncio
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
-import types
 from pathlib import Path
-from unittest import mock
 
-
-class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Import-time stand-ins for prime-rl's monitoring dependencies (never called here)."""
-
-    def __init__(self, roots):
-        self.roots = set(roots)
-
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in self.roots:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        m = types.ModuleType(spec.name)
-        m.__path__ = []
-        m.__getattr__ = lambda attr: mock.MagicMock(name=f"{spec.name}.{attr}")
-        return m
-
-    def exec_module(self, module):
-        pass
+from _stubs import StubFinder  # this folder is on sys.path when run as a script
 
 
 def main(out: str) -> None:
     src = Path(os.environ["PRIME_RL_SRC"])
     sys.path[:0] = [str(src / "src"), str(src / "packages" / "prime-rl-configs" / "src")]
-    sys.meta_path.append(_Stub(["wandb", "prime_cli", "wandb_workspaces", "wandb_gql"]))
+    sys.meta_path.append(StubFinder(["wandb", "prime_cli", "wandb_workspaces", "wandb_gql"]))
     import verifiers
     import verifiers.v1 as vf
     from prime_rl.configs.monitors import FileMonitorConfig
