@@ -192,10 +192,13 @@ def _argv(argv: list[str], rule: dict, subs: dict[str, str]) -> list[str]:
     return out
 
 
-def _env() -> dict[str, str]:
+def _env(one_thread: bool = True) -> dict[str, str]:
+    """The commands' environment; tiny settings run on one thread, the real model on what the
+    machine has (as a user runs it), unless OMP_NUM_THREADS is already set."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("OMP_NUM_THREADS", "1")
+    if one_thread:
+        env.setdefault("OMP_NUM_THREADS", "1")
     env["COLUMNS"] = "80"
     return env
 
@@ -267,7 +270,7 @@ def test_readme_real_model_commands(tmp_path):
     real = [argv for line in readme_commands() for argv in line if RULES[_key(argv)][0] == "real"]
     for argv in real:
         cmd = [*GFCR, "demo"] if argv == ["make", "demo"] else [*GFCR, *argv[1:]]  # `make demo` = `gfcr demo`
-        proc = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(cmd, cwd=tmp_path, env=_env(one_thread=False), capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, f"README command failed: {' '.join(argv)}\n{proc.stderr[-3000:]}"
         if _key(argv) == "gfcr eval":
             res = json.loads(proc.stdout)  # machine output alone on stdout; progress and notes on stderr
