@@ -22,7 +22,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -261,3 +261,23 @@ def verify_inputs(store: str, verifier: str, options: str | None) -> tuple[Any, 
     except (ValueError, TypeError) as e:
         fail(f"--verifier {verifier!r}: {e}")
     return RolloutStore.open(store), v, cfg
+
+
+# --- the sampling flags `gfcr generate` and `gfcr scale generate` share (they override a GenerateConfig) ---
+GenConfigArg = Annotated[Path | None, typer.Argument(help="YAML GenerateConfig (flags override it).")]
+StoreOpt = Annotated[str | None, typer.Option(help="Store directory (created if missing).")]
+ModelOpt = Annotated[str | None, typer.Option(help="Model dir/name (default: SmolLM2-135M-Instruct).")]
+EngineOpt = Annotated[str | None, typer.Option(help="Engine: hf, openai, vllm, ray.")]
+BaseUrlOpt = Annotated[str | None, typer.Option(help="openai engine: server URL (http://127.0.0.1:8000/v1).")]
+DeviceOpt = Annotated[str | None, typer.Option(help="hf engine device (cpu, cuda).")]
+TopologyOpt = Annotated[str | None, typer.Option(help="group, tree or multi_turn.")]
+KOpt = Annotated[int | None, typer.Option(help="Samples per prompt (group/multi_turn).")]
+TaskOpt = Annotated[str | None, typer.Option(help="Task source (arith, reasoning_gym, jsonl_math, jsonl_code).")]
+NOpt = Annotated[int | None, typer.Option(help="Number of prompts (arith/reasoning_gym).")]
+LevelOpt = Annotated[int | None, typer.Option(help="arith difficulty level.")]
+MaxTokensOpt = Annotated[int | None, typer.Option(help="Most new tokens per sample.")]
+TemperatureOpt = Annotated[float | None, typer.Option(help="Sampling temperature.")]
+RunIdOpt = Annotated[str | None, typer.Option(help="Run id (default: new).")]
+StepOpt = Annotated[int | None, typer.Option(help="Training step to record.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Base seed.")]
+QuietOpt = Annotated[bool, typer.Option(help="No progress bar.")]

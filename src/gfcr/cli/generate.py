@@ -4,12 +4,31 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from .common import fail, generate_config
+from .common import (
+    BaseUrlOpt,
+    DeviceOpt,
+    EngineOpt,
+    GenConfigArg,
+    KOpt,
+    LevelOpt,
+    MaxTokensOpt,
+    ModelOpt,
+    NOpt,
+    QuietOpt,
+    RunIdOpt,
+    SeedOpt,
+    StepOpt,
+    StoreOpt,
+    TaskOpt,
+    TemperatureOpt,
+    TopologyOpt,
+    fail,
+    generate_config,
+)
 
 model_app = typer.Typer(help="The default model: fetch and convert.", no_args_is_help=True)
 
@@ -23,23 +42,23 @@ def model_pull(force: Annotated[bool, typer.Option(help="Convert again even if a
 
 
 def generate(
-    config: Annotated[Path | None, typer.Argument(help="YAML GenerateConfig (flags override it).")] = None,
-    store: Annotated[str | None, typer.Option(help="Store directory (created if missing).")] = None,
-    model: Annotated[str | None, typer.Option(help="Model dir/name (default: SmolLM2-135M-Instruct).")] = None,
-    engine: Annotated[str | None, typer.Option(help="Engine: hf, openai, vllm, ray.")] = None,
-    base_url: Annotated[str | None, typer.Option(help="openai engine: server URL (http://127.0.0.1:8000/v1).")] = None,
-    topology: Annotated[str | None, typer.Option(help="group, tree or multi_turn.")] = None,
-    k: Annotated[int | None, typer.Option(help="Samples per prompt (group/multi_turn).")] = None,
-    task: Annotated[str | None, typer.Option(help="Task source (arith, reasoning_gym, jsonl_math, jsonl_code).")] = None,
-    n: Annotated[int | None, typer.Option(help="Number of prompts (arith/reasoning_gym).")] = None,
-    level: Annotated[int | None, typer.Option(help="arith difficulty level.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Most new tokens per sample.")] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
-    run_id: Annotated[str | None, typer.Option(help="Run id (default: new).")] = None,
-    step: Annotated[int | None, typer.Option(help="Training step to record.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Base seed.")] = None,
-    device: Annotated[str | None, typer.Option(help="hf engine device (cpu, cuda).")] = None,
-    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    config: GenConfigArg = None,
+    store: StoreOpt = None,
+    model: ModelOpt = None,
+    engine: EngineOpt = None,
+    base_url: BaseUrlOpt = None,
+    topology: TopologyOpt = None,
+    k: KOpt = None,
+    task: TaskOpt = None,
+    n: NOpt = None,
+    level: LevelOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    temperature: TemperatureOpt = None,
+    run_id: RunIdOpt = None,
+    step: StepOpt = None,
+    seed: SeedOpt = None,
+    device: DeviceOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Sample tasks × topology × engine into a store (run id, step, policy version, sampling, cost)."""
     from gfcr.generate.run import run_generate

@@ -3,12 +3,32 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from .common import echo_json, generate_config, verify_inputs
+from .common import (
+    BaseUrlOpt,
+    DeviceOpt,
+    EngineOpt,
+    GenConfigArg,
+    KOpt,
+    LevelOpt,
+    MaxTokensOpt,
+    ModelOpt,
+    NOpt,
+    QuietOpt,
+    RunIdOpt,
+    SeedOpt,
+    StepOpt,
+    StoreOpt,
+    TaskOpt,
+    TemperatureOpt,
+    TopologyOpt,
+    echo_json,
+    generate_config,
+    verify_inputs,
+)
 
 scale_app = typer.Typer(help="Scale out on Ray: generation and verification actors over one store.",
                         no_args_is_help=True)
@@ -20,30 +40,30 @@ NumCpus = Annotated[int | None, typer.Option("--num-cpus", min=1, help="CPUs of 
 
 @scale_app.command("generate")
 def generate_cmd(
-    config: Annotated[Path | None, typer.Argument(help="YAML GenerateConfig (flags override it).")] = None,
-    store: Annotated[str | None, typer.Option(help="Store directory (created if missing).")] = None,
+    config: GenConfigArg = None,
+    store: StoreOpt = None,
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Generation actors (each holds one engine).")] = 2,
-    engine: Annotated[str | None, typer.Option(help="Engine: hf, openai, vllm, ray.")] = None,
-    model: Annotated[str | None, typer.Option(help="Model dir/name (default: SmolLM2-135M-Instruct).")] = None,
-    base_url: Annotated[str | None, typer.Option(help="openai engine: server URL.")] = None,
-    device: Annotated[str | None, typer.Option(help="hf engine device (cpu, cuda).")] = None,
-    topology: Annotated[str | None, typer.Option(help="group, tree or multi_turn.")] = None,
-    k: Annotated[int | None, typer.Option(help="Samples per prompt (group/multi_turn).")] = None,
-    task: Annotated[str | None, typer.Option(help="Task source (arith, reasoning_gym, jsonl_math, jsonl_code).")] = None,
-    n: Annotated[int | None, typer.Option(help="Number of prompts (arith/reasoning_gym).")] = None,
-    level: Annotated[int | None, typer.Option(help="arith difficulty level.")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Most new tokens per sample.")] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    engine: EngineOpt = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    device: DeviceOpt = None,
+    topology: TopologyOpt = None,
+    k: KOpt = None,
+    task: TaskOpt = None,
+    n: NOpt = None,
+    level: LevelOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    temperature: TemperatureOpt = None,
     batch_prompts: Annotated[int | None, typer.Option(help="Prompts per shard (one engine call).")] = None,
     shards_per_commit: Annotated[int | None, typer.Option(help="Shards per store commit (default: --workers).")] = None,
     max_retries: Annotated[int, typer.Option(min=0, help="Retries of a failed shard before the run stops.")] = 1,
-    run_id: Annotated[str | None, typer.Option(help="Run id (default: new).")] = None,
-    step: Annotated[int | None, typer.Option(help="Training step to record.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Base seed.")] = None,
+    run_id: RunIdOpt = None,
+    step: StepOpt = None,
+    seed: SeedOpt = None,
     gpus_per_worker: Annotated[float, typer.Option(min=0.0, help="GPUs each actor reserves (e.g. 1 for vllm).")] = 0.0,
     address: Address = None,
     num_cpus: NumCpus = None,
-    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Generate tasks × topology × engine on N Ray actors into a store (one commit per batch of shards)."""
     from gfcr.scale.cluster import ScaleError
