@@ -219,11 +219,6 @@ class TeacherSet:
             raise TeacherError(f"no teacher for task {task!r} (teachers cover {sorted(self.by_task)}; add one with no tasks as the default)")
         return t
 
-    def teachers(self) -> list[Teacher]:
-        seen: dict[int, Teacher] = {}
-        for t in [*self.by_task.values(), *([self.default] if self.default is not None else [])]:
-            seen.setdefault(id(t), t)
-        return list(seen.values())
 
 
 def score_rollouts(rollouts: Sequence[Rollout], teachers: TeacherSet) -> None:
