@@ -186,13 +186,16 @@ def summarize(
 VerifyFn = Callable[[Prompt, str], bool]
 
 
-def resolve_verifier(verifier: str | VerifyFn) -> VerifyFn:
-    """A ``(prompt, completion) -> bool`` from a callable or a ``gfcr.filters`` verifier name."""
+def resolve_verifier(verifier: str | VerifyFn, params: dict[str, Any] | None = None) -> VerifyFn:
+    """A ``(prompt, completion) -> bool`` from a callable or a ``gfcr.filters`` verifier name built
+    with ``params`` (its config, e.g. ``{"lenient_fallback": True}``)."""
     if callable(verifier):
+        if params:
+            raise ValueError("verifier params apply to a verifier name, not to a callable")
         return verifier
     from gfcr.filters.verifiers import get_verifier
 
-    v = get_verifier(verifier)
+    v = get_verifier(verifier, **(params or {}))
 
     from gfcr.filters.verifiers import stated_answer_format
 
@@ -211,6 +214,7 @@ def evaluate_model(
     k: int = 4,
     ks: Sequence[int] | None = None,
     verifier: str | VerifyFn = "numeric",
+    verifier_params: dict[str, Any] | None = None,
     greedy: bool = True,
     temperature: float = 0.7,
     top_p: float = 1.0,
@@ -225,7 +229,9 @@ def evaluate_model(
     """Sample ``k`` completions (and one greedy) per prompt with ``engine``, verify, summarize.
 
     ``engine`` follows ``gfcr.generate``'s ``Engine`` protocol (``generate(list[GenRequest])``).
-    ``k = 0`` skips sampling (greedy only). Completions are taken from ``GenResult.text`` or, when
+    ``verifier`` is a callable or a verifier name built with ``verifier_params`` (for SmolLM2-135M on
+    arithmetic, ``{"lenient_fallback": True}``: it rarely writes the ``Answer: N`` line the task asks
+    for). ``k = 0`` skips sampling (greedy only). Completions are taken from ``GenResult.text`` or, when
     absent, decoded with ``tokenizer`` (or ``engine.tokenizer``). A completion cut by the token
     limit (``finish_reason`` length/abort) counts as wrong unless ``allow_truncated``;
     ``info["truncated"]`` counts them. ``progress`` shows a bar on stderr (prompts done per phase,
@@ -234,7 +240,7 @@ def evaluate_model(
     from gfcr.generate.engines.base import GenRequest, SamplingParams
 
     _check_eval_args(k, greedy, prompts)
-    verify = resolve_verifier(verifier)
+    verify = resolve_verifier(verifier, verifier_params)
     tok = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
 
     def text_of(res: Any) -> str:

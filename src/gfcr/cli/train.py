@@ -74,6 +74,7 @@ def eval_cmd(
     split: Annotated[str, typer.Option("--split", help="Task split to evaluate.")] = "test",
     task_arg: Annotated[list[str] | None, typer.Option("--task-arg", help="Task source argument KEY=VALUE (repeatable), e.g. level=2.")] = None,
     verifier: Annotated[str, typer.Option("--verifier", help="Verifier name in gfcr.filters.")] = "numeric",
+    verifier_arg: Annotated[list[str] | None, typer.Option("--verifier-arg", help="Verifier config KEY=VALUE (repeatable), e.g. lenient_fallback=true.")] = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="New tokens per sample.")] = 64,
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature for pass@k.")] = 0.7,
     no_greedy: Annotated[bool, typer.Option("--no-greedy", help="Skip greedy pass@1.")] = False,
@@ -88,7 +89,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON).
     With --env, each sample is a whole policy-env episode (as in multi_turn training)."""
-    from gfcr.evaluate import EvalConfig, eval_prompts, evaluate_episodes, evaluate_model
+    from gfcr.evaluate import EvalConfig, eval_prompts, evaluate_episodes, evaluate_model, resolve_verifier
     from gfcr.generate.engines.hf import HFEngine
     from gfcr.generate.envs import REWARD_SOURCES, make_env
 
@@ -108,6 +109,11 @@ def eval_cmd(
     validated(EvalConfig, {"k": k, "greedy": not no_greedy, "max_tokens": max_tokens, "temperature": temperature},
               "eval options", {"k": "--k", "max_tokens": "--max-tokens", "temperature": "--temperature"})
     kw = parse_sets(task_arg, option="--task-arg")
+    vparams = parse_sets(verifier_arg, option="--verifier-arg")
+    try:
+        resolve_verifier(verifier, vparams)  # fail before the model is loaded
+    except (ValueError, TypeError) as e:
+        fail(f"--verifier {verifier!r}: {e}")
     prompts, notes = [], []
     try:
         prompts, notes = eval_prompts(tasks, n=n, split=split, seed=seed, **kw)
@@ -120,10 +126,10 @@ def eval_cmd(
     engine = HFEngine(None if model == "default" else model, device=device)
     if env is not None:
         res = evaluate_episodes(engine, prompts, env=env, max_turns=max_turns, obs_role=obs_role, k=k,
-                                verifier=verifier, reward_source=reward_source, env_weight=env_weight,
+                                verifier=resolve_verifier(verifier, vparams), reward_source=reward_source, env_weight=env_weight,
                                 greedy=not no_greedy, temperature=temperature, max_tokens=max_tokens, seed=seed)
     else:
-        res = evaluate_model(engine, prompts, k=k, verifier=verifier, greedy=not no_greedy,
+        res = evaluate_model(engine, prompts, k=k, verifier=verifier, verifier_params=vparams, greedy=not no_greedy,
                              temperature=temperature, max_tokens=max_tokens, seed=seed, progress=True)
     res.info["model"] = model
     if out is not None:
