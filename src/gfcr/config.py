@@ -1,6 +1,6 @@
 """Typed configs from YAML: one loader for every room's pydantic config, the strict base model
 every config section derives from, object resolution (a name in a room's table, or a user's
-``pkg.module:name``), and new run folders.
+``pkg.module:name``), the typed parameters of a named component, and new run folders.
 
 ``load_config_model(Model, path, overrides)`` reads a YAML mapping (``None`` = all defaults),
 applies dotted overrides (``{"optim.lr": 1e-5}``, as given by ``--set optim.lr=1e-5``) and
@@ -9,14 +9,17 @@ validates; any failure is a :class:`ConfigError` whose message names the file an
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Mapping
+import inspect
+import typing
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -73,6 +76,95 @@ def resolve_object(name: str, table: Mapping[str, Any] | None = None, kind: str 
         return getattr(importlib.import_module(mod), attr)
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"cannot import {kind} {name!r}: {e}") from e
+
+
+@functools.cache
+def params_model(target: Any, skip: tuple[str, ...] = ()) -> type[BaseModel]:
+    """The pydantic model of a component's keyword parameters.
+
+    A component that declares its own model (a ``Config`` class, as every verifier does) gives
+    that; any other class or factory gets one built once from its signature: each keyword
+    parameter not in ``skip`` (those its caller supplies, e.g. a selector's prompt ids) becomes a
+    field of its annotated type and default (un-annotated: any value); a ``**kwargs`` parameter
+    lets other keys through (e.g. the vllm engine's ``vllm.LLM`` arguments). Example: for
+    ``def f(a: int = 1, b: float = 0.5)``, ``params_model(f).model_validate({"a": "x"})`` fails
+    on ``a``; ``{"c": 1}`` fails as an extra key.
+    """
+    own = getattr(target, "Config", None)
+    if isinstance(own, type) and issubclass(own, BaseModel):
+        return own
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):
+        return create_model(f"{_label(target)}Params", __config__=ConfigDict(extra="allow"))
+    fn = target.__init__ if inspect.isclass(target) else target
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an annotation naming what only type checkers import: check keys, not types
+        hints = {}
+    fields: dict[str, Any] = {}
+    extra = "forbid"
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            extra = "allow"
+        elif p.kind is not p.VAR_POSITIONAL and p.name not in skip:
+            # a parameter without a default is left to the component to ask for (its caller may supply it)
+            fields[p.name] = (hints.get(p.name, Any), None if p.default is p.empty else p.default)
+    return create_model(f"{_label(target)}Params", __config__=ConfigDict(extra=extra, arbitrary_types_allowed=True),
+                        **fields)
+
+
+def _label(target: Any) -> str:
+    return "".join(c for c in getattr(target, "__name__", type(target).__name__).title() if c.isalnum())
+
+
+def check_params(where: str, kind: str, name: str, target: Any, params: Mapping[str, Any],
+                 skip: Iterable[str] = ()) -> dict[str, Any]:
+    """``params`` checked against the parameters of the component ``target`` (:func:`params_model`),
+    the values coerced to their declared types (YAML's ``1e-5`` string becomes a float).
+
+    ``where`` is the config path of the dict, ``kind`` and ``name`` say which component: an error
+    is one :class:`ConfigError` line naming all three, e.g. ``replay.params: unknown key
+    'num_replay' for buffer 'repo'; allowed: strategy, num_replays, max_cache_size, ...`` or
+    ``replay.params.num_replays: expected int, got 'many' for buffer 'repo'``. Only the keys
+    given are returned (defaults stay the component's).
+    """
+    model = params_model(target, tuple(sorted(skip)))
+    params = dict(params or {})
+    skipped = set(skip)
+    allowed = [k for k in model.model_fields if k not in skipped]
+    if model.model_config.get("extra") != "allow":
+        for key in params:
+            if key not in allowed:
+                listed = ", ".join(allowed) if allowed else "none (it takes no parameters)"
+                raise ConfigError(f"{where}: unknown key {key!r} for {kind} {name!r}; allowed: {listed}")
+    try:
+        checked = model.model_validate(params)
+    except ValidationError as e:
+        errors = [err for err in e.errors() if err["type"] != "missing"]
+        if not errors:  # only a required parameter is missing: the component asks for it when built
+            return params
+        err = errors[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        got = f", got {err['input']!r}" if "input" in err and not isinstance(err["input"], dict) else ""
+        raise ConfigError(f"{where}.{loc}: {err['msg'][0].lower()}{err['msg'][1:]}{got} for {kind} {name!r}") from None
+    return {k: v for k, v in checked.model_dump(include=set(params)).items()} | \
+        {k: v for k, v in params.items() if k not in model.model_fields}
+
+
+def check_component(where: str, kind: str, name: str | None, table: Mapping[str, Any],
+                    params: Mapping[str, Any], skip: Iterable[str] = ()) -> dict[str, Any]:
+    """:func:`check_params` for the component ``name`` of a room's ``table`` (see
+    :func:`resolve_object`). A user's own ``pkg.module:name`` is not imported at config load (its
+    own signature checks its call), nor is an entry whose optional dependency is missing (the run
+    says what to install); both keep ``params`` as given."""
+    if name is None or name not in table:
+        return dict(params or {})
+    try:
+        target = resolve_object(name, table, kind)
+    except ImportError:
+        return dict(params or {})
+    return check_params(where, kind, name, target, params, skip)
 
 
 def parse_sets(sets: list[str] | None) -> dict[str, Any]:
@@ -140,5 +232,14 @@ def load_config_model(model: type[M], path: str | Path | None = None,
         return model.model_validate(data)
     except ValidationError as e:
         where = f" in {path}" if path else ""
-        lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']} [{err['type']}]" for err in e.errors()]
+        lines = [_error_line(err) for err in e.errors()]
         raise ConfigError(f"invalid {model.__name__}{where}:\n" + "\n".join(lines)) from e
+
+
+def _error_line(err: Any) -> str:
+    """One line of a validation error: the field and what is wrong; a :class:`ConfigError` raised
+    by a validator already names its config path and is shown as it is."""
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, ConfigError):
+        return f"  {cause}"
+    return f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']} [{err['type']}]"

@@ -114,7 +114,7 @@ def test_length_params_without_length_reward_fail_at_load(tiny_dir, tmp_path):
 
     with pytest.raises(ConfigError, match="length_reward"):
         _cfg(tiny_dir, tmp_path, **{"signals.length_params": {"beta": 0.1}})
-    with pytest.raises(ConfigError, match="alpha and beta"):
+    with pytest.raises(ConfigError, match="unknown key .gamma. for length reward .shorter_better.; allowed: alpha, beta"):
         _cfg(tiny_dir, tmp_path, **{"signals.length_reward": "shorter_better", "signals.length_params": {"gamma": 1}})
 
 

@@ -103,13 +103,19 @@ def test_final_turn_text_is_the_last_assistant_message():
 
 @pytest.mark.parametrize("params, match", [
     ({}, "generate.params.env"),
-    ({"env": "no_such_env"}, "generate.params.env"),
     ({"env": "calculator", "max_turns": 0}, "max_turns"),
-    ({"env": "calculator", "m": 2}, "not multi_turn options"),
+    ({"env": "calculator", "m": 2}, "unknown key 'm' for topology 'multi_turn'; allowed: env, k, max_turns, obs_role"),
 ])
-def test_bad_multi_turn_params_are_refused_before_the_run(tiny_dir, tmp_path, params, match):
-    cfg = _cfg(tiny_dir, tmp_path, **{"generate.params": params, "verify.verifier": "numeric"})
-    with pytest.raises(TrainError, match=match):
+def test_bad_multi_turn_params_are_refused_at_config_load(tiny_dir, tmp_path, params, match):
+    from gfcr.config import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        _cfg(tiny_dir, tmp_path, **{"generate.params": params, "verify.verifier": "numeric"})
+
+
+def test_an_unknown_env_is_refused_before_the_run(tiny_dir, tmp_path):
+    cfg = _cfg(tiny_dir, tmp_path, **{"generate.params": {"env": "no_such_env"}, "verify.verifier": "numeric"})
+    with pytest.raises(TrainError, match="generate.params.env"):
         train(cfg, run_dir=tmp_path / "r", progress=False)
     assert not (tmp_path / "r").exists()
 

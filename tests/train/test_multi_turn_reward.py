@@ -156,7 +156,8 @@ def test_user_env_by_import_path_reports_a_reward_and_a_bad_one_is_refused():
 # --- the loop's _verify under each reward source ---------------------------------------------------
 
 def _verify_with(source: str, rollouts, answer="14", topology="multi_turn", bonus=0.0, weight=0.5):
-    cfg = load_config(None, {"generate.topology": topology, "generate.params": {"env": "calculator"},
+    params = {"env": "calculator"} if topology == "multi_turn" else {}  # env is a multi_turn key only
+    cfg = load_config(None, {"generate.topology": topology, "generate.params": params,
                              "verify.reward_source": source, "verify.env_weight": weight,
                              "verify.format_bonus": bonus})
     fake = SimpleNamespace(cfg=cfg, prompt_by_id={"p0": _prompt(answer)}, verifier=get_verifier("numeric"),

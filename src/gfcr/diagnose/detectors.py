@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from gfcr.config import StrictModel
 from gfcr.diagnose.metrics import by_run, relative_growth
 
 Series = dict[str, np.ndarray]
@@ -61,8 +62,8 @@ def _severity(value: float, threshold: float, higher_is_worse: bool = True) -> s
     return "critical" if value <= threshold / 2 else "warning"
 
 
-class _Base(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Base(StrictModel):
+    """The fields every detector's config has."""
 
     enabled: bool = Field(True, description="run this detector")
     window: int = Field(3, ge=1, description="number of most recent steps the rule averages over")
@@ -108,10 +109,8 @@ class EntropyCollapseConfig(_Base):
     min_steps: int = Field(4, ge=2, description="steps needed before the trend is judged")
 
 
-class DetectorConfig(BaseModel):
+class DetectorConfig(StrictModel):
     """Thresholds of every detector (YAML-loadable; unknown keys are rejected)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     zero_reward: ZeroRewardConfig = Field(default_factory=ZeroRewardConfig, description="zero-reward mode")
     reward_hacking: RewardHackingConfig = Field(default_factory=RewardHackingConfig, description="reward hacking")

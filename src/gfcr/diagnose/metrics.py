@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from gfcr.config import StrictModel
 from gfcr.records import EXCLUSION_CATEGORIES
 
 FEATURE_COLUMNS = [
@@ -53,10 +54,8 @@ METRIC_COLUMNS = [
 ]
 
 
-class MetricsConfig(BaseModel):
+class MetricsConfig(StrictModel):
     """What the metrics read and the few constants they use."""
-
-    model_config = ConfigDict(extra="forbid")
 
     advantage_key: str = Field("advantage", description="signals key of a rollout's advantage")
     entropy_key: str = Field("entropy", description="signals key of a rollout's mean token entropy")

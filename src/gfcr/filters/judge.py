@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,17 +25,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gfcr.config import StrictModel
 
 
-class JudgeConfig(BaseModel):
-    """Where and how to call the judge model."""
-
-    model_config = ConfigDict(extra="forbid")
+class JudgeConfig(StrictModel):
+    """Where and how to call the judge model: the one LLM-judge vocabulary (ROSS's audit judge
+    composes it as ``judge.llm``)."""
 
     base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
     model: str = Field(description="Model name sent in the request.")
     api_key: str | None = Field(None, description="Bearer token, if the server wants one.")
+    api_key_env: str | None = Field(None, description="Environment variable holding the bearer token (used when "
+                                    "api_key is not given; keeps the key out of config files).")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature.")
     max_tokens: int = Field(256, ge=1, description="Max tokens of each judge answer.")
     max_retries: int = Field(2, ge=0, description="Retries after an invalid answer (error fed back).")
@@ -210,7 +214,8 @@ class JudgeClient:
 
         cfg = self.config
         res = JudgeResult(ok=False, parsed=None, error=None, template=self.template.name, model=cfg.model)
-        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        key = cfg.api_key or (os.environ.get(cfg.api_key_env) if cfg.api_key_env else None)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
         convo = list(messages)
         url = cfg.base_url.rstrip("/") + "/chat/completions"
         t0 = time.perf_counter()

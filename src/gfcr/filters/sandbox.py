@@ -59,7 +59,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gfcr.config import StrictModel
 
 LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
 NOBODY = 65534
@@ -72,10 +74,8 @@ class SandboxUnavailable(RuntimeError):
     """The requested isolation cannot be established on this host."""
 
 
-class SandboxConfig(BaseModel):
+class SandboxConfig(StrictModel):
     """Limits and isolation of one sandboxed run."""
-
-    model_config = ConfigDict(extra="forbid")
 
     cpu_s: int = Field(5, ge=1, le=3600, description="RLIMIT_CPU: CPU seconds before SIGXCPU/SIGKILL.")
     wall_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock limit of the program, counted from when its "

@@ -25,7 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gfcr.config import StrictModel
 
 from .sandbox import SandboxConfig, run_python
 
@@ -49,10 +51,6 @@ class Verifier(Protocol):
     version: str
 
     def verify(self, completion: str, answer: str | None = None, tests: Any = None, **context: Any) -> Verdict: ...
-
-
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +218,7 @@ def _no_gold(name: str) -> Verdict:
     return Verdict(None, 0.0, {"error": f"no gold answer: the {name} verifier needs `answer`"})
 
 
-class _AnswerConfig(_Config):
+class _AnswerConfig(StrictModel):
     """Options shared by the verifiers that read a final answer (exact, numeric, math)."""
 
     answer_format: Literal["task", "any", "answer_line", "boxed"] = Field(
@@ -330,7 +328,7 @@ class FormatVerifier:
     name = "format"
     version = "1"
 
-    class Config(_Config):
+    class Config(StrictModel):
         pattern: str | None = Field(None, description="Regex searched in the completion (MULTILINE|DOTALL).")
         json_schema: dict[str, Any] | None = Field(None, description="JSON Schema the completion's JSON must satisfy.")
 
@@ -462,7 +460,7 @@ class CodeVerifier:
     name = "code"
     version = "2"
 
-    class Config(_Config):
+    class Config(StrictModel):
         timeout_per_test_s: float = Field(2.0, gt=0, description="Per-test time limit inside the sandbox.")
         allow_truncated: bool = Field(False, description="Run the tests of generations cut by the token limit "
                                       "(finish_reason length/abort). Off: they are never verified.")
@@ -530,7 +528,7 @@ class EnvVerifier:
     name = "env"
     version = "1"
 
-    class Config(_Config):
+    class Config(StrictModel):
         key: str = Field("env_success", description="Key in rollout.signals or rollout.meta holding success (bool/0-1).")
         threshold: float = Field(0.5, description="passed when the value is >= threshold.")
 
@@ -555,12 +553,12 @@ class CompositeVerifier:
     name = "composite"
     version = "1"
 
-    class Part(_Config):
+    class Part(StrictModel):
         name: str = Field(description="Verifier name in VERIFIERS.")
         weight: float = Field(1.0, description="Weight of this part's score.")
         options: dict[str, Any] = Field(default_factory=dict, description="Keyword config of that verifier.")
 
-    class Config(_Config):
+    class Config(StrictModel):
         parts: list[CompositeVerifier.Part] = Field(min_length=1, description="The verifiers combined.")
 
     def __init__(self, **kw: Any) -> None:

@@ -12,27 +12,92 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
-from gfcr.config import StrictModel
+from gfcr.config import ConfigError, StrictModel
 from gfcr.generate.engines.base import SamplingParams
 from gfcr.records import new_id
 from gfcr.tasks import TaskConfig
 
 
 class EngineConfig(StrictModel):
-    """Which engine samples."""
+    """Which engine samples: the one engine vocabulary (``gfcr generate``'s ``engine:``; ``gfcr
+    train`` composes it as ``generate.engine`` / ``generate.engine_params``).
+
+    ``args`` are checked at config load against the named engine's parameters
+    (:func:`gfcr.config.check_component`); a key ending in ``_env`` names an environment variable
+    that gives the parameter without the suffix (``api_key_env: MY_KEY`` → ``api_key``), so no
+    secret is written into a resolved config.
+    """
 
     name: Literal["hf", "openai", "vllm"] | str = Field("hf", description="Engine name or 'pkg.mod:Class'.")
     model: str | None = Field(None, description="Model dir/name (None = the default SmolLM2); for openai, the served name.")
     args: dict[str, Any] = Field(default_factory=dict, description="Other engine keyword arguments (device, max_batch, base_url...).")
 
+    #: engines a composer above Generate adds to :data:`gfcr.generate.engines.ENGINES` (train: ray)
+    extra_engines: ClassVar[dict[str, str]] = {}
+    #: config path of ``args`` in error messages
+    args_path: ClassVar[str] = "engine.args"
+
+    def supplied(self) -> tuple[str, ...]:
+        """Engine parameters the composer passes itself (not settable in ``args``)."""
+        return ()
+
+    @model_validator(mode="after")
+    def _check_args(self) -> EngineConfig:
+        from gfcr.config import check_component, params_model, resolve_object
+        from gfcr.generate.engines import ENGINES
+
+        table = {**ENGINES, **self.extra_engines}
+        plain = {k: v for k, v in self.args.items() if not k.endswith("_env")}
+        checked = check_component(self.args_path, "engine", self.name, table, plain, self.supplied())
+        if self.name in table:
+            for k, v in self.args.items():
+                if not k.endswith("_env"):
+                    continue
+                try:
+                    known = params_model(resolve_object(self.name, table, "engine")).model_fields
+                except ImportError:
+                    break
+                if k[: -len("_env")] not in known or k[: -len("_env")] in self.supplied():
+                    raise ConfigError(f"{self.args_path}: {k!r} names no parameter of engine {self.name!r} "
+                                      f"(allowed: {', '.join(x + '_env' for x in known if x not in self.supplied())})")
+                if not isinstance(v, str):
+                    raise ConfigError(f"{self.args_path}.{k}: give the name of an environment variable, got {v!r}")
+        self.args = {k: checked.get(k, v) for k, v in self.args.items()}
+        return self
+
+    def kwargs(self) -> dict[str, Any]:
+        """``args`` with every ``*_env`` key replaced by the environment variable it names."""
+        import os
+
+        kw: dict[str, Any] = {}
+        for k, v in self.args.items():
+            if k.endswith("_env"):
+                if v not in os.environ:
+                    raise ConfigError(f"{self.args_path}.{k}: environment variable {v!r} is not set")
+                kw[k[: -len("_env")]] = os.environ[v]
+            else:
+                kw[k] = v
+        return kw
+
+
+#: the keys of each topology (its constructor's parameters less ``params`` and ``seed``)
+TOPOLOGY_KEYS: dict[str, tuple[str, ...]] = {
+    "group": ("k",),
+    "tree": ("m", "n", "l", "t", "min_prefix_frac", "no_fork_after"),
+    "multi_turn": ("env", "k", "max_turns", "obs_role"),
+}
+
 
 class TopologyConfig(StrictModel):
-    """How prompts become rollouts."""
+    """How prompts become rollouts: the one topology vocabulary (``gfcr generate``'s ``topology:``;
+    ``gfcr train`` composes it as ``generate.topology`` / ``generate.k`` / ``generate.params``).
+    A key that the named topology does not take is an error at config load; only the named
+    topology's keys are written out."""
 
     name: Literal["group", "tree", "multi_turn"] = Field("group", description="Topology.")
     k: int = Field(4, ge=1, description="group/multi_turn: samples (episodes) per prompt.")
@@ -41,7 +106,7 @@ class TopologyConfig(StrictModel):
     l: int = Field(1, ge=1, description="tree: continuations per forking point.")  # noqa: E741
     t: int = Field(2, ge=0, description="tree: branching rounds.")
     min_prefix_frac: float = Field(
-        0.5, ge=0.0, le=1.0,
+        0.5, ge=0.0, lt=1.0,
         description="tree: fork only at or after this fraction of the parent's answer (0 = TreeRL's rule).",
     )
     no_fork_after: list[str] = Field(
@@ -49,6 +114,26 @@ class TopologyConfig(StrictModel):
     )
     env: str = Field("calculator", description="multi_turn: env name (calculator, python) or 'pkg.mod:Class'.")
     max_turns: int = Field(4, ge=1, description="multi_turn: most policy turns per episode.")
+    obs_role: str = Field("user", description="multi_turn: role of the env's observations in the chat.")
+
+    #: config path of this section in error messages
+    path: ClassVar[str] = "topology"
+
+    @model_validator(mode="after")
+    def _keys(self) -> TopologyConfig:
+        allowed = TOPOLOGY_KEYS[self.name]
+        for key in sorted(self.model_fields_set - {"name", *allowed}):
+            raise ConfigError(f"{self.path}: unknown key {key!r} for topology {self.name!r}; allowed: {', '.join(allowed)}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _only_own_keys(self, handler: Any) -> dict[str, Any]:
+        keep = {"name", *TOPOLOGY_KEYS[self.name]}
+        return {k: v for k, v in handler(self).items() if k in keep}
+
+    def kwargs(self) -> dict[str, Any]:
+        """The named topology's keyword arguments (``make_topology(name, params=..., seed=..., **kwargs())``)."""
+        return {k: getattr(self, k) for k in TOPOLOGY_KEYS[self.name]}
 
 
 class GenerateConfig(StrictModel):
@@ -86,21 +171,20 @@ def build_engine(cfg: EngineConfig, engines: Mapping[str, Any] | None = None) ->
     """The engine of ``cfg``; ``engines`` adds a composer's engines to the named ones (e.g. ``ray``)."""
     from gfcr.generate.engines import make_engine
 
-    kw = dict(cfg.args)
+    kw = cfg.kwargs()
     if cfg.model is not None or cfg.name in ("hf", "vllm"):
         kw.setdefault("model", cfg.model)
     return make_engine(cfg.name, engines, **kw)
 
 
-def build_topology(cfg: TopologyConfig, sampling: SamplingParams, seed: int | None) -> Any:
-    from gfcr.generate.topologies import EPTree, Group, MultiTurn
+def build_topology(cfg: TopologyConfig, sampling: SamplingParams, seed: int | None, **override: Any) -> Any:
+    """The topology of ``cfg`` (``override`` replaces some of its keys, e.g. a per-prompt ``k``)."""
+    from gfcr.generate.topologies import make_topology
 
-    if cfg.name == "group":
-        return Group(k=cfg.k, params=sampling, seed=seed)
-    if cfg.name == "tree":
-        return EPTree(m=cfg.m, n=cfg.n, l=cfg.l, t=cfg.t, params=sampling, seed=seed,
-                      min_prefix_frac=cfg.min_prefix_frac, no_fork_after=tuple(cfg.no_fork_after))
-    return MultiTurn(env=cfg.env, k=cfg.k, max_turns=cfg.max_turns, params=sampling, seed=seed)
+    kw = cfg.kwargs() | override
+    if "no_fork_after" in kw:
+        kw["no_fork_after"] = tuple(kw["no_fork_after"])
+    return make_topology(cfg.name, params=sampling, seed=seed, **kw)
 
 
 def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = True,

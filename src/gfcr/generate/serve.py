@@ -50,8 +50,9 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from gfcr.config import StrictModel
 from gfcr.generate.engines.base import GenRequest, GenResult, TokenEvent
 from gfcr.generate.serve_api import (
     LOOPBACK_NAMES,
@@ -82,9 +83,7 @@ except ImportError:  # pragma: no cover - gfcr serve needs the serve extra (fast
 
 
 
-class WeightsBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class WeightsBody(StrictModel):
     path: str = Field(..., min_length=1, description="A .safetensors file or a folder of them, as the server sees it.")
     policy_version: str | None = Field(None, max_length=200, description="Version string of the new weights.")
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gfcr.config import StrictModel
 from gfcr.generate.engines.base import SamplingParams
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -82,9 +83,7 @@ class ServeLimits:
     default_max_tokens: int = 256
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class StreamOptions(StrictModel):
     include_usage: bool = False
     continuous_usage_stats: bool = False
 

@@ -8,14 +8,14 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
-from gfcr.config import StrictModel as _Strict
-from gfcr.config import load_config_model
+from gfcr.config import StrictModel, check_component, load_config_model
 from gfcr.evaluate import EvalConfig
+from gfcr.filters.judge import JudgeConfig
 
 VARIANTS = ("positive_sft", "ross_nomask", "ross", "ross_from_base")
 
 
-class WindowConfig(_Strict):
+class WindowConfig(StrictModel):
     run: str | None = Field(None, description="Run id whose rollouts are relearned (None: every run in the store).")
     steps: tuple[int, int] | None = Field(None, description="Inclusive training-step window [first, last] (None: all).")
     task: str | None = Field(None, description="Only rollouts of this task (None: all tasks).")
@@ -25,18 +25,40 @@ class WindowConfig(_Strict):
     dedup: bool = Field(True, description="Drop rollouts repeating another's prompt and assistant text.")
     limit: int | None = Field(None, ge=1, description="At most this many rollouts (oldest step first).")
 
+    @model_validator(mode="after")
+    def _reverify_params(self) -> WindowConfig:
+        if self.reverify_params and not self.reverify:
+            raise ConfigError("window.reverify_params is set but window.reverify is not (name a verifier)")
+        self.reverify_params = _verifier_params("window.reverify_params", self.reverify, self.reverify_params)
+        return self
 
-class AuditJudgeConfig(_Strict):
-    """Which judge audits (the ``llm`` judge calls the Filter room's :class:`gfcr.filters.judge.JudgeClient`)."""
+
+def _verifier_params(where: str, name: str | None, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` checked against the verifier ``name``'s own Config (:data:`gfcr.filters.verifiers.VERIFIERS`)."""
+    from gfcr.filters.verifiers import VERIFIERS
+
+    if name is not None and name not in VERIFIERS:
+        raise ConfigError(f"{where[: where.rindex('.')]}: unknown verifier {name!r}; choose one of {sorted(VERIFIERS)}")
+    return check_component(where, "verifier", name, VERIFIERS, params)
+
+
+#: the keys of the llm judge's endpoint, written flat under ``judge:`` and kept in ``judge.llm``
+_LLM_KEYS = ("base_url", "model", "api_key_env", "cache_dir")
+
+
+class AuditJudgeConfig(StrictModel):
+    """Which judge audits. The ``llm`` judge's endpoint is the Filter room's
+    :class:`gfcr.filters.judge.JudgeConfig` (``judge.llm``), called through its
+    :class:`~gfcr.filters.judge.JudgeClient`; ``base_url``, ``model``, ``api_key_env`` and
+    ``cache_dir`` may also be written flat under ``judge:``. Retries and concurrency are the
+    audit's own (each retry goes through ROSS's stricter verdict validation)."""
 
     name: Literal["arith-steps", "keep-all", "llm"] = Field("arith-steps", description="Judge for the ROSS audit.")
-    base_url: str | None = Field(None, description="llm judge: OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")
-    model: str | None = Field(None, description="llm judge: served model name.")
-    api_key_env: str | None = Field(None, description="llm judge: environment variable holding the API key.")
+    llm: JudgeConfig | None = Field(None, description="llm judge: the endpoint (gfcr.filters.judge.JudgeConfig: base_url, "
+                                    "model, api_key_env, max_tokens (1024 here), timeout_s (120 here), cache_dir, ...).")
     mode: Literal["select-keep", "locate-exclude"] = Field(
         "select-keep", description="llm judge: select-keep (math/code) or locate-exclude (agent trajectories).")
-    version: str | None = Field(None, description="llm judge: version string keying its audits (default 1:<model>).")
-    cache_dir: str | None = Field(None, description="llm judge: on-disk cache of valid answers (re-runs cost nothing).")
+    version: str | None = Field(None, description="llm judge: version string keying its audits (default 2:<model>).")
     retries: int = Field(2, ge=0, le=10, description="Retries after an invalid verdict, the error fed back each time.")
     concurrency: int = Field(4, ge=1, le=256, description="Judge calls in flight at once.")
     max_unit_chars: int = Field(200, ge=20, description="Lines longer than this are split at sentence ends.")
@@ -44,12 +66,36 @@ class AuditJudgeConfig(_Strict):
     recheck: bool = Field(False, description="llm judge: an independent second call re-checks each usable verdict "
                                              "and may confirm, revise its boundaries or discard (the paper's re-check).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_llm_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not set(_LLM_KEYS) & set(data):
+            return data
+        data = dict(data)
+        llm = dict(data.get("llm") or {"max_tokens": 1024, "timeout_s": 120.0})
+        for key in _LLM_KEYS:
+            if key in data:
+                if key in llm:
+                    raise ConfigError(f"judge: {key!r} given both flat and under judge.llm; keep one")
+                llm[key] = data.pop(key)
+        data["llm"] = llm
+        return data
 
-class BuildConfig(_Strict):
+    @model_validator(mode="after")
+    def _llm_needs_endpoint(self) -> AuditJudgeConfig:
+        if self.name == "llm" and self.llm is None:
+            raise ConfigError("judge: the llm judge needs base_url and model (an OpenAI-compatible endpoint)")
+        if self.llm is not None and self.llm.api_key is not None:
+            raise ConfigError("judge.api_key: give api_key_env (the name of an environment variable) instead, "
+                              "so the key is not written into the run folder")
+        return self
+
+
+class BuildConfig(StrictModel):
     max_length: int | None = Field(1024, ge=8, description="Drop rollouts longer than this many tokens (None: keep all).")
 
 
-class SFTConfig(_Strict):
+class SFTConfig(StrictModel):
     epochs: int = Field(3, ge=1, description="Passes over the dataset (the seed reports 3 for single-turn).")
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
     batch_size: int = Field(8, ge=1, description="Sequences per step (a length-grouped padded batch, or packed rows).")
@@ -64,7 +110,7 @@ class SFTConfig(_Strict):
                                 "of its own).")
 
 
-class EpisodeEvalConfig(_Strict):
+class EpisodeEvalConfig(StrictModel):
     env: str = Field(..., description="Env name (calculator, python) or 'pkg.module:Class' the episodes run in.")
     max_turns: int = Field(4, ge=1, description="Turn budget per episode (as in training).")
     obs_role: str = Field("user", description="Role of the env's observations in the chat.")
@@ -72,7 +118,7 @@ class EpisodeEvalConfig(_Strict):
         "verifier", description="What decides that an episode is solved (gfcr.generate.envs.episode_reward).")
 
 
-class BenchmarkConfig(_Strict):
+class BenchmarkConfig(StrictModel):
     name: str = Field(..., description="Column name in the evaluation table.")
     source: str = Field("store", description="'store' (the store's prompts of `split`) or a gfcr.tasks source "
                                              "(arith, reasoning_gym, jsonl_math, jsonl_code, or pkg.mod:fn).")
@@ -87,6 +133,19 @@ class BenchmarkConfig(_Strict):
     max_tokens: int | None = Field(None, ge=1, description="New tokens per sample (default: evaluate.max_tokens).")
     episodes: EpisodeEvalConfig | None = Field(None, description="Evaluate as multi-turn env episodes "
                                                "(gfcr.evaluate.evaluate_episodes) instead of single answers.")
+
+    @model_validator(mode="after")
+    def _params(self) -> BenchmarkConfig:
+        from gfcr.tasks import SOURCES
+
+        if self.source != "store":
+            self.params = check_component("evaluate.benchmarks[].params", "task source", self.source, SOURCES, self.params)
+        elif self.params:
+            raise ConfigError("evaluate.benchmarks[].params: source 'store' takes no params (it reads the store's prompts)")
+        if self.verifier_params is not None and self.verifier is not None:
+            self.verifier_params = _verifier_params("evaluate.benchmarks[].verifier_params", self.verifier,
+                                                    self.verifier_params)
+        return self
 
 
 class RossEvalConfig(EvalConfig):
@@ -113,6 +172,11 @@ class RossEvalConfig(EvalConfig):
 
     @model_validator(mode="after")
     def _ks(self) -> RossEvalConfig:
+        self.verifier_params = _verifier_params("evaluate.verifier_params", self.verifier, self.verifier_params)
+        for b in self.benchmarks:  # a benchmark's own params for the default verifier
+            if b.verifier is None and b.verifier_params is not None:
+                b.verifier_params = _verifier_params("evaluate.benchmarks[].verifier_params", self.verifier,
+                                                     b.verifier_params)
         if self.k == 0:
             if not self.greedy:
                 raise ValueError("evaluate: k=0 and greedy=false evaluates nothing")
@@ -127,7 +191,7 @@ class RossEvalConfig(EvalConfig):
         return self
 
 
-class AnalyzeConfig(_Strict):
+class AnalyzeConfig(StrictModel):
     ter_window: int = Field(8, ge=1, description="Training steps per TER/entropy window.")
     ter_ma: int = Field(8, ge=1, description="Moving-average length (steps) of the per-step TER and entropy (the paper: 8).")
     early: tuple[int, int] | None = Field(None, description="Early step window for categories (None: first quarter).")
@@ -146,7 +210,7 @@ class AnalyzeConfig(_Strict):
     max_tokens: int = Field(96, ge=1, description="New tokens per sample in the analyses.")
 
 
-class RossConfig(_Strict):
+class RossConfig(StrictModel):
     store: str = Field(..., description="Path of the rollout store holding the historical rollouts.")
     out_dir: str = Field("runs/ross", description="Parent folder; each run writes a new sub-folder in it.")
     upstream_model: str = Field(..., description="The checkpoint after RL (HF dir/name; 'default' = SmolLM2-135M).")

@@ -281,21 +281,27 @@ VERDICT_SCHEMA: dict[str, Any] = {
 }
 
 
-def client_chat(base_url: str, model: str, api_key: str | None = None, cache_dir: str | None = None,
-                max_tokens: int = 1024, timeout_s: float = 120.0) -> ChatFn:
+def client_chat(base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+                cache_dir: str | None = None, max_tokens: int = 1024, timeout_s: float = 120.0,
+                config: Any = None) -> ChatFn:
     """A chat function over the Filter room's judge client (``gfcr.filters.judge.JudgeClient``):
-    any OpenAI-compatible endpoint, on-disk cache of valid answers. Its own retries are off
+    any OpenAI-compatible endpoint, on-disk cache of valid answers; ``config`` (a
+    :class:`gfcr.filters.judge.JudgeConfig`) replaces the other arguments. Its own retries are off
     (``max_retries=0``) so that every retry goes through ROSS's stricter validation. A call that
     gets no answer at all raises ``ConnectionError`` (the audit records ``error`` and retries it on
     the next run)."""
     from gfcr.filters.judge import JudgeClient, JudgeConfig, JudgeTemplate
 
+    if config is None:
+        config = JudgeConfig(base_url=base_url or "", model=model or "judge", api_key=api_key, cache_dir=cache_dir,
+                             max_tokens=max_tokens, timeout_s=timeout_s)
+    config = config.model_copy(update={"max_retries": 0})
+
     def chat(messages: list[dict[str, str]]) -> tuple[str, Cost]:
         system = messages[0]["content"]
         body = "\n\n".join(m["content"] for m in messages[1:])
         template = JudgeTemplate(name="ross-audit", system=system, user="{body}", schema=VERDICT_SCHEMA)
-        client = JudgeClient(JudgeConfig(base_url=base_url, model=model, api_key=api_key, max_retries=0,
-                                         max_tokens=max_tokens, timeout_s=timeout_s, cache_dir=cache_dir), template)
+        client = JudgeClient(config, template)
         res = client.judge(body=body)
         if not res.raw_outputs and not res.ok:
             raise ConnectionError(res.error or "judge returned nothing")
@@ -345,17 +351,20 @@ JUDGES: dict[str, type] = {"arith-steps": ArithSteps, "keep-all": KeepAll, "llm"
 
 
 def make_judge(name: str, **kw: Any) -> Judge:
-    """A judge by name. ``llm`` takes ``base_url``, ``model``, ``api_key``, ``mode``, ``version``,
-    ``cache_dir``, ``recheck`` (or a ready ``chat`` function)."""
+    """A judge by name. ``llm`` takes ``llm`` (a :class:`gfcr.filters.judge.JudgeConfig`) or
+    ``base_url``, ``model``, ``api_key``, ``cache_dir``; and ``mode``, ``version``, ``recheck`` (or a
+    ready ``chat`` function)."""
     if name not in JUDGES:
         raise ValueError(f"unknown judge {name!r}; choose one of {sorted(JUDGES)}")
     if name == "llm":
         chat = kw.pop("chat", None)
-        model = kw.get("model") or "judge"
+        llm = kw.get("llm")
+        model = (llm.model if llm is not None else kw.get("model")) or "judge"
         if chat is None:
-            if not kw.get("base_url"):
+            if llm is None and not kw.get("base_url"):
                 raise ValueError("the llm judge needs base_url (an OpenAI-compatible endpoint) and model")
-            chat = client_chat(kw["base_url"], model, api_key=kw.get("api_key"), cache_dir=kw.get("cache_dir"))
+            chat = client_chat(kw.get("base_url"), model, api_key=kw.get("api_key"), cache_dir=kw.get("cache_dir"),
+                               config=llm)
         return LLMJudge(chat, model=model, mode=kw.get("mode") or "select-keep", version=kw.get("version"),
                         recheck=bool(kw.get("recheck")))
     return JUDGES[name]()

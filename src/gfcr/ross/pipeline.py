@@ -71,13 +71,11 @@ def make_configured_judge(cfg: RossConfig) -> Any:
     from gfcr.ross.judges import make_judge
 
     j = cfg.judge
-    if j.name != "llm":
+    if j.name != "llm" or j.llm is None:
         return make_judge(j.name)
-    key = os.environ.get(j.api_key_env) if j.api_key_env else None
-    if j.api_key_env and not key:
-        raise ValueError(f"judge.api_key_env names {j.api_key_env!r}, which is not set in the environment")
-    return make_judge("llm", base_url=j.base_url, model=j.model, api_key=key, mode=j.mode, version=j.version,
-                      cache_dir=j.cache_dir, recheck=j.recheck)
+    if j.llm.api_key_env and not os.environ.get(j.llm.api_key_env):
+        raise ValueError(f"judge.api_key_env names {j.llm.api_key_env!r}, which is not set in the environment")
+    return make_judge("llm", llm=j.llm, mode=j.mode, version=j.version, recheck=j.recheck)
 
 
 def stage_select(cfg: RossConfig, store: Any) -> list[Any]:

@@ -48,20 +48,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from gfcr.config import ConfigError, StrictModel, check_component
 from gfcr.control.groups import AdaptiveK, DynamicSampling
 from gfcr.control.selectors import SELECTORS, greso_batch_size, make_selector
 from gfcr.records import Cost, Rollout
-from gfcr.replay.buffers import TrainItem, make_buffer, stage_rng
+from gfcr.replay.buffers import BUFFERS, TrainItem, make_buffer, stage_rng
 
 CONTROLS = ("none", "dynamic_sampling", "ar3po", "adaptive_k", "repo", "exgrpo")
 
 
-class StrategyConfig(BaseModel):
+class StrategyConfig(StrictModel):
     """One strategy: a prompt selector plus an optional group control."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="label in the report (e.g. 'dapo', 'greso')")
     selector: str = Field("uniform", description=f"prompt selector, one of {sorted(SELECTORS)}")
@@ -97,6 +96,17 @@ class StrategyConfig(BaseModel):
             raise ValueError(f"k_max ({self.k_max}) must be >= k_min ({self.k_min})")
         return self
 
+    @model_validator(mode="after")
+    def _params(self) -> StrategyConfig:
+        self.selector_params = check_component("strategies[].selector_params", "selector", self.selector, SELECTORS,
+                                               self.selector_params, skip=("prompt_ids", "categories"))
+        if self.buffer_params and self.control not in BUFFERS:
+            raise ConfigError(f"strategies[].buffer_params: control {self.control!r} has no replay buffer "
+                              f"(buffer_params go with {sorted(set(CONTROLS) & set(BUFFERS))})")
+        self.buffer_params = check_component("strategies[].buffer_params", "buffer", self.control, BUFFERS,
+                                             self.buffer_params)
+        return self
+
 
 def default_strategies() -> list[StrategyConfig]:
     return [
@@ -113,10 +123,8 @@ def default_strategies() -> list[StrategyConfig]:
     ]
 
 
-class SimConfig(BaseModel):
+class SimConfig(StrictModel):
     """The simulated world, the budget and the strategies to compare."""
-
-    model_config = ConfigDict(extra="forbid")
 
     n_prompts: int = Field(2000, ge=10, description="number of prompts in the pool")
     category_beta: list[tuple[float, float]] = Field(

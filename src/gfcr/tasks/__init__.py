@@ -15,11 +15,11 @@ name                 source
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 
-from gfcr.config import StrictModel, resolve_object
+from gfcr.config import StrictModel, check_component, resolve_object
 from gfcr.records import Prompt
 
 
@@ -31,7 +31,16 @@ class TaskConfig(StrictModel):
     name: str = Field("arith", validation_alias=AliasChoices("name", "source"),
                       description="Task source name (arith, reasoning_gym, jsonl_math, jsonl_code) or 'pkg.mod:fn'.")
     params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "args"),
-                                   description="Keyword arguments of the task source (arith: n, level, digits, terms, ops; jsonl_math: path).")
+                                   description="Keyword arguments of the task source (arith: n, level, digits, terms, ops; jsonl_math: path), "
+                                               "checked against the source's parameters at config load.")
+
+    #: config path of this section in error messages
+    path: ClassVar[str] = "tasks"
+
+    @model_validator(mode="after")
+    def _params(self) -> TaskConfig:
+        self.params = check_component(f"{self.path}.params", "task source", self.name, SOURCES, self.params)
+        return self
 
 
 @runtime_checkable

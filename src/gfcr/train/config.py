@@ -10,15 +10,15 @@ field and the choices. The resolved config (every default filled in) is written 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import Field, field_validator, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
-from gfcr.config import StrictModel as _Strict
-from gfcr.config import load_config_model
+from gfcr.config import StrictModel, check_component, load_config_model
 from gfcr.evaluate import EvalConfig as _EvalConfig
+from gfcr.generate.run import EngineConfig, TopologyConfig
 from gfcr.tasks import TaskConfig as _TaskConfig
 from gfcr.train.distill import DistillConfig
 
@@ -38,6 +38,8 @@ class TrainTaskConfig(_TaskConfig):
     n_eval: int = Field(32, ge=0, description="Held-out prompts for evaluation (the task's 'test' split).")
     eval_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments merged over params for the held-out split (e.g. a test-file path).")
 
+    path: ClassVar[str] = "tasks[]"
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -45,14 +47,63 @@ class TrainTaskConfig(_TaskConfig):
 
         return _known("tasks[].name", v, SOURCES, allow_path=True)  # type: ignore[return-value]
 
+    @model_validator(mode="after")
+    def _eval_params(self) -> TrainTaskConfig:
+        from gfcr.tasks import SOURCES
 
-class TrainGenerateConfig(_Strict):
-    engine: Literal["hf", "vllm", "openai", "ray"] = Field("hf", description="Generation engine: 'hf' (transformers; samples with the policy being trained in place unless sync is 'copy'), 'vllm' (in-process vLLM on the same GPU, weights copied after each update), 'openai' (a `gfcr serve --allow-weight-updates` server, weights pushed over HTTP through a safetensors file), 'ray' (generation actors on a Ray cluster, gfcr.scale.RayEngine; weights put in Ray's object store once and loaded by every actor).")
-    engine_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the engine. openai: base_url (required), model, max_concurrency, timeout_s; api_key_env names an environment variable holding the key (keys are never written into the run folder). vllm: vllm.LLM arguments (gpu_memory_utilization, max_model_len, dtype, enforce_eager...). hf with sync 'copy': dtype of the sampling copy (e.g. bfloat16). ray: workers, inner (hf or vllm), inner_params, actor_options, address, num_cpus.")
+        self.eval_params = check_component("tasks[].eval_params", "task source", self.name, SOURCES, self.eval_params)
+        return self
+
+
+#: what the training run hands each engine itself (so engine_params may not set it)
+_RUN_SUPPLIES: dict[str, tuple[str, ...]] = {
+    "hf": ("model", "tokenizer", "device", "max_batch", "policy_version"),
+    "vllm": ("model", "policy_version", "weight_sync"),
+    "openai": ("tokenizer", "policy_version"),
+    "ray": ("model", "tokenizer", "policy_version"),
+}
+
+
+class TrainEngineConfig(EngineConfig):
+    """Generate's engine sub-config as training uses it: written ``generate.engine: NAME`` plus
+    ``generate.engine_params: {...}`` (or ``generate.engine: {name, args}``). The policy is the run's
+    ``model``; ``model`` here is only the served model name of the openai engine."""
+
+    name: Literal["hf", "vllm", "openai", "ray"] = Field("hf", description="Generation engine: 'hf' (transformers; samples with the policy being trained in place unless sync is 'copy'), 'vllm' (in-process vLLM on the same GPU, weights copied after each update), 'openai' (a `gfcr serve --allow-weight-updates` server, weights pushed over HTTP through a safetensors file), 'ray' (generation actors on a Ray cluster, gfcr.scale.RayEngine; weights put in Ray's object store once and loaded by every actor).")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the engine (written generate.engine_params), checked against the engine's parameters at config load. openai: base_url (required), model, max_concurrency, max_retries, backoff_s, timeout_s, extra_body; api_key_env names an environment variable holding the key (keys are never written into the run folder). vllm: vllm.LLM arguments (gpu_memory_utilization, max_model_len, dtype, enforce_eager...). hf with sync 'copy': dtype of the sampling copy (e.g. bfloat16). ray: workers, inner (hf or vllm), inner_params, actor_options, address, num_cpus.")
+
+    extra_engines: ClassVar[dict[str, str]] = {"ray": "gfcr.scale.engine:RayEngine"}
+    args_path: ClassVar[str] = "generate.engine_params"
+
+    def supplied(self) -> tuple[str, ...]:
+        return _RUN_SUPPLIES[self.name]
+
+    @model_validator(mode="after")
+    def _policy_is_the_run_model(self) -> TrainEngineConfig:
+        if self.model is not None and self.name != "openai":
+            raise ConfigError("generate.engine.model: the engine samples the run's policy (the top-level `model`); "
+                              "only the openai engine takes a served model name here")
+        if "api_key" in self.args:
+            raise ConfigError("generate.engine_params.api_key: give api_key_env (the name of an environment variable) "
+                              "instead, so the key is not written into the run folder's config.yaml")
+        return self
+
+
+class TrainTopologyConfig(TopologyConfig):
+    """Generate's topology sub-config as training uses it: written ``generate.topology: NAME``, the group
+    size ``generate.k`` and the other keys under ``generate.params`` (or ``generate.topology: {name, ...}``)."""
+
+    path: ClassVar[str] = "generate.params"
+
+
+class TrainGenerateConfig(StrictModel):
+    """Generation in a training run: Generate's engine and topology sub-configs, composed, plus what
+    the training step adds (prompts per step, sampling, weight sync)."""
+
+    engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig, description="The engine (gfcr.generate.run.EngineConfig): `engine: hf` with `engine_params: {...}`, or `engine: {name: hf, args: {...}}`.")
     sync: Literal["auto", "in_place", "copy", "http"] = Field("auto", description="How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: nothing moves), 'copy' (an engine with its own weights loads the state dict: hf copy, vllm, ray actors), 'http' (POST to gfcr serve). 'auto': in_place for hf, copy for vllm and ray, http for openai.")
     sync_every: int = Field(1, ge=1, description="Push weights to the engine every N updates (N > 1: rollouts up to N-1 updates stale, recorded in policy_version; the truncated-IS/clipped ratio corrects them). The last step always pushes. Needs sync 'copy' or 'http'.")
-    topology: Literal["group", "tree", "multi_turn"] = Field("group", description="Rollout topology in gfcr.generate: 'group' (K samples per prompt, group advantages) or 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac goes in params and k is ignored) or 'multi_turn' (K policy-env episodes per prompt, group advantages on the policy's tokens only; env and max_turns go in params, max_tokens is per turn).")
-    k: int = Field(4, ge=1, description="Rollouts per prompt (group size K).")
+    topology: TrainTopologyConfig = Field(default_factory=TrainTopologyConfig, description="Rollout topology (gfcr.generate.run.TopologyConfig): 'group' (k samples per prompt, group advantages), 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac, no_fork_after goes in params; k does not apply) or 'multi_turn' (k policy-env episodes per prompt, group advantages on the policy's tokens only; env, max_turns and obs_role go in params, max_tokens is per turn). Written `topology: NAME`, `k: K`, `params: {...}`, or `topology: {name: NAME, k: K, ...}`.")
     prompts_per_step: int = Field(4, ge=1, description="Prompts selected per training step.")
     temperature: float = Field(0.7, gt=0.0, le=5.0, description="Sampling temperature (the training forward divides logits by it too).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass; keep 1.0 unless the trainer also applies top-p.")
@@ -60,10 +111,43 @@ class TrainGenerateConfig(_Strict):
     max_batch: int = Field(32, ge=1, description="Most sequences decoded together.")
     repeat_ngram: int = Field(0, ge=0, description="Early exit on repetition (gfcr.control.groups.EarlyExit's rule, Kimi k1.5-style): stop a rollout, finish_reason 'abort', once its last repeat_ngram tokens have occurred repeat_max times; saves the tokens a degenerate loop would burn up to max_tokens. 0 = off. hf engine and gfcr serve.")
     repeat_max: int = Field(4, ge=2, description="Occurrences of the trailing n-gram that stop a rollout (with repeat_ngram > 0).")
-    params: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments of the topology (tree: m, n, l, t, min_prefix_frac, no_fork_after; multi_turn: env, max_turns, obs_role).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _compose(cls, data: Any) -> Any:
+        """The flat keys users write (``engine``/``engine_params``, ``topology``/``k``/``params``) into
+        the engine and topology sub-configs."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        engine = data.get("engine", {})
+        engine = {"name": engine} if isinstance(engine, str) else dict(engine)
+        if "engine_params" in data:
+            if "args" in engine:
+                raise ConfigError("generate: give engine_params or engine.args, not both")
+            engine["args"] = data.pop("engine_params")
+        data["engine"] = engine
+        topo = data.get("topology", {})
+        topo = {"name": topo} if isinstance(topo, str) else dict(topo)
+        extra = dict(data.pop("params", None) or {})
+        if "k" in data:
+            extra.setdefault("k", data.pop("k"))
+        if topo.get("name") == "tree":
+            extra.pop("k", None)  # a tree's size is its shape (m, n, l, t); k never applied to it
+        for key, value in extra.items():
+            if key in topo:
+                raise ConfigError(f"generate: {key!r} given both in generate.params and generate.topology")
+            topo[key] = value
+        data["topology"] = topo
+        return data
+
+    @property
+    def k(self) -> int:
+        """Rollouts per prompt (the group size K; a tree's own shape decides its size)."""
+        return self.topology.k
 
 
-class VerifyConfig(_Strict):
+class VerifyConfig(StrictModel):
     verifier: str = Field("numeric", description="Verifier name in gfcr.filters (math, exact, numeric, format, code, env, composite); numeric uses a lenient final-answer extraction (boxed, 'Answer:' line, else the last number).")
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the verifier.")
     format_pattern: str = Field(r"(?im)^\s*answer:\s*-?[\d,.]+", description="Regex of the requested answer format; a match sets the 'format' signal to 1.")
@@ -78,8 +162,15 @@ class VerifyConfig(_Strict):
 
         return _known("verify.verifier", v, VERIFIERS)  # type: ignore[return-value]
 
+    @model_validator(mode="after")
+    def _params(self) -> VerifyConfig:
+        from gfcr.filters.verifiers import VERIFIERS
 
-class TokenTermConfig(_Strict):
+        self.params = check_component("verify.params", "verifier", self.verifier, VERIFIERS, self.params)
+        return self
+
+
+class TokenTermConfig(StrictModel):
     name: str = Field(description="A per-token advantage term in gfcr.filters.advantages.TOKEN_TERMS.")
     coef: float = Field(1.0, description="Its weight: advantage[t] += coef * term[t].")
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the term's factory.")
@@ -91,8 +182,15 @@ class TokenTermConfig(_Strict):
 
         return _known("signals.token_terms[].name", v, TOKEN_TERMS)  # type: ignore[return-value]
 
+    @model_validator(mode="after")
+    def _params(self) -> TokenTermConfig:
+        from gfcr.filters.advantages import TOKEN_TERMS
 
-class PRMConfig(_Strict):
+        self.params = check_component("signals.token_terms[].params", "token term", self.name, TOKEN_TERMS, self.params)
+        return self
+
+
+class PRMConfig(StrictModel):
     scorer: str = Field("arith_steps", description="Step scorer in gfcr.filters.reward.STEP_SCORERS (arith_steps: each stated equation a op b = c checked).")
     aggregate: Literal["product", "min", "last"] = Field("product", description="How step scores become one score (product: Lightman et al.).")
     weight: float = Field(1.0, description="reward += weight * aggregated score.")
@@ -105,11 +203,11 @@ class PRMConfig(_Strict):
         return _known("signals.prm.scorer", v, STEP_SCORERS)  # type: ignore[return-value]
 
 
-class AdaptThinkConfig(_Strict):
+class AdaptThinkConfig(StrictModel):
     delta: float = Field(0.05, description="AdaptThink's bonus for a NoThinking response (the paper's scripts: 0.05).")
 
 
-class SignalsConfig(_Strict):
+class SignalsConfig(StrictModel):
     advantage: Literal["grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward"] | None = Field(None, description="Group advantage estimator (gfcr.filters.advantages): grpo (mean/std), dr_grpo (mean only), rloo (leave-one-out), seed_grpo (mean-centred, scaled by semantic entropy), treerl (per-token TreeRL values of a tree), reward (the reward itself: AdaptThink). null: treerl for the tree topology, reward with adapt_think, else grpo.")
     advantage_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the estimator (seed_grpo: alpha, form, estimator, likelihood; treerl: scaling reference|segment).")
     token_terms: list[TokenTermConfig] = Field(default_factory=list, description="Per-token terms added to every advantage (e.g. a distillation signal); empty = none.")
@@ -118,11 +216,11 @@ class SignalsConfig(_Strict):
     overlong_buffer: int = Field(0, ge=0, description="DAPO soft overlong punishment buffer in tokens (0 = off).")
     overlong_penalty: float = Field(1.0, ge=0.0, description="DAPO overlong penalty factor.")
     length_reward: Literal["shorter_better"] | None = Field(None, description="Length control of the reward: 'shorter_better' (ShorterBetter, arXiv 2504.21370) replaces a rollout's correctness reward by alpha·1[verified] − beta·|length − SOL|, SOL = the group's shortest verified length (its mean length when none is verified); the format bonus and the overlong penalty still add on top. null = off.")
-    length_params: dict[str, float] = Field(default_factory=dict, description="ShorterBetter's alpha (default 1.0) and beta (per token, default 0.001).")
+    length_params: dict[str, Any] = Field(default_factory=dict, description="ShorterBetter's alpha (default 1.0) and beta (per token, default 0.001).")
     entropy: bool = Field(True, description="Write signals['entropy'] (mean token entropy under the sampling policy) for every rollout. The hf engine (also behind gfcr serve and in ray actors) reports it while sampling, at no cost; for rollouts of engines that do not (vllm, other OpenAI-compatible servers) a no-grad forward computes it, ~0.75x the generation time on CPU. Off: no forward; rollouts keep what the engine reported, if anything (Diagnose falls back to nll_mean).")
 
 
-class ControlConfig(_Strict):
+class ControlConfig(StrictModel):
     selector: str = Field("uniform", description="Prompt selector name in gfcr.control (uniform, greso, vcrl, vade, sec).")
     selector_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the selector.")
     group: str | None = Field(None, description="Group policy in gfcr.control.policies (adaptive_k, dynamic_sampling, gfpo, ar3po); null = single (one round, every group).")
@@ -144,8 +242,16 @@ class ControlConfig(_Strict):
 
         return _known("control.group", v, GROUP_POLICIES)
 
+    @model_validator(mode="after")
+    def _params(self) -> ControlConfig:
+        from gfcr.control.selectors import SELECTORS
 
-class ReplayConfig(_Strict):
+        self.selector_params = check_component("control.selector_params", "selector", self.selector, SELECTORS,
+                                               self.selector_params, skip=("prompt_ids", "categories"))
+        return self
+
+
+class ReplayConfig(StrictModel):
     buffer: str | None = Field(None, description="Replay buffer in gfcr.replay (fifo, repo, exgrpo, ar3po); null = no replay. ar3po also turns on control.group ar3po (its staged rollout) unless another group policy is named.")
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the buffer.")
     per_step: int = Field(0, ge=0, description="fifo only: past rollouts mixed into each update (RePO replays num_replays per batch prompt, ExGRPO mix_ratio of the prompts, AR3PO one per all-wrong group).")
@@ -157,8 +263,17 @@ class ReplayConfig(_Strict):
 
         return _known("replay.buffer", v, BUFFERS)
 
+    @model_validator(mode="after")
+    def _params(self) -> ReplayConfig:
+        from gfcr.replay.buffers import BUFFERS
 
-class LossConfig(_Strict):
+        if self.params and self.buffer is None:
+            raise ConfigError("replay.params is set but replay.buffer is not (name a replay buffer)")
+        self.params = check_component("replay.params", "buffer", self.buffer, BUFFERS, self.params)
+        return self
+
+
+class LossConfig(StrictModel):
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field("seq-mean-token-mean", description="Loss aggregation: token-mean (DAPO), seq-mean-token-mean (GRPO), seq-mean-token-sum-norm (Dr.GRPO).")
     clip_low: float = Field(0.2, ge=0.0, le=1.0, description="Lower clip range ε_low of the importance ratio.")
     clip_high: float = Field(0.2, ge=0.0, le=10.0, description="Upper clip range ε_high (DAPO clip-higher uses 0.28).")
@@ -169,7 +284,7 @@ class LossConfig(_Strict):
     mask_truncated: bool = Field(False, description="DAPO overlong filtering: rollouts that hit max_tokens get no loss.")
 
 
-class OptimConfig(_Strict):
+class OptimConfig(StrictModel):
     lr: float = Field(1e-6, gt=0.0, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
@@ -179,7 +294,7 @@ class OptimConfig(_Strict):
     mini_batch: int | None = Field(None, ge=1, description="PPO mini-batch: rollouts per optimizer step (verl's ppo_mini_batch_size); the step's batch is cut in order into mini-batches, each one optimizer step with its own token/sequence denominators, so epochs × mini-batches steps per training step. null = the whole batch is one mini-batch (one step per epoch).")
 
 
-class CheckpointConfig(_Strict):
+class CheckpointConfig(StrictModel):
     every: int = Field(1, ge=1, description="Save a checkpoint every N steps (and always at the last step).")
     keep_last: int = Field(1, ge=1, description="Checkpoints kept on disk (older ones are deleted).")
 
@@ -191,7 +306,7 @@ class TrainEvalConfig(_EvalConfig):
     after: bool = Field(False, description="Evaluate the policy on held-out prompts after training.")
 
 
-class TrainConfig(_Strict):
+class TrainConfig(StrictModel):
     """A whole run. Every field has a default, so a YAML file only names what it changes."""
 
     run_name: str = Field("run", description="Prefix of the run folder name under output_dir.")
@@ -226,14 +341,23 @@ class TrainConfig(_Strict):
             self.replay.params.setdefault("per_step", self.replay.per_step)
         if self.replay.buffer == "ar3po" and self.control.group is None:
             self.control.group = "ar3po"  # AR3PO = staged rollout + response reuse
+        from gfcr.control.policies import GROUP_POLICIES
+
+        c = self.control  # the group policy is known once replay.buffer ar3po has named it
+        c.group_params = check_component("control.group_params", "group policy", c.group or "single", GROUP_POLICIES,
+                                         c.group_params, skip=("decide_on",))
         if self.replay.buffer == "exgrpo":
             self.replay.params.setdefault("group_size", self.generate.k)
         s = self.signals
         if s.advantage is None:
-            s.advantage = "treerl" if self.generate.topology == "tree" else "reward" if s.adapt_think else "grpo"
+            s.advantage = "treerl" if self.generate.topology.name == "tree" else "reward" if s.adapt_think else "grpo"
+        from gfcr.filters.advantages import ESTIMATORS
+
+        s.advantage_params = check_component("signals.advantage_params", "advantage estimator", s.advantage,
+                                             ESTIMATORS, s.advantage_params)
         if s.length_reward and s.adapt_think:
             raise ValueError("signals.length_reward and signals.adapt_think both replace the correctness reward; choose one")
-        if self.generate.topology == "tree" and self.control.group in ("gfpo", "adaptive_k", "ar3po"):
+        if self.generate.topology.name == "tree" and self.control.group in ("gfpo", "adaptive_k", "ar3po"):
             raise ValueError(f"control.group {self.control.group!r} changes a group's members or size, which a tree's "
                              "shape (m, n, l, t) fixes: use dynamic_sampling (whole trees) or no group policy")
         if not self.tasks:
@@ -244,31 +368,40 @@ class TrainConfig(_Strict):
             raise ValueError("with a distill section, set the teacher term's weight with distill.coef (not signals.token_terms)")
         if self.signals.length_params and not self.signals.length_reward:
             raise ValueError("signals.length_params is set but signals.length_reward is not (set it to shorter_better)")
-        if set(self.signals.length_params) - {"alpha", "beta"}:
-            raise ValueError(f"signals.length_params: unknown keys {sorted(set(self.signals.length_params) - {'alpha', 'beta'})}; "
-                             "ShorterBetter takes alpha and beta")
-        if self.verify.reward_source != "verifier" and self.generate.topology != "multi_turn":
+        s.length_params = check_component("signals.length_params", "length reward", s.length_reward,
+                                          LENGTH_REWARDS, s.length_params)
+        if self.verify.reward_source != "verifier" and self.generate.topology.name != "multi_turn":
             raise ValueError(f"verify.reward_source {self.verify.reward_source!r} reads the env's own verdict, which "
                              "only multi-turn episodes have: set generate.topology: multi_turn, or reward_source: verifier")
         g = self.generate
+        if g.topology.name == "multi_turn" and "env" not in g.topology.model_fields_set:
+            from gfcr.generate.envs import ENVS
+
+            raise ValueError(f"generate.topology multi_turn needs generate.params.env: one of {sorted(ENVS)} or "
+                             "'pkg.module:Class', e.g. generate: {topology: multi_turn, params: {env: calculator, max_turns: 3}}")
+        engine = g.engine.name
         if g.sync == "auto":
-            g.sync = {"hf": "in_place", "vllm": "copy", "openai": "http", "ray": "copy"}[g.engine]
-        allowed = {"hf": ("in_place", "copy"), "vllm": ("copy",), "openai": ("http",), "ray": ("copy",)}[g.engine]
+            g.sync = {"hf": "in_place", "vllm": "copy", "openai": "http", "ray": "copy"}[engine]
+        allowed = {"hf": ("in_place", "copy"), "vllm": ("copy",), "openai": ("http",), "ray": ("copy",)}[engine]
         if g.sync not in allowed:
-            raise ValueError(f"generate.sync {g.sync!r} does not work with engine {g.engine!r}; use one of {list(allowed)}")
-        if g.repeat_ngram and g.engine == "vllm":
+            raise ValueError(f"generate.sync {g.sync!r} does not work with engine {engine!r}; use one of {list(allowed)}")
+        if g.repeat_ngram and engine == "vllm":
             raise ValueError("generate.repeat_ngram (early exit on repetition) is not supported by the vllm engine; "
                              "set it to 0 or use hf / gfcr serve")
         if g.sync == "in_place" and g.sync_every != 1:
             raise ValueError("generate.sync_every > 1 needs an engine with its own weights (sync 'copy' or 'http'): "
                              "an in-place hf engine always samples with the current weights")
-        if "api_key" in g.engine_params:
-            raise ValueError("generate.engine_params.api_key: give api_key_env (the name of an environment variable) "
-                             "instead, so the key is not written into the run folder's config.yaml")
-        if g.engine == "openai" and not g.engine_params.get("base_url"):
+        if g.sync == "in_place" and g.engine.args:
+            raise ValueError(f"generate.engine_params {sorted(g.engine.args)}: the in-place hf engine takes none "
+                             "(set sync: copy for a separate sampling copy, e.g. engine_params: {dtype: bfloat16})")
+        if engine == "openai" and not g.engine.args.get("base_url"):
             raise ValueError("engine 'openai' needs generate.engine_params.base_url, e.g. http://127.0.0.1:8000/v1 of a "
                              "`gfcr serve --allow-weight-updates` server")
         return self
+
+
+#: length rewards (``signals.length_reward``) → their class, whose parameters ``signals.length_params`` gives
+LENGTH_REWARDS: dict[str, str] = {"shorter_better": "gfcr.filters.reward:ShorterBetter"}
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:

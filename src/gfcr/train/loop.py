@@ -214,7 +214,7 @@ class TrainingRun:
         """The topology over the engine, K per prompt from ``sizes`` (prompts sharing a K share an engine
         call); later rounds get their own seed and ``#r<round>`` group ids; ``meta["round"]`` is set."""
         from gfcr.generate.engines.base import SamplingParams
-        from gfcr.generate.topologies import make_topology
+        from gfcr.generate.run import build_topology
 
         g = self.cfg.generate
         params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens,
@@ -222,7 +222,7 @@ class TrainingRun:
         mine = dist.shard(prompt_ids)  # data parallel: each rank samples its share, every rank gets all
         rs: list[Rollout] = []
         for k in sorted({sizes[p] for p in mine}):
-            topo = make_topology(g.topology, k=k, params=params, seed=self.cfg.seed * 1000 + rnd, **g.params)
+            topo = build_topology(g.topology, params, self.cfg.seed * 1000 + rnd, k=k)
             rs += topo.generate(self.engine, [self.prompt_by_id[p] for p in mine if sizes[p] == k], self.run_id, step)
         if len({sizes[p] for p in mine}) > 1 or dist.world() > 1:
             order = {p: i for i, p in enumerate(prompt_ids)}
@@ -401,8 +401,8 @@ def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Pat
           on_step: Callable[[int, dict[str, Any]], None] | None = None) -> RunResult:
     """Run (or resume) training. Evaluates before/after when ``cfg.eval`` asks; returns where things are."""
     check_supported(cfg)
-    if "base_url" in cfg.generate.engine_params:
-        check_server(cfg.generate.engine_params)  # a server must answer before anything is written
+    if "base_url" in cfg.generate.engine.args:
+        check_server(cfg.generate.engine.args)  # a server must answer before anything is written
     dist.init_from_env(cfg.device)
     d, resuming = dist.broadcast(prepare_run(cfg, resume, run_dir) if dist.is_main() else None)
     t = TrainingRun(cfg, d, resuming, progress=progress, on_step=on_step)

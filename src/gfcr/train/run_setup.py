@@ -17,10 +17,6 @@ class TrainError(RuntimeError):
     """The run cannot start or continue; the message says what to do."""
 
 
-#: keyword arguments ``generate.params`` may give the multi_turn topology (k, seed and sampling come from the config)
-MULTI_TURN_PARAMS = ("env", "max_turns", "obs_role")
-
-
 def load_task_prompts(cfg: TrainConfig, split: str) -> list[Prompt]:
     """Prompts of every configured task source for ``split`` ("train" or "test", the held-out split).
 
@@ -58,27 +54,24 @@ def load_task_prompts(cfg: TrainConfig, split: str) -> list[Prompt]:
 
 
 def build_engine(cfg: TrainConfig, model: Any, model_path: str, tokenizer: Any, device: str) -> Any:
-    """The sampling engine of ``generate.engine`` through :func:`gfcr.generate.engines.make_engine`.
+    """The sampling engine of ``generate.engine`` (Generate's engine sub-config) through
+    :func:`gfcr.generate.engines.make_engine`.
 
     ``sync: in_place`` hands the hf engine the training module itself; every other engine gets the
     model path and its own weights (pushed by :mod:`gfcr.generate.sync`). ``engine_params`` keys
     ending in ``_env`` name environment variables (``api_key_env: OPENAI_KEY`` → ``api_key``), so no
     secret is written into the run folder.
     """
+    from gfcr.config import ConfigError
     from gfcr.generate.engines import make_engine
 
     g = cfg.generate
-    kw: dict[str, Any] = {}
-    for k, v in g.engine_params.items():
-        if k.endswith("_env"):
-            if v not in os.environ:
-                raise TrainError(f"generate.engine_params.{k}: environment variable {v!r} is not set")
-            kw[k[: -len("_env")]] = os.environ[v]
-        else:
-            kw[k] = v
-    if g.sync == "in_place" and kw:
-        raise TrainError(f"generate.engine_params {sorted(kw)}: the in-place hf engine takes none "
-                         "(set sync: copy for a separate sampling copy, e.g. engine_params: {dtype: bfloat16})")
+    try:
+        kw = g.engine.kwargs()
+    except ConfigError as e:
+        raise TrainError(str(e)) from e
+    if g.engine.model is not None:
+        kw.setdefault("model", g.engine.model)  # openai: the served model name
     version = None if g.sync == "in_place" else "unsynced"
     what = {  # what each engine needs from the run besides engine_params
         "hf": {"model": model if g.sync == "in_place" else model_path, "tokenizer": tokenizer, "device": device,
@@ -86,13 +79,13 @@ def build_engine(cfg: TrainConfig, model: Any, model_path: str, tokenizer: Any, 
         "vllm": {"model": model_path, "policy_version": version, "weight_sync": True},
         "openai": {"tokenizer": tokenizer, "policy_version": version},
         "ray": {"model": model_path, "tokenizer": tokenizer, "policy_version": version},
-    }[g.engine]
+    }[g.engine.name]
     engines = {}
-    if g.engine == "ray":  # the Ray engine lives above Generate: the loop hands it in
+    if g.engine.name == "ray":  # the Ray engine lives above Generate: the loop hands it in
         from gfcr.scale.engine import RayEngine
 
         engines["ray"] = RayEngine
-    return make_engine(g.engine, engines, **what, **kw)
+    return make_engine(g.engine.name, engines, **what, **kw)
 
 
 def reward_composition(cfg: TrainConfig) -> Any:
@@ -105,22 +98,22 @@ def reward_composition(cfg: TrainConfig) -> Any:
         overlong_penalty=s.overlong_penalty,
         length=({"alpha": 1.0, "beta": 0.001} | dict(s.length_params)) if s.length_reward else None,
         prm=s.prm.model_dump() if s.prm else None, adapt_think=s.adapt_think.model_dump() if s.adapt_think else None,
-        per_turn_length=cfg.generate.topology == "multi_turn")
+        per_turn_length=cfg.generate.topology.name == "multi_turn")
 
 
 def check_supported(cfg: TrainConfig) -> None:
     """What only the running machine can answer (config load checked the rest)."""
-    if cfg.generate.topology == "multi_turn":
-        check_multi_turn(cfg.generate.params)
+    if cfg.generate.topology.name == "multi_turn":
+        check_multi_turn(cfg.generate.topology.env)
+    engine = cfg.generate.engine.name
     needs = {"vllm": "pip install 'gfcr[vllm]' on a GPU machine (or use engine: hf)", "ray": "pip install 'gfcr[ray]'"}
-    if cfg.generate.engine in needs:
+    if engine in needs:
         import importlib.util
 
-        if importlib.util.find_spec(cfg.generate.engine) is None:
-            raise TrainError(f"generate.engine {cfg.generate.engine!r} needs the {cfg.generate.engine} package: "
-                             f"{needs[cfg.generate.engine]}")
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and cfg.generate.engine in ("openai", "ray"):
-        raise TrainError(f"generate.engine {cfg.generate.engine!r} is one shared sampler; data-parallel runs "
+        if importlib.util.find_spec(engine) is None:
+            raise TrainError(f"generate.engine {engine!r} needs the {engine} package: {needs[engine]}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and engine in ("openai", "ray"):
+        raise TrainError(f"generate.engine {engine!r} is one shared sampler; data-parallel runs "
                          "(WORLD_SIZE > 1) give each rank its own engine: use hf or vllm")
 
 
@@ -175,24 +168,16 @@ def check_server(params: dict[str, Any]) -> None:
         raise TrainError(f"generate.engine_params.base_url: GET {url} -> HTTP {resp.status_code}")
 
 
-def check_multi_turn(params: dict[str, Any]) -> None:
+def check_multi_turn(env: str) -> None:
+    """The multi_turn env must be registered (or an import path) when the run starts (config load
+    checked the keys and types; a test or plugin may register envs after it)."""
     from gfcr.generate.envs import ENVS
 
-    extra = sorted(set(params) - set(MULTI_TURN_PARAMS))
-    if extra:
-        raise TrainError(
-            f"generate.params {extra} are not multi_turn options; give only {list(MULTI_TURN_PARAMS)} "
-            "(k, temperature and max_tokens are set in generate itself; max_tokens is per turn)"
-        )
-    env = params.get("env")
-    if not isinstance(env, str) or not (env in ENVS or ":" in env):
+    if not (env in ENVS or ":" in env):
         raise TrainError(
             f"generate.topology multi_turn needs generate.params.env: one of {sorted(ENVS)} or 'pkg.module:Class' "
             f"(got {env!r}), e.g. generate: {{topology: multi_turn, params: {{env: calculator, max_turns: 3}}}}"
         )
-    mt = params.get("max_turns", 4)
-    if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
-        raise TrainError(f"generate.params.max_turns must be an integer >= 1, got {mt!r}")
 
 
 def evaluate_policy(t: Any) -> Any:
@@ -210,10 +195,10 @@ def evaluate_policy(t: Any) -> Any:
 
     verify.__name__ = t.cfg.verify.verifier
     max_tokens = e.max_tokens or g.max_tokens
-    if g.topology == "multi_turn":
+    if g.topology.name == "multi_turn":
         return evaluate_episodes(
-            t.engine, t.eval_prompts, env=g.params["env"], max_turns=g.params.get("max_turns", 4),
-            obs_role=g.params.get("obs_role", "user"), k=e.k, verifier=verify,
+            t.engine, t.eval_prompts, env=g.topology.env, max_turns=g.topology.max_turns,
+            obs_role=g.topology.obs_role, k=e.k, verifier=verify,
             reward_source=t.cfg.verify.reward_source, env_weight=t.cfg.verify.env_weight, greedy=e.greedy,
             temperature=e.temperature, max_tokens=max_tokens, seed=t.cfg.seed,
         )

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from gfcr.config import StrictModel
 
 
-class SamplingParams(BaseModel):
+class SamplingParams(StrictModel):
     """How to sample. Mirrors the OpenAI/vLLM names."""
-
-    model_config = ConfigDict(extra="forbid")
 
     n: int = Field(1, ge=1, le=4096, description="Samples per request.")
     temperature: float = Field(1.0, ge=0.0, le=10.0, description="Softmax temperature; 0 = greedy.")
