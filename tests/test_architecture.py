@@ -258,3 +258,15 @@ def test_size_limits(kind):
                 if n > FUNCTION_CEILING and (rel, node.name) not in LONG_FUNCTIONS:
                     over.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
     assert not over, f"over the limit (split it, or list it with a reason in {__name__}): {over}"
+
+
+def test_one_strict_config_base():
+    """Every strict model derives ``config.StrictModel``: no module but config.py sets ``extra="forbid"``."""
+    own = []
+    for p in MODULES.values():
+        rel = str(p.relative_to(SRC))
+        for node in ast.walk(ast.parse(p.read_text())):
+            if rel != "config.py" and isinstance(node, ast.keyword) and node.arg == "extra" and \
+                    isinstance(node.value, ast.Constant) and node.value.value == "forbid":
+                own.append(f"{rel}:{node.value.lineno}")
+    assert not own, f"derive gfcr.config.StrictModel instead of a strict base of your own: {own}"

@@ -140,8 +140,8 @@ def test_replay_strategy_config_errors():
         StrategyConfig(name="a", control="adaptive_k", k_min=8, k_max=4)
     with pytest.raises(ValidationError, match="unknown control"):
         StrategyConfig(name="a", control="gfpo")
-    with pytest.raises(ValueError, match="strategy 'r': bad buffer_params for repo"):
-        run_strategy(SimConfig(**TINY), StrategyConfig(name="r", control="repo", buffer_params={"bogus": 1}))
+    with pytest.raises(ValidationError, match="strategies\\[\\].buffer_params: unknown key 'bogus' for buffer 'repo'"):
+        StrategyConfig(name="r", control="repo", buffer_params={"bogus": 1})  # refused at config load
 
 
 @pytest.mark.parametrize("buffer", ["repo", "exgrpo", "ar3po"])

@@ -220,7 +220,7 @@ def generate_config(config: Path | None, *, store: str | None = None, run_id: st
     topo = data.setdefault("topology", {})
     if topology is not None:
         topo["name"] = topology
-    if k is not None:
+    if k is not None and topo.get("name") != "tree":  # --k is the group/multi_turn size; a tree's is its shape
         topo["k"] = k
     tasks = data.setdefault("tasks", {})
     if "source" in tasks:  # the older spellings of name/params
@@ -271,7 +271,7 @@ EngineOpt = Annotated[str | None, typer.Option(help="Engine: hf, openai, vllm, r
 BaseUrlOpt = Annotated[str | None, typer.Option(help="openai engine: server URL (http://127.0.0.1:8000/v1).")]
 DeviceOpt = Annotated[str | None, typer.Option(help="hf engine device (cpu, cuda).")]
 TopologyOpt = Annotated[str | None, typer.Option(help="group, tree or multi_turn.")]
-KOpt = Annotated[int | None, typer.Option(help="Samples per prompt (group/multi_turn).")]
+KOpt = Annotated[int | None, typer.Option(help="Samples per prompt (group/multi_turn; a tree's shape sets its size).")]
 TaskOpt = Annotated[str | None, typer.Option(help="Task source (arith, reasoning_gym, jsonl_math, jsonl_code).")]
 NOpt = Annotated[int | None, typer.Option(help="Number of prompts (arith/reasoning_gym).")]
 LevelOpt = Annotated[int | None, typer.Option(help="arith difficulty level.")]

@@ -119,12 +119,16 @@ class TopologyConfig(StrictModel):
     #: config path of this section in error messages
     path: ClassVar[str] = "topology"
 
-    @model_validator(mode="after")
-    def _keys(self) -> TopologyConfig:
-        allowed = TOPOLOGY_KEYS[self.name]
-        for key in sorted(self.model_fields_set - {"name", *allowed}):
-            raise ConfigError(f"{self.path}: unknown key {key!r} for topology {self.name!r}; allowed: {', '.join(allowed)}")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("name", "group") in TOPOLOGY_KEYS:
+            name = data.get("name", "group")
+            allowed = TOPOLOGY_KEYS[name]
+            for key in data:
+                if key not in ("name", *allowed):
+                    raise ConfigError(f"{cls.path}: unknown key {key!r} for topology {name!r}; allowed: {', '.join(allowed)}")
+        return data
 
     @model_serializer(mode="wrap")
     def _only_own_keys(self, handler: Any) -> dict[str, Any]:
