@@ -136,8 +136,9 @@ def test_train_composes_generates_engine_and_topology_sub_configs(tmp_path):
                         "k": 3, "params": {"env": "calculator", "max_turns": 2}}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
     assert load_config(tmp_path / "old.yaml") == flat
-    with pytest.raises(ConfigError, match="'k' given both in generate.params and generate.topology"):
-        load_config(None, {"generate.topology": {"name": "group", "k": 2}, "generate.k": 3})
+    # a --set in the flat spelling over a config written nested (a run's config.yaml) wins
+    over = load_config(tmp_path / "config.yaml", {"generate.k": 5, "generate.engine_params.model": "n"})
+    assert (over.generate.k, over.generate.engine.args) == (5, {"base_url": "u", "model": "n"})
 
 
 def test_gfcr_generate_checks_the_same_sub_configs():

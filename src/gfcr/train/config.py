@@ -116,16 +116,14 @@ class TrainGenerateConfig(StrictModel):
     @classmethod
     def _compose(cls, data: Any) -> Any:
         """The flat keys users write (``engine``/``engine_params``, ``topology``/``k``/``params``) into
-        the engine and topology sub-configs."""
+        the engine and topology sub-configs; given both ways, the flat key wins."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
         engine = data.get("engine", {})
         engine = {"name": engine} if isinstance(engine, str) else dict(engine)
-        if "engine_params" in data:
-            if "args" in engine:
-                raise ConfigError("generate: give engine_params or engine.args, not both")
-            engine["args"] = data.pop("engine_params")
+        if "engine_params" in data:  # the flat key wins (e.g. --set generate.engine_params.x over a nested config)
+            engine["args"] = {**(engine.get("args") or {}), **(data.pop("engine_params") or {})}
         data["engine"] = engine
         topo = data.get("topology", {})
         topo = {"name": topo} if isinstance(topo, str) else dict(topo)
@@ -134,10 +132,7 @@ class TrainGenerateConfig(StrictModel):
             extra.setdefault("k", data.pop("k"))
         if topo.get("name") == "tree":
             extra.pop("k", None)  # a tree's size is its shape (m, n, l, t); k never applied to it
-        for key, value in extra.items():
-            if key in topo:
-                raise ConfigError(f"generate: {key!r} given both in generate.params and generate.topology")
-            topo[key] = value
+        topo.update(extra)  # the flat keys win (e.g. --set generate.k=2 over a nested config)
         data["topology"] = topo
         return data
 
