@@ -228,7 +228,6 @@ def sft_step(model: Any, rows: Sequence[dict[str, Any]], step_rows: Sequence[Seq
     padding included), ``real`` (tokens of the sequences) and ``forwards`` (micro-batches run);
     ``n == 0`` means nothing was run. Gradients accumulate into ``.grad`` (zero them before).
     """
-    import torch
 
     from gfcr.train.losses import masked_nll
 
