@@ -3,12 +3,14 @@ length mix, and a micro-batched step's loss and gradient equal to the unpadded p
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
 import pytest
 import torch
 
+from gfcr.ross.config import RossConfig
 from gfcr.testing import tiny_model, tiny_tokenizer
 from gfcr.train.losses import masked_nll
 from gfcr.train.sft import (
@@ -134,7 +136,8 @@ def test_max_pad_fraction_checked_and_recorded(tok, tmp_path):
     with pytest.raises(ValueError, match="max_pad_fraction must be >= 0"):
         train_masked_sft(tiny_model(tok), rows, tok.pad_token_id, max_pad_fraction=-1)
     train_masked_sft(tiny_model(tok), rows, tok.pad_token_id, epochs=1, out_dir=tmp_path / "m")
-    import json
-
     sft = json.loads((tmp_path / "m" / "sft.json").read_text())
     assert sft["max_pad_fraction"] == 0.05 and sft["pad_fraction"] <= 0.05
+    assert RossConfig(store="s", upstream_model="m").train.max_pad_fraction == 0.05
+    with pytest.raises(ValueError, match="max_pad_fraction"):
+        RossConfig(store="s", upstream_model="m", train={"max_pad_fraction": 1.5})

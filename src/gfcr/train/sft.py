@@ -226,9 +226,9 @@ def sft_step(model: Any, rows: Sequence[dict[str, Any]], step_rows: Sequence[Seq
 
     Returns ``loss`` (float, that mean), ``n`` (supervised targets), ``slots`` (tokens processed,
     padding included), ``real`` (tokens of the sequences) and ``forwards`` (micro-batches run);
-    ``n == 0`` means nothing was run. Gradients accumulate into ``.grad`` (zero them before).
+    ``n == 0`` means nothing was run; a micro-batch without targets is skipped and not counted.
+    Gradients accumulate into ``.grad`` (zero them before).
     """
-
     from gfcr.train.losses import masked_nll
 
     n_step = sum(sum(rows[i]["loss_mask"][1:]) for row in step_rows for i in row)
@@ -245,11 +245,11 @@ def sft_step(model: Any, rows: Sequence[dict[str, Any]], step_rows: Sequence[Seq
         else:
             b = collate([rows[i] for k in mb for i in step_rows[k]], pad_id)
             fwd = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
+        if b["loss_mask"][:, 1:].sum() == 0:
+            continue
         res["slots"] += b["input_ids"].numel()
         res["real"] += sum(lens[k] for k in mb)
         res["forwards"] += 1
-        if b["loss_mask"][:, 1:].sum() == 0:
-            continue
         mean, n = masked_nll(model(**fwd).logits, b["input_ids"], b["loss_mask"])
         part = mean * n / n_step
         part.backward()
