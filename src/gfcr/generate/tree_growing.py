@@ -25,13 +25,13 @@ import numpy as np
 
 from gfcr.generate.engines.base import GenRequest, GenResult
 from gfcr.generate.topologies import (
-    choose_forks,
     derive_seed,
     encode_prompt,
     group_id_of,
     rollout_from_result,
     token_entropies,
 )
+from gfcr.generate.tree_forks import choose_forks
 from gfcr.records import Prompt, Rollout
 
 
