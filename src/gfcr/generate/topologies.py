@@ -411,29 +411,13 @@ class MultiTurn:
         self.obs_role = obs_role
 
     def generate(self, engine: Engine, prompts: Sequence[Prompt], run_id: str, step: int = 0) -> list[Rollout]:
-        from gfcr.generate.envs import env_signal
-
+        """``k`` episodes per prompt, advanced together: each turn is one engine call over the live
+        episodes; an episode ends when the env says done, the policy stops early or ``max_turns`` runs out."""
         tok = _tokenizer(engine)
         if tok is None:
             raise ValueError("multi_turn needs an engine with a local tokenizer (hf, vllm) to keep tokens exact")
         version = engine.policy_version
-        eps = []
-        for p in prompts:
-            for i in range(self.k):
-                env = self.env_factory()
-                msgs = _msgs(p)
-                first = env.reset(p)
-                if first:
-                    if msgs and msgs[0]["role"] == "system":
-                        msgs[0] = {"role": "system", "content": msgs[0]["content"] + "\n\n" + first}
-                    else:
-                        msgs.insert(0, {"role": "system", "content": first})
-                ids = _template_ids(tok, msgs, True)
-                eps.append({
-                    "prompt": p, "i": i, "env": env, "msgs": msgs, "ids": ids, "role": [CONTEXT] * len(ids),
-                    "lps": [0.0] * len(ids), "ents": [], "done": False, "finish": None, "latency": 0.0, "turns": 0,
-                    "info": [], "meta": {}, "n_prompt": len(ids),
-                })
+        eps = [self._start(tok, p, i) for p in prompts for i in range(self.k)]
         env_name = getattr(eps[0]["env"], "name", "env") if eps else "env"
         for turn in range(self.max_turns):
             live = [e for e in eps if not e["done"]]
@@ -443,56 +427,81 @@ class MultiTurn:
                 "n": 1, "seed": derive_seed(self.seed, e["prompt"].prompt_id, step, "turn", turn, e["i"])}))
                 for e in live]
             for e, res in zip(live, engine.generate(reqs), strict=True):
-                r = res[0]
-                e["turns"] += 1
-                e["latency"] += r.latency_s
-                gen = [int(t) for t in r.token_ids]
-                e["ids"] += gen
-                e["role"] += [GENERATED] * len(gen)
-                e["lps"] += [float(x) for x in r.logprobs]
-                if e["ents"] is not None:
-                    has = r.entropies is not None and len(r.entropies) == len(gen)
-                    e["ents"] = e["ents"] + [float(x) for x in r.entropies] if has else None
-                body = gen[:-1] if r.finish_reason == "stop" and gen and gen[-1] in getattr(engine, "eos_ids", {tok.eos_token_id}) else gen
-                text = tok.decode(body, skip_special_tokens=False)
-                e["msgs"].append({"role": "assistant", "content": text})
-                if r.finish_reason != "stop":
-                    e["done"], e["finish"] = True, r.finish_reason
-                    continue
-                obs, done, info = e["env"].step(text)
-                e["info"].append(info)
-                if done:
-                    e["done"], e["finish"] = True, "env_done"
-                    if obs:
-                        e["meta"]["final_observation"] = obs
-                    continue
-                e["msgs"].append({"role": self.obs_role, "content": obs or ""})
-                if not _extend_context(tok, e, add_generation_prompt=True):
-                    e["done"], e["finish"] = True, "error"
-        out = []
-        for e in eps:
-            if not e["done"]:
-                e["finish"] = "length"
-                e["meta"]["max_turns_reached"] = True
-            _extend_context(tok, e, add_generation_prompt=False)
-            p = e["prompt"]
-            n_gen = sum(1 for x in e["role"] if x == GENERATED)
-            env_reward, env_success = env_signal(e["info"], env_name)
-            signals = {} if env_reward is None else {"env_reward": env_reward}
-            if e["ents"]:  # every policy token's entropy (turns in order), when the engine reported them
-                signals["entropy"] = float(np.mean(e["ents"]))
-            if env_success is not None:
-                e["meta"]["env_success"] = env_success
-            out.append(Rollout(
-                run_id=run_id, prompt_id=p.prompt_id, token_ids=e["ids"], token_role=e["role"], logprobs=e["lps"],
-                messages=e["msgs"], task=p.task,
-                step=step, policy_version=version, group_id=group_id_of(p.prompt_id, step, run_id),
-                sample_index=e["i"], finish_reason=e["finish"],
-                sampling=self.params.to_record(engine) | {"max_turns": self.max_turns, "env": env_name},
-                cost=Cost(prompt_tokens=e["n_prompt"], gen_tokens=n_gen, latency_s=e["latency"]), signals=signals,
-                meta=e["meta"] | {"turns": e["turns"], "env": env_name, "env_info": json_safe(e["info"])},
-            ))
-        return out
+                self._take_turn(engine, tok, e, res[0])
+        return [self._rollout(engine, tok, e, env_name, run_id, step, version) for e in eps]
+
+    def _start(self, tok: Any, p: Prompt, i: int) -> dict[str, Any]:
+        """Episode ``i`` of prompt ``p``: a fresh env, its first observation folded into the system
+        message, the templated prompt as context tokens."""
+        env = self.env_factory()
+        msgs = _msgs(p)
+        first = env.reset(p)
+        if first:
+            if msgs and msgs[0]["role"] == "system":
+                msgs[0] = {"role": "system", "content": msgs[0]["content"] + "\n\n" + first}
+            else:
+                msgs.insert(0, {"role": "system", "content": first})
+        ids = _template_ids(tok, msgs, True)
+        return {
+            "prompt": p, "i": i, "env": env, "msgs": msgs, "ids": ids, "role": [CONTEXT] * len(ids),
+            "lps": [0.0] * len(ids), "ents": [], "done": False, "finish": None, "latency": 0.0, "turns": 0,
+            "info": [], "meta": {}, "n_prompt": len(ids),
+        }
+
+    def _take_turn(self, engine: Engine, tok: Any, e: dict[str, Any], r: GenResult) -> None:
+        """Append the policy's turn ``r`` to episode ``e``, step its env, and append the observation."""
+        e["turns"] += 1
+        e["latency"] += r.latency_s
+        gen = [int(t) for t in r.token_ids]
+        e["ids"] += gen
+        e["role"] += [GENERATED] * len(gen)
+        e["lps"] += [float(x) for x in r.logprobs]
+        if e["ents"] is not None:
+            has = r.entropies is not None and len(r.entropies) == len(gen)
+            e["ents"] = e["ents"] + [float(x) for x in r.entropies] if has else None
+        body = gen[:-1] if r.finish_reason == "stop" and gen and gen[-1] in getattr(engine, "eos_ids", {tok.eos_token_id}) else gen
+        text = tok.decode(body, skip_special_tokens=False)
+        e["msgs"].append({"role": "assistant", "content": text})
+        if r.finish_reason != "stop":
+            e["done"], e["finish"] = True, r.finish_reason
+            return
+        obs, done, info = e["env"].step(text)
+        e["info"].append(info)
+        if done:
+            e["done"], e["finish"] = True, "env_done"
+            if obs:
+                e["meta"]["final_observation"] = obs
+            return
+        e["msgs"].append({"role": self.obs_role, "content": obs or ""})
+        if not _extend_context(tok, e, add_generation_prompt=True):
+            e["done"], e["finish"] = True, "error"
+
+    def _rollout(self, engine: Engine, tok: Any, e: dict[str, Any], env_name: str, run_id: str, step: int,
+                 version: str) -> Rollout:
+        """The finished episode ``e`` as one rollout (an episode still running ran out of turns)."""
+        from gfcr.generate.envs import env_signal
+
+        if not e["done"]:
+            e["finish"] = "length"
+            e["meta"]["max_turns_reached"] = True
+        _extend_context(tok, e, add_generation_prompt=False)
+        p = e["prompt"]
+        n_gen = sum(1 for x in e["role"] if x == GENERATED)
+        env_reward, env_success = env_signal(e["info"], env_name)
+        signals = {} if env_reward is None else {"env_reward": env_reward}
+        if e["ents"]:  # every policy token's entropy (turns in order), when the engine reported them
+            signals["entropy"] = float(np.mean(e["ents"]))
+        if env_success is not None:
+            e["meta"]["env_success"] = env_success
+        return Rollout(
+            run_id=run_id, prompt_id=p.prompt_id, token_ids=e["ids"], token_role=e["role"], logprobs=e["lps"],
+            messages=e["msgs"], task=p.task,
+            step=step, policy_version=version, group_id=group_id_of(p.prompt_id, step, run_id),
+            sample_index=e["i"], finish_reason=e["finish"],
+            sampling=self.params.to_record(engine) | {"max_turns": self.max_turns, "env": env_name},
+            cost=Cost(prompt_tokens=e["n_prompt"], gen_tokens=n_gen, latency_s=e["latency"]), signals=signals,
+            meta=e["meta"] | {"turns": e["turns"], "env": env_name, "env_info": json_safe(e["info"])},
+        )
 
 
 def _template_ids(tok: Any, msgs: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
