@@ -405,6 +405,8 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
                allowed_hosts: Sequence[str] | None = None, batch_stretch: float = 1.0) -> Any:
     """The FastAPI app serving ``engine`` (an :class:`~gfcr.generate.engines.hf.HFEngine`) as ``model_name``.
 
+    Long because: its routes are closures over the engine, batcher and lock; request logic is in ``_Server``.
+
     ``allow_weight_updates`` adds ``POST /gfcr/weights``; ``max_batch``, ``batch_wait_ms`` and
     ``batch_seeded`` set the dynamic batching (its :class:`~gfcr.generate.batching.Batcher` is
     ``app.state.batcher``; close it when done, or call ``app.state.shutdown()``, which also makes
