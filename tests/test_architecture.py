@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "scale"},
     "ross": {"store", "tasks", "filters", "generate", "evaluate", "models", "train"},
     "integrations": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "train"},
-    "demo": {"store", "models", "train", "ross", "diagnose"},
+    "demo": {"store", "models", "train", "ross", "diagnose", "evaluate"},
     "cli": {"*"},
 }
 
@@ -65,6 +65,8 @@ def _modules() -> dict[str, Path]:
 
 def _room(module: str) -> str:
     parts = module.split(".")
+    if parts[1:2] == ["__main__"]:
+        return "cli"  # `python -m gfcr` is the CLI's other door
     return parts[1] if len(parts) > 1 else "gfcr"
 
 
