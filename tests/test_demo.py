@@ -48,7 +48,7 @@ def _eval(greedy: list[bool], correct: list[int], n: int = 2):
     from gfcr.evaluate import EvalResult, Metric
 
     rows = [{"prompt_id": f"p{i}", "n": n, "correct": c, "greedy_correct": g}
-            for i, (g, c) in enumerate(zip(greedy, correct))]
+            for i, (g, c) in enumerate(zip(greedy, correct, strict=True))]
     m = {"greedy_pass@1": Metric(sum(greedy) / len(greedy), 0, 1), "pass@1": Metric(sum(correct) / (n * len(rows)), 0, 1)}
     return EvalResult(n_prompts=len(rows), n_samples=n * len(rows), metrics=m, per_prompt=rows)
 
