@@ -77,7 +77,7 @@ def main() -> None:
         n_eval = [int(x) for x in args.n_eval.split(",")]
         if len(n_eval) != len(cfg.tasks):
             raise SystemExit(f"--n-eval: give one count per task ({len(cfg.tasks)} tasks), got {args.n_eval!r}")
-        for t, n in zip(cfg.tasks, n_eval):
+        for t, n in zip(cfg.tasks, n_eval, strict=True):
             t.n_eval = n
         d, _ = prepare_run(cfg)
         runs[name] = TrainingRun(cfg, d, False, progress=False)
