@@ -299,6 +299,9 @@ def train_masked_sft(
 ) -> SFTResult:
     """Train ``model`` (a causal LM, modified in place) on ``rows`` with :func:`~gfcr.train.losses.masked_nll`.
 
+    Long because: the SFT loop in one place: argument checks, batches, epochs, accumulation, the learning-rate
+    schedule and the saved checkpoint, in the order they run.
+
     ``rows``: dicts with ``input_ids`` and ``loss_mask`` (as written by :mod:`gfcr.ross.build`).
     Saves model (and ``tokenizer``) to ``out_dir`` if given (a new folder).
     ``packing``: each step's ``batch_size`` sequences (seeded random batches) are packed into rows of at
