@@ -126,8 +126,8 @@ def check_params(where: str, kind: str, name: str, target: Any, params: Mapping[
     ``where`` is the config path of the dict, ``kind`` and ``name`` say which component: an error
     is one :class:`ConfigError` line naming all three, e.g. ``replay.params: unknown key
     'num_replay' for buffer 'repo'; allowed: strategy, num_replays, max_cache_size, ...`` or
-    ``replay.params.num_replays: expected int, got 'many' for buffer 'repo'``. Only the keys
-    given are returned (defaults stay the component's).
+    ``replay.params.num_replays: input should be a valid integer, ..., got 'many' for buffer
+    'repo'``. Only the keys given are returned (defaults stay the component's).
     """
     model = params_model(target, tuple(sorted(skip)))
     params = dict(params or {})
@@ -148,8 +148,7 @@ def check_params(where: str, kind: str, name: str, target: Any, params: Mapping[
         loc = ".".join(str(x) for x in err["loc"])
         got = f", got {err['input']!r}" if "input" in err and not isinstance(err["input"], dict) else ""
         raise ConfigError(f"{where}.{loc}: {err['msg'][0].lower()}{err['msg'][1:]}{got} for {kind} {name!r}") from None
-    return {k: v for k, v in checked.model_dump(include=set(params)).items()} | \
-        {k: v for k, v in params.items() if k not in model.model_fields}
+    return checked.model_dump(include=set(params))  # extra keys (a ``**kwargs`` component's) included
 
 
 def check_component(where: str, kind: str, name: str | None, table: Mapping[str, Any],
