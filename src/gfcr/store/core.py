@@ -18,6 +18,13 @@ Upkeep (:mod:`gfcr.store.upkeep`): the duplicate-id check of :meth:`RolloutStore
 up in an in-process hash index instead of scanning the id column on every commit, and every write
 merges adjacent small fragments of one size tier (``auto_compact`` at a time), so a long run of small
 commits keeps its commit rate and reads stay fast.
+
+Reads (:meth:`RolloutStore.get`, :meth:`RolloutStore.sample`) take rows by row id or offset, never
+by a filtered scan of whole rows: :meth:`~RolloutStore.get` first finds the row ids of the wanted
+``rollout_id`` values (through the BTREE index on ``rollout_id`` that :meth:`~RolloutStore.compact`
+builds; rows appended since are scanned), then takes only those rows. Datasets are opened with a
+64 KiB read block, so Lance coalesces reads of neighbouring rows into one I/O, and with the
+repetition index of list columns cached in the process's Lance session.
 """
 
 from __future__ import annotations
@@ -74,6 +81,11 @@ TABLES: dict[str, pa.Schema] = {
 T = TypeVar("T")
 #: after a write, this many adjacent fragments of one size tier are merged into one (0 = never)
 AUTO_COMPACT = 8
+#: Lance merges reads less than this many bytes apart into one I/O (Lance's local default: 4 KiB).
+#: With 64 KiB, 1,000 random rows cost 0.73x the CPU at 1M rows in 100 fragments, 0.9x at 100k.
+READ_BLOCK_SIZE = 64 * 1024
+#: Lance read options: keep list columns' repetition index in the session cache between takes
+READ_PARAMS = {"cache_repetition_index": True}
 
 
 _SESSION: list[Any] = []
@@ -193,7 +205,8 @@ class RolloutStore:
         if name not in TABLES:
             raise StoreError(f"unknown table {name!r}; tables are {sorted(TABLES)}")
         version = self._pinned[name] if self._pinned is not None else None
-        return lance.dataset(self._uri(name), version=version, session=_session())
+        return lance.dataset(self._uri(name), version=version, session=_session(), block_size=READ_BLOCK_SIZE,
+                             read_params=READ_PARAMS)
 
     @property
     def read_only(self) -> bool:
@@ -365,17 +378,24 @@ class RolloutStore:
         return table_to_rollouts(self.scan(**filters))
 
     def get(self, ids: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
-        """Rows for ``ids`` in the order given (unknown ids raise)."""
+        """Rows for ``ids`` in the order given (an id may repeat; unknown ids raise ``KeyError``).
+
+        Two steps: the row ids of the wanted ``rollout_id`` values (one filtered read of the id column,
+        answered by the BTREE index where :meth:`compact` built one), then a take of those rows
+        only, in row order, put back in the order asked."""
         ids = list(ids)
         want = list(columns) if columns else None
-        cols = want if want is None or "rollout_id" in want else ["rollout_id", *want]
-        t = self.dataset("rollouts").to_table(columns=cols, filter=_in_list("rollout_id", ids))
-        pos = {rid: i for i, rid in enumerate(t.column("rollout_id").to_pylist())}
-        missing = [i for i in ids if i not in pos]
+        ds = self.dataset("rollouts")
+        uniq = list(dict.fromkeys(ids))
+        found = ds.to_table(columns=["rollout_id"], filter=_in_list("rollout_id", uniq), with_row_id=True)
+        rowid = dict(zip(found.column("rollout_id").to_pylist(), found.column("_rowid").to_pylist(), strict=True))
+        missing = [i for i in ids if i not in rowid]
         if missing:
             raise KeyError(f"{len(missing)} rollout id(s) not in the store, e.g. {missing[0]!r}")
-        t = t.take(pa.array([pos[i] for i in ids], pa.int64()))
-        return t.select(want) if want is not None else t
+        order = sorted(rowid[i] for i in uniq)
+        t = ds._take_rows(order, columns=want) if order else ds.to_table(columns=want, limit=0)
+        pos = {r: k for k, r in enumerate(order)}
+        return t.take(pa.array([pos[rowid[i]] for i in ids], pa.int64()))
 
     def sample(self, n: int, where: str | None = None, seed: int | None = None,
                columns: Sequence[str] | None = None) -> pa.Table:
@@ -557,7 +577,11 @@ class RolloutStore:
         return RolloutStore(self.path, versions=pinned, auto_compact=0)
 
     def compact(self) -> dict[str, Any]:
-        """Merge small fragments of every table (a new version; history stays)."""
+        """Merge small fragments of every table (a new version; history stays), then (re)build the
+        BTREE index on ``rollout_id`` that :meth:`get` and the duplicate-id check's exact look-ups use.
+
+        Rows appended later are not in the index until the next ``compact()``: Lance scans them
+        (as it scans fragments that automatic compaction rewrote), so look-ups stay exact."""
         self._writable()
         out = {}
         for name in TABLES:
@@ -574,6 +598,10 @@ class RolloutStore:
                 metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
             out[name] = {"fragments_before": before, "fragments_after": len(lance.dataset(self._uri(name)).get_fragments()),
                          "fragments_removed": getattr(metrics, "fragments_removed", None)}
+        ds = lance.dataset(self._uri("rollouts"))
+        if ds.count_rows():
+            _retry(lambda: lance.dataset(self._uri("rollouts")).create_scalar_index("rollout_id", "BTREE", replace=True))
+            out["rollouts"]["index"] = "rollout_id (BTREE)"
         return out
 
     def stats(self, run: str | None = None) -> list[dict[str, Any]]:
