@@ -56,7 +56,7 @@ def test_reads_exact_through_appends_compaction_updates_deletes(tmp_path):
     res = store.compact()
     assert res["rollouts"]["index"] == "rollout_id (BTREE)"
     ds = store.dataset("rollouts")
-    assert [(d.field_names, d.type_url.rsplit("/", 1)[-1]) for d in ds.describe_indices()] == [(["rollout_id"], "BTreeIndexDetails")]
+    assert [(d.field_names, "BTree" in d.type_url) for d in ds.describe_indices()] == [(["rollout_id"], True)]
     plan = ds.scanner(columns=["rollout_id"], filter="rollout_id IN ('b1-0', 'b2-1')", with_row_id=True).explain_plan()
     assert "ScalarIndexQuery" in plan  # get()'s look-up goes through the index
     _check_reads(store, rng)
