@@ -380,22 +380,23 @@ class RolloutStore:
     def get(self, ids: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
         """Rows for ``ids`` in the order given (an id may repeat; unknown ids raise ``KeyError``).
 
-        Two steps: the row ids of the wanted ``rollout_id`` values (one filtered read of the id column,
-        answered by the BTREE index where :meth:`compact` built one), then a take of those rows
-        only, in row order, put back in the order asked."""
+        Two steps: the row ids matching the wanted ``rollout_id`` values (a filtered read that
+        returns no column, answered by the BTREE index where :meth:`compact` built one), then a
+        take of those rows only, in row order, put back in the order asked."""
         ids = list(ids)
         want = list(columns) if columns else None
+        cols = want if want is None or "rollout_id" in want else ["rollout_id", *want]
         ds = self.dataset("rollouts")
         uniq = list(dict.fromkeys(ids))
-        found = ds.to_table(columns=["rollout_id"], filter=_in_list("rollout_id", uniq), with_row_id=True)
-        rowid = dict(zip(found.column("rollout_id").to_pylist(), found.column("_rowid").to_pylist(), strict=True))
-        missing = [i for i in ids if i not in rowid]
+        rowids = ds.to_table(columns=[], filter=_in_list("rollout_id", uniq), with_row_id=True).column("_rowid")
+        t = ds._take_rows(np.sort(rowids.to_numpy()).tolist(), columns=cols) if len(rowids) else ds.to_table(
+            columns=cols, limit=0)
+        pos = {rid: i for i, rid in enumerate(t.column("rollout_id").to_pylist())}
+        missing = [i for i in ids if i not in pos]
         if missing:
             raise KeyError(f"{len(missing)} rollout id(s) not in the store, e.g. {missing[0]!r}")
-        order = sorted(rowid[i] for i in uniq)
-        t = ds._take_rows(order, columns=want) if order else ds.to_table(columns=want, limit=0)
-        pos = {r: k for k, r in enumerate(order)}
-        return t.take(pa.array([pos[rowid[i]] for i in ids], pa.int64()))
+        t = t.take(pa.array([pos[i] for i in ids], pa.int64()))
+        return t.select(want) if want is not None else t
 
     def sample(self, n: int, where: str | None = None, seed: int | None = None,
                columns: Sequence[str] | None = None) -> pa.Table:
