@@ -380,23 +380,25 @@ class RolloutStore:
     def get(self, ids: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
         """Rows for ``ids`` in the order given (an id may repeat; unknown ids raise ``KeyError``).
 
-        Two steps: the row ids matching the wanted ``rollout_id`` values (a filtered read that
-        returns no column, answered by the BTREE index where :meth:`compact` built one), then a
-        take of those rows only, in row order, put back in the order asked."""
+        Two steps: the row ids of the wanted ``rollout_id`` values (a filtered read of the id
+        column, answered by the BTREE index where :meth:`compact` built one), then a take of those
+        rows only, which Lance returns in the order asked (no reordering copy afterwards)."""
         ids = list(ids)
         want = list(columns) if columns else None
-        cols = want if want is None or "rollout_id" in want else ["rollout_id", *want]
         ds = self.dataset("rollouts")
         uniq = list(dict.fromkeys(ids))
-        rowids = ds.to_table(columns=[], filter=_in_list("rollout_id", uniq), with_row_id=True).column("_rowid")
-        t = ds._take_rows(np.sort(rowids.to_numpy()).tolist(), columns=cols) if len(rowids) else ds.to_table(
-            columns=cols, limit=0)
-        pos = {rid: i for i, rid in enumerate(t.column("rollout_id").to_pylist())}
-        missing = [i for i in ids if i not in pos]
+        found = ds.to_table(columns=["rollout_id"], filter=_in_list("rollout_id", uniq), with_row_id=True)
+        rowid = dict(zip(found.column("rollout_id").to_pylist(), found.column("_rowid").to_pylist(), strict=True))
+        missing = [i for i in ids if i not in rowid]
         if missing:
             raise KeyError(f"{len(missing)} rollout id(s) not in the store, e.g. {missing[0]!r}")
-        t = t.take(pa.array([pos[i] for i in ids], pa.int64()))
-        return t.select(want) if want is not None else t
+        if not uniq:
+            return ds.to_table(columns=want, limit=0)
+        t = ds._take_rows([rowid[i] for i in uniq], columns=want)
+        if len(uniq) < len(ids):  # repeated ids
+            pos = {rid: k for k, rid in enumerate(uniq)}
+            t = t.take(pa.array([pos[i] for i in ids], pa.int64()))
+        return t
 
     def sample(self, n: int, where: str | None = None, seed: int | None = None,
                columns: Sequence[str] | None = None) -> pa.Table:
