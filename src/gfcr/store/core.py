@@ -600,9 +600,8 @@ class RolloutStore:
             else:
                 metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
             out[name] = {"fragments_before": before, "fragments_after": len(lance.dataset(self._uri(name)).get_fragments()),
-                         "fragments_removed": getattr(metrics, "fragments_removed", None)}
-        ds = lance.dataset(self._uri("rollouts"))
-        if ds.count_rows():
+                         "fragments_removed": getattr(metrics, "fragments_removed", None), "index": None}
+        if lance.dataset(self._uri("rollouts")).count_rows():
             _retry(lambda: lance.dataset(self._uri("rollouts")).create_scalar_index("rollout_id", "BTREE", replace=True))
             out["rollouts"]["index"] = "rollout_id (BTREE)"
         return out
