@@ -50,7 +50,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from gfcr.generate.engines.base import GenRequest, GenResult, TokenEvent
 from gfcr.generate.serve_api import (
@@ -61,9 +60,11 @@ from gfcr.generate.serve_api import (
     DeltaText,
     RequestGuard,
     ServeLimits,
+    WeightsBody,
     chat_logprob_entry,
     chat_messages,
     completion_logprobs,
+    context_length,
     cut_at_stop,
     envelope,
     error_body,
@@ -79,29 +80,6 @@ try:  # module level, so that FastAPI can resolve the endpoints' ``request: Requ
     from starlette.requests import Request
 except ImportError:  # pragma: no cover - gfcr serve needs the serve extra (fastapi, uvicorn)
     Request = Any  # type: ignore[misc,assignment]
-
-
-
-class WeightsBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(..., min_length=1, description="A .safetensors file or a folder of them, as the server sees it.")
-    policy_version: str | None = Field(None, max_length=200, description="Version string of the new weights.")
-
-
-def context_length(engine: Any) -> int:
-    """The most tokens (prompt + completion) the served model takes: ``engine.max_context`` if set, else the
-    model config's ``max_position_embeddings`` (else the tokenizer's ``model_max_length`` when sane)."""
-    n = getattr(engine, "max_context", None)
-    if n:
-        return int(n)
-    cfg = getattr(getattr(engine, "model", None), "config", None)
-    for k in ("max_position_embeddings", "n_positions", "max_seq_len"):
-        v = getattr(cfg, k, None)
-        if isinstance(v, int) and v > 0:
-            return v
-    v = getattr(engine.tokenizer, "model_max_length", None)
-    return int(v) if isinstance(v, int) and 0 < v < 10**7 else 2048
 
 
 def _sse(obj: Any) -> str:
@@ -426,6 +404,8 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
                batch_seeded: bool = False, limits: ServeLimits | None = None,
                allowed_hosts: Sequence[str] | None = None, batch_stretch: float = 1.0) -> Any:
     """The FastAPI app serving ``engine`` (an :class:`~gfcr.generate.engines.hf.HFEngine`) as ``model_name``.
+
+    Long because: its routes are closures over the engine, batcher and lock; request logic is in ``_Server``.
 
     ``allow_weight_updates`` adds ``POST /gfcr/weights``; ``max_batch``, ``batch_wait_ms`` and
     ``batch_seeded`` set the dynamic batching (its :class:`~gfcr.generate.batching.Batcher` is
