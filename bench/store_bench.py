@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from gfcr.records import COST_TYPE, MESSAGE_TYPE, ROLLOUT_SCHEMA, utcnow
 from gfcr.store import RolloutStore
-from gfcr.store.core import READ_BLOCK_SIZE, READ_PARAMS
+from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS
 
 
 def synth_table(n: int, tokens: int, steps: int, start: int = 0, total: int | None = None, seed: int = 0) -> pa.Table:

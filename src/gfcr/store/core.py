@@ -19,12 +19,8 @@ up in an in-process hash index instead of scanning the id column on every commit
 merges adjacent small fragments of one size tier (``auto_compact`` at a time), so a long run of small
 commits keeps its commit rate and reads stay fast.
 
-Reads (:meth:`RolloutStore.get`, :meth:`RolloutStore.sample`) take rows by row id or offset, never
-by a filtered scan of whole rows: :meth:`~RolloutStore.get` first finds the row ids of the wanted
-``rollout_id`` values (through the BTREE index on ``rollout_id`` that :meth:`~RolloutStore.compact`
-builds; rows appended since are scanned), then takes only those rows. Datasets are opened with a
-64 KiB read block, so Lance coalesces reads of neighbouring rows into one I/O, and with the
-repetition index of list columns cached in the process's Lance session.
+Reads (:mod:`gfcr.store.reads`): :meth:`RolloutStore.get` and :meth:`RolloutStore.sample` take rows
+by row id or offset, never through a filtered scan of whole rows.
 """
 
 from __future__ import annotations
@@ -40,7 +36,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lance
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -61,6 +56,7 @@ from gfcr.records import (
     table_to_rollouts,
     utcnow,
 )
+from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, sample_rows, take_ids
 from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
 
 MANIFEST = "gfcr-store.json"
@@ -81,11 +77,6 @@ TABLES: dict[str, pa.Schema] = {
 T = TypeVar("T")
 #: after a write, this many adjacent fragments of one size tier are merged into one (0 = never)
 AUTO_COMPACT = 8
-#: Lance merges reads less than this many bytes apart into one I/O (Lance's local default: 4 KiB).
-#: With 64 KiB, 1,000 random rows cost 0.73x the CPU at 1M rows in 100 fragments, 0.9x at 100k.
-READ_BLOCK_SIZE = 64 * 1024
-#: Lance read options: keep list columns' repetition index in the session cache between takes
-READ_PARAMS = {"cache_repetition_index": True}
 
 
 _SESSION: list[Any] = []
@@ -378,43 +369,14 @@ class RolloutStore:
         return table_to_rollouts(self.scan(**filters))
 
     def get(self, ids: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
-        """Rows for ``ids`` in the order given (an id may repeat; unknown ids raise ``KeyError``).
-
-        Two steps: the row ids of the wanted ``rollout_id`` values (a filtered read of the id
-        column, answered by the BTREE index where :meth:`compact` built one), then a take of those
-        rows only, which Lance returns in the order asked (no reordering copy afterwards)."""
-        ids = list(ids)
-        want = list(columns) if columns else None
-        ds = self.dataset("rollouts")
-        uniq = list(dict.fromkeys(ids))
-        found = ds.to_table(columns=["rollout_id"], filter=_in_list("rollout_id", uniq), with_row_id=True)
-        rowid = dict(zip(found.column("rollout_id").to_pylist(), found.column("_rowid").to_pylist(), strict=True))
-        missing = [i for i in ids if i not in rowid]
-        if missing:
-            raise KeyError(f"{len(missing)} rollout id(s) not in the store, e.g. {missing[0]!r}")
-        if not uniq:
-            return ds.to_table(columns=want, limit=0)
-        t = ds._take_rows([rowid[i] for i in uniq], columns=want)
-        if len(uniq) < len(ids):  # repeated ids
-            pos = {rid: k for k, rid in enumerate(uniq)}
-            t = t.take(pa.array([pos[i] for i in ids], pa.int64()))
-        return t
+        """Rows for ``ids`` in the order given (an id may repeat; unknown ids raise ``KeyError``);
+        an id look-up, then a take of those rows only (:func:`gfcr.store.reads.take_ids`)."""
+        return take_ids(self.dataset("rollouts"), ids, columns)
 
     def sample(self, n: int, where: str | None = None, seed: int | None = None,
                columns: Sequence[str] | None = None) -> pa.Table:
         """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``."""
-        ds = self.dataset("rollouts")
-        rng = np.random.default_rng(seed)
-        cols = list(columns) if columns else None
-        if where:
-            rowids = ds.to_table(columns=[], filter=where, with_row_id=True).column("_rowid").to_numpy()
-            pick = rng.choice(len(rowids), size=min(n, len(rowids)), replace=False) if len(rowids) else []
-            return ds._take_rows(np.sort(rowids[pick]).tolist(), columns=cols) if len(pick) else ds.schema.empty_table()
-        total = ds.count_rows()
-        if total == 0:
-            return ds.schema.empty_table() if cols is None else ds.to_table(columns=cols, limit=0)
-        idx = np.sort(rng.choice(total, size=min(n, total), replace=False))
-        return ds.take(idx.tolist(), columns=cols)
+        return sample_rows(self.dataset("rollouts"), n, where, seed, columns)
 
     def count(self, table: str = "rollouts", where: str | None = None) -> int:
         return self.dataset(table).count_rows(filter=where)
@@ -601,8 +563,7 @@ class RolloutStore:
                 metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
             out[name] = {"fragments_before": before, "fragments_after": len(lance.dataset(self._uri(name)).get_fragments()),
                          "fragments_removed": getattr(metrics, "fragments_removed", None), "index": None}
-        if lance.dataset(self._uri("rollouts")).count_rows():
-            _retry(lambda: lance.dataset(self._uri("rollouts")).create_scalar_index("rollout_id", "BTREE", replace=True))
+        if _retry(lambda: build_id_index(self._uri("rollouts"))):
             out["rollouts"]["index"] = "rollout_id (BTREE)"
         return out
 
