@@ -276,6 +276,7 @@ def _demo_small_eval(n_eval: int = 2) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # ~5 min on one thread of a 2-core machine at load ~2; the suite's 600 s is per test
 def test_readme_real_model_commands(tmp_path):
     """The commands marked ``real``, on the real default model (pulled if needed), with the rule's size
     flags: the demo's every stage runs, its RL steps and ROSS at their own sizes."""
