@@ -26,28 +26,39 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)  # set in each 
 if _WORKERS > 1:  # before torch is imported; the tests' subprocesses inherit it
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _WORKERS)))
 
-#: module path (from tests/) -> xdist group: a group's tests run on one worker, one after another
+#: module path -> group: a group's tests run on one worker, one after another (see pytest_xdist_make_scheduler)
 GROUPS = {
-    "scale/test_ray.py": "ray",
-    "scale/test_ray_engine.py": "ray",
-    "filters/test_sandbox_load.py": "cpu-timing",
-    "generate/test_serve_compat.py": "cpu-timing",
-    "generate/test_serve_batching.py": "cpu-timing",
+    "tests/scale/test_ray.py": "ray",
+    "tests/scale/test_ray_engine.py": "ray",
+    "tests/filters/test_sandbox_load.py": "cpu-timing",
+    "tests/generate/test_serve_compat.py": "cpu-timing",
+    "tests/generate/test_serve_batching.py": "cpu-timing",
 }
 #: started before every other test under xdist (the longest, a few minutes on the real model)
-FIRST = ("test_readme.py::test_readme_real_model_commands",)
+FIRST = ("tests/test_readme.py::test_readme_real_model_commands",)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under xdist: the groups of :data:`GROUPS`, and the longest tests first (a stable sort)."""
+    """Under xdist, the longest tests first (a stable sort: :data:`FIRST`, then the ``slow`` ones)."""
     if "PYTEST_XDIST_WORKER" not in os.environ:  # only workers collect; the controller orders by their lists
         return
-    root = os.path.dirname(__file__)
-    for item in items:
-        group = GROUPS.get(os.path.relpath(str(item.path), root).replace(os.sep, "/"))
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda it: (not any(it.nodeid.endswith(f) for f in FIRST), it.get_closest_marker("slow") is None))
+    items.sort(key=lambda it: (it.nodeid not in FIRST, it.get_closest_marker("slow") is None))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the groups of :data:`GROUPS` (by module path), every other test a unit
+    of its own. (xdist's own ``xdist_group`` marks do not reach its scheduler under pytest 9.2, whose
+    node ids it can no longer suffix.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return GROUPS.get(nodeid.split("::", 1)[0], nodeid)
+
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture
