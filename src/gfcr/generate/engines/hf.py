@@ -238,12 +238,13 @@ class _DecodeState:
         """
         import torch
 
-        if self.counts is not None or self.bias is not None:
-            sel = torch.tensor(live, dtype=torch.long)
-            zeros = torch.zeros((len(live), logits.shape[-1]))
-            counts = self.counts[sel][:, : logits.shape[-1]] if self.counts is not None else zeros
-            bias = self.bias[sel][:, : logits.shape[-1]] if self.bias is not None else None
-            logits = penalized_logits(logits, counts, self.freq[sel], self.pres[sel], bias)
+        sel = torch.tensor(live, dtype=torch.long)
+        V = logits.shape[-1]
+        if self.counts is not None:
+            bias = self.bias[sel][:, :V] if self.bias is not None else None
+            logits = penalized_logits(logits, self.counts[sel][:, :V], self.freq[sel], self.pres[sel], bias)
+        elif self.bias is not None:  # logit bias alone: no [B, V] of zero counts to subtract
+            logits = logits.float() + self.bias[sel][:, :V]
         groups: dict[tuple[float, float, int], list[int]] = {}
         for k, i in enumerate(live):
             sp = self.rows[i][3]
