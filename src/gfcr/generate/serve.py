@@ -555,14 +555,14 @@ def _uvicorn_server(app: Any, host: str, port: int, log_level: str) -> Any:
 def serve(model: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
           tokenizer: Any = None, device: str = "cpu", log_level: str = "info", allow_weight_updates: bool = False,
           admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-          batch_seeded: bool = False, limits: ServeLimits | None = None) -> None:
+          batch_seeded: bool = False, limits: ServeLimits | None = None, batch_stretch: float = 1.0) -> None:
     """Serve ``model`` (a path/name, a loaded model or an engine) until interrupted. On a loopback ``host``
     only requests whose ``Host`` header names a loopback host are answered."""
     engine = _engine_for(model, tokenizer, device, max_batch)
     name = model_name or _default_name(model)
     app = create_app(engine, name, allow_weight_updates, admin_token, max_batch=max_batch,
                      batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, limits=limits,
-                     allowed_hosts=_hosts_for(host))
+                     allowed_hosts=_hosts_for(host), batch_stretch=batch_stretch)
     try:
         _uvicorn_server(app, host, port, log_level).run()
     finally:
