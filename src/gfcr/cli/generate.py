@@ -94,7 +94,7 @@ def serve_cmd(
     batch_stretch: Annotated[float, typer.Option(
         "--batch-stretch", min=1.0,
         help="Quiet-gap rule: a call starts once no request has arrived for --batch-wait-ms, at most this many "
-             "times --batch-wait-ms after the first (1 = a fixed window from the first request).")] = 1.0,
+             "times --batch-wait-ms after the first (1 = a fixed window from the first request).")] = 4.0,
     batch_seeded: Annotated[bool, typer.Option(
         "--batch-seeded",
         help="Let seeded requests share calls too (faster for RL; same tokens only up to float rounding).")] = False,
