@@ -72,15 +72,16 @@ def _record_arrivals() -> None:
 
 
 def _run(engine, prompts, params, wait_ms: float, max_batch: int, batch_seeded: bool = False,
-         stretch: float = 1.0, warm: bool = False) -> dict:
+         stretch: float | None = None, warm: bool = False) -> dict:
     from gfcr.generate.engines import GenRequest
     from gfcr.generate.engines.openai import OpenAIEngine
     from gfcr.generate.serve import serve_in_thread
 
     _record_arrivals()
     counted = _Counting(engine)
+    rule = {} if stretch is None else {"batch_stretch": stretch}  # None: the server's default rule
     with serve_in_thread(counted, model_name="bench", batch_wait_ms=wait_ms, max_batch=max_batch,
-                         batch_seeded=batch_seeded, batch_stretch=stretch) as url:
+                         batch_seeded=batch_seeded, **rule) as url:
         client = OpenAIEngine(url, "bench", max_concurrency=len(prompts), max_retries=0, timeout_s=1800)
         n_warm = len(prompts) if warm else 1  # warm: one open connection per client, as a client that has sent before
         client.generate([GenRequest(prompt_ids=p, params=params[0].model_copy(update={"max_tokens": 2})) for p in prompts[:n_warm]])
