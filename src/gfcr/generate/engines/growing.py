@@ -102,6 +102,9 @@ def decode_growing(
 ) -> list[list[GenResult]]:
     """Decode ``requests`` and the requests ``follow`` adds, in one growing batch (module docstring).
 
+    Long because: one decode loop whose state (the KV cache, the live rows, the queue of rows waiting to be
+    admitted) is shared by admission, sampling and retirement at every step.
+
     Returns ``params.n`` results per request, for the given requests then the added ones, in the
     order they were added. Each admitted group of rows keeps the engine's own per-row decode state
     (``_DecodeState``: penalties, logit bias, top log-probs, stop rules, seeded uniforms) and is sampled
