@@ -1,6 +1,6 @@
 """Benchmark run (not a test): no replay vs RePO vs ExGRPO vs AR3PO in `gfcr train`, side by side.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/replay_bench.py [--steps 8] [--n-eval 32] [--k-eval 4]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/replay_bench.py [--steps 8] [--n-eval 8,24] [--k-eval 4]
         [--config configs/arith-smollm2.yaml] [--set key=value ...]
 
 Every arm trains the same config (same seed, so step 0 draws the same prompts and samples) for the
@@ -55,7 +55,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/arith-smollm2.yaml")
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--n-eval", type=int, default=32, help="held-out prompts (split over the config's tasks)")
+    ap.add_argument("--n-eval", default="8,24", help="held-out prompts per task of the config, comma-separated "
+                    "(the arith config: one-digit sums, whose test split holds 14, then two-digit sums)")
     ap.add_argument("--k-eval", type=int, default=4)
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--set", action="append", default=[], help="extra dotted overrides for every arm (key=value, JSON values)")
@@ -73,9 +74,11 @@ def main() -> None:
     runs: dict[str, TrainingRun] = {}
     for name in args.arms.split(","):
         cfg = load_config(args.config, base | ARMS[name] | {"run_name": f"replay-bench-{name}"})
-        n_tasks = len(cfg.tasks)
-        for t in cfg.tasks:
-            t.n_eval = max(1, args.n_eval // n_tasks)
+        n_eval = [int(x) for x in args.n_eval.split(",")]
+        if len(n_eval) != len(cfg.tasks):
+            raise SystemExit(f"--n-eval: give one count per task ({len(cfg.tasks)} tasks), got {args.n_eval!r}")
+        for t, n in zip(cfg.tasks, n_eval, strict=True):
+            t.n_eval = n
         d, _ = prepare_run(cfg)
         runs[name] = TrainingRun(cfg, d, False, progress=False)
         runs[name].setup()

@@ -3,6 +3,7 @@ same synthetic rollouts, arms alternated batch by batch in one run.
 
     python bench/store_bench.py                       # 100k rollouts x 512 tokens, + 1M narrow rows for reads
     python bench/store_bench.py --n 20000 --read-rows 0 --no-jsonl   # quicker
+    python bench/store_bench.py --n 5000 --read-rows 1000000 --read-tokens 512 --no-narrow-compact --no-jsonl  # 1M wide rows
 
 Measured (wall and CPU seconds of this process, Lance's threads included):
 - append: ``store.append`` of Arrow batches (schema check + duplicate-id check + commit + automatic
@@ -10,9 +11,11 @@ Measured (wall and CPU seconds of this process, Lance's threads included):
   dumped as JSONL lines (the way verl's rollout_data_dir dumps, plus token ids and log-probs). The
   three arms take turns on every batch, the order rotating, so machine load hits them alike;
 - a step-window query: ``store.scan(steps=...)`` vs reading the JSONL and keeping matching lines;
-- 1,000 random rows, all columns: ``store.sample`` with a fresh seed for every sample (medians over
-  fresh samples, never the best of repeats), at ``--n`` rows and at ``--read-rows`` narrow rows
-  (written in commits of 10,000), each as written and after ``store.compact()``.
+- 1,000 random rows, all columns: ``store.sample`` and ``store.get`` (1,000 random ids), each beside
+  raw Lance takes of the same rows (the floor: what the store adds is the difference), arms in
+  turns, a fresh random sample every repeat (medians over fresh samples, never the best of
+  repeats), at ``--n`` rows and at ``--read-rows`` narrow rows (written in commits of 10,000), each
+  as written and after ``store.compact()`` (which also builds the ``rollout_id`` index).
 The machine load (``os.getloadavg``) is recorded around every measurement.
 Goals: append >= 2x faster than JSONL and <= 1.5x the raw Lance write; window query >= 50x faster
 than the JSONL scan; 1,000 random rows <= 50 ms (median) at 100k and at 1M rows.
@@ -36,6 +39,7 @@ import pyarrow as pa
 
 from gfcr.records import COST_TYPE, MESSAGE_TYPE, ROLLOUT_SCHEMA, utcnow
 from gfcr.store import RolloutStore
+from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS
 
 
 def synth_table(n: int, tokens: int, steps: int, start: int = 0, total: int | None = None, seed: int = 0) -> pa.Table:
@@ -135,12 +139,56 @@ def bench_append(a, root: Path) -> tuple[dict, RolloutStore, Path]:
     return out, store, jpath
 
 
+#: what a trainer replaying rollouts reads (no messages, verifier, sampling, signals, cost or meta)
+TRAIN_COLUMNS = ["rollout_id", "prompt_id", "group_id", "step", "policy_version", "reward", "token_ids", "token_role",
+                 "logprobs"]
+
+
 def bench_reads(store: RolloutStore, samples: int, total: int) -> dict:
-    clock = Clock()
+    """1,000 random rows, all columns, through the store and through raw Lance with the same rows.
+
+    Arms, in turns (the order rotating every repeat), each repeat on a fresh random sample:
+    ``store.sample`` (opens the dataset, counts rows, draws offsets, takes), also with only the
+    columns a trainer needs (``TRAIN_COLUMNS``); raw ``take`` of the same
+    offsets on a dataset held open, with Lance's default read options and with the store's (the
+    floor under ``store.sample``); ``store.get`` of 1,000 random ids (id look-up, then a take by row
+    id); raw ``_take_rows`` of those rows' ids on a held-open dataset (the floor under ``get``).
+    """
+    uri = str(store.path / "rollouts.lance")
+    raw = lance.dataset(uri)
+    tuned = lance.dataset(uri, block_size=READ_BLOCK_SIZE, read_params=READ_PARAMS)
+    idt = raw.to_table(columns=["rollout_id"], with_row_id=True)
+    all_ids = np.asarray(idt.column("rollout_id").to_pylist(), dtype=object)
+    all_rowids = idt.column("_rowid").to_numpy()
+    n = min(1000, total)
+
+    def offsets(seed: int) -> list[int]:  # as RolloutStore.sample draws them
+        return np.sort(np.random.default_rng(seed).choice(total, size=n, replace=False)).tolist()
+
+    arms = {
+        "store.sample": lambda seed, pick: store.sample(1000, None, seed),
+        "store.sample, training columns only": lambda seed, pick: store.sample(1000, None, seed, TRAIN_COLUMNS),
+        "raw take, Lance defaults": lambda seed, pick: raw.take(offsets(seed)),
+        "raw take, store's read options (floor)": lambda seed, pick: tuned.take(offsets(seed)),
+        "store.get of 1,000 random ids": lambda seed, pick: store.get(all_ids[pick].tolist()),
+        "raw _take_rows of those row ids (floor)": lambda seed, pick: tuned._take_rows(np.sort(all_rowids[pick]).tolist()),
+    }
+    clocks = {k: Clock() for k in arms}
+    names = list(arms)
     for s in range(samples):
-        t = clock(store.sample, 1000, None, 10_000 + s)
-        assert t.num_rows == min(1000, total)
-    return clock.summary(scale=1000.0) | {"unit": "ms", "fragments": len(store.dataset("rollouts").get_fragments())}
+        seed = 10_000 + s
+        pick = np.random.default_rng(20_000 + s).choice(total, size=n, replace=False)
+        for k in range(len(names)):
+            name = names[(s + k) % len(names)]
+            t = clocks[name](arms[name], seed, pick)
+            assert t.num_rows == n, (name, t.num_rows)
+        if s == 0:  # same rows through the store and raw Lance
+            assert store.sample(1000, None, seed).column("rollout_id").equals(tuned.take(offsets(seed), ["rollout_id"]).column(0))
+    out = {k: c.summary(scale=1000.0) for k, c in clocks.items()}
+    floor = out["raw take, store's read options (floor)"]
+    out["store.sample minus floor, cpu ms (median)"] = out["store.sample"]["cpu_median"] - floor["cpu_median"]
+    return out | {"unit": "ms", "fragments": len(store.dataset("rollouts").get_fragments()),
+                  "rollout_id index": bool(store.dataset("rollouts").describe_indices())}
 
 
 def bench_window(a, store: RolloutStore, jpath: Path) -> dict:
@@ -185,6 +233,8 @@ def main() -> None:
     ap.add_argument("--read-rows", type=int, default=1_000_000, help="rows of the narrow store for reads (0 = skip)")
     ap.add_argument("--read-tokens", type=int, default=16, help="tokens per row of the narrow store")
     ap.add_argument("--no-jsonl", dest="jsonl", action="store_false", help="skip the JSONL arm")
+    ap.add_argument("--no-narrow-compact", dest="narrow_compact", action="store_false",
+                    help="measure the --read-rows store only as written (compacting 1M wide rows takes long)")
     ap.add_argument("--dir", type=str, default=None)
     ap.add_argument("--out", type=str, default="bench/out/store.json")
     a = ap.parse_args()
@@ -223,9 +273,12 @@ def main() -> None:
             narrow = build_narrow(root, a.read_rows, a.read_tokens, 10_000)
             res["narrow_build_s"] = time.perf_counter() - t0
             res["sample_1k"][f"{a.read_rows} rows x {a.read_tokens} tokens"] = bench_reads(narrow, a.samples, a.read_rows)
-            narrow.compact()
-            res["sample_1k"][f"{a.read_rows} rows x {a.read_tokens} tokens, after compact()"] = bench_reads(
-                narrow, a.samples, a.read_rows)
+            if a.narrow_compact:
+                t0 = time.perf_counter()
+                narrow.compact()
+                res["narrow_compact_s"] = time.perf_counter() - t0
+                res["sample_1k"][f"{a.read_rows} rows x {a.read_tokens} tokens, after compact()"] = bench_reads(
+                    narrow, a.samples, a.read_rows)
             print(json.dumps(res["sample_1k"], indent=1), flush=True)
         res["load_end"] = os.getloadavg()
     finally:

@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "scale"},
     "ross": {"store", "tasks", "filters", "generate", "evaluate", "models", "train"},
     "integrations": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "train"},
-    "demo": {"store", "models", "train", "ross", "diagnose"},
+    "demo": {"store", "models", "train", "ross", "diagnose", "evaluate"},
     "cli": {"*"},
 }
 
@@ -51,29 +51,6 @@ MODEL_CODE_EXEMPT = {
     ("store/importers", "transformers"): "the tokenizer that re-tokenizes text-only dumps (flagged 'retokenized')",
     ("store/samples.py", "torch"): "writes the sample slime .pt dump for the walkthrough and the importer tests",
 }
-
-# The limits are "about 600 lines per module, about 80 per function": a module or function may run
-# a little over (up to the ceilings); past the ceiling it is split, or listed below with its reason.
-MAX_MODULE_LINES, MODULE_CEILING = 600, 660
-MAX_FUNCTION_LINES, FUNCTION_CEILING = 80, 100
-
-#: modules over the ceiling, and why
-LONG_MODULES = {
-    "records.py": "the records, their Arrow schemas, conversions and validation: the schema's one source of truth",
-}
-
-#: functions over the ceiling (file, name), and why
-LONG_FUNCTIONS = {
-    ("diagnose/metrics.py", "step_metrics"): "one SQL aggregation of every per-step metric, column by column",
-    ("diagnose/viewer.py", "create_app"): "the viewer's routes are closures over the opened store",
-    ("generate/serve.py", "create_app"): "the server's routes are closures over the engine and the batcher",
-    ("filters/sandbox.py", "run_python"): "process set-up, limits and clean-up of one sandboxed run, in order",
-    ("ross/verdict.py", "validate_verdict"): "every rule of the judge protocol, checked in order",
-    ("scale/generate.py", "ray_generate"): "shard dispatch, retries and ordered commits",
-    ("store/importers/skyrl.py", "parse"): "SkyRL's batch layout, field by field (split out of store/importers.py)",
-    ("train/sft.py", "train_masked_sft"): "the SFT loop: epochs, accumulation, schedule, checkpoint",
-}
-
 
 def _modules() -> dict[str, Path]:
     """'gfcr.x.y' -> file, for every module under src/gfcr."""
@@ -88,6 +65,8 @@ def _modules() -> dict[str, Path]:
 
 def _room(module: str) -> str:
     parts = module.split(".")
+    if parts[1:2] == ["__main__"]:
+        return "cli"  # `python -m gfcr` is the CLI's other door
     return parts[1] if len(parts) > 1 else "gfcr"
 
 
@@ -241,20 +220,72 @@ def test_importing_the_store_loads_no_model_code():
     assert out.stdout.strip() == "['typer']"  # typer: by gfcr.cli only
 
 
-@pytest.mark.parametrize("kind", ["modules", "functions"])
-def test_size_limits(kind):
+# Sizes: a module holds at most 600 lines; a function at most 80 (from its ``def`` line to its last
+# line), unless its docstring has a line that starts with ``Long because:`` and gives the reason (one
+# ordered procedure, a route table of closures ...). The limits are exact: no tolerance above them,
+# and no list of exemptions here; the reason lives beside the code it excuses.
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+LONG_BECAUSE = "Long because:"
+
+
+def _long_because(node: ast.AST) -> str | None:
+    """The ``Long because: <reason>`` line of ``node``'s docstring, if it gives a reason of 3+ words."""
+    for line in (ast.get_docstring(node) or "").splitlines():
+        line = line.strip()
+        if line.startswith(LONG_BECAUSE) and len(line[len(LONG_BECAUSE):].split()) >= 3:
+            return line
+    return None
+
+
+def over_the_limits(source: str, name: str) -> list[str]:
+    """What in ``source`` (the text of module ``name``) is over the size limits: the module past
+    ``MAX_MODULE_LINES``, each function or method past ``MAX_FUNCTION_LINES`` without a reason."""
+    tree = ast.parse(source, name)
+    out = []
+    n = len(source.splitlines())
+    if n > MAX_MODULE_LINES:
+        out.append(f"{name}: {n} lines (module)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            n = node.end_lineno - node.lineno + 1
+            if n > MAX_FUNCTION_LINES and not _long_because(node):
+                out.append(f"{name}:{node.lineno} {node.name}: {n} lines")
+    return out
+
+
+def _planted(lines: int, doc: str | None = None, kind: str = "def", indent: str = "") -> str:
+    """A function of exactly ``lines`` lines (``def`` line, optional docstring, body)."""
+    head = [f"{indent}{kind} f():"] + ([f'{indent}    """{doc}"""'] if doc is not None else [])
+    return "\n".join(head + [f"{indent}    x = {i}" for i in range(lines - len(head))]) + "\n"
+
+
+def test_the_size_check_catches_a_planted_long_function():
+    assert over_the_limits(_planted(80), "m.py") == []
+    assert over_the_limits(_planted(81), "m.py") == ["m.py:1 f: 81 lines"]
+    assert over_the_limits(_planted(81, "Sums things."), "m.py") == ["m.py:1 f: 81 lines"]
+    method = "class C:\n" + _planted(90, kind="async def", indent="    ")
+    assert over_the_limits(method, "m.py") == ["m.py:2 f: 90 lines"]
+    # the reason: a docstring line that starts with the marker and says something
+    reason = "Sums things.\n\n    Long because: one ordered procedure, step by step."
+    assert over_the_limits(_planted(120, reason), "m.py") == []
+    # a comment is not a docstring
+    assert over_the_limits("# Long because: one ordered procedure here\n" + _planted(81), "m.py") == ["m.py:2 f: 81 lines"]
+    # modules: no reason excuses them
+    assert over_the_limits("x = 1\n" * 600, "m.py") == []
+    assert over_the_limits('"""Long because: one ordered procedure here."""\n' + "x = 1\n" * 600, "m.py") == [
+        "m.py: 601 lines (module)"]
+
+
+@pytest.mark.parametrize("doc", ["Long because:", "Long because: it is", "long because: one ordered procedure here",
+                                 "Sums things; Long because: one ordered procedure here"])
+def test_the_size_check_wants_a_reason_at_the_start_of_a_docstring_line(doc):
+    assert over_the_limits(_planted(120, doc), "m.py") == ["m.py:1 f: 120 lines"]
+
+
+def test_size_limits():
     over = []
-    for p in MODULES.values():
-        rel = str(p.relative_to(SRC))
-        text = p.read_text()
-        if kind == "modules":
-            n = len(text.splitlines())
-            if n > MODULE_CEILING and rel not in LONG_MODULES:
-                over.append(f"{rel}: {n} lines")
-            continue
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                n = node.end_lineno - node.lineno + 1
-                if n > FUNCTION_CEILING and (rel, node.name) not in LONG_FUNCTIONS:
-                    over.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
-    assert not over, f"over the limit (split it, or list it with a reason in {__name__}): {over}"
+    for p in sorted(MODULES.values()):
+        over += over_the_limits(p.read_text(), str(p.relative_to(SRC)))
+    assert not over, (f"over the size limits: split it, or give a function a docstring line "
+                      f"'{LONG_BECAUSE} <reason>':\n" + "\n".join(over))

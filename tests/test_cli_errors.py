@@ -98,3 +98,12 @@ def test_debug_shows_the_traceback(tmp_path):
     p = subprocess.run([*GFCR, "--debug", "store", "stats", "nostore"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode != 0 and "Traceback" in p.stderr and "StoreError" in p.stderr
+
+
+def test_python_dash_m_gfcr_is_the_cli():
+    """``python -m gfcr`` runs the same CLI (scripts and benches call it with ``sys.executable``)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "gfcr", "ross", "run", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Usage:" in out.stdout and "ross run" in out.stdout

@@ -59,3 +59,31 @@ def test_a_bad_set_is_an_error_before_anything_runs(tmp_path):
     out = CliRunner().invoke(app, ["demo", "--output-dir", str(tmp_path / "runs"), "--set", "generate.kk=3"])
     assert out.exit_code == 2 and "generate.kk" in out.output
     assert not (tmp_path / "runs").exists()
+
+
+def _eval(greedy: list[bool], correct: list[int], n: int = 2):
+    from gfcr.evaluate import EvalResult, Metric
+
+    rows = [{"prompt_id": f"p{i}", "n": n, "correct": c, "greedy_correct": g}
+            for i, (g, c) in enumerate(zip(greedy, correct, strict=True))]
+    m = {"greedy_pass@1": Metric(sum(greedy) / len(greedy), 0, 1), "pass@1": Metric(sum(correct) / (n * len(rows)), 0, 1)}
+    return EvalResult(n_prompts=len(rows), n_samples=n * len(rows), metrics=m, per_prompt=rows)
+
+
+def test_rl_gain_says_plainly_when_the_run_is_too_short():
+    """Two prompts flipped right out of 32: McNemar p = 0.5, so the demo says its run cannot show a gain."""
+    before = _eval([False] * 32, [0] * 32)
+    after = _eval([True, True] + [False] * 30, [1, 1] + [0] * 30)
+    lines = demo.rl_gain_lines(after, before, steps=4, full=False)
+    assert lines[0].startswith("RL gain, greedy_pass@1: +0.062") and "p = 0.5" in lines[0]
+    assert lines[0].endswith("not significant")
+    assert "too short to show an RL gain (4 steps, 32 held-out prompts)" in lines[-1]
+
+
+def test_rl_gain_reports_a_significant_gain_without_the_caveat():
+    """Twelve prompts flipped right, none wrong: McNemar p = 2 * 0.5**12 ≈ 0.0005."""
+    before = _eval([False] * 32, [0] * 32)
+    after = _eval([True] * 12 + [False] * 20, [2] * 12 + [0] * 20)
+    lines = demo.rl_gain_lines(after, before, steps=20, full=True)
+    assert lines[0].endswith(": significant") and "p = 0.00049" in lines[0]
+    assert not any("too short" in ln for ln in lines)

@@ -83,9 +83,33 @@ def stage_train(d: Demo, say: Callable[[Any], None]) -> None:
     for name, ev in (("base", res.eval_before), ("after RL", res.eval_after)):
         if ev is not None:
             say(f"held-out {name}: {ev.summary()}")
+    if res.eval_before is not None and res.eval_after is not None:
+        for line in rl_gain_lines(res.eval_after, res.eval_before, steps=res.steps_done, full=d.full):
+            say(line)
     for name, file in (("eval (base)", "eval_before.json"), ("eval (after)", "eval_after.json")):
         if (res.run_dir / file).exists():
             d.outputs[name] = res.run_dir / file
+
+
+def rl_gain_lines(after: Any, before: Any, steps: int, full: bool) -> list[str]:
+    """The RL stage's held-out change, paired per prompt (McNemar for greedy pass@1, paired bootstrap
+    for sampled pass@1), and a plain sentence when it is not significant: a few CPU steps on a few
+    dozen prompts is too short a run to show a gain."""
+    from gfcr.evaluate import compare_paired
+
+    lines, any_sig = [], False
+    for metric in ("greedy_pass@1", "pass@1"):
+        if metric not in after.metrics or metric not in before.metrics:
+            continue
+        d = compare_paired(after, before, metric)
+        any_sig |= d.significant
+        verdict = "significant" if d.significant else "not significant"
+        lines.append(f"RL gain, {metric}: {d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] over {d.n} prompts, "
+                     f"p = {d.p_value:.2g} ({d.test}): {verdict}")
+    if lines and not any_sig:
+        lines.append(f"this run is too short to show an RL gain ({steps} steps, {len(after.per_prompt)} held-out prompts): "
+                     "the difference is within its noise" + ("" if full else "; `gfcr demo --full` trains 20 steps"))
+    return lines
 
 
 def stage_ross(d: Demo, say: Callable[[Any], None]) -> None:

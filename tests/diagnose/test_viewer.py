@@ -108,7 +108,7 @@ def test_unknown_ids_and_paths_are_404(viewer):
     assert client.get("/api/rollouts/does-not-exist").status_code == 404
     assert client.get("/api/rollouts/x' OR '1'='1").status_code == 404
     assert client.get("/static/nope.js").status_code == 404
-    for path in ["/static/../viewer.py", "/static/..%2fviewer.py", "/static/%2e%2e/%2e%2e/records.py",
+    for path in ["/static/../viewer.py", "/static/..%2fviewer.py", "/static/%2e%2e/%2e%2e/config.py",
                  "/static/..%2F..%2F..%2Fpyproject.toml", "/../../etc/passwd", "/static//etc/passwd",
                  "/static/..\\viewer.py"]:
         r = client.get(path)

@@ -221,7 +221,7 @@ def versions(path: StorePath, as_json: Annotated[bool, typer.Option("--json")] =
 
 @store_app.command("compact")
 def compact(path: StorePath) -> None:
-    """Merge small fragments (a new version; history is kept)."""
+    """Merge small fragments and rebuild the rollout_id index (a new version; history is kept)."""
     store = _open(path)
     res = store.compact()
     print_rows([{"table": k, **v} for k, v in res.items()])

@@ -192,10 +192,41 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
     lag = _signal(sig, cfg.staleness_key)
     iw = _signal(sig, cfg.iw_key)
 
+    trained, events = _meta_walk(table, replayed, lag, iw)
+    feats = pa.table(
+        {
+            "rollout_id": table.column("rollout_id"),
+            "run_id": table.column("run_id"),
+            "step": table.column("step"),
+            "group_id": table.column("group_id"),
+            "prompt_id": table.column("prompt_id"),
+            "reward": table.column("reward"),
+            "verified": table.column("verified"),
+            "finish_reason": table.column("finish_reason"),
+            "gen_len": pa.array(gen_len, pa.int64()),
+            "nll_mean": pa.array(nll_mean, pa.float64(), mask=np.isnan(nll_mean)),
+            "entropy": pa.array(ent, pa.float64(), mask=np.isnan(ent)),
+            "advantage": pa.array(adv, pa.float64(), mask=np.isnan(adv)),
+            "replayed": pa.array(replayed, pa.bool_()),
+            "lag": pa.array(lag, pa.float64(), mask=np.isnan(lag)),
+            "iw": pa.array(iw, pa.float64(), mask=np.isnan(iw)),
+            "latency": pa.array(latency, pa.float64(), mask=~np.isfinite(latency)),
+            "trained": pa.array(trained, pa.float64(), mask=np.isnan(trained)),
+        }
+    )
+    return feats, events
+
+
+def _meta_walk(table: pa.Table, replayed: np.ndarray, lag: np.ndarray, iw: np.ndarray) -> tuple[np.ndarray, pa.Table]:
+    """What the rows' ``meta`` adds: ``trained`` per row (``meta["trained"]``: did group control keep
+    the rollout for the update; nan when not recorded) and the replay events table (``run_id, step,
+    lag, iw``): one per replayed row, one per ``replayed_at_step`` annotation. Fills ``lag`` in place
+    from ``generated_at_step`` where a replayed row has no staleness signal."""
+    n = table.num_rows
     steps = table.column("step").to_numpy()
     runs = table.column("run_id").to_pylist()
     metas = table.column("meta").to_pylist()
-    trained = np.full(n, np.nan)  # meta["trained"]: did group control keep the rollout for the update
+    trained = np.full(n, np.nan)
     ev_run: list[str] = []
     ev_step: list[int] = []
     ev_lag: list[float] = []
@@ -224,31 +255,9 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
             if isinstance(t, int | float):
                 ev_run.append(runs[i]), ev_step.append(int(t)), ev_lag.append(float(t - steps[i]))
                 ev_iw.append(float(w) if isinstance(w, int | float) and not isinstance(w, bool) else np.nan)
-
-    feats = pa.table(
-        {
-            "rollout_id": table.column("rollout_id"),
-            "run_id": table.column("run_id"),
-            "step": table.column("step"),
-            "group_id": table.column("group_id"),
-            "prompt_id": table.column("prompt_id"),
-            "reward": table.column("reward"),
-            "verified": table.column("verified"),
-            "finish_reason": table.column("finish_reason"),
-            "gen_len": pa.array(gen_len, pa.int64()),
-            "nll_mean": pa.array(nll_mean, pa.float64(), mask=np.isnan(nll_mean)),
-            "entropy": pa.array(ent, pa.float64(), mask=np.isnan(ent)),
-            "advantage": pa.array(adv, pa.float64(), mask=np.isnan(adv)),
-            "replayed": pa.array(replayed, pa.bool_()),
-            "lag": pa.array(lag, pa.float64(), mask=np.isnan(lag)),
-            "iw": pa.array(iw, pa.float64(), mask=np.isnan(iw)),
-            "latency": pa.array(latency, pa.float64(), mask=~np.isfinite(latency)),
-            "trained": pa.array(trained, pa.float64(), mask=np.isnan(trained)),
-        }
-    )
     ev_lag_a = np.asarray(ev_lag, float)
     ev_iw_a = np.asarray(ev_iw, float)
-    events = pa.table(
+    return trained, pa.table(
         {
             "run_id": pa.array(ev_run, pa.string()),
             "step": pa.array(ev_step, pa.int64()),
@@ -256,7 +265,6 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
             "iw": pa.array(ev_iw_a, pa.float64(), mask=np.isnan(ev_iw_a)),
         }
     )
-    return feats, events
 
 
 def _audit_features(store: Any, feats: pa.Table, cfg: MetricsConfig) -> pa.Table | None:
@@ -305,7 +313,9 @@ def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | Non
     """One row per (run, step) with the columns of :data:`METRIC_COLUMNS` (see ``docs/diagnose.md``).
 
     Shares are in [0, 1]; a metric that cannot be computed for a step (no verified rollouts, no
-    replayed rows, no audits) is null.
+    replayed rows, no audits) is null. One DuckDB query over the per-rollout features (``f``), the
+    replay events (``ev``) and the audit features (``a``); its parts are built by the ``_sql_*``
+    functions below, in the order they run.
     """
     import duckdb
 
@@ -313,24 +323,27 @@ def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | Non
     table = store.scan(run=run, columns=FEATURE_COLUMNS)
     feats, events = rollout_features(table, cfg)
     audit_feats = _audit_features(store, feats, cfg)
-    eps = float(cfg.eps)
-    q_tail = float(cfg.tail_quantile)
-    # per-sample finish times, not one latency per batch: at least 3 and at least half of them distinct
-    timed = "(r.n_lat = r.n_rollouts AND r.n_lat_distinct >= greatest(3, r.n_rollouts / 2) AND r.lat_max > 0)"
     con = duckdb.connect()
     try:
         con.register("f", feats)
         con.register("ev", events)
-        audit_sel = ", ".join(f"NULL::BIGINT AS excl_{c}" for c in EXCLUSION_CATEGORIES)
-        audit_join = f"SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS step, NULL::BIGINT AS n_audited, NULL::DOUBLE AS kept_share, NULL::DOUBLE AS ter_mean, {audit_sel} WHERE false"
         if audit_feats is not None:
             con.register("a", audit_feats)
-            sums = ", ".join(f"sum(excl_{c})::BIGINT AS excl_{c}" for c in EXCLUSION_CATEGORIES)
-            audit_join = f"""SELECT run_id, step, count(*)::BIGINT AS n_audited,
-                avg(CASE WHEN status = 'kept' THEN 1.0 ELSE 0.0 END) AS kept_share,
-                avg(ter) AS ter_mean, {sums} FROM a GROUP BY run_id, step"""
-        q = f"""
-        WITH fresh AS (SELECT * FROM f WHERE NOT replayed),
+        q = ("WITH " + ",\n".join([_sql_groups(cfg), _sql_rollouts(cfg), _sql_replay(),
+                                    f"au AS ({_sql_audits(audit_feats is not None)})"])
+             + "\n" + _sql_select())
+        out = con.sql(q).to_arrow_table()
+    finally:
+        con.close()
+    return out.select(METRIC_COLUMNS)
+
+
+def _sql_groups(cfg: MetricsConfig) -> str:
+    """``fresh`` (rows not replayed), ``g``/``gc`` (per group: spread, verdicts, advantages, zero
+    variance, mixed) and ``gs`` (per step: group shares, wasted tokens, kept/dropped groups)."""
+    eps = float(cfg.eps)
+    return f"""
+        fresh AS (SELECT * FROM f WHERE NOT replayed),
         g AS (
             SELECT run_id, step, group_id, count(*) AS n, max(reward) - min(reward) AS spread,
                    stddev_pop(reward) AS sd, count(verified) AS n_ver,
@@ -362,7 +375,15 @@ def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | Non
                    count(*) FILTER (WHERE n_tr > 0 AND any_trained) AS n_kept,
                    count(*) FILTER (WHERE n_tr > 0 AND NOT any_trained) AS n_dropped
             FROM gc GROUP BY run_id, step
-        ),
+        )"""
+
+
+def _sql_rollouts(cfg: MetricsConfig) -> str:
+    """``pass_step``/``pass_run`` (the reward of a verified pass), ``fr`` (fresh rows with their
+    group's facts), ``r`` (per step: rewards, lengths, latencies, truncation, hacking, advantage
+    disagreement) and ``tail`` (tokens past the length quantile)."""
+    eps, q_tail = float(cfg.eps), float(cfg.tail_quantile)
+    return f"""
         pass_step AS (SELECT run_id, step, median(reward) AS ref FROM fresh WHERE verified GROUP BY run_id, step),
         pass_run AS (SELECT run_id, median(reward) AS ref FROM fresh WHERE verified GROUP BY run_id),
         fr AS (
@@ -396,15 +417,39 @@ def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | Non
         tail AS (
             SELECT fresh.run_id, fresh.step, sum(greatest(fresh.gen_len - r.len_q, 0)) AS tail_tokens
             FROM fresh JOIN r USING (run_id, step) GROUP BY fresh.run_id, fresh.step
-        ),
+        )"""
+
+
+def _sql_replay() -> str:
+    """``allsteps`` (every step seen, fresh or replayed), ``rows_at`` and ``e`` (replay events per step)."""
+    return """
         allsteps AS (SELECT DISTINCT run_id, step FROM f UNION SELECT DISTINCT run_id, step FROM ev),
         rows_at AS (SELECT run_id, step, count(*) AS n_rows FROM f GROUP BY run_id, step),
         e AS (
             SELECT run_id, step, count(*) AS n_replayed, avg(lag) AS staleness_mean, max(lag) AS staleness_max,
                    avg(iw) AS iw_mean, min(iw) AS iw_min, max(iw) AS iw_max
             FROM ev GROUP BY run_id, step
-        ),
-        au AS ({audit_join})
+        )"""
+
+
+def _sql_audits(has_audits: bool) -> str:
+    """The audit part: per step, audited rollouts, kept share, mean TER, excluded spans per category
+    (an empty relation of the same columns when the store has no audits)."""
+    if not has_audits:
+        nulls = ", ".join(f"NULL::BIGINT AS excl_{c}" for c in EXCLUSION_CATEGORIES)
+        return ("SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS step, NULL::BIGINT AS n_audited, "
+                f"NULL::DOUBLE AS kept_share, NULL::DOUBLE AS ter_mean, {nulls} WHERE false")
+    sums = ", ".join(f"sum(excl_{c})::BIGINT AS excl_{c}" for c in EXCLUSION_CATEGORIES)
+    return f"""SELECT run_id, step, count(*)::BIGINT AS n_audited,
+                avg(CASE WHEN status = 'kept' THEN 1.0 ELSE 0.0 END) AS kept_share,
+                avg(ter) AS ter_mean, {sums} FROM a GROUP BY run_id, step"""
+
+
+def _sql_select() -> str:
+    """The final select: one row per step of ``allsteps``, the columns of :data:`METRIC_COLUMNS`."""
+    # per-sample finish times, not one latency per batch: at least 3 and at least half of them distinct
+    timed = "(r.n_lat = r.n_rollouts AND r.n_lat_distinct >= greatest(3, r.n_rollouts / 2) AND r.lat_max > 0)"
+    return f"""
         SELECT s.run_id, s.step, coalesce(r.n_rollouts, 0)::BIGINT AS n_rollouts,
                coalesce(gs.n_groups, 0)::BIGINT AS n_groups, r.reward_mean, r.reward_std, r.verified_rate,
                gs.n_zero::DOUBLE / nullif(gs.n_groups, 0) AS zero_var_share,
@@ -430,12 +475,7 @@ def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | Non
         LEFT JOIN r USING (run_id, step) LEFT JOIN gs USING (run_id, step) LEFT JOIN tail USING (run_id, step)
         LEFT JOIN e USING (run_id, step) LEFT JOIN au USING (run_id, step)
         LEFT JOIN rows_at ra USING (run_id, step)
-        ORDER BY s.run_id, s.step
-        """
-        out = con.sql(q).to_arrow_table()
-    finally:
-        con.close()
-    return out.select(METRIC_COLUMNS)
+        ORDER BY s.run_id, s.step"""
 
 
 def by_run(metrics: pa.Table) -> dict[str, dict[str, np.ndarray]]:

@@ -154,7 +154,11 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     tokenizer, or a path/name to load one from; None decodes with the store's own model when it
     records one (:func:`resolve_tokenizer`). ``allowed_hosts``: the only ``Host`` header names
     answered (``gfcr view`` passes the loopback names on a loopback bind, against DNS rebinding);
-    None answers any."""
+    None answers any.
+
+    Long because: the routes are closures over the opened store, its tokenizer and the static files; each
+    route is a few lines, and moving them out would hand that state to every one.
+    """
     from fastapi import FastAPI, HTTPException, Query
     from fastapi.responses import JSONResponse, Response
 

@@ -60,6 +60,33 @@ BOOT = (
 )
 
 
+def _private_mounts(spec: dict) -> None:
+    """Step 2: fresh size-limited tmpfs over the shared temp dirs, the interpreter kept reachable,
+    then / remounted read-only (all in this mount namespace only). Sets ``spec["root_readonly"]``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = spec["tmpfs_bytes"]
+    for d in ("/tmp", "/var/tmp", "/run/lock", "/dev/shm"):
+        if os.path.isdir(d):
+            _mount(libc, "tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
+    # the interpreter may live under a directory the dropped uid cannot traverse (e.g. /root):
+    # bind it to a stash, cover the closed ancestor with an empty tmpfs, bind it back in place
+    prefix = spec.get("python_prefix")
+    closed = spec.get("closed_ancestor")
+    if prefix and closed:
+        stash = "/tmp/.gfcr-python"
+        os.makedirs(stash)
+        _mount(libc, prefix, stash, None, MS_BIND, None)
+        _mount(libc, "tmpfs", closed, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+        os.makedirs(prefix, mode=0o755, exist_ok=True)
+        _mount(libc, stash, prefix, None, MS_BIND, None)
+        _mount(libc, prefix, prefix, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+    try:
+        _mount(libc, "/", "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+        spec["root_readonly"] = True
+    except OSError:
+        spec["root_readonly"] = False
+
+
 def main() -> int:
     fd = int(sys.argv[1])
     with os.fdopen(fd, "rb") as f:  # closes the fd: the program never inherits it
@@ -69,28 +96,7 @@ def main() -> int:
     files = spec.pop("files", {})
     workdir = spec["workdir"]
     if spec["private_mounts"]:
-        libc = ctypes.CDLL(None, use_errno=True)
-        size = spec["tmpfs_bytes"]
-        for d in ("/tmp", "/var/tmp", "/run/lock", "/dev/shm"):
-            if os.path.isdir(d):
-                _mount(libc, "tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777")
-        # the interpreter may live under a directory the dropped uid cannot traverse (e.g. /root):
-        # bind it to a stash, cover the closed ancestor with an empty tmpfs, bind it back in place
-        prefix = spec.get("python_prefix")
-        closed = spec.get("closed_ancestor")
-        if prefix and closed:
-            stash = "/tmp/.gfcr-python"
-            os.makedirs(stash)
-            _mount(libc, prefix, stash, None, MS_BIND, None)
-            _mount(libc, "tmpfs", closed, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-            os.makedirs(prefix, mode=0o755, exist_ok=True)
-            _mount(libc, stash, prefix, None, MS_BIND, None)
-            _mount(libc, prefix, prefix, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
-        try:
-            _mount(libc, "/", "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
-            spec["root_readonly"] = True
-        except OSError:
-            spec["root_readonly"] = False
+        _private_mounts(spec)
     os.makedirs(workdir, mode=0o700, exist_ok=True)
     path = os.path.join(workdir, spec["program_name"])
     with open(path, "wb") as f:

@@ -270,6 +270,78 @@ def _python_root(python: str) -> str:
     return os.path.dirname(os.path.dirname(os.path.realpath(python)))
 
 
+def _launch_spec(source: str, files: dict[str, str] | None, cfg: SandboxConfig, isolation: str, python: str,
+                 workdir: str) -> tuple[dict[str, Any], dict[str, str], dict[str, int], int | None]:
+    """The launcher's spec for one run, the program's environment, its rlimits and the uid it drops
+    to (None: no drop)."""
+    private = isolation in ("unshare", "bwrap")
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "PYTHONIOENCODING": "utf-8",
+    }
+    mb = 1 << 20
+    rlimits = {
+        "RLIMIT_CPU": cfg.cpu_s,
+        "RLIMIT_AS": cfg.memory_mb * mb,
+        "RLIMIT_FSIZE": cfg.file_mb * mb,
+        "RLIMIT_NOFILE": cfg.nofile,
+        "RLIMIT_CORE": 0,
+    }
+    root = os.geteuid() == 0
+    # as root the launcher drops to a uid of this run's own (RLIMIT_NPROC is per uid: a fork
+    # bomb in one run must not starve another); unprivileged bwrap maps the sandbox to
+    # `nobody` in a user namespace instead
+    uid = RUN_UIDS[secrets.randbelow(len(RUN_UIDS))] if private and root else None
+    if not root or uid is not None:
+        rlimits["RLIMIT_NPROC"] = cfg.nproc
+    prefix = os.path.realpath(sys.base_prefix)
+    spec = {
+        "program": source,
+        "program_name": "main.py",
+        "files": files or {},
+        "workdir": workdir,
+        "private_mounts": isolation == "unshare",
+        "tmpfs_bytes": cfg.tmpfs_mb * mb,
+        "python_prefix": prefix if python.startswith(prefix + os.sep) else None,
+        "closed_ancestor": _closed_ancestor(python) if isolation == "unshare" else None,
+        "uid": uid,
+        "rlimits": rlimits,
+        "argv": [python, "-I"],
+        "env": env,
+    }
+    return spec, env, rlimits, uid
+
+
+def _command(isolation: str, cfg: SandboxConfig, python: str, spec_fd: int) -> list[str]:
+    """The command line that starts the launcher under ``isolation`` (bwrap, unshare or none)."""
+    launcher = [_base_python(), "-I", "-S"]
+    if isolation == "bwrap":
+        roots = [_python_root(_base_python()), _python_root(python)]
+        return [shutil.which("bwrap") or "bwrap", *_bwrap_args(cfg.tmpfs_mb * (1 << 20), roots), *launcher,
+                _BWRAP_LAUNCHER, str(spec_fd)]
+    if isolation == "unshare":
+        return [shutil.which("unshare") or "unshare", "-n", "-m", "-p", "--fork", "--mount-proc", "--kill-child",
+                *launcher, str(LAUNCHER), str(spec_fd)]
+    return [*launcher, str(LAUNCHER), str(spec_fd)]
+
+
+def _signal_name(rc: int | None) -> str | None:
+    """The signal that ended the program, from its exit status (``-N``, or ``128 + N`` from the launcher)."""
+    if rc is not None and rc < 0:
+        return signal.Signals(-rc).name
+    if rc is not None and rc > 128 and rc - 128 < signal.NSIG:
+        try:
+            return signal.Signals(rc - 128).name
+        except ValueError:
+            return None
+    return None
+
+
 def run_python(
     source: str,
     stdin: str = "",
@@ -290,45 +362,7 @@ def run_python(
         (host_dir / "stdin").write_text(stdin)
         private = isolation in ("unshare", "bwrap")
         workdir = BOX_DIR if private else str(host_dir / "box")
-        env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": workdir,
-            "TMPDIR": workdir,
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
-            "PYTHONIOENCODING": "utf-8",
-        }
-        mb = 1 << 20
-        rlimits = {
-            "RLIMIT_CPU": cfg.cpu_s,
-            "RLIMIT_AS": cfg.memory_mb * mb,
-            "RLIMIT_FSIZE": cfg.file_mb * mb,
-            "RLIMIT_NOFILE": cfg.nofile,
-            "RLIMIT_CORE": 0,
-        }
-        root = os.geteuid() == 0
-        # as root the launcher drops to a uid of this run's own (RLIMIT_NPROC is per uid: a fork
-        # bomb in one run must not starve another); unprivileged bwrap maps the sandbox to
-        # `nobody` in a user namespace instead
-        uid = RUN_UIDS[secrets.randbelow(len(RUN_UIDS))] if private and root else None
-        if not root or uid is not None:
-            rlimits["RLIMIT_NPROC"] = cfg.nproc
-        prefix = os.path.realpath(sys.base_prefix)
-        spec = {
-            "program": source,
-            "program_name": "main.py",
-            "files": files or {},
-            "workdir": workdir,
-            "private_mounts": isolation == "unshare",
-            "tmpfs_bytes": cfg.tmpfs_mb * mb,
-            "python_prefix": prefix if python.startswith(prefix + os.sep) else None,
-            "closed_ancestor": _closed_ancestor(python) if isolation == "unshare" else None,
-            "uid": uid,
-            "rlimits": rlimits,
-            "argv": [python, "-I"],
-            "env": env,
-        }
+        spec, env, rlimits, uid = _launch_spec(source, files, cfg, isolation, python, workdir)
         # the spec (program, tests, secrets) travels on an inherited fd of an unlinked file: never on
         # a command line (/proc/*/cmdline is world-readable) nor at a path the program could open
         ready_r, ready_w = os.pipe()  # the program's interpreter writes one byte here when it is up
@@ -337,16 +371,7 @@ def run_python(
         spec_path.write_text(json.dumps(spec))
         spec_fd = os.open(spec_path, os.O_RDONLY)
         spec_path.unlink()
-        launcher = [_base_python(), "-I", "-S"]
-        if isolation == "bwrap":
-            roots = [_python_root(_base_python()), _python_root(python)]
-            cmd = [shutil.which("bwrap") or "bwrap", *_bwrap_args(cfg.tmpfs_mb * mb, roots), *launcher,
-                   _BWRAP_LAUNCHER, str(spec_fd)]
-        elif isolation == "unshare":
-            cmd = [shutil.which("unshare") or "unshare", "-n", "-m", "-p", "--fork", "--mount-proc", "--kill-child",
-                   *launcher, str(LAUNCHER), str(spec_fd)]
-        else:
-            cmd = [*launcher, str(LAUNCHER), str(spec_fd)]
+        cmd = _command(isolation, cfg, python, spec_fd)
         out_path, err_path = host_dir / "stdout", host_dir / "stderr"
         timed_out, phase = False, None
         try:
@@ -376,16 +401,7 @@ def run_python(
         rc = proc.returncode
         stdout, t1 = _read_capped(out_path, cfg.max_output_bytes)
         stderr, t2 = _read_capped(err_path, cfg.max_output_bytes)
-        sig = None
-        if timed_out:
-            sig = "SIGKILL"
-        elif rc is not None and rc < 0:
-            sig = signal.Signals(-rc).name
-        elif rc is not None and rc > 128 and rc - 128 < signal.NSIG:
-            try:
-                sig = signal.Signals(rc - 128).name
-            except ValueError:
-                sig = None
+        sig = "SIGKILL" if timed_out else _signal_name(rc)
         return SandboxResult(
             returncode=rc if rc is not None else -9,
             stdout=stdout,

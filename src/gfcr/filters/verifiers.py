@@ -9,6 +9,9 @@ could not judge (no gold answer, no env signal), never a guess. Verifiers are co
 keyword arguments checked by a pydantic model (``Verifier.Config``, unknown keys refused), and
 are found by name in :data:`VERIFIERS` / :func:`get_verifier`.
 
+Reading the final answer out of the text (the task's stated format, the strict and the lenient
+readers, numbers) lives in :mod:`gfcr.filters.answers`; its names are re-exported here.
+
 Heavy work runs out of process, so every verifier is safe to call from threads: ``math`` uses a
 pool of math-verify worker processes (:mod:`gfcr.filters._mathpool`) and ``code`` runs tests in the
 sandbox (:mod:`gfcr.filters.sandbox`).
@@ -27,6 +30,17 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .answers import (  # noqa: F401 - the answer readers are re-exported
+    ANSWER_FORMATS,
+    TRUNCATED_FINISHES,
+    extract_answer,
+    last_boxed,
+    leading_number,
+    parse_number,
+    read_answer,
+    stated_answer_format,
+    truncation,
+)
 from .sandbox import SandboxConfig, run_python
 
 
@@ -53,142 +67,6 @@ class Verifier(Protocol):
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-# ---------------------------------------------------------------------------------------------
-# Answer extraction
-# ---------------------------------------------------------------------------------------------
-
-_NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+"
-_ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:is)?\s*[:=]\s*(.+)", re.IGNORECASE)
-#: the strict ``Answer: N`` line: at the start of a line (markdown emphasis/heading marks allowed)
-_STRICT_ANSWER_LINE = re.compile(
-    r"^[ \t>#*_]*(?:final[ \t]+)?answer[ \t]*[*_]*[ \t]*[:：][ \t]*[*_]*[ \t]*(.*?)[ \t*_]*$", re.IGNORECASE | re.MULTILINE)
-
-_LEADING_NUMBER = re.compile(r"^\$?\s*(" + _NUMBER + r")\s*%?\s*[^\d]*$")
-
-#: answer formats a task can state (``Prompt.meta["answer_format"]``)
-ANSWER_FORMATS = ("answer_line", "boxed")
-#: finish reasons of a generation that did not end by itself
-TRUNCATED_FINISHES = ("length", "abort")
-
-
-def stated_answer_format(prompt: Any) -> str | None:
-    """The answer format a task states: ``"answer_line"`` (a final ``Answer: N`` line), ``"boxed"``
-    (``\\boxed{}``) or None.
-
-    Read from ``prompt.meta["answer_format"]`` (every built-in task source writes it); for prompts
-    stored without it, from the instruction text (``… of the form 'Answer: N'``, ``\\boxed{``).
-    """
-    if prompt is None:
-        return None
-    fmt = (getattr(prompt, "meta", None) or {}).get("answer_format")
-    if fmt in ANSWER_FORMATS:
-        return fmt
-    text = "\n".join(m.content for m in getattr(prompt, "messages", []) if m.role in ("system", "user"))
-    if "\\boxed{" in text:
-        return "boxed"
-    if re.search(r"form\s+['\"`]?\s*answer\s*:", text, re.IGNORECASE):
-        return "answer_line"
-    return None
-
-
-def truncation(context: dict[str, Any]) -> str | None:
-    """The finish reason of a generation that was cut (``length``, ``abort``), else None.
-
-    Read from ``context["finish_reason"]`` or ``context["rollout"].finish_reason``. A multi-turn
-    episode that ran out of turns (``meta["max_turns_reached"]``) ended its last turn itself and
-    is not truncated.
-    """
-    fr = context.get("finish_reason")
-    r = context.get("rollout")
-    if fr is None and r is not None:
-        fr = getattr(r, "finish_reason", None)
-        if (getattr(r, "meta", None) or {}).get("max_turns_reached"):
-            return None
-    return fr if fr in TRUNCATED_FINISHES else None
-
-
-def read_answer(text: str, fmt: str | None) -> tuple[str | None, str]:
-    """The final answer in the stated format ``fmt`` and nothing else.
-
-    ``"answer_line"``: the value of the last line that starts with ``Answer:`` (or ``Final
-    answer:``); ``"boxed"``: the last ``\\boxed{}``; None or ``"any"``: :func:`extract_answer`'s
-    lenient order. Returns ``(answer, how)``; ``(None, "none")`` when the format is absent.
-
-    >>> read_answer("add 3 + 6 to 9, which gives 11", "answer_line")
-    (None, 'none')
-    >>> read_answer("3 + 6 = 9\nAnswer: 9", "answer_line")
-    ('9', 'answer_line')
-    """
-    if fmt in (None, "any"):
-        return extract_answer(text)
-    if fmt == "boxed":
-        b = last_boxed(text)
-        return (b, "boxed") if b else (None, "none")
-    if fmt == "answer_line":
-        hits = [m.group(1).strip() for m in _STRICT_ANSWER_LINE.finditer(text)]
-        if hits and hits[-1]:
-            ans = hits[-1].rstrip(".").strip()
-            if ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
-                ans = ans.strip("$").strip()
-            return (ans, "answer_line") if ans else (None, "none")
-        return None, "none"
-    raise ValueError(f"unknown answer format {fmt!r}; expected one of {ANSWER_FORMATS}, 'any' or None")
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, else None."""
-    best = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            best = text[m.end() : i - 1].strip()
-    return best
-
-
-def extract_answer(text: str) -> tuple[str | None, str]:
-    """The final answer in ``text`` and how it was found.
-
-    Order: the last ``\\boxed{}``; else the last ``Answer:`` / ``Final answer:`` line; else the last
-    number. Returns ``(answer, how)`` with ``how`` in ``boxed | answer_line | last_number | none``.
-
-    >>> extract_answer("so x = 2.\\nAnswer: 3/4")
-    ('3/4', 'answer_line')
-    """
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed, "boxed"
-    lines = _ANSWER_LINE.findall(text)
-    if lines:
-        ans = lines[-1].strip().rstrip(".").strip()
-        if ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
-            ans = ans.strip("$").strip()
-        if ans:
-            return ans, "answer_line"
-    nums = re.findall(_NUMBER, text)
-    if nums:
-        return nums[-1].rstrip("."), "last_number"
-    return None, "none"
-
-
-def parse_number(s: str) -> float | None:
-    """A float from ``'1,000'``, ``'3/4'``, ``'-2.5'``, ``'50%'`` (→ 0.5), else None."""
-    t = s.strip().replace(",", "").replace("$", "").replace(" ", "")
-    pct = t.endswith("%")
-    t = t.rstrip("%")
-    try:
-        if "/" in t:
-            a, b = t.split("/", 1)
-            v = float(a) / float(b)
-        else:
-            v = float(t)
-    except (ValueError, ZeroDivisionError):
-        return None
-    return v / 100 if pct else v
 
 
 def coderl_reward(status: str, pass_ratio: float = 0.0) -> float:
@@ -315,8 +193,7 @@ class NumericVerifier:
         pred, how, ev = _final_answer(self.config, completion, context)
         val = parse_number(pred) if pred is not None else None
         if val is None and pred is not None and how == "answer_line":
-            m = _LEADING_NUMBER.match(pred)  # "Answer: 42 apples"
-            val = parse_number(m.group(1)) if m else None
+            val = leading_number(pred)  # "Answer: 42 apples"
         ok = val is not None and math.isclose(val, gold, rel_tol=self.config.rel_tol, abs_tol=self.config.abs_tol)
         ev.update(extracted=pred, extraction=how, value=val, gold=gold)
         if pred is None:

@@ -24,9 +24,9 @@ an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
   loopback host (against DNS rebinding); request bodies are limited in size.
 
 Dynamic batching (:mod:`gfcr.generate.batching`): requests arriving within ``batch_wait_ms`` of each
-other share one engine call of up to ``max_batch`` rows; seeded requests run alone unless
-``batch_seeded``; ``batch_wait_ms=0`` serves one request per call. One lock is held around every engine
-call, prompt scoring and weight load.
+other (at most ``batch_stretch x batch_wait_ms`` after the first) share one engine call of up to
+``max_batch`` rows; seeded requests run alone unless ``batch_seeded``; ``batch_wait_ms=0`` serves one
+request per call. One lock is held around every engine call, prompt scoring and weight load.
 
 Weight updates (RL with the trainer in another process): with ``allow_weight_updates=True``
 ``POST /gfcr/weights {"path": ..., "policy_version": ...}`` loads a safetensors file (or an HF checkpoint
@@ -50,7 +50,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from gfcr.generate.engines.base import GenRequest, GenResult, TokenEvent
 from gfcr.generate.serve_api import (
@@ -61,9 +60,11 @@ from gfcr.generate.serve_api import (
     DeltaText,
     RequestGuard,
     ServeLimits,
+    WeightsBody,
     chat_logprob_entry,
     chat_messages,
     completion_logprobs,
+    context_length,
     cut_at_stop,
     envelope,
     error_body,
@@ -79,29 +80,6 @@ try:  # module level, so that FastAPI can resolve the endpoints' ``request: Requ
     from starlette.requests import Request
 except ImportError:  # pragma: no cover - gfcr serve needs the serve extra (fastapi, uvicorn)
     Request = Any  # type: ignore[misc,assignment]
-
-
-
-class WeightsBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(..., min_length=1, description="A .safetensors file or a folder of them, as the server sees it.")
-    policy_version: str | None = Field(None, max_length=200, description="Version string of the new weights.")
-
-
-def context_length(engine: Any) -> int:
-    """The most tokens (prompt + completion) the served model takes: ``engine.max_context`` if set, else the
-    model config's ``max_position_embeddings`` (else the tokenizer's ``model_max_length`` when sane)."""
-    n = getattr(engine, "max_context", None)
-    if n:
-        return int(n)
-    cfg = getattr(getattr(engine, "model", None), "config", None)
-    for k in ("max_position_embeddings", "n_positions", "max_seq_len"):
-        v = getattr(cfg, k, None)
-        if isinstance(v, int) and v > 0:
-            return v
-    v = getattr(engine.tokenizer, "model_max_length", None)
-    return int(v) if isinstance(v, int) and 0 < v < 10**7 else 2048
 
 
 def _sse(obj: Any) -> str:
@@ -424,16 +402,18 @@ def _tops(r: GenResult) -> list[tuple[Any, Any]] | None:
 def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool = False,
                admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
                batch_seeded: bool = False, limits: ServeLimits | None = None,
-               allowed_hosts: Sequence[str] | None = None, batch_stretch: float = 1.0) -> Any:
+               allowed_hosts: Sequence[str] | None = None, batch_stretch: float = 4.0) -> Any:
     """The FastAPI app serving ``engine`` (an :class:`~gfcr.generate.engines.hf.HFEngine`) as ``model_name``.
+
+    Long because: its routes are closures over the engine, batcher and lock; request logic is in ``_Server``.
 
     ``allow_weight_updates`` adds ``POST /gfcr/weights``; ``max_batch``, ``batch_wait_ms`` and
     ``batch_seeded`` set the dynamic batching (its :class:`~gfcr.generate.batching.Batcher` is
     ``app.state.batcher``; close it when done, or call ``app.state.shutdown()``, which also makes
     requests in flight end with 503); ``limits`` bound requests; ``allowed_hosts``: the ``Host`` names
     accepted (``None``: any; :func:`serve` passes the loopback names on a loopback bind);
-    ``batch_stretch``: > 1 lets the batching window grow, while requests keep arriving, to this many times
-    ``batch_wait_ms`` (:class:`~gfcr.generate.batching.Batcher`'s ``stretch``; 1 = a fixed window).
+    ``batch_stretch``: the window closes once no request has come for ``batch_wait_ms``, at most this many
+    times ``batch_wait_ms`` after the first (1 = a fixed window; the Batcher's ``stretch``).
     """
     from fastapi import FastAPI, Header
     from fastapi.exceptions import RequestValidationError
@@ -555,14 +535,14 @@ def _uvicorn_server(app: Any, host: str, port: int, log_level: str) -> Any:
 def serve(model: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
           tokenizer: Any = None, device: str = "cpu", log_level: str = "info", allow_weight_updates: bool = False,
           admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-          batch_seeded: bool = False, limits: ServeLimits | None = None) -> None:
+          batch_seeded: bool = False, limits: ServeLimits | None = None, batch_stretch: float = 4.0) -> None:
     """Serve ``model`` (a path/name, a loaded model or an engine) until interrupted. On a loopback ``host``
     only requests whose ``Host`` header names a loopback host are answered."""
     engine = _engine_for(model, tokenizer, device, max_batch)
     name = model_name or _default_name(model)
     app = create_app(engine, name, allow_weight_updates, admin_token, max_batch=max_batch,
                      batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, limits=limits,
-                     allowed_hosts=_hosts_for(host))
+                     allowed_hosts=_hosts_for(host), batch_stretch=batch_stretch)
     try:
         _uvicorn_server(app, host, port, log_level).run()
     finally:
@@ -585,7 +565,7 @@ def serve_in_thread(model: Any = None, host: str = "127.0.0.1", port: int | None
                     startup_timeout_s: float = 60.0, allow_weight_updates: bool = False,
                     admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
                     batch_seeded: bool = False, limits: ServeLimits | None = None,
-                    batch_stretch: float = 1.0) -> Iterator[str]:
+                    batch_stretch: float = 4.0) -> Iterator[str]:
     """Run the server in a background thread; yields its base URL (``http://host:port/v1``).
 
     ``model`` may be a path/name, a loaded model (with ``tokenizer=``) or an engine; the other options

@@ -183,6 +183,15 @@ class ChatBody(_Common):
     top_logprobs: int | None = Field(None, ge=0)
 
 
+class WeightsBody(BaseModel):
+    """Body of ``POST /gfcr/weights`` (the weight-update route)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(..., min_length=1, description="A .safetensors file or a folder of them, as the server sees it.")
+    policy_version: str | None = Field(None, max_length=200, description="Version string of the new weights.")
+
+
 def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Messages for the chat template: ``{"role", "content"}`` each, content parts joined.
 
@@ -213,6 +222,21 @@ def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
             raise APIError(400, f"messages[{i}].content must be a string or a list of text parts", "messages")
         out.append({"role": m["role"], "content": c or ""})
     return out
+
+
+def context_length(engine: Any) -> int:
+    """The most tokens (prompt + completion) the served model takes: ``engine.max_context`` if set, else the
+    model config's ``max_position_embeddings`` (else the tokenizer's ``model_max_length`` when sane)."""
+    n = getattr(engine, "max_context", None)
+    if n:
+        return int(n)
+    cfg = getattr(getattr(engine, "model", None), "config", None)
+    for k in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        v = getattr(cfg, k, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    v = getattr(engine.tokenizer, "model_max_length", None)
+    return int(v) if isinstance(v, int) and 0 < v < 10**7 else 2048
 
 
 def resolve_max_tokens(asked: int | None, prompt_len: int, context: int, limits: ServeLimits,

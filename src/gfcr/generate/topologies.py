@@ -17,14 +17,20 @@ decoded from the tokens, ``group_id`` (one per prompt and step), ``sample_index`
 from __future__ import annotations
 
 import hashlib
-import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from gfcr.generate.engines.base import Engine, GenRequest, GenResult, SamplingParams
+from gfcr.generate.tree_forks import (  # noqa: F401 - the accounting names are re-exported
+    TokenAccounting,
+    choose_forks,
+    fork_end,
+    sampled_tokens,
+    token_accounting,
+    tree_token_saving,
+)
 from gfcr.records import CONTEXT, GENERATED, Cost, Message, Prompt, Rollout, json_safe
 
 
@@ -211,121 +217,8 @@ class Group:
 # ---------------------------------------------------------------------------------------------
 
 
-# TreeRL advantages of these trees: gfcr.filters.treerl (a Filter signal).
-
-
-def choose_forks(
-    entropies: Sequence[np.ndarray],
-    seg_starts: Sequence[int],
-    n: int,
-    min_prefix_frac: float = 0.5,
-    ends: Sequence[int | None] | None = None,
-    used: Iterable[tuple[int, int]] = (),
-) -> list[tuple[int, int]]:
-    """The ``n`` forking points of one tree: EPTree's highest ``-log p`` tokens, preferring late ones.
-
-    Offsets count generated tokens (offset 0 = the first token after the prompt). Path ``a`` may
-    fork only inside its own segment, ``[seg_starts[a], ends[a])``, at an offset not in ``used``.
-    A candidate is *in the window* when its offset is ``>= ceil(min_prefix_frac * G_a)``, with
-    ``G_a = len(entropies[a])`` the path's generated length (shared prefix included). Candidates
-    are ranked: in-window first, then by entropy proxy (descending), then path and offset
-    (ascending, so ties are deterministic). The window is a preference, not a cut: a tree whose
-    window holds fewer than ``n`` candidates is filled from outside it, so the leaf count stays
-    ``m(1 + t·n·l)`` whenever the paths have tokens at all.
-
-    Args:
-        entropies: per path, float ``[G_a]`` entropy proxy ``-log pi(token)`` of each generated token.
-        seg_starts: per path, the offset where its own segment starts (0 for a root).
-        n: forking points to return.
-        min_prefix_frac: in ``[0, 1)``; 0 gives TreeRL's plain top-``n``.
-        ends: per path, offsets ``>=`` this are never candidates (``None`` = no limit); used for
-            TreeRL's "no fork after the answer is announced" mask.
-        used: ``(path, offset)`` pairs already forked.
-    Returns:
-        up to ``n`` ``(path, offset)`` pairs, best first.
-
-    Example: one path with entropies ``[5, 1, 2, 3]``, ``n = 2``: ``min_prefix_frac = 0`` picks
-    offsets 0 and 3; ``min_prefix_frac = 0.5`` (window = offsets 2, 3) picks 3 and 2.
-    """
-    if not 0.0 <= min_prefix_frac < 1.0:
-        raise ValueError(f"min_prefix_frac must be in [0, 1), got {min_prefix_frac}")
-    done = set(used)
-    cand = []
-    for a, ent in enumerate(entropies):
-        g = len(ent)
-        lo = math.ceil(min_prefix_frac * g)
-        end = g if ends is None or ends[a] is None else min(g, int(ends[a]))
-        for j in range(int(seg_starts[a]), end):
-            if (a, j) not in done:
-                cand.append((j < lo, -float(ent[j]), a, j))
-    cand.sort()
-    return [(a, j) for _, _, a, j in cand[: max(n, 0)]]
-
-
-def fork_end(tokens: Sequence[str], words: Sequence[str]) -> int | None:
-    """TreeRL's answer mask: offsets after the first token containing one of ``words`` (case-insensitive) are no forks.
-
-    Returns that token's offset + 1 (the token itself may still be resampled), or ``None`` when no
-    token matches. Example: tokens ``["So", " the", " answer", " is", " 4"]``, words ``["answer"]`` → 3.
-    """
-    ws = [w.lower() for w in words if w]
-    for i, s in enumerate(tokens):
-        low = s.lower()
-        if any(w in low for w in ws):
-            return i + 1
-    return None
-
-
-@dataclass
-class TokenAccounting:
-    """Generated tokens of a set of rollouts, per leaf (every rollout is a leaf).
-
-    ``leaf_tokens`` counts each leaf's generated tokens as a trajectory (a tree leaf's shared
-    prefix is counted again in every leaf); ``sampled_tokens`` counts what the engine actually
-    sampled (a tree child only from its branch point on). For a group both are equal.
-    """
-
-    leaves: int
-    leaf_tokens: int
-    sampled_tokens: int
-
-    @property
-    def sampled_per_leaf(self) -> float:
-        return self.sampled_tokens / self.leaves if self.leaves else 0.0
-
-    @property
-    def leaf_tokens_per_leaf(self) -> float:
-        return self.leaf_tokens / self.leaves if self.leaves else 0.0
-
-    def to_dict(self) -> dict[str, float]:
-        return {"leaves": self.leaves, "leaf_tokens": self.leaf_tokens, "sampled_tokens": self.sampled_tokens,
-                "sampled_per_leaf": round(self.sampled_per_leaf, 2), "leaf_tokens_per_leaf": round(self.leaf_tokens_per_leaf, 2)}
-
-
-def sampled_tokens(rollout: Rollout) -> int:
-    """Tokens the engine sampled for this rollout: all generated tokens of a root or group sample,
-    those from ``branch_pos`` on for a tree child (read from the token structure, not from ``cost``)."""
-    n_gen = rollout.n_generated
-    if rollout.parent_id is None or rollout.branch_pos is None:
-        return n_gen
-    return int(np.count_nonzero(rollout.token_role[int(rollout.branch_pos):] == GENERATED))
-
-
-def token_accounting(rollouts: Sequence[Rollout]) -> TokenAccounting:
-    """:class:`TokenAccounting` of ``rollouts`` (a tree's or a group's)."""
-    return TokenAccounting(
-        leaves=len(rollouts),
-        leaf_tokens=sum(r.n_generated for r in rollouts),
-        sampled_tokens=sum(sampled_tokens(r) for r in rollouts),
-    )
-
-
-def tree_token_saving(tree: Sequence[Rollout], group: Sequence[Rollout]) -> float:
-    """``1 - (sampled tokens per leaf of tree) / (sampled tokens per leaf of group)``: > 0 when the tree is cheaper per leaf."""
-    t, g = token_accounting(tree), token_accounting(group)
-    if not t.leaves or not g.sampled_tokens:
-        raise ValueError("tree_token_saving needs non-empty rollouts and a group that sampled tokens")
-    return 1.0 - t.sampled_per_leaf / g.sampled_per_leaf
+# TreeRL advantages of these trees: gfcr.filters.treerl (a Filter signal). The forking rule and the
+# token accounting: gfcr.generate.tree_forks.
 
 
 class EPTree:
@@ -518,29 +411,13 @@ class MultiTurn:
         self.obs_role = obs_role
 
     def generate(self, engine: Engine, prompts: Sequence[Prompt], run_id: str, step: int = 0) -> list[Rollout]:
-        from gfcr.generate.envs import env_signal
-
+        """``k`` episodes per prompt, advanced together: each turn is one engine call over the live
+        episodes; an episode ends when the env says done, the policy stops early or ``max_turns`` runs out."""
         tok = _tokenizer(engine)
         if tok is None:
             raise ValueError("multi_turn needs an engine with a local tokenizer (hf, vllm) to keep tokens exact")
         version = engine.policy_version
-        eps = []
-        for p in prompts:
-            for i in range(self.k):
-                env = self.env_factory()
-                msgs = _msgs(p)
-                first = env.reset(p)
-                if first:
-                    if msgs and msgs[0]["role"] == "system":
-                        msgs[0] = {"role": "system", "content": msgs[0]["content"] + "\n\n" + first}
-                    else:
-                        msgs.insert(0, {"role": "system", "content": first})
-                ids = _template_ids(tok, msgs, True)
-                eps.append({
-                    "prompt": p, "i": i, "env": env, "msgs": msgs, "ids": ids, "role": [CONTEXT] * len(ids),
-                    "lps": [0.0] * len(ids), "ents": [], "done": False, "finish": None, "latency": 0.0, "turns": 0,
-                    "info": [], "meta": {}, "n_prompt": len(ids),
-                })
+        eps = [self._start(tok, p, i) for p in prompts for i in range(self.k)]
         env_name = getattr(eps[0]["env"], "name", "env") if eps else "env"
         for turn in range(self.max_turns):
             live = [e for e in eps if not e["done"]]
@@ -550,56 +427,81 @@ class MultiTurn:
                 "n": 1, "seed": derive_seed(self.seed, e["prompt"].prompt_id, step, "turn", turn, e["i"])}))
                 for e in live]
             for e, res in zip(live, engine.generate(reqs), strict=True):
-                r = res[0]
-                e["turns"] += 1
-                e["latency"] += r.latency_s
-                gen = [int(t) for t in r.token_ids]
-                e["ids"] += gen
-                e["role"] += [GENERATED] * len(gen)
-                e["lps"] += [float(x) for x in r.logprobs]
-                if e["ents"] is not None:
-                    has = r.entropies is not None and len(r.entropies) == len(gen)
-                    e["ents"] = e["ents"] + [float(x) for x in r.entropies] if has else None
-                body = gen[:-1] if r.finish_reason == "stop" and gen and gen[-1] in getattr(engine, "eos_ids", {tok.eos_token_id}) else gen
-                text = tok.decode(body, skip_special_tokens=False)
-                e["msgs"].append({"role": "assistant", "content": text})
-                if r.finish_reason != "stop":
-                    e["done"], e["finish"] = True, r.finish_reason
-                    continue
-                obs, done, info = e["env"].step(text)
-                e["info"].append(info)
-                if done:
-                    e["done"], e["finish"] = True, "env_done"
-                    if obs:
-                        e["meta"]["final_observation"] = obs
-                    continue
-                e["msgs"].append({"role": self.obs_role, "content": obs or ""})
-                if not _extend_context(tok, e, add_generation_prompt=True):
-                    e["done"], e["finish"] = True, "error"
-        out = []
-        for e in eps:
-            if not e["done"]:
-                e["finish"] = "length"
-                e["meta"]["max_turns_reached"] = True
-            _extend_context(tok, e, add_generation_prompt=False)
-            p = e["prompt"]
-            n_gen = sum(1 for x in e["role"] if x == GENERATED)
-            env_reward, env_success = env_signal(e["info"], env_name)
-            signals = {} if env_reward is None else {"env_reward": env_reward}
-            if e["ents"]:  # every policy token's entropy (turns in order), when the engine reported them
-                signals["entropy"] = float(np.mean(e["ents"]))
-            if env_success is not None:
-                e["meta"]["env_success"] = env_success
-            out.append(Rollout(
-                run_id=run_id, prompt_id=p.prompt_id, token_ids=e["ids"], token_role=e["role"], logprobs=e["lps"],
-                messages=e["msgs"], task=p.task,
-                step=step, policy_version=version, group_id=group_id_of(p.prompt_id, step, run_id),
-                sample_index=e["i"], finish_reason=e["finish"],
-                sampling=self.params.to_record(engine) | {"max_turns": self.max_turns, "env": env_name},
-                cost=Cost(prompt_tokens=e["n_prompt"], gen_tokens=n_gen, latency_s=e["latency"]), signals=signals,
-                meta=e["meta"] | {"turns": e["turns"], "env": env_name, "env_info": json_safe(e["info"])},
-            ))
-        return out
+                self._take_turn(engine, tok, e, res[0])
+        return [self._rollout(engine, tok, e, env_name, run_id, step, version) for e in eps]
+
+    def _start(self, tok: Any, p: Prompt, i: int) -> dict[str, Any]:
+        """Episode ``i`` of prompt ``p``: a fresh env, its first observation folded into the system
+        message, the templated prompt as context tokens."""
+        env = self.env_factory()
+        msgs = _msgs(p)
+        first = env.reset(p)
+        if first:
+            if msgs and msgs[0]["role"] == "system":
+                msgs[0] = {"role": "system", "content": msgs[0]["content"] + "\n\n" + first}
+            else:
+                msgs.insert(0, {"role": "system", "content": first})
+        ids = _template_ids(tok, msgs, True)
+        return {
+            "prompt": p, "i": i, "env": env, "msgs": msgs, "ids": ids, "role": [CONTEXT] * len(ids),
+            "lps": [0.0] * len(ids), "ents": [], "done": False, "finish": None, "latency": 0.0, "turns": 0,
+            "info": [], "meta": {}, "n_prompt": len(ids),
+        }
+
+    def _take_turn(self, engine: Engine, tok: Any, e: dict[str, Any], r: GenResult) -> None:
+        """Append the policy's turn ``r`` to episode ``e``, step its env, and append the observation."""
+        e["turns"] += 1
+        e["latency"] += r.latency_s
+        gen = [int(t) for t in r.token_ids]
+        e["ids"] += gen
+        e["role"] += [GENERATED] * len(gen)
+        e["lps"] += [float(x) for x in r.logprobs]
+        if e["ents"] is not None:
+            has = r.entropies is not None and len(r.entropies) == len(gen)
+            e["ents"] = e["ents"] + [float(x) for x in r.entropies] if has else None
+        body = gen[:-1] if r.finish_reason == "stop" and gen and gen[-1] in getattr(engine, "eos_ids", {tok.eos_token_id}) else gen
+        text = tok.decode(body, skip_special_tokens=False)
+        e["msgs"].append({"role": "assistant", "content": text})
+        if r.finish_reason != "stop":
+            e["done"], e["finish"] = True, r.finish_reason
+            return
+        obs, done, info = e["env"].step(text)
+        e["info"].append(info)
+        if done:
+            e["done"], e["finish"] = True, "env_done"
+            if obs:
+                e["meta"]["final_observation"] = obs
+            return
+        e["msgs"].append({"role": self.obs_role, "content": obs or ""})
+        if not _extend_context(tok, e, add_generation_prompt=True):
+            e["done"], e["finish"] = True, "error"
+
+    def _rollout(self, engine: Engine, tok: Any, e: dict[str, Any], env_name: str, run_id: str, step: int,
+                 version: str) -> Rollout:
+        """The finished episode ``e`` as one rollout (an episode still running ran out of turns)."""
+        from gfcr.generate.envs import env_signal
+
+        if not e["done"]:
+            e["finish"] = "length"
+            e["meta"]["max_turns_reached"] = True
+        _extend_context(tok, e, add_generation_prompt=False)
+        p = e["prompt"]
+        n_gen = sum(1 for x in e["role"] if x == GENERATED)
+        env_reward, env_success = env_signal(e["info"], env_name)
+        signals = {} if env_reward is None else {"env_reward": env_reward}
+        if e["ents"]:  # every policy token's entropy (turns in order), when the engine reported them
+            signals["entropy"] = float(np.mean(e["ents"]))
+        if env_success is not None:
+            e["meta"]["env_success"] = env_success
+        return Rollout(
+            run_id=run_id, prompt_id=p.prompt_id, token_ids=e["ids"], token_role=e["role"], logprobs=e["lps"],
+            messages=e["msgs"], task=p.task,
+            step=step, policy_version=version, group_id=group_id_of(p.prompt_id, step, run_id),
+            sample_index=e["i"], finish_reason=e["finish"],
+            sampling=self.params.to_record(engine) | {"max_turns": self.max_turns, "env": env_name},
+            cost=Cost(prompt_tokens=e["n_prompt"], gen_tokens=n_gen, latency_s=e["latency"]), signals=signals,
+            meta=e["meta"] | {"turns": e["turns"], "env": env_name, "env_info": json_safe(e["info"])},
+        )
 
 
 def _template_ids(tok: Any, msgs: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:

@@ -25,13 +25,13 @@ import numpy as np
 
 from gfcr.generate.engines.base import GenRequest, GenResult
 from gfcr.generate.topologies import (
-    choose_forks,
     derive_seed,
     encode_prompt,
     group_id_of,
     rollout_from_result,
     token_entropies,
 )
+from gfcr.generate.tree_forks import choose_forks
 from gfcr.records import Prompt, Rollout
 
 
@@ -52,7 +52,11 @@ class _Tree:
 
 def grow_trees(tree: Any, engine: Any, prompts: Sequence[Prompt], run_id: str, step: int) -> list[Rollout]:
     """The rollouts of ``tree`` (an :class:`~gfcr.generate.topologies.EPTree`) for ``prompts``,
-    decoded with ``engine.generate_growing`` (see the module docstring)."""
+    decoded with ``engine.generate_growing`` (see the module docstring).
+
+    Long because: ``follow`` and ``next_round`` are closures over the trees being grown and the request tags:
+    the state the growing batch calls back into.
+    """
     version = engine.policy_version
     prompt_ids = [encode_prompt(engine, p) for p in prompts]
     P = [len(ids) for ids in prompt_ids]

@@ -88,6 +88,9 @@ def dataproto_to_rollouts(batch: Any, run_id: str, global_steps: int | None = No
                           tokenizer: Any = None) -> tuple[list[Rollout], list[Prompt]]:
     """Rollouts (and their prompts) of one verl batch; see the module docstring for the mapping.
 
+    Long because: verl's batch layout, field by field: the checks, then the per-row mapping in the order of
+    the module docstring's table.
+
     ``batch``: a ``verl.DataProto`` (or anything with ``.batch``, ``.non_tensor_batch``,
     ``.meta_info``); ``global_steps``: the trainer's step (default ``meta_info["global_steps"]``);
     ``reward_extra_info``: the reward manager's extra values per row (``acc`` becomes ``verified``);

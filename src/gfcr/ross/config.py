@@ -62,6 +62,9 @@ class SFTConfig(_Strict):
     max_tokens_per_row: int = Field(
         1024, ge=8, description="packing: at most this many tokens per packed row (a longer sequence gets a row "
                                 "of its own).")
+    max_pad_fraction: float = Field(
+        0.05, ge=0, le=1, description="Run each step as micro-batches whose padding is at most this fraction of "
+                                      "their tokens (gradients accumulated, same loss); 1: one tensor per step.")
 
 
 class EpisodeEvalConfig(_Strict):

@@ -165,7 +165,8 @@ def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool =
         model = load_model(init)
         res = train_masked_sft(model, rows, tokenizer.pad_token_id, epochs=t.epochs, lr=t.lr, batch_size=t.batch_size,
                                grad_clip=t.grad_clip, seed=t.seed, out_dir=run_dir / "models" / v, tokenizer=tokenizer,
-                               progress=progress, packing=t.packing, max_tokens_per_row=t.max_tokens_per_row)
+                               progress=progress, packing=t.packing, max_tokens_per_row=t.max_tokens_per_row,
+                               max_pad_fraction=t.max_pad_fraction)
         out[v] = {**res.to_dict(), "init": init}
     return out
 

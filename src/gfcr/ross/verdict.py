@@ -146,7 +146,9 @@ def validate_verdict(
     """Check ``obj`` against ``text``/``units`` and return the :class:`Decision` (see module doc).
 
     ``bounds``: the assistant messages' char ranges in ``text``; a quote may not cross from one
-    into the next (a tool or environment turn lies between them, and it is never supervisable)."""
+    into the next (a tool or environment turn lies between them, and it is never supervisable).
+    The rules are checked in the module doc's order: the top level here, each exclusion in
+    :func:`_exclusion`, coverage and the answer in :func:`_check_kept`."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     extra = set(obj) - _TOP_KEYS
@@ -162,80 +164,102 @@ def validate_verdict(
         if not reason or not reason.strip():
             raise VerdictError("a discard verdict needs a non-empty 'reason'")
         return Decision("discarded", f"judge: {reason.strip()}", np.zeros(len(text), bool))
-    n = len(units)
-    if n == 0:
+    if not units:
         raise VerdictError("the text has no units to keep")
-    keep_spec, excl_spec = obj.get("keep"), obj.get("exclude", [])
+    excl_spec = obj.get("exclude", [])
     if not isinstance(excl_spec, list):
         raise VerdictError("'exclude' must be a list")
-    kept_units: set[int]
-    if mode == "select-keep":
-        if not isinstance(keep_spec, list) or not keep_spec:
-            raise VerdictError("'keep' must be a non-empty list of unit numbers (or [first, last] ranges)")
-        kept_units = {u for s in keep_spec for u in _unit_list(s, n, "keep")}
-    else:
-        if keep_spec is not None:
-            raise VerdictError("locate-exclude mode: give only 'exclude', not 'keep'")
-        kept_units = set(range(1, n + 1))
+    kept_units = _kept_units(obj.get("keep"), len(units), mode)
     kept = np.zeros(len(text), bool)
     for u in units:
         if u.number in kept_units:
             kept[u.start : u.end] = True
     excluded: list[Span] = []
-    whole_excluded: set[int] = set()
     for i, e in enumerate(excl_spec):
-        where = f"exclude[{i}]"
-        if not isinstance(e, dict):
-            raise VerdictError(f"{where}: each exclusion is an object with 'unit' or 'units' and 'category'")
-        extra = set(e) - _EXCL_KEYS
-        if extra:
-            raise VerdictError(f"{where}: unknown key(s) {sorted(extra)}")
-        cat = e.get("category")
-        if cat not in EXCLUSION_CATEGORIES:
-            raise VerdictError(f"{where}: category must be one of {list(EXCLUSION_CATEGORIES)}, got {cat!r}")
-        if "unit" in e and "units" in e:
-            raise VerdictError(f"{where}: give 'unit' or 'units', not both")
-        scope = _unit_list(e["units"], n, where) if "units" in e else _unit_list(e["unit"], n, where) if "unit" in e else []
-        quote = e.get("quote")
-        if quote is None:
-            if not scope:
-                raise VerdictError(f"{where}: name a 'unit', 'units' or an exact 'quote'")
-            if "occurrence" in e:
-                raise VerdictError(f"{where}: 'occurrence' only goes with a 'quote'")
-            for u in scope:
-                if mode == "select-keep" and u in kept_units:
-                    raise VerdictError(f"{where}: unit {u} is both kept and excluded")
-                un = units[u - 1]
-                kept[un.start : un.end] = False
-                whole_excluded.add(u)
-                excluded.append(Span(un.start, un.end, cat, u, None))
-            continue
-        if not isinstance(quote, str) or not quote.strip():
-            raise VerdictError(f"{where}: 'quote' must be a non-blank exact substring of the text")
-        if len(scope) > 1:
-            raise VerdictError(f"{where}: a quote goes with a single 'unit'")
-        lo, hi = (units[scope[0] - 1].start, units[scope[0] - 1].end) if scope else (0, len(text))
-        hits, pos = [], text.find(quote, lo, hi)
-        while pos >= 0 and pos + len(quote) <= hi:
-            if _within_one(bounds, pos, pos + len(quote)):
-                hits.append(pos)
-            pos = text.find(quote, pos + 1, hi)
-        if not hits and bounds and text.find(quote, lo, hi) >= 0:
-            raise VerdictError(f"{where}: quote {quote[:80]!r} spans two assistant turns (a tool or environment turn "
-                               "lies between them); quote inside one turn")
-        if not hits:
-            place = f"unit {scope[0]}" if scope else "the text"
-            raise VerdictError(f"{where}: quote {quote[:80]!r} does not occur in {place}; quote the original exactly")
-        occ = e.get("occurrence")
-        if occ is not None:
-            if isinstance(occ, bool) or not isinstance(occ, int) or not 1 <= occ <= len(hits):
-                raise VerdictError(f"{where}: occurrence must be 1..{len(hits)}, got {occ!r}")
-            hits = [hits[occ - 1]]
-        unit_starts = [u.start for u in units]
-        for h in hits:
-            kept[h : h + len(quote)] = False
-            unit_of = units[bisect.bisect_right(unit_starts, h) - 1].number
-            excluded.append(Span(h, h + len(quote), cat, unit_of, quote))
+        for sp in _exclusion(e, f"exclude[{i}]", text, units, mode, kept_units, bounds):
+            kept[sp.start : sp.end] = False
+            excluded.append(sp)
+    whole_excluded = {sp.unit for sp in excluded if sp.quote is None}
+    _check_kept(text, units, kept, mode, kept_units, whole_excluded, answer)
+    excluded.sort(key=lambda s: (s.start, s.end))
+    return Decision("kept", None, kept, excluded)
+
+
+def _kept_units(keep_spec: Any, n: int, mode: str) -> set[int]:
+    """The unit numbers ``keep`` names (select-keep), or every unit (locate-exclude, no ``keep``)."""
+    if mode == "select-keep":
+        if not isinstance(keep_spec, list) or not keep_spec:
+            raise VerdictError("'keep' must be a non-empty list of unit numbers (or [first, last] ranges)")
+        return {u for s in keep_spec for u in _unit_list(s, n, "keep")}
+    if keep_spec is not None:
+        raise VerdictError("locate-exclude mode: give only 'exclude', not 'keep'")
+    return set(range(1, n + 1))
+
+
+def _exclusion(e: Any, where: str, text: str, units: list[Unit], mode: str, kept_units: set[int],
+               bounds: list[tuple[int, int]] | None) -> list[Span]:
+    """The spans one ``exclude`` entry removes: whole units, or each occurrence of its quote."""
+    n = len(units)
+    if not isinstance(e, dict):
+        raise VerdictError(f"{where}: each exclusion is an object with 'unit' or 'units' and 'category'")
+    extra = set(e) - _EXCL_KEYS
+    if extra:
+        raise VerdictError(f"{where}: unknown key(s) {sorted(extra)}")
+    cat = e.get("category")
+    if cat not in EXCLUSION_CATEGORIES:
+        raise VerdictError(f"{where}: category must be one of {list(EXCLUSION_CATEGORIES)}, got {cat!r}")
+    if "unit" in e and "units" in e:
+        raise VerdictError(f"{where}: give 'unit' or 'units', not both")
+    scope = _unit_list(e["units"], n, where) if "units" in e else _unit_list(e["unit"], n, where) if "unit" in e else []
+    quote = e.get("quote")
+    if quote is None:
+        if not scope:
+            raise VerdictError(f"{where}: name a 'unit', 'units' or an exact 'quote'")
+        if "occurrence" in e:
+            raise VerdictError(f"{where}: 'occurrence' only goes with a 'quote'")
+        out = []
+        for u in scope:
+            if mode == "select-keep" and u in kept_units:
+                raise VerdictError(f"{where}: unit {u} is both kept and excluded")
+            un = units[u - 1]
+            out.append(Span(un.start, un.end, cat, u, None))
+        return out
+    if not isinstance(quote, str) or not quote.strip():
+        raise VerdictError(f"{where}: 'quote' must be a non-blank exact substring of the text")
+    if len(scope) > 1:
+        raise VerdictError(f"{where}: a quote goes with a single 'unit'")
+    hits = _quote_hits(e, where, text, quote, units[scope[0] - 1] if scope else None, bounds)
+    unit_starts = [u.start for u in units]
+    return [Span(h, h + len(quote), cat, units[bisect.bisect_right(unit_starts, h) - 1].number, quote) for h in hits]
+
+
+def _quote_hits(e: dict[str, Any], where: str, text: str, quote: str, unit: Unit | None,
+                bounds: list[tuple[int, int]] | None) -> list[int]:
+    """Start offsets of ``quote`` in ``unit`` (or the whole text), inside one assistant turn; only
+    the ``occurrence``-th when the entry names one."""
+    lo, hi = (unit.start, unit.end) if unit is not None else (0, len(text))
+    hits, pos = [], text.find(quote, lo, hi)
+    while pos >= 0 and pos + len(quote) <= hi:
+        if _within_one(bounds, pos, pos + len(quote)):
+            hits.append(pos)
+        pos = text.find(quote, pos + 1, hi)
+    if not hits and bounds and text.find(quote, lo, hi) >= 0:
+        raise VerdictError(f"{where}: quote {quote[:80]!r} spans two assistant turns (a tool or environment turn "
+                           "lies between them); quote inside one turn")
+    if not hits:
+        place = f"unit {unit.number}" if unit is not None else "the text"
+        raise VerdictError(f"{where}: quote {quote[:80]!r} does not occur in {place}; quote the original exactly")
+    occ = e.get("occurrence")
+    if occ is not None:
+        if isinstance(occ, bool) or not isinstance(occ, int) or not 1 <= occ <= len(hits):
+            raise VerdictError(f"{where}: occurrence must be 1..{len(hits)}, got {occ!r}")
+        hits = [hits[occ - 1]]
+    return hits
+
+
+def _check_kept(text: str, units: list[Unit], kept: np.ndarray, mode: str, kept_units: set[int],
+                whole_excluded: set[int], answer: str | None) -> None:
+    """Every unit kept or excluded (select-keep), something non-blank kept, the verified answer kept."""
     if mode == "select-keep":
         missing = [u.number for u in units if u.number not in kept_units and u.number not in whole_excluded]
         if missing:
@@ -251,5 +275,3 @@ def validate_verdict(
                 f"the kept text no longer contains the verified final answer {str(answer).strip()!r}; "
                 "keep the unit that states it"
             )
-    excluded.sort(key=lambda s: (s.start, s.end))
-    return Decision("kept", None, kept, excluded)

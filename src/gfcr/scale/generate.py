@@ -98,6 +98,9 @@ def ray_generate(
 ) -> dict[str, Any]:
     """Run ``config`` on ``workers`` Ray actors; returns a summary like ``run_generate``'s.
 
+    Long because: one dispatch loop: shards go to idle actors, a failed shard is retried on a fresh actor,
+    complete groups of shards are committed in order; the three share the loop's queues and counters.
+
     ``prompts`` replaces ``config.tasks``; ``engine_factory`` (a picklable zero-argument callable
     run inside each actor) replaces ``config.engine`` — e.g. a custom engine class.
     ``actor_options`` go to ``ray.remote`` (default ``{"num_cpus": 1}``; ``{"num_gpus": 1}`` for a

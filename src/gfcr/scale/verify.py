@@ -93,6 +93,9 @@ def ray_verify(
 ) -> dict[str, Any]:
     """Re-verify ``store``'s rollouts (optionally a SQL ``where``) on ``workers`` Ray actors.
 
+    Long because: one dispatch loop (chunks to idle actors, a failed chunk retried on a fresh actor) between
+    reading the rows and writing the verdicts as one store version.
+
     ``verifier`` is a registered name (``math``, ``numeric``…, built with ``options`` inside each
     actor) or a picklable verifier instance. Gold answers/tests come from the prompts table. With
     ``write`` the new verdicts are one new store version (``store.update``); the summary has the

@@ -18,6 +18,9 @@ Upkeep (:mod:`gfcr.store.upkeep`): the duplicate-id check of :meth:`RolloutStore
 up in an in-process hash index instead of scanning the id column on every commit, and every write
 merges adjacent small fragments of one size tier (``auto_compact`` at a time), so a long run of small
 commits keeps its commit rate and reads stay fast.
+
+Reads (:mod:`gfcr.store.reads`): :meth:`RolloutStore.get` and :meth:`RolloutStore.sample` take rows
+by row id or offset, never through a filtered scan of whole rows.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lance
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -54,6 +56,7 @@ from gfcr.records import (
     table_to_rollouts,
     utcnow,
 )
+from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, sample_rows, take_ids
 from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
 
 MANIFEST = "gfcr-store.json"
@@ -193,7 +196,8 @@ class RolloutStore:
         if name not in TABLES:
             raise StoreError(f"unknown table {name!r}; tables are {sorted(TABLES)}")
         version = self._pinned[name] if self._pinned is not None else None
-        return lance.dataset(self._uri(name), version=version, session=_session())
+        return lance.dataset(self._uri(name), version=version, session=_session(), block_size=READ_BLOCK_SIZE,
+                             read_params=READ_PARAMS)
 
     @property
     def read_only(self) -> bool:
@@ -365,33 +369,14 @@ class RolloutStore:
         return table_to_rollouts(self.scan(**filters))
 
     def get(self, ids: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
-        """Rows for ``ids`` in the order given (unknown ids raise)."""
-        ids = list(ids)
-        want = list(columns) if columns else None
-        cols = want if want is None or "rollout_id" in want else ["rollout_id", *want]
-        t = self.dataset("rollouts").to_table(columns=cols, filter=_in_list("rollout_id", ids))
-        pos = {rid: i for i, rid in enumerate(t.column("rollout_id").to_pylist())}
-        missing = [i for i in ids if i not in pos]
-        if missing:
-            raise KeyError(f"{len(missing)} rollout id(s) not in the store, e.g. {missing[0]!r}")
-        t = t.take(pa.array([pos[i] for i in ids], pa.int64()))
-        return t.select(want) if want is not None else t
+        """Rows for ``ids`` in the order given (an id may repeat; unknown ids raise ``KeyError``);
+        an id look-up, then a take of those rows only (:func:`gfcr.store.reads.take_ids`)."""
+        return take_ids(self.dataset("rollouts"), ids, columns)
 
     def sample(self, n: int, where: str | None = None, seed: int | None = None,
                columns: Sequence[str] | None = None) -> pa.Table:
         """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``."""
-        ds = self.dataset("rollouts")
-        rng = np.random.default_rng(seed)
-        cols = list(columns) if columns else None
-        if where:
-            rowids = ds.to_table(columns=[], filter=where, with_row_id=True).column("_rowid").to_numpy()
-            pick = rng.choice(len(rowids), size=min(n, len(rowids)), replace=False) if len(rowids) else []
-            return ds._take_rows(np.sort(rowids[pick]).tolist(), columns=cols) if len(pick) else ds.schema.empty_table()
-        total = ds.count_rows()
-        if total == 0:
-            return ds.schema.empty_table() if cols is None else ds.to_table(columns=cols, limit=0)
-        idx = np.sort(rng.choice(total, size=min(n, total), replace=False))
-        return ds.take(idx.tolist(), columns=cols)
+        return sample_rows(self.dataset("rollouts"), n, where, seed, columns)
 
     def count(self, table: str = "rollouts", where: str | None = None) -> int:
         return self.dataset(table).count_rows(filter=where)
@@ -557,7 +542,11 @@ class RolloutStore:
         return RolloutStore(self.path, versions=pinned, auto_compact=0)
 
     def compact(self) -> dict[str, Any]:
-        """Merge small fragments of every table (a new version; history stays)."""
+        """Merge small fragments of every table (a new version; history stays), then (re)build the
+        BTREE index on ``rollout_id`` that :meth:`get` and the duplicate-id check's exact look-ups use.
+
+        Rows appended later are not in the index until the next ``compact()``: Lance scans them
+        (as it scans fragments that automatic compaction rewrote), so look-ups stay exact."""
         self._writable()
         out = {}
         for name in TABLES:
@@ -573,7 +562,9 @@ class RolloutStore:
             else:
                 metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
             out[name] = {"fragments_before": before, "fragments_after": len(lance.dataset(self._uri(name)).get_fragments()),
-                         "fragments_removed": getattr(metrics, "fragments_removed", None)}
+                         "fragments_removed": getattr(metrics, "fragments_removed", None), "index": None}
+        if _retry(lambda: build_id_index(self._uri("rollouts"))):
+            out["rollouts"]["index"] = "rollout_id (BTREE)"
         return out
 
     def stats(self, run: str | None = None) -> list[dict[str, Any]]:

@@ -185,6 +185,9 @@ def export_sft(
     """Write the rollouts matching the DuckDB predicate ``where`` (all rollouts when ``None``; e.g.
     ``"verified AND reward > 0"``) as one SFT Parquet file ``out`` in format ``fmt`` (see module doc).
 
+    Long because: one pass over the matched rows that applies, in order, the truncation, token, assistant-turn
+    and duplicate rules and counts each skip, then writes the file all or nothing.
+
     ``tokenizer`` (an HF tokenizer, or a name/dir to load) decodes the completion of rollouts whose
     ``messages`` hold no assistant turn; without it such rollouts make the text formats fail.
     A rollout cut by the token limit (``finish_reason`` length/abort; a multi-turn episode that

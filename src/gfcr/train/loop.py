@@ -112,6 +112,12 @@ class TrainingRun:
             close()
 
     def setup(self) -> None:
+        """Build every part of the run from the config: store, prompts, Control, signals, verifiers,
+        model, trainer, engine, resumed state, weight sync, metrics.
+
+        Long because: the parts are built in dependency order, each in one to three lines; splitting
+        would pass most of them from one helper to the next.
+        """
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

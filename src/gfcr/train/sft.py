@@ -8,6 +8,13 @@ length, cut into batches, batch order shuffled each epoch) with right padding, A
 clipping, a linear warm-up. Departure: the paper's batch size, learning rate and packing are not
 public; the defaults here are sized for a 135M model on CPU (the seed's 3 epochs kept).
 
+Bounded padding: a step's batch is not one ``[B, longest]`` tensor. :func:`split_by_padding` cuts it
+into micro-batches of similar length whose padding is at most ``max_pad_fraction`` (5%) of their
+tokens, and :func:`sft_step` back-propagates each micro-batch's summed NLL over the whole step's
+supervised-token count, so the accumulated gradient is the batch's (same loss, same steps). Sorting
+48 log-normal lengths into batches of 8 still padded 15-17% as one tensor, because the long tail's
+neighbours differ by tens of tokens.
+
 Packing (``packing=True``) is a layout change only: each step still takes ``batch_size`` sequences
 (seeded random batches instead of length-grouped ones), :func:`pack_sequences` fits them into rows of
 at most ``max_tokens_per_row`` tokens, and :func:`collate_packed` builds one row per pack with
@@ -176,6 +183,80 @@ def packed_batches(lengths: Sequence[int], batch_size: int, max_tokens: int, see
     return out
 
 
+def split_by_padding(row_lengths: Sequence[int], max_pad_fraction: float = 0.05) -> list[list[int]]:
+    """Group one step's rows into micro-batches whose padding is at most ``max_pad_fraction`` each.
+
+    Shapes: ``row_lengths [R]`` (tokens per row; a row is one sequence, or one packed row) → a list of
+    micro-batches, each a list of row indices; every index appears exactly once. A micro-batch is a
+    ``[r, L]`` tensor with ``L`` its longest row, so its padding is ``1 - sum / (r * L)``. Rows are taken
+    longest first (ties by index) and each joins the current micro-batch while that stays within
+    ``max_pad_fraction``; otherwise it opens the next one. A shorter row can only raise the padding,
+    so the micro-batches are contiguous in that order. ``max_pad_fraction >= 1`` gives one micro-batch
+    (the whole step as one tensor); ``0`` gives one per distinct length. Deterministic.
+
+    Example: lengths [100, 400, 390, 120, 98], 5% → [[1, 2], [3], [0, 4]]: 400 + 390 pads 10 of 800
+    (1.3%); adding 120 would pad 24%; 120 + 100 would pad 8.3%; 100 + 98 pads 2 of 200 (1%). The
+    single tensor would be [5, 400] with 1,108 tokens of 2,000 real: 44.6% padding.
+    """
+    if max_pad_fraction < 0:
+        raise ValueError(f"max_pad_fraction must be >= 0, got {max_pad_fraction}")
+    out: list[list[int]] = []
+    longest = real = 0
+    for i in sorted(range(len(row_lengths)), key=lambda j: (-row_lengths[j], j)):
+        n = row_lengths[i]
+        if out and 1 - (real + n) / (longest * (len(out[-1]) + 1)) <= max_pad_fraction + 1e-12:
+            out[-1].append(i)
+            real += n
+        else:
+            out.append([i])
+            longest, real = n, n
+    return out
+
+
+def sft_step(model: Any, rows: Sequence[dict[str, Any]], step_rows: Sequence[Sequence[int]], pad_id: int,
+             packing: bool = False, max_pad_fraction: float = 0.05) -> dict[str, Any]:
+    """Forward + backward of one masked-SFT step, as micro-batches of bounded padding (no optimiser step).
+
+    ``step_rows``: the step's rows, each a list of indices into ``rows`` (one index per row unless
+    ``packing``). The rows are grouped by :func:`split_by_padding`; each micro-batch is collated
+    (:func:`collate`, or :func:`collate_packed` when ``packing``), and its summed NLL divided by the
+    **whole step's** supervised-token count is back-propagated. The accumulated gradient is therefore
+    that of :func:`~gfcr.train.losses.masked_nll` over the step's sequences as one batch: the mean over
+    the batch's supervised tokens, whatever the layout (tested against one sequence per row).
+
+    Returns ``loss`` (float, that mean), ``n`` (supervised targets), ``slots`` (tokens processed,
+    padding included), ``real`` (tokens of the sequences) and ``forwards`` (micro-batches run);
+    ``n == 0`` means nothing was run; a micro-batch without targets is skipped and not counted.
+    Gradients accumulate into ``.grad`` (zero them before).
+    """
+    from gfcr.train.losses import masked_nll
+
+    n_step = sum(sum(rows[i]["loss_mask"][1:]) for row in step_rows for i in row)
+    res = {"loss": 0.0, "n": int(n_step), "slots": 0, "real": 0, "forwards": 0}
+    if n_step == 0:
+        return res
+    dtype = next(model.parameters()).dtype
+    lens = [sum(len(rows[i]["input_ids"]) for i in row) for row in step_rows]
+    for mb in split_by_padding(lens, max_pad_fraction):
+        if packing:
+            b = collate_packed([[rows[i] for i in step_rows[k]] for k in mb], pad_id)
+            fwd = {"input_ids": b["input_ids"], "position_ids": b["position_ids"],
+                   "attention_mask": additive_mask(b["attention_mask"], dtype)}
+        else:
+            b = collate([rows[i] for k in mb for i in step_rows[k]], pad_id)
+            fwd = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
+        if b["loss_mask"][:, 1:].sum() == 0:
+            continue
+        res["slots"] += b["input_ids"].numel()
+        res["real"] += sum(lens[k] for k in mb)
+        res["forwards"] += 1
+        mean, n = masked_nll(model(**fwd).logits, b["input_ids"], b["loss_mask"])
+        part = mean * n / n_step
+        part.backward()
+        res["loss"] += float(part.detach())
+    return res
+
+
 @dataclass
 class SFTResult:
     out_dir: Path | None
@@ -185,12 +266,16 @@ class SFTResult:
     seconds: float = 0.0
     slots: int = 0
     real: int = 0
+    forwards: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        """Summary; ``tokens`` are supervised targets, ``tokens_processed`` the slots of every forward
+        (padding included), ``real_tokens`` the sequences' tokens, ``pad_fraction = 1 - real / processed``."""
         return {"out_dir": str(self.out_dir) if self.out_dir else None, "steps": self.steps,
                 "first_loss": self.losses[0] if self.losses else None,
                 "last_loss": self.losses[-1] if self.losses else None, "tokens": self.tokens,
-                "seconds": round(self.seconds, 2),
+                "seconds": round(self.seconds, 2), "tokens_processed": self.slots, "real_tokens": self.real,
+                "forwards": self.forwards,
                 "pad_fraction": round(1 - self.real / self.slots, 4) if self.slots else None}
 
 
@@ -210,19 +295,24 @@ def train_masked_sft(
     progress: bool = False,
     packing: bool = False,
     max_tokens_per_row: int = 1024,
+    max_pad_fraction: float = 0.05,
 ) -> SFTResult:
     """Train ``model`` (a causal LM, modified in place) on ``rows`` with :func:`~gfcr.train.losses.masked_nll`.
+
+    Long because: the SFT loop in one place: argument checks, batches, epochs, accumulation, the learning-rate
+    schedule and the saved checkpoint, in the order they run.
 
     ``rows``: dicts with ``input_ids`` and ``loss_mask`` (as written by :mod:`gfcr.ross.build`).
     Saves model (and ``tokenizer``) to ``out_dir`` if given (a new folder).
     ``packing``: each step's ``batch_size`` sequences (seeded random batches) are packed into rows of at
     most ``max_tokens_per_row`` tokens without cross-sequence attention (see :func:`collate_packed`);
-    off by default (length-grouped padded batches). The loss is the mean over the batch's supervised
-    tokens either way. Packing needs an attention implementation that takes a 4D mask (eager, sdpa).
+    off by default (length-grouped padded batches). ``max_pad_fraction``: each step runs as micro-batches
+    whose padding is at most this fraction of their tokens (:func:`split_by_padding`, gradients
+    accumulated; 1.0 = the whole step as one tensor). The loss is the mean over the step's supervised
+    tokens whatever the layout (:func:`sft_step`). Packing needs an attention implementation that
+    takes a 4D mask (eager, sdpa).
     """
     import torch
-
-    from gfcr.train.losses import masked_nll
 
     if not rows:
         raise ValueError("no training rows")
@@ -230,6 +320,8 @@ def train_masked_sft(
         raise FileExistsError(f"{out_dir} exists and is not empty; choose a new folder")
     if packing and max_tokens_per_row < 1:
         raise ValueError(f"max_tokens_per_row must be >= 1, got {max_tokens_per_row}")
+    if max_pad_fraction < 0:
+        raise ValueError(f"max_pad_fraction must be >= 0, got {max_pad_fraction}")
     if packing:
         impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
         if impl not in (None, "eager", "sdpa"):
@@ -253,37 +345,29 @@ def train_masked_sft(
         bar = Progress(transient=True, console=Console(stderr=True))
         bar.start()
         task = bar.add_task("masked SFT", total=total)
-    dtype = next(model.parameters()).dtype
     for ep in range(epochs):
         if packing:
             batches = packed_batches(lengths, batch_size, max_tokens_per_row, seed + ep)
         else:
-            batches = [[idx] for idx in length_grouped_batches(lengths, batch_size, seed + ep)]
+            batches = [[[i] for i in idx] for idx in length_grouped_batches(lengths, batch_size, seed + ep)]
         for bt in batches:
-            if packing:
-                b = collate_packed([[rows[i] for i in row] for row in bt], pad_id)
-                fwd = {"input_ids": b["input_ids"], "position_ids": b["position_ids"],
-                       "attention_mask": additive_mask(b["attention_mask"], dtype)}
-            else:
-                b = collate([rows[i] for i in bt[0]], pad_id)
-                fwd = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
-            if b["loss_mask"][:, 1:].sum() == 0:
-                continue
-            out = model(**fwd)
-            loss, n = masked_nll(out.logits, b["input_ids"], b["loss_mask"])
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            st = sft_step(model, rows, bt, pad_id, packing, max_pad_fraction)
+            if st["n"] == 0:
+                continue
             if grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             opt.step()
             sched.step()
             res.steps += 1
-            res.tokens += int(n)
-            res.slots += b["input_ids"].numel()
-            res.real += sum(lengths[i] for row in bt for i in row)
-            res.losses.append(float(loss.detach()))
+            res.tokens += st["n"]
+            res.slots += st["slots"]
+            res.real += st["real"]
+            res.forwards += st["forwards"]
+            res.losses.append(st["loss"])
             if bar is not None:
-                bar.update(task, advance=1, description=f"masked SFT ep {ep + 1} loss {res.losses[-1]:.3f}")
+                bar.update(task, advance=1, description=f"masked SFT ep {ep + 1} loss {res.losses[-1]:.3f} "
+                                                        f"pad {1 - res.real / max(res.slots, 1):.1%}")
     if bar is not None:
         bar.stop()
     model.eval()
@@ -296,7 +380,8 @@ def train_masked_sft(
         (Path(out_dir) / "sft.json").write_text(json.dumps({**res.to_dict(), "epochs": epochs, "lr": lr,
                                                             "batch_size": batch_size, "seed": seed,
                                                             "packing": packing,
-                                                            "max_tokens_per_row": max_tokens_per_row}, indent=2))
+                                                            "max_tokens_per_row": max_tokens_per_row,
+                                                            "max_pad_fraction": max_pad_fraction}, indent=2))
     return res
 
 
@@ -307,7 +392,10 @@ class NLLStats:
 
 
 def mean_token_nll(model: Any, rows: Sequence[dict[str, Any]], pad_id: int, batch_size: int = 8) -> NLLStats:
-    """Mean per-token NLL of the masked-in tokens of ``rows`` under ``model`` (compatibility)."""
+    """Mean per-token NLL of the masked-in tokens of ``rows`` under ``model`` (compatibility).
+
+    Length-grouped batches, each run as micro-batches of at most 5% padding (:func:`split_by_padding`).
+    """
     import torch
 
     from gfcr.train.losses import masked_nll
@@ -315,10 +403,12 @@ def mean_token_nll(model: Any, rows: Sequence[dict[str, Any]], pad_id: int, batc
     tot, n = 0.0, 0
     model.eval()
     with torch.no_grad():
-        for idx in length_grouped_batches([len(r["input_ids"]) for r in rows], batch_size, 0):
-            b = collate([rows[i] for i in idx], pad_id)
-            out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
-            loss, k = masked_nll(out.logits, b["input_ids"], b["loss_mask"])
-            tot += float(loss) * int(k)
-            n += int(k)
+        lengths = [len(r["input_ids"]) for r in rows]
+        for idx in length_grouped_batches(lengths, batch_size, 0):
+            for mb in split_by_padding([lengths[i] for i in idx]):
+                b = collate([rows[idx[k]] for k in mb], pad_id)
+                out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+                loss, k = masked_nll(out.logits, b["input_ids"], b["loss_mask"])
+                tot += float(loss) * int(k)
+                n += int(k)
     return NLLStats(tot / max(n, 1), n)

@@ -176,8 +176,8 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
     ``step-{N}`` (under fully-async training the sampler may be older). No text: messages are
     decoded only when a tokenizer is given.
 
-    (Longer than most functions here: one pass over one dump, checks and mapping kept in the order of
-    the layout; the array checks and the grouping are in ``_arrays`` and ``_group_keys``.)
+    Long because: one pass over one dump, checks and mapping kept in the order of the layout; the
+    array checks and the grouping are in ``_arrays`` and ``_group_keys``.
     """
     torch = need_torch("SkyRL .pkl dumps")
     files = find_files(paths, PATTERNS)

@@ -1,0 +1,88 @@
+"""Random-row reads (RolloutStore.get / sample) stay exact across appends, automatic compaction,
+updates (which delete the old rows), deletions, compact() with its rollout_id index, and checkouts.
+
+The oracle is a full scan of the table (a different read path: no row ids, no index)."""
+
+import lance
+import numpy as np
+import pytest
+
+from gfcr.store import RolloutStore
+from gfcr.testing import make_rollout
+
+
+def _batch(b, size):
+    return [make_rollout(i, step=b, run="r", n_ctx=3, n_gen=2 + (i + b) % 7, seed=b, reward=float(b),
+                         rollout_id=f"b{b}-{i}") for i in range(size)]
+
+
+def _by_id(store):
+    return {r["rollout_id"]: r for r in store.scan().to_pylist()}
+
+
+def _check_reads(store, rng, n=12):
+    """get() of a shuffled subset (with a repeat) and sample() both return exactly the scanned rows."""
+    rows = _by_id(store)
+    ids = list(rows)
+    pick = [ids[k] for k in rng.choice(len(ids), size=min(n, len(ids)), replace=False)]
+    pick.append(pick[0])  # a repeated id comes back twice, in place
+    assert store.get(pick).to_pylist() == [rows[i] for i in pick]
+    got = store.get(pick, columns=["reward", "token_ids"]).to_pylist()
+    assert got == [{"reward": rows[i]["reward"], "token_ids": rows[i]["token_ids"]} for i in pick]
+    s = store.sample(n, seed=int(rng.integers(1 << 30))).to_pylist()
+    assert len(s) == min(n, len(ids)) and len({r["rollout_id"] for r in s}) == len(s)
+    assert all(r == rows[r["rollout_id"]] for r in s)
+    every = store.sample(len(ids) + 5).to_pylist()
+    assert sorted(r["rollout_id"] for r in every) == sorted(ids)
+    return rows
+
+
+def test_reads_exact_through_appends_compaction_updates_deletes(tmp_path):
+    rng = np.random.default_rng(0)
+    store = RolloutStore.open(tmp_path / "s", create=True, auto_compact=3)
+    for b in range(9):  # small commits: automatic compaction rewrites some of them
+        store.append(_batch(b, 2 + b % 4))
+    assert store.compactions, "the store should have merged fragments by now"
+    _check_reads(store, rng)
+
+    v_before = store.version
+    r = store.rollouts(where="rollout_id = 'b3-1'")[0]
+    r.reward = -7.0
+    store.update([r])  # the old row is deleted, the new one appended
+    rows = _check_reads(store, rng)
+    assert rows["b3-1"]["reward"] == -7.0 and store.get(["b3-1"]).column("reward").to_pylist() == [-7.0]
+    assert store.checkout(v_before).get(["b3-1"]).column("reward").to_pylist() == [3.0]
+
+    res = store.compact()
+    assert res["rollouts"]["index"] == "rollout_id (BTREE)"
+    ds = store.dataset("rollouts")
+    assert [(d.field_names, "BTree" in d.type_url) for d in ds.describe_indices()] == [(["rollout_id"], True)]
+    plan = ds.scanner(columns=["rollout_id"], filter="rollout_id IN ('b1-0', 'b2-1')", with_row_id=True).explain_plan()
+    assert "ScalarIndexQuery" in plan  # get()'s look-up goes through the index
+    _check_reads(store, rng)
+
+    for b in range(9, 14):  # rows the index has not seen; automatic compaction merges some of them
+        store.append(_batch(b, 2))
+    r = store.rollouts(where="rollout_id = 'b0-0'")[0]
+    r.reward = 42.0
+    store.update([r])  # an indexed row replaced after the index was built
+    rows = _check_reads(store, rng)
+    assert rows["b0-0"]["reward"] == 42.0 and "b13-1" in rows
+    assert store.get(["b13-1", "b0-0"]).column("reward").to_pylist() == [13.0, 42.0]
+
+    lance.dataset(str(tmp_path / "s" / "rollouts.lance")).delete("step = 5")  # deletion vectors
+    rows = _check_reads(store, rng)
+    assert not any(k.startswith("b5-") for k in rows)
+    with pytest.raises(KeyError, match="not in the store"):
+        store.get(["b1-0", "b5-0"])
+
+
+def test_get_edge_cases(store):
+    store.append(_batch(0, 5))
+    assert store.get([]).num_rows == 0
+    assert store.get([], columns=["reward"]).column_names == ["reward"]
+    assert store.get(["b0-4", "b0-2"], columns=["step", "rollout_id"]).column_names == ["step", "rollout_id"]
+    with pytest.raises(KeyError, match="1 rollout id"):
+        store.get(["b0-1", "nope"])
+    store.compact()
+    assert store.get(["b0-4", "b0-0"]).column("rollout_id").to_pylist() == ["b0-4", "b0-0"]
