@@ -1,7 +1,7 @@
 """Generation benchmark: hf tokens/s at batch 1, 8, 32; tree vs group at equal leaves.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/gen_bench.py [--model DIR] [--max-tokens 48] [--reps 3]
-        [--prompts 2] [--threads 1] [--part all|throughput|tree] [--out bench/out/gen.json]
+        [--prompts 2] [--threads 1] [--part all|throughput|tree|sampler] [--out bench/out/gen.json]
 
 Every arm is timed in wall and CPU seconds (this process, all torch threads); arms take turns
 inside each repetition (the order rotating), every repetition uses fresh seeds, and the report
@@ -9,6 +9,10 @@ gives medians over repetitions with the machine load (``os.getloadavg``) seen du
 
 - throughput: one request of ``n = 1, 8, 32`` samples of the same prompt; tokens per wall second
   and per CPU second. Goal: batch 32 >= 5x batch 1 per CPU second.
+- sampler: the sampling step alone at batch 32 on the model's logits (repeated per row), CPU ms per
+  decode step: the engine's vectorised step (``_DecodeState.step``: one inverse-CDF draw for all rows
+  from per-row seeded uniforms) against the rule it replaced (the same log-probs and entropy, then one
+  seeded ``torch.multinomial`` per row), alternated.
 - tree vs group: EPTree (6x2x1x2, 30 leaves per prompt) decoded as one growing batch, the same tree
   decoded round by round (the engine-independent path), and a group of k = 30: sampled tokens
   (``token_accounting``) and time. Goal: the tree samples >= 30% fewer tokens per leaf and takes
@@ -56,6 +60,63 @@ def throughput(eng, ids, a) -> dict:
     return res
 
 
+def _per_row_multinomial(logits, gens) -> list[int]:
+    """The sampling rule the vectorised step replaced (reference arm): log-probs, entropy, then one
+    seeded ``torch.multinomial`` over the vocabulary and one ``float(lp[t])`` per row."""
+    import torch
+
+    from gfcr.generate.engines.hf import sampling_logprobs
+
+    lp = sampling_logprobs(logits, 1.0)
+    probs = lp.exp()
+    ent = -torch.where(probs > 0, probs * lp, torch.zeros_like(lp)).sum(-1)
+    out = []
+    for i, g in enumerate(gens):
+        t = int(torch.multinomial(probs[i], 1, generator=g))
+        out.append((t, float(lp[i, t]), float(ent[i])))
+    return out
+
+
+def sampler(eng, ids, a) -> dict:
+    import torch
+
+    from gfcr.generate.engines import GenRequest, SamplingParams
+    from gfcr.generate.engines.hf import _DecodeState, row_generator
+
+    B, steps = 32, 20
+    with torch.no_grad():
+        logits = eng.model(input_ids=torch.tensor([ids])).logits[:, -1, :].float().repeat(B, 1)
+    arms = {"per-row multinomial (before)": [], "vectorised step": []}
+    order = list(arms)
+    for rep in range(a.reps):
+        sp = SamplingParams(n=B, temperature=1.0, max_tokens=steps, seed=rep)
+        rows = [(0, si, ids, sp, GenRequest(prompt_ids=ids, params=sp)) for si in range(B)]
+        for k in range(len(order)):
+            name = order[(rep + k) % len(order)]
+            if name == "vectorised step":
+                st = _DecodeState(rows, eng.eos_ids, len(eng.tokenizer), eng.model.config)
+                live = list(range(B))
+
+                def run(st=st, live=live):
+                    for _ in range(steps):
+                        toks, *_ = st.step(logits, live)
+                        for i, t in zip(live, toks, strict=True):
+                            st.toks[i].append(t)
+            else:
+                gens = [row_generator(rep, si) for si in range(B)]
+
+                def run(gens=gens):
+                    for _ in range(steps):
+                        _per_row_multinomial(logits, gens)
+            _, t = timed(run)
+            arms[name].append(t | {"cpu_ms_per_step": 1000 * t["cpu_s"] / steps, "wall_ms_per_step": 1000 * t["wall_s"] / steps})
+            print(f"rep {rep} {name}: {arms[name][-1]['cpu_ms_per_step']:.1f} CPU ms/step, load {t['load']:.1f}", flush=True)
+    res = {name: {"cpu_ms_per_step": med(rows, "cpu_ms_per_step"), "wall_ms_per_step": med(rows, "wall_ms_per_step"),
+                  "load": med(rows, "load"), "reps": rows} for name, rows in arms.items()}
+    res["before_over_after_cpu"] = res[order[0]]["cpu_ms_per_step"] / res[order[1]]["cpu_ms_per_step"]
+    return res
+
+
 def tree_vs_group(eng, a) -> dict:
     from gfcr.generate.engines import SamplingParams
     from gfcr.generate.topologies import EPTree, Group, token_accounting
@@ -97,7 +158,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="repetitions (fresh seeds) per arm")
     ap.add_argument("--prompts", type=int, default=2, help="prompts for the tree-vs-group comparison")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 on a shared machine)")
-    ap.add_argument("--part", choices=("all", "throughput", "tree"), default="all")
+    ap.add_argument("--part", choices=("all", "throughput", "tree", "sampler"), default="all")
     ap.add_argument("--min-prefix-frac", type=float, default=0.5, help="EPTree min_prefix_frac")
     ap.add_argument("--out", default="bench/out/gen.json")
     a = ap.parse_args()
@@ -117,11 +178,13 @@ def main() -> None:
                  "reps": a.reps, "cpus": os.cpu_count(), "load_start": os.getloadavg()}
     if a.part in ("all", "throughput"):
         res["throughput"] = throughput(eng, ids, a)
+    if a.part in ("all", "sampler"):
+        res["sampler"] = sampler(eng, ids, a)
     if a.part in ("all", "tree"):
         res["tree_vs_group"] = tree_vs_group(eng, a)
     res["load_end"] = os.getloadavg()
     slim = json.loads(json.dumps(res))
-    for part in ("throughput", "tree_vs_group"):
+    for part in ("throughput", "sampler", "tree_vs_group"):
         for v in slim.get(part, {}).values():
             if isinstance(v, dict):
                 v.pop("reps", None)

@@ -15,8 +15,10 @@ and counts samples whose tokens differ (the float-rounding caveat of batching se
 
 ``--part window``: the batching window's rule, batching on in both arms: a fixed window of ``--wait-ms``
 from the oldest request (``stretch=1``) against the quiet-gap rule (the window closes ``--wait-ms`` after
-the latest arrival, at most 4x), alternated; reports engine calls per burst, tokens/s, CPU
-seconds beside wall seconds, and the load average.
+the latest arrival, at most ``--stretch`` x the wait; several values give several arms), alternated
+(the order rotating each round); reports engine calls per burst, the
+burst's spread (first to last arrival at the batcher), tokens/s, CPU seconds beside wall seconds, and
+the load average.
 """
 
 from __future__ import annotations
@@ -50,18 +52,41 @@ class _Counting:
         return out
 
 
+_ARRIVALS: list[float] = []  # when each job reached the batcher (monotonic s), for the burst's spread
+
+
+def _record_arrivals() -> None:
+    """Make every Batcher note when each job is submitted (the spread of a burst as the server sees it)."""
+    from gfcr.generate import batching
+
+    if getattr(batching.Batcher.submit, "_bench", False):
+        return
+    real = batching.Batcher.submit
+
+    def submit(self, reqs, cancel=None):
+        _ARRIVALS.append(time.monotonic())
+        return real(self, reqs, cancel)
+
+    submit._bench = True
+    batching.Batcher.submit = submit
+
+
 def _run(engine, prompts, params, wait_ms: float, max_batch: int, batch_seeded: bool = False,
-         stretch: float = 1.0) -> dict:
+         stretch: float | None = None, warm: bool = False) -> dict:
     from gfcr.generate.engines import GenRequest
     from gfcr.generate.engines.openai import OpenAIEngine
     from gfcr.generate.serve import serve_in_thread
 
+    _record_arrivals()
     counted = _Counting(engine)
+    rule = {} if stretch is None else {"batch_stretch": stretch}  # None: the server's default rule
     with serve_in_thread(counted, model_name="bench", batch_wait_ms=wait_ms, max_batch=max_batch,
-                         batch_seeded=batch_seeded, batch_stretch=stretch) as url:
+                         batch_seeded=batch_seeded, **rule) as url:
         client = OpenAIEngine(url, "bench", max_concurrency=len(prompts), max_retries=0, timeout_s=1800)
-        client.generate([GenRequest(prompt_ids=prompts[0], params=params[0].model_copy(update={"max_tokens": 2}))])
+        n_warm = len(prompts) if warm else 1  # warm: one open connection per client, as a client that has sent before
+        client.generate([GenRequest(prompt_ids=p, params=params[0].model_copy(update={"max_tokens": 2})) for p in prompts[:n_warm]])
         counted.calls, counted.rows, counted.call_s = 0, [], []
+        _ARRIVALS.clear()
         reqs = [GenRequest(prompt_ids=p, params=sp) for p, sp in zip(prompts, params, strict=True)]
         load0 = os.getloadavg()[0]
         t0, c0 = time.perf_counter(), time.process_time()
@@ -72,7 +97,9 @@ def _run(engine, prompts, params, wait_ms: float, max_batch: int, batch_seeded: 
     n = sum(len(t) for t in toks)
     return {"wait_ms": wait_ms, "batch_seeded": batch_seeded, "stretch": stretch, "seconds": round(dt, 2),
             "cpu_seconds": round(cpu, 2), "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)], "tokens": n,
-            "tokens_per_s": round(n / dt, 2), "engine_calls": counted.calls, "rows_per_call": counted.rows, "call_seconds": counted.call_s,
+            "tokens_per_s": round(n / dt, 2), "arrival_spread_ms": round(1000 * (max(_ARRIVALS) - min(_ARRIVALS)), 1),
+            "arrivals_ms": [round(1000 * (t - min(_ARRIVALS)), 1) for t in sorted(_ARRIVALS)],
+            "engine_calls": counted.calls, "rows_per_call": counted.rows, "call_seconds": counted.call_s,
             "_tokens": toks}
 
 
@@ -87,6 +114,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="off/on pairs, alternated; medians are reported")
     ap.add_argument("--seeded-check", action="store_true", help="also compare seeded samples alone vs batched")
     ap.add_argument("--part", choices=["onoff", "window"], default="onoff")
+    ap.add_argument("--warm", action="store_true",
+                    help="--part window: open every client connection before the burst (else only one is open)")
+    ap.add_argument("--stretch", type=float, nargs="+", default=[4.0],
+                    help="--part window: the quiet-gap arms' caps, x the wait (one arm each)")
     ap.add_argument("--out", default=None, help="default bench/out/serve_bench.json (window: serve_window.json)")
     a = ap.parse_args()
     a.out = a.out or ("bench/out/serve_window.json" if a.part == "window" else "bench/out/serve_bench.json")
@@ -138,19 +169,22 @@ def main() -> None:
 
 def _window(a, engine, prompts, greedy) -> None:
     """Fixed window vs quiet-gap window, batching on in both, alternated (see the module docstring)."""
-    runs: dict[str, list[dict]] = {"fixed": [], "gap": []}
+    arms = [("fixed", 1.0)] + [(f"gap x{k:g}", k) for k in a.stretch]
+    runs: dict[str, list[dict]] = {m: [] for m, _ in arms}
     for r in range(a.rounds):
-        for mode, stretch in (("fixed", 1.0), ("gap", 4.0)):
-            x = _run(engine, prompts, greedy, a.wait_ms, a.max_batch, stretch=stretch)
+        for mode, stretch in arms[r % len(arms):] + arms[: r % len(arms)]:  # the order rotates
+            x = _run(engine, prompts, greedy, a.wait_ms, a.max_batch, stretch=stretch, warm=a.warm)
             runs[mode].append(x)
-            print(f"round {r} {mode:5s}: {x['tokens_per_s']} tok/s, wall {x['seconds']} s, cpu {x['cpu_seconds']} s, "
-                  f"{x['engine_calls']} calls {x['rows_per_call']}, load {x['load_1min']}", flush=True)
-    med = {m: {k: statistics.median(x[k] for x in xs) for k in ("tokens_per_s", "seconds", "cpu_seconds", "engine_calls")}
+            print(f"round {r} {mode:8s}: {x['tokens_per_s']} tok/s, wall {x['seconds']} s, cpu {x['cpu_seconds']} s, "
+                  f"{x['engine_calls']} calls {x['rows_per_call']}, arrivals (ms) {x['arrivals_ms']}, "
+                  f"load {x['load_1min']}", flush=True)
+    med = {m: {k: statistics.median(x[k] for x in xs) for k in ("tokens_per_s", "seconds", "cpu_seconds", "engine_calls", "arrival_spread_ms")}
            for m, xs in runs.items()}
-    same = sum(x == y for x, y in zip(runs["fixed"][0]["_tokens"], runs["gap"][0]["_tokens"], strict=True))
+    gap = arms[1][0]
+    same = sum(x == y for x, y in zip(runs["fixed"][0]["_tokens"], runs[gap][0]["_tokens"], strict=True))
     out = {"model": engine.model_name, "clients": a.clients, "max_tokens": a.max_tokens, "wait_ms": a.wait_ms,
-           "rounds": a.rounds, "medians": med, "greedy_same_tokens": f"{same}/{a.clients}",
-           "ratio_tokens_per_s": round(med["gap"]["tokens_per_s"] / med["fixed"]["tokens_per_s"], 2),
+           "stretch": a.stretch, "warm": a.warm, "rounds": a.rounds, "medians": med, "greedy_same_tokens": f"{same}/{a.clients}",
+           "ratio_tokens_per_s": {m: round(med[m]["tokens_per_s"] / med["fixed"]["tokens_per_s"], 2) for m, _ in arms[1:]},
            "runs": {m: [{k: v for k, v in x.items() if k != "_tokens"} for x in xs] for m, xs in runs.items()}}
     print(json.dumps({k: out[k] for k in ("medians", "ratio_tokens_per_s", "greedy_same_tokens")}))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

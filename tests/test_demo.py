@@ -44,6 +44,23 @@ def test_demo_config_is_valid_and_small():
     assert cfg.generate.prompts_per_step * cfg.generate.k * cfg.generate.max_tokens <= 4 * 4 * 64
 
 
+def test_overrides_set_fields_on_top_of_the_demo_config():
+    base = demo.demo_config()
+    cfg = demo.demo_config(overrides={"steps": 2, "eval.k": 3})
+    assert (cfg.steps, cfg.eval.k) == (2, 3)
+    assert cfg.eval.max_tokens == base.eval.max_tokens and cfg.tasks == base.tasks  # the rest as the demo sets it
+
+
+def test_a_bad_set_is_an_error_before_anything_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from gfcr.cli import app
+
+    out = CliRunner().invoke(app, ["demo", "--output-dir", str(tmp_path / "runs"), "--set", "generate.kk=3"])
+    assert out.exit_code == 2 and "generate.kk" in out.output
+    assert not (tmp_path / "runs").exists()
+
+
 def _eval(greedy: list[bool], correct: list[int], n: int = 2):
     from gfcr.evaluate import EvalResult, Metric
 

@@ -8,7 +8,9 @@ README edit is checked as soon as it lands. Every command needs a rule in :data:
   ROSS gets a few solved rollouts added to the tiny RL run's store, which a random policy never
   produces);
   servers (``gfcr serve``, ``gfcr view``) are started, probed, and stopped;
-* ``real`` — needs the real default model: runs as written in the slow set;
+* ``real`` — needs the real default model: runs in the slow set on the real model, as written plus
+  the rule's size flags: fewer held-out prompts (``gfcr demo`` keeps its RL steps, per-step sizes and
+  ROSS stage as they are; only its before/after evaluations run on 2 prompts per task, not 8 + 24);
 * ``skip`` — only the installation lines and ``make test`` (which is this suite).
 
 A new README command without a rule fails :func:`test_every_readme_command_has_a_rule`.
@@ -84,7 +86,7 @@ def _tiny_train() -> list[str]:
 RULES: dict[str, tuple[str, object]] = {
     "make test": ("skip", "the test suite itself"),
     # the main job is the default model's: a random tiny policy solves nothing, and ROSS has nothing to relearn
-    "make demo": ("real", "the main job on the default model (`gfcr demo`)"),
+    "make demo": ("real", {"why": "the main job on the default model (`gfcr demo`)", "add": "{demo_small_eval}"}),
     "pip install": ("skip", "installation: `make test` installs the same on every fresh CI machine"),
     "gfcr store walkthrough": ("tiny", {}),
     "gfcr store import": ("tiny", {"replace": {"path/to/rollout_data_dir": "{verl_dump}"}}),
@@ -96,7 +98,8 @@ RULES: dict[str, tuple[str, object]] = {
     "gfcr train": ("tiny", {"add": [*_tiny_train(), "--no-progress"]}),
     # served under the name the README's serve config asks for ('default', the real model's name)
     "gfcr serve": ("tiny", {"server": "/v1/models", "add": ["--model", "{tiny}", "--name", "default", "--port", "{port}"]}),
-    "gfcr eval": ("real", "its point is the default model: pass@k of SmolLM2-135M on held-out arithmetic"),
+    "gfcr eval": ("real", {"why": "its point is the default model: pass@k of SmolLM2-135M on held-out arithmetic",
+                           "add": ["--n", "4"]}),
     "gfcr ross run": ("tiny", {"add": ["--set", "base_model={tiny}", "--set", "train.epochs=1", "--set", "train.batch_size=4",
                                        "--set", "evaluate.benchmarks=[{name: arith-1d, source: arith, params: {level: 1}, n_prompts: 2}]",
                                        "--set", "evaluate.k=2", "--set", "evaluate.ks=[1,2]",
@@ -264,14 +267,41 @@ def test_readme_commands_run_on_tiny_settings(tmp_path):
         assert code.returncode == 0, f"README python block failed:\n{block}\n{code.stderr[-3000:]}"
 
 
+def _demo_small_eval(n_eval: int = 2) -> list[str]:
+    """``gfcr demo`` with ``n_eval`` held-out prompts per task: its own task list, only ``n_eval`` changed."""
+    from gfcr.demo import demo_config
+
+    tasks = [{**t.model_dump(mode="json"), "n_eval": n_eval} for t in demo_config().tasks]
+    return ["--set", "tasks=" + json.dumps(tasks)]
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # ~5 min on one thread of a 2-core machine at load ~2; the suite's 600 s is per test
 def test_readme_real_model_commands(tmp_path):
-    """The commands marked ``real``, exactly as written (the default model is pulled if needed)."""
+    """The commands marked ``real``, on the real default model (pulled if needed), with the rule's size
+    flags: the demo's every stage runs, its RL steps and ROSS at their own sizes."""
     real = [argv for line in readme_commands() for argv in line if RULES[_key(argv)][0] == "real"]
+    assert [_key(a) for a in real] == ["make demo", "gfcr eval"]
     for argv in real:
-        cmd = [*GFCR, "demo"] if argv == ["make", "demo"] else [*GFCR, *argv[1:]]  # `make demo` = `gfcr demo`
+        rule = RULES[_key(argv)][1]
+        assert isinstance(rule, dict)
+        add = _demo_small_eval() if rule["add"] == "{demo_small_eval}" else list(rule["add"])
+        cmd = [*GFCR, "demo", *add] if argv == ["make", "demo"] else [*GFCR, *argv[1:], *add]  # `make demo` = `gfcr demo`
+        t0 = time.perf_counter()
         proc = subprocess.run(cmd, cwd=tmp_path, env=_env(one_thread=False), capture_output=True, text=True, timeout=900)
+        print(f"{time.perf_counter() - t0:6.1f} s  {' '.join(argv)}")
         assert proc.returncode == 0, f"README command failed: {' '.join(argv)}\n{proc.stderr[-3000:]}"
+        if _key(argv) == "make demo":
+            (run,) = (tmp_path / "runs").glob("demo-*")
+            steps = [json.loads(ln)["step"] for ln in (run / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+            from gfcr.demo import demo_config
+
+            assert steps == list(range(demo_config().steps))  # the demo's own RL steps, all of them
+            for name in ("eval_before.json", "eval_after.json"):
+                assert json.loads((run / name).read_text())["n_prompts"] == 4
+            assert list(run.glob("checkpoints/step_*")) and (run / "report.html").exists()
+            (table,) = (run / "ross").rglob("table.md")  # the ROSS table, or why it skipped
+            assert "| ross |" in table.read_text() or "ROSS skipped" in table.read_text()
         if _key(argv) == "gfcr eval":
             res = json.loads(proc.stdout)  # machine output alone on stdout; progress and notes on stderr
-            assert res["n_prompts"] >= 1 and "pass@4" in res["metrics"]
+            assert res["n_prompts"] == 4 and "pass@4" in res["metrics"]

@@ -38,9 +38,10 @@ class Demo:
     cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
-def demo_config(full: bool = False, output_dir: str = "runs", model: str = "default") -> Any:
+def demo_config(full: bool = False, output_dir: str = "runs", model: str = "default",
+                overrides: dict[str, Any] | None = None) -> Any:
     """The demo's :class:`~gfcr.train.config.TrainConfig`: sized for ≤ 10 minutes on 2 CPU cores
-    (``full``: a longer run)."""
+    (``full``: a longer run); ``overrides``: dotted fields set on top (``{"steps": 2}``, as ``--set``)."""
     from gfcr.train.config import load_config
 
     base = {
@@ -62,7 +63,7 @@ def demo_config(full: bool = False, output_dir: str = "runs", model: str = "defa
         "checkpoint": {"every": 5 if full else 4},
         "eval": {"before": True, "after": True, "k": 4 if full else 2, "greedy": True, "max_tokens": 64},
     }
-    return load_config(None, base)
+    return load_config(None, {**base, **(overrides or {})})
 
 
 def stage_model(d: Demo, say: Callable[[Any], None]) -> None:
@@ -156,8 +157,10 @@ def stage_summary(d: Demo, say: Callable[[Any], None]) -> None:
 
 
 def run_demo(full: bool = False, output_dir: str = "runs", model: str = "default",
-             only: tuple[str, ...] | list[str] | None = None, console: Any = None) -> Demo:
-    """Run the stages in order (``only``: just these, the summary always); returns paths, results and timings."""
+             only: tuple[str, ...] | list[str] | None = None, console: Any = None,
+             overrides: dict[str, Any] | None = None) -> Demo:
+    """Run the stages in order (``only``: just these, the summary always; ``overrides``: dotted fields of
+    the train config, see :func:`demo_config`); returns paths, results and timings."""
     from rich.console import Console
 
     console = console or Console()
@@ -168,7 +171,7 @@ def run_demo(full: bool = False, output_dir: str = "runs", model: str = "default
     def say(msg: Any) -> None:
         console.print(msg, markup=False)
 
-    d = Demo(cfg=demo_config(full, output_dir, model), full=full)
+    d = Demo(cfg=demo_config(full, output_dir, model, overrides), full=full)
     for name, stage in (("model", stage_model), ("train", stage_train), ("ross", stage_ross),
                         ("report", stage_report), ("summary", stage_summary)):
         if only is not None and name not in only and name != "summary":

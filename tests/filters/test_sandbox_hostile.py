@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import socket
+import tempfile
 import textwrap
 import threading
 import time
@@ -56,12 +57,23 @@ def _procs_with(marker: str) -> list[int]:
 
 
 @pytest.fixture
-def guard(tmp_path):
-    """Snapshot of what a run could leave behind; checked after the test body."""
-    before = set(glob.glob("/tmp/gfcr-sbx-*"))
+def guard(tmp_path, monkeypatch):
+    """What a run could leave behind, checked after the test body: the sandbox's own host-side temp
+    dirs (each one this test's runs made, so that runs elsewhere on the machine at the same time,
+    such as another test worker's, cannot pass for leftovers), processes and files."""
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def recording_mkdtemp(*a, **kw):
+        made.append(mkdtemp(*a, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recording_mkdtemp)
     marker = uuid.uuid4().hex
     yield marker
-    assert set(glob.glob("/tmp/gfcr-sbx-*")) - before == set(), "sandbox temp dir left behind"
+    sandbox_dirs = [p for p in made if os.path.basename(p).startswith("gfcr-sbx-")]
+    assert sandbox_dirs, "no sandbox run made its temp dir (nothing was checked)"
+    assert [p for p in sandbox_dirs if os.path.exists(p)] == [], "sandbox temp dir left behind"
     assert _procs_with(marker) == [], "a sandboxed process outlived the run"
     for p in (f"/tmp/{marker}", f"/var/tmp/{marker}", f"/dev/shm/{marker}", str(tmp_path / marker)):
         assert not os.path.exists(p), f"the program wrote {p}"

@@ -158,3 +158,65 @@ def test_cancel_stops_one_request_and_leaves_the_others(engine):
     assert cut.finish_reason == "abort" and cut.meta.get("cancelled") and cut.n_tokens == 3
     assert cut.token_ids.tolist() == seen == alone.token_ids[:3].tolist()
     assert other.token_ids.tolist() == alone.token_ids.tolist() and other.n_tokens == 12
+
+
+# --- the vectorised sampling step ---------------------------------------------------------------
+
+
+def test_inverse_cdf_sample_hand_worked():
+    from gfcr.generate.engines.hf import inverse_cdf_sample
+
+    probs = torch.tensor([[0.5, 0.3, 0.2]] * 4)
+    assert inverse_cdf_sample(probs, torch.tensor([0.1, 0.5, 0.9, 0.0])).tolist() == [0, 1, 2, 0]
+    holed = torch.tensor([[0.5, 0.0, 0.5], [0.0, 0.0, 1.0]])
+    assert inverse_cdf_sample(holed, torch.tensor([0.5, 0.0])).tolist() == [2, 2]  # empty tokens never drawn
+    # a uniform that rounds to the total (or past it) still lands on the last token with mass
+    assert inverse_cdf_sample(torch.tensor([[0.7, 0.3, 0.0]]), torch.tensor([1.0])).tolist() == [1]
+
+
+def test_vectorised_draws_follow_the_recorded_distribution(engine, tiny):
+    """600 one-token samples (one seeded row each) at T = 0.8, top-k 6: the token frequencies match the
+    probabilities of the distribution the engine records (chi-square, 5 degrees of freedom)."""
+    model, _ = tiny
+    ids = engine.encode_messages(MSGS)
+    res = _gen(engine, ids, n=600, temperature=0.8, top_k=6, max_tokens=1, seed=2024, stop_token_ids=[])
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, -1:].float()
+    p = sampling_logprobs(logits, 0.8, top_k=6)[0].exp()
+    support = torch.nonzero(p > 0)[:, 0].tolist()
+    drawn = [int(r.token_ids[0]) for r in res]
+    assert set(drawn) <= set(support) and len(support) == 6
+    counts = np.array([drawn.count(t) for t in support], dtype=float)
+    expected = 600 * p[support].numpy()
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 20.5  # the 0.999 quantile of chi-square(5); a sampler off by a token or a row fails it
+    for r in res[:20]:  # and each recorded log-prob is that of the drawn token
+        assert float(r.logprobs[0]) == pytest.approx(math.log(float(p[int(r.token_ids[0])])), abs=1e-4)
+
+
+def test_a_seed_gives_the_same_tokens_whatever_shares_its_batch(tiny):
+    """A seeded request decoded alone, in batches of other requests (other prompts, temperatures, top-p,
+    top-k, penalties, greedy rows), split across engine batches, and asked for more tokens (past a block
+    of uniforms) gives the same tokens: each row draws from its own stream."""
+    from gfcr.generate.engines.hf import NOISE_BLOCK, HFEngine
+
+    model, tok = tiny
+    eng = HFEngine(model, tok, policy_version="tiny-0", max_batch=4)
+    ids = eng.encode_messages(MSGS)
+    n_tok = NOISE_BLOCK + 6
+    no_eos = {t: -100.0 for t in eng.eos_ids}  # every sample runs its full length
+    seeded = GenRequest(prompt_ids=ids, params=SamplingParams(n=3, temperature=1.0, top_p=0.95, max_tokens=n_tok,
+                                                              seed=77, logit_bias=no_eos))
+    alone = [r.token_ids.tolist() for r in eng.generate([seeded])[0]]
+    assert all(len(t) == n_tok for t in alone) and len({tuple(t) for t in alone}) == 3
+    others = [
+        GenRequest(prompt_ids=[5, 6, 7, 8, 9], params=SamplingParams(n=2, temperature=0.7, max_tokens=9, seed=1)),
+        GenRequest(prompt_ids=ids[:6], params=SamplingParams(temperature=0.0, max_tokens=30)),
+        GenRequest(messages=MSGS, params=SamplingParams(temperature=1.2, top_k=5, frequency_penalty=0.5, max_tokens=12)),
+    ]
+    for reqs, at, eng_batch in (([seeded, *others], 0, 4), ([*others, seeded], 3, 32), ([others[0], seeded, others[2]], 1, 32)):
+        eng.max_batch = eng_batch  # 4: the seeded rows are split across engine batches with other rows
+        got = [r.token_ids.tolist() for r in eng.generate(reqs)[at]]
+        assert got == alone, (eng_batch, at)
+    longer = eng.generate([GenRequest(prompt_ids=ids, params=seeded.params.model_copy(update={"max_tokens": 2 * n_tok}))])[0]
+    assert [r.token_ids.tolist()[:n_tok] for r in longer] == alone  # a longer request extends the same draws

@@ -91,6 +91,10 @@ def serve_cmd(
     batch_wait_ms: Annotated[float, typer.Option(
         "--batch-wait-ms", min=0.0,
         help="How long a request waits for others to share its engine call (0 = one request at a time).")] = 20.0,
+    batch_stretch: Annotated[float, typer.Option(
+        "--batch-stretch", min=1.0,
+        help="Quiet-gap rule: a call starts once no request has arrived for --batch-wait-ms, at most this many "
+             "times --batch-wait-ms after the first (1 = a fixed window from the first request).")] = 4.0,
     batch_seeded: Annotated[bool, typer.Option(
         "--batch-seeded",
         help="Let seeded requests share calls too (faster for RL; same tokens only up to float rounding).")] = False,
@@ -111,7 +115,7 @@ def serve_cmd(
         resolve_model(model)  # a missing model folder is named before anything starts
     serve(model, host=host, port=port, model_name=name, device=device,
           allow_weight_updates=allow_weight_updates, admin_token=admin_token,
-          max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded,
+          max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, batch_stretch=batch_stretch,
           limits=ServeLimits(max_n=max_n, max_tokens=max_tokens, max_logprobs=max_logprobs))
 
 

@@ -143,13 +143,14 @@ def demo_cmd(
     full: Annotated[bool, typer.Option("--full", help="A longer run (20 steps, more prompts, k=4 eval).")] = False,
     output_dir: Annotated[str, typer.Option("--output-dir", help="Where run folders go.")] = "runs",
     model: Annotated[str, typer.Option("--model", help="Policy model (default: SmolLM2-135M-Instruct).")] = "default",
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a field of the demo's train config, as in gfcr train: --set steps=2 (repeatable).")] = None,
 ) -> None:
     """The main job: pull the default model, evaluate it, RL a few CPU steps into a store, evaluate again,
     relearn from the stored successes with ROSS, and write the HTML report."""
     from gfcr.demo import run_demo
 
     quiet_transformers()
-    run_demo(full=full, output_dir=output_dir, model=model)
+    run_demo(full=full, output_dir=output_dir, model=model, overrides=parse_sets(set_))  # a bad --set fails first
 
 
 def register(app: typer.Typer) -> None:

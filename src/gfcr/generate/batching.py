@@ -2,13 +2,14 @@
 
 Each HTTP request hands its :class:`~gfcr.generate.engines.base.GenRequest` s to
 :meth:`Batcher.generate`, which queues them as one *job* and waits. One worker thread takes the
-oldest job, then keeps taking queued jobs until ``max_wait_ms`` have passed since that oldest job
-arrived (with ``stretch > 1``: until the queue has been quiet for ``max_wait_ms``, at most
-``stretch × max_wait_ms`` after the oldest job) or the rows (the sum of ``params.n``) would pass
-``max_batch_rows``, and runs them all in ONE ``engine.generate`` call under ``lock``. The quiet-gap rule
-lets a burst whose requests arrive spread over more than ``max_wait_ms`` share one call; it is off by
-default because on a busy 2-core machine it did not (docs/generate.md, "Dynamic batching"). Each caller gets back exactly its own results (the
-engine returns results per request, in order; the batcher slices them back per job).
+oldest job, then keeps taking queued jobs until the queue has been quiet for ``max_wait_ms`` (the
+*quiet-gap rule*), at most ``stretch x max_wait_ms`` after the oldest job arrived (``stretch = 1``: a
+fixed window of ``max_wait_ms`` from the oldest job), or until the rows (the sum of ``params.n``) would
+pass ``max_batch_rows``, and runs them all in ONE ``engine.generate`` call under ``lock``. The
+quiet-gap rule is the default (``stretch = 4``): it lets a burst whose requests arrive spread over more
+than ``max_wait_ms`` share one call, and its window is never shorter than the fixed one
+(docs/generate.md, "Dynamic batching", has the measurement). Each caller gets back exactly its own
+results (the engine returns results per request, in order; the batcher slices them back per job).
 
 Rules:
 
@@ -103,11 +104,12 @@ class Batcher:
         max_wait_ms: how long the oldest queued job waits for company before its call starts.
         lock: taken around every engine call (share it with whatever must not run during one).
         batch_seeded: let seeded jobs share calls (reproducible only up to float rounding).
-        stretch: the window may grow, while jobs keep arriving, to this many times ``max_wait_ms``.
+        stretch: the window may grow, while jobs keep arriving, to this many times ``max_wait_ms``
+            (1 = a fixed window from the oldest job).
     """
 
     def __init__(self, engine: Any, max_batch_rows: int = 32, max_wait_ms: float = 20.0,
-                 lock: threading.Lock | None = None, batch_seeded: bool = False, stretch: float = 1.0):
+                 lock: threading.Lock | None = None, batch_seeded: bool = False, stretch: float = 4.0):
         if max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
         if max_wait_ms < 0:

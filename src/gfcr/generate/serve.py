@@ -24,9 +24,9 @@ an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
   loopback host (against DNS rebinding); request bodies are limited in size.
 
 Dynamic batching (:mod:`gfcr.generate.batching`): requests arriving within ``batch_wait_ms`` of each
-other share one engine call of up to ``max_batch`` rows; seeded requests run alone unless
-``batch_seeded``; ``batch_wait_ms=0`` serves one request per call. One lock is held around every engine
-call, prompt scoring and weight load.
+other (at most ``batch_stretch x batch_wait_ms`` after the first) share one engine call of up to
+``max_batch`` rows; seeded requests run alone unless ``batch_seeded``; ``batch_wait_ms=0`` serves one
+request per call. One lock is held around every engine call, prompt scoring and weight load.
 
 Weight updates (RL with the trainer in another process): with ``allow_weight_updates=True``
 ``POST /gfcr/weights {"path": ..., "policy_version": ...}`` loads a safetensors file (or an HF checkpoint
@@ -402,7 +402,7 @@ def _tops(r: GenResult) -> list[tuple[Any, Any]] | None:
 def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool = False,
                admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
                batch_seeded: bool = False, limits: ServeLimits | None = None,
-               allowed_hosts: Sequence[str] | None = None, batch_stretch: float = 1.0) -> Any:
+               allowed_hosts: Sequence[str] | None = None, batch_stretch: float = 4.0) -> Any:
     """The FastAPI app serving ``engine`` (an :class:`~gfcr.generate.engines.hf.HFEngine`) as ``model_name``.
 
     Long because: its routes are closures over the engine, batcher and lock; request logic is in ``_Server``.
@@ -412,8 +412,8 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     ``app.state.batcher``; close it when done, or call ``app.state.shutdown()``, which also makes
     requests in flight end with 503); ``limits`` bound requests; ``allowed_hosts``: the ``Host`` names
     accepted (``None``: any; :func:`serve` passes the loopback names on a loopback bind);
-    ``batch_stretch``: > 1 lets the batching window grow, while requests keep arriving, to this many times
-    ``batch_wait_ms`` (:class:`~gfcr.generate.batching.Batcher`'s ``stretch``; 1 = a fixed window).
+    ``batch_stretch``: the window closes once no request has come for ``batch_wait_ms``, at most this many
+    times ``batch_wait_ms`` after the first (1 = a fixed window; the Batcher's ``stretch``).
     """
     from fastapi import FastAPI, Header
     from fastapi.exceptions import RequestValidationError
@@ -535,14 +535,14 @@ def _uvicorn_server(app: Any, host: str, port: int, log_level: str) -> Any:
 def serve(model: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
           tokenizer: Any = None, device: str = "cpu", log_level: str = "info", allow_weight_updates: bool = False,
           admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-          batch_seeded: bool = False, limits: ServeLimits | None = None) -> None:
+          batch_seeded: bool = False, limits: ServeLimits | None = None, batch_stretch: float = 4.0) -> None:
     """Serve ``model`` (a path/name, a loaded model or an engine) until interrupted. On a loopback ``host``
     only requests whose ``Host`` header names a loopback host are answered."""
     engine = _engine_for(model, tokenizer, device, max_batch)
     name = model_name or _default_name(model)
     app = create_app(engine, name, allow_weight_updates, admin_token, max_batch=max_batch,
                      batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, limits=limits,
-                     allowed_hosts=_hosts_for(host))
+                     allowed_hosts=_hosts_for(host), batch_stretch=batch_stretch)
     try:
         _uvicorn_server(app, host, port, log_level).run()
     finally:
@@ -565,7 +565,7 @@ def serve_in_thread(model: Any = None, host: str = "127.0.0.1", port: int | None
                     startup_timeout_s: float = 60.0, allow_weight_updates: bool = False,
                     admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
                     batch_seeded: bool = False, limits: ServeLimits | None = None,
-                    batch_stretch: float = 1.0) -> Iterator[str]:
+                    batch_stretch: float = 4.0) -> Iterator[str]:
     """Run the server in a background thread; yields its base URL (``http://host:port/v1``).
 
     ``model`` may be a path/name, a loaded model (with ``tokenizer=``) or an engine; the other options

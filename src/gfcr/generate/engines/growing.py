@@ -10,7 +10,7 @@ uses it so that a root path's branches start the moment that path ends, while th
 still decoding: its rounds overlap instead of running one after another.
 
 Each row samples exactly as :meth:`gfcr.generate.engines.hf.HFEngine.generate` does (the same
-per-sample seeded generator, and the engine's own per-row decode state and sampling step: penalties,
+per-sample seeded stream of uniforms, and the engine's own per-row decode state and sampling step: penalties,
 logit bias, top-k/top-p, stop rules, early exit, top log-probs, token hooks, cancellation), so a
 request's samples follow the same distribution; tokens can differ from a separate
 ``generate`` call in rare near-ties, because batched float arithmetic with other padding is not
@@ -107,8 +107,8 @@ def decode_growing(
 
     Returns ``params.n`` results per request, for the given requests then the added ones, in the
     order they were added. Each admitted group of rows keeps the engine's own per-row decode state
-    (``_DecodeState``: penalties, logit bias, top log-probs, stop rules) and is sampled with the
-    engine's own ``_take``.
+    (``_DecodeState``: penalties, logit bias, top log-probs, stop rules, seeded uniforms) and is sampled
+    by its ``step`` and recorded by the engine's own ``_take``.
     """
     import torch
 
@@ -132,7 +132,7 @@ def decode_growing(
     submit(requests)
     dev = engine.device
     pad = int(engine.tokenizer.pad_token_id)
-    live: list[tuple[Any, int, Any, float]] = []  # (decode state, row in it, generator, admitted at)
+    live: list[tuple[Any, int, float]] = []  # (decode state, row in it, admitted at)
     saved = _Prefixes(prefix_rows)
     cache = attn = pos = logits = None
     with torch.no_grad():
@@ -154,10 +154,10 @@ def decode_growing(
                         cache, attn = merge_caches(cache, attn, c2, a2)
                         pos, logits = torch.cat([pos, p2]), torch.cat([logits, lg2])
                     now = time.perf_counter()
-                    live += [(st, i, _generator(r), now) for i, r in enumerate(prows)]
+                    live += [(st, i, now) for i in range(len(prows))]
             nxt = _sample_step(engine, live, logits, pad)
             keep = []
-            for k, (st, i, _, t0) in enumerate(live):
+            for k, (st, i, t0) in enumerate(live):
                 if st.finish[i] is None:
                     keep.append(k)
                     continue
@@ -238,19 +238,6 @@ def _extend(engine: Any, part: list[tuple[tuple[Any, ...], Any]], pad: int, dev:
     return cache, attn, pos, o.logits[:, -1, :].float().cpu()
 
 
-def _generator(row: tuple[Any, ...]) -> Any:
-    """Sample ``si`` of a request with seed ``s`` draws from ``torch.Generator`` seeded ``s + si``."""
-    import torch
-
-    _, si, _, sp, _ = row
-    g = torch.Generator(device="cpu")
-    if sp.seed is None:
-        g.seed()
-    else:
-        g.manual_seed((int(sp.seed) + si) % (2**63))
-    return g
-
-
 def _prefill(engine: Any, rows: list[tuple[Any, ...]], pad: int, dev: Any) -> tuple[Any, Any, Any, Any]:
     """Left-padded prefill of ``rows``: ``(cache, attn [b, L], last position [b, 1], logits [b, V])``."""
     import torch
@@ -271,22 +258,22 @@ def _prefill(engine: Any, rows: list[tuple[Any, ...]], pad: int, dev: Any) -> tu
     return cache, attn, pos[:, -1:], o.logits[:, -1, :].float().cpu()
 
 
-def _sample_step(engine: Any, live: list[tuple[Any, int, Any, float]], logits: Any, pad: int) -> Any:
-    """One token for every live row, by the engine's rule (its ``_DecodeState.step_dists`` per
-    admitted group, then ``_take``); marks finished rows. Returns ids ``[B]``."""
+def _sample_step(engine: Any, live: list[tuple[Any, int, float]], logits: Any, pad: int) -> Any:
+    """One token for every live row, by the engine's rule (its ``_DecodeState.step`` per admitted
+    group, then ``_take``); marks finished rows. Returns ids ``[B]``."""
     import torch
 
     nxt = torch.full((len(live),), pad, dtype=torch.long)
     groups: dict[int, list[int]] = {}
-    for k, (st, _, _, _) in enumerate(live):
+    for k, (st, _, _) in enumerate(live):
         groups.setdefault(id(st), []).append(k)
     for ks in groups.values():
         st = live[ks[0]][0]
         idx = [live[k][1] for k in ks]
-        dists = st.step_dists(logits[ks] if len(ks) < len(live) else logits, idx)
-        for k, i, dist in zip(ks, idx, dists, strict=True):
+        toks, lps, ents, tops = st.step(logits[ks] if len(ks) < len(live) else logits, idx)
+        for j, (k, i) in enumerate(zip(ks, idx, strict=True)):
             if st.rows[i][4].cancelled:  # the client went away: stop spending compute on it
                 st.finish[i], st.exits[i] = "abort", "cancelled"
                 continue
-            nxt[k] = engine._take(st, i, dist, live[k][2])
+            nxt[k] = engine._take(st, i, toks[j], lps[j], ents[j], tops[j])
     return nxt

@@ -21,100 +21,17 @@ from typing import Any
 import numpy as np
 
 from gfcr.generate.engines.base import GenRequest, GenResult, SamplingParams, TokenEvent
+from gfcr.generate.engines.hf_sampling import (  # noqa: F401 - re-exported: the engine's sampling rules
+    NOISE_BLOCK,
+    NgramCounter,
+    entropy_of,
+    inverse_cdf_sample,
+    penalized_logits,
+    row_generator,
+    sampling_logprobs,
+)
 
 _Row = tuple[int, int, list[int], SamplingParams, GenRequest]  # (request, sample, prompt ids, params, request)
-
-
-def sampling_logprobs(logits: Any, temperature: float, top_p: float = 1.0, top_k: int = 0) -> Any:
-    """Log-probs of the distribution sampled from: ``softmax(logits / T)``, cut to the top-k tokens, then
-    to the top-p nucleus (vLLM's order).
-
-    Args:
-        logits: float tensor ``[B, V]``.
-        temperature: ``T > 0`` (``0`` means greedy: the unscaled ``log_softmax(logits)`` is returned).
-        top_p: keep the smallest set of most likely tokens whose mass reaches ``top_p`` (the most
-            likely token is always kept), renormalise; the rest get ``-inf``.
-        top_k: keep only the ``top_k`` largest logits (ties with the k-th kept); 0 = off.
-    Returns:
-        float tensor ``[B, V]`` of log-probs (each row logsumexps to 0).
-
-    Example: logits ``[ln 0.5, ln 0.3, ln 0.2]``, T = 1, top_p = 0.7 keeps the first two tokens
-    (0.5 < 0.7 <= 0.8) and gives log-probs ``[ln 0.625, ln 0.375, -inf]``; top_k = 1 instead gives
-    ``[0, -inf, -inf]``.
-    """
-    import torch
-
-    x = logits.float()
-    if temperature > 0:
-        x = x / temperature
-        if 0 < top_k < x.shape[-1]:
-            kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
-            x = x.masked_fill(x < kth, float("-inf"))
-    lp = torch.log_softmax(x, dim=-1)
-    if temperature > 0 and top_p < 1.0:
-        sorted_lp, idx = torch.sort(lp, dim=-1, descending=True)
-        p = sorted_lp.exp()
-        mass_before = p.cumsum(-1) - p
-        drop = mass_before >= top_p
-        drop[..., 0] = False
-        sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
-        lp = torch.full_like(lp, float("-inf")).scatter(-1, idx, sorted_lp)
-        lp = lp - torch.logsumexp(lp, dim=-1, keepdim=True)
-    return lp
-
-
-def penalized_logits(logits: Any, counts: Any, frequency: Any, presence: Any, bias: Any = None) -> Any:
-    """OpenAI's penalties and logit bias: ``logits - f * c - p * (c > 0) + bias``.
-
-    Args:
-        logits: ``[B, V]``; counts: ``[B, V]`` occurrences of each token among the tokens generated so
-            far (the prompt does not count, as in vLLM); frequency, presence: ``[B]``; bias: ``[B, V]`` or None.
-    Returns:
-        ``[B, V]`` adjusted logits.
-
-    Example: logits ``[1, 1, 1]``, counts ``[2, 1, 0]``, f = 0.5, p = 0.25 → ``[-0.25, 0.25, 1]``.
-    """
-    x = logits.float() - frequency[:, None] * counts - presence[:, None] * (counts > 0).float()
-    return x + bias if bias is not None else x
-
-
-class NgramCounter:
-    """Counts, as tokens arrive, how often each n-gram has occurred; :meth:`add` returns the count of
-    the n-gram the new token completes, i.e. how often the sequence's trailing n-gram occurs in it
-    (the quantity ``gfcr.control.groups.tail_ngram_count`` computes from scratch), in O(1) per token.
-    ``n = 0`` counts nothing (always 0).
-
-    Example (n = 2): tokens 1, 2, 1, 2 → add returns 0, 1, 1, 2.
-    """
-
-    def __init__(self, n: int):
-        self.n = int(n)
-        self.tail: list[int] = []
-        self.counts: dict[tuple[int, ...], int] = {}
-
-    def add(self, token: int) -> int:
-        if self.n <= 0:
-            return 0
-        self.tail.append(int(token))
-        if len(self.tail) > self.n:
-            del self.tail[0]
-        if len(self.tail) < self.n:
-            return 0
-        key = tuple(self.tail)
-        self.counts[key] = self.counts.get(key, 0) + 1
-        return self.counts[key]
-
-
-def entropy_of(lp: Any, probs: Any) -> Any:
-    """Entropy ``-Σ p log p`` over the last axis of log-probs ``lp`` and their ``probs = lp.exp()``
-    (``[..., V]`` → ``[...]``); tokens cut by top-p (``lp = -inf``, ``p = 0``) add 0.
-
-    Example: ``lp = [ln 0.5, ln 0.5, -inf]`` → ``ln 2``.
-    """
-    import torch
-
-    return -torch.where(probs > 0, probs * lp, torch.zeros_like(lp)).sum(-1)
-
 
 def _report(req: GenRequest, ev: TokenEvent) -> None:
     """Hand ``ev`` to the request's ``on_token`` hook; a failing hook cancels only its own request."""
@@ -145,7 +62,8 @@ class Scored:
 
 
 class _DecodeState:
-    """Per-row state of one decode batch (tokens, log-probs, penalties' counts, finish reasons)."""
+    """Per-row state of one decode batch (tokens, log-probs, penalties' counts, finish reasons, each
+    row's seeded stream of uniform numbers) and the batch's sampling step (:meth:`step`)."""
 
     def __init__(self, rows: list[_Row], eos_ids: set[int], vocab: int, config: Any):
         import torch
@@ -160,6 +78,8 @@ class _DecodeState:
         self.repeats = [NgramCounter(sp.repeat_ngram) for _, _, _, sp, _ in rows]  # early exit on repetition
         self.exits: list[str | None] = [None] * B
         self.finish: list[str | None] = [None] * B
+        self.gens = [row_generator(sp.seed, si) for _, si, _, sp, _ in rows]  # one stream of uniforms per row
+        self.noise = torch.zeros((B, 0))  # [B, drawn so far]; see uniforms()
         V = int(getattr(config, "vocab_size", 0) or vocab)
         self.V = V
         penal = any(sp.frequency_penalty or sp.presence_penalty for _, _, _, sp, _ in rows)
@@ -175,34 +95,57 @@ class _DecodeState:
                         raise ValueError(f"logit_bias token id {tid} is outside the vocabulary [0, {V})")
                     self.bias[i, int(tid)] = float(b)
 
-    def step_dists(self, logits: Any, live: list[int]) -> list[tuple[Any, Any, float, Any]]:
-        """For each live row: (log-probs ``[V]``, probs ``[V]``, entropy, (top ids, top log-probs) or None).
-        Rows that share (temperature, top_p, top_k) are computed together."""
+    def uniforms(self, live: list[int]) -> Any:
+        """Each live row's uniform number for its next token: float ``[len(live)]``. Row ``i``'s ``t``-th
+        token uses the ``t``-th number of its own generator's stream (drawn :data:`NOISE_BLOCK` at a time),
+        so the numbers never depend on the other rows."""
         import torch
 
-        if self.counts is not None or self.bias is not None:
-            sel = torch.tensor(live, dtype=torch.long)
-            zeros = torch.zeros((len(live), logits.shape[-1]))
-            counts = self.counts[sel][:, : logits.shape[-1]] if self.counts is not None else zeros
-            bias = self.bias[sel][:, : logits.shape[-1]] if self.bias is not None else None
-            logits = penalized_logits(logits, counts, self.freq[sel], self.pres[sel], bias)
+        pos = [len(self.toks[i]) for i in live]
+        while max(pos, default=0) >= self.noise.shape[1]:
+            block = torch.stack([torch.rand(NOISE_BLOCK, generator=g) for g in self.gens])
+            self.noise = torch.cat([self.noise, block], dim=1)
+        return self.noise[torch.tensor(live, dtype=torch.long), torch.tensor(pos, dtype=torch.long)]
+
+    def step(self, logits: Any, live: list[int]) -> tuple[list[int], list[float], list[float], list[Any]]:
+        """Sample the next token of every live row from ``logits`` ``[len(live), V]``, all rows at once.
+
+        Returns per live row: the token, its log-prob under the distribution sampled from, that
+        distribution's entropy, and (top ids, top log-probs) when the row asks for top log-probs, else
+        None. Penalties and logit bias are applied to all rows together; rows sharing (temperature,
+        top_p, top_k) get their log-probs and their tokens in one call (greedy rows: the arg-max).
+        """
+        import torch
+
+        sel = torch.tensor(live, dtype=torch.long)
+        V = logits.shape[-1]
+        if self.counts is not None:
+            bias = self.bias[sel][:, :V] if self.bias is not None else None
+            logits = penalized_logits(logits, self.counts[sel][:, :V], self.freq[sel], self.pres[sel], bias)
+        elif self.bias is not None:  # logit bias alone: no [B, V] of zero counts to subtract
+            logits = logits.float() + self.bias[sel][:, :V]
         groups: dict[tuple[float, float, int], list[int]] = {}
         for k, i in enumerate(live):
             sp = self.rows[i][3]
             groups.setdefault((sp.temperature, sp.top_p, sp.top_k), []).append(k)
-        out: list[Any] = [None] * len(live)
+        u = self.uniforms(live) if any(key[0] > 0 for key in groups) else None
+        n = len(live)
+        tok, chosen, ent = torch.zeros(n, dtype=torch.long), torch.zeros(n), torch.zeros(n)
+        tops: list[Any] = [None] * n
         for (temp, top_p, top_k), ks in groups.items():
-            x = logits if len(ks) == len(live) else logits[ks]
-            lp = sampling_logprobs(x, temp, top_p, top_k)
+            whole = len(ks) == n
+            lp = sampling_logprobs(logits if whole else logits[ks], temp, top_p, top_k)
             probs = lp.exp()
-            ent = entropy_of(lp, probs)
+            t = lp.argmax(-1) if temp == 0 else inverse_cdf_sample(probs, u if whole else u[ks])
+            idx = slice(None) if whole else torch.tensor(ks, dtype=torch.long)
+            tok[idx], chosen[idx], ent[idx] = t, lp.gather(-1, t[:, None])[:, 0], entropy_of(lp, probs)
             n_top = max(self.rows[live[k]][3].top_logprobs for k in ks)
-            top = torch.topk(lp, min(n_top, lp.shape[-1]), dim=-1) if n_top else None
-            for j, k in enumerate(ks):
-                n = self.rows[live[k]][3].top_logprobs
-                t = (top.indices[j, :n], top.values[j, :n]) if top is not None and n else None
-                out[k] = (lp[j], probs[j], float(ent[j]), t)
-        return out
+            if n_top:
+                top = torch.topk(lp, min(n_top, lp.shape[-1]), dim=-1)
+                for j, k in enumerate(ks):
+                    m = self.rows[live[k]][3].top_logprobs
+                    tops[k] = (top.indices[j, :m], top.values[j, :m]) if m else None
+        return tok.tolist(), chosen.tolist(), ent.tolist(), tops
 
     def result(self, i: int, prompt: list[int], dt: float, batch: int, tokenizer: Any) -> GenResult:
         lp_arr = np.asarray(self.lps[i], dtype=np.float32)
@@ -358,7 +301,7 @@ class HFEngine:
         """Decode one batch of rows (left-padded prefill, then one token per live row per step).
 
         Long because the decode loop keeps its per-row state in local lists for speed; the per-step
-        distribution is :meth:`_step_dists`, the per-token bookkeeping :meth:`_take`.
+        sampling is :meth:`_DecodeState.step`, the per-token bookkeeping :meth:`_take`.
         """
         import torch
 
@@ -371,14 +314,6 @@ class HFEngine:
         for i, (_, _, p, _, _) in enumerate(rows):
             ids[i, L - len(p) :] = torch.tensor(p, dtype=torch.long)
             attn[i, L - len(p) :] = 1
-        gens = []
-        for _, si, _, sp, _ in rows:
-            g = torch.Generator(device="cpu")
-            if sp.seed is None:
-                g.seed()
-            else:
-                g.manual_seed((int(sp.seed) + si) % (2**63))
-            gens.append(g)
         st = _DecodeState(rows, self.eos_ids, len(self.tokenizer), self.model.config)
         max_new = [sp.max_tokens for _, _, _, sp, _ in rows]
         dev = self.device
@@ -399,7 +334,7 @@ class HFEngine:
                 logits = out.logits[:, -1, :].float().cpu()  # [len(live), V]
             for _step in range(max(max_new)):
                 nxt = torch.full((len(live),), pad, dtype=torch.long)
-                dists = st.step_dists(logits, live)
+                toks, lps, ents, tops = st.step(logits, live)
                 for k, i in enumerate(live):
                     if st.finish[i] is not None:
                         continue
@@ -407,7 +342,7 @@ class HFEngine:
                         st.finish[i] = "abort"
                         st.exits[i] = "cancelled"
                         continue
-                    nxt[k] = self._take(st, i, dists[k], gens[i])
+                    nxt[k] = self._take(st, i, toks[k], lps[k], ents[k], tops[k])
                 keep = [k for k, i in enumerate(live) if st.finish[i] is None]
                 if not keep:
                     break
@@ -427,23 +362,20 @@ class HFEngine:
         dt = time.perf_counter() - t0
         return [st.result(i, p, dt, B, self.tokenizer) for i, (_, _, p, _, _) in enumerate(rows)]
 
-    def _take(self, st: _DecodeState, i: int, dist: tuple[Any, Any, float, Any], gen: Any) -> int:
-        """Sample row ``i``'s next token from ``dist`` = (log-probs, probs, entropy, top-N or None);
-        record it, report it to the request's ``on_token`` and decide whether the row is finished."""
-        import torch
-
-        lp, probs, ent, top = dist
+    def _take(self, st: _DecodeState, i: int, t: int, lp: float, ent: float, top: Any) -> int:
+        """Record row ``i``'s sampled token ``t`` (its log-prob ``lp``, the entropy ``ent`` of its
+        distribution, its top-N or None), report it to the request's ``on_token`` and decide whether the
+        row is finished."""
         _, si, _, sp, req = st.rows[i]
-        t = int(torch.argmax(lp)) if sp.temperature == 0 else int(torch.multinomial(probs, 1, generator=gen))
         st.toks[i].append(t)
-        st.lps[i].append(float(lp[t]))
+        st.lps[i].append(lp)
         st.ents[i].append(ent)
         if st.counts is not None:
             st.counts[i, t] += 1
         if top is not None:
             st.tops[i].append(top)
         if req.on_token is not None:
-            _report(req, TokenEvent(si, t, max(float(lp[t]), -9999.0),
+            _report(req, TokenEvent(si, t, max(lp, -9999.0),
                                     top[0].tolist() if top is not None else None,
                                     top[1].clamp(min=-9999.0).tolist() if top is not None else None))
         if t in st.stop_ids[i] or (sp.stop and self._hit_stop(st.toks[i], sp.stop)):
