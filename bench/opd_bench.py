@@ -46,7 +46,7 @@ def _evaluate(model: str, prompts: list, k: int, seed: int) -> Any:
     # writes that line in ~1% of samples; a strict reading scores every model 0)
     return evaluate_model(eng, prompts, k=k, ks=[1] if k else None, verifier="numeric",
                           verifier_params={"lenient_fallback": True}, greedy=True,
-                          temperature=0.7, max_tokens=64, seed=seed)
+                          temperature=0.7, max_tokens=64, seed=seed, progress=True)
 
 
 def main() -> None:
