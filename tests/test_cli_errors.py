@@ -107,3 +107,14 @@ def test_python_dash_m_gfcr_is_the_cli():
 
     out = subprocess.run([sys.executable, "-m", "gfcr", "ross", "run", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "Usage:" in out.stdout and "ross run" in out.stdout
+
+
+def test_eval_verifier_arg_is_checked_before_the_model_loads():
+    """An unknown verifier option fails in one line naming it (no model is loaded)."""
+    from typer.testing import CliRunner
+
+    from gfcr.cli import app
+
+    res = CliRunner().invoke(app, ["eval", "--verifier-arg", "lenient_fallbak=true", "--n", "1"])
+    assert res.exit_code == 2
+    assert "--verifier 'numeric'" in res.output and "lenient_fallbak" in res.output

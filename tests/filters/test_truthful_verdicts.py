@@ -129,3 +129,17 @@ def test_evaluate_model_counts_truncated_as_wrong():
     assert res.metrics["greedy_pass@1"].value == 0.0 and res.info["truncated"] == 3 + 3
     res2 = evaluate_model(eng, ps, k=4, greedy=True, allow_truncated=True)
     assert res2.metrics["avg@4"].value == 1.0
+
+
+def test_resolve_verifier_builds_the_named_verifier_with_its_params():
+    """The arith task states 'Answer: N': strict reading fails '... is 7', the lenient fallback passes it."""
+    from gfcr.evaluate import resolve_verifier
+
+    p = make_arith(n=1, level=1, split="train", seed=0).prompts()[0]
+    text = f"The sum is {p.answer}."
+    assert resolve_verifier("numeric")(p, text) is False
+    assert resolve_verifier("numeric", {"lenient_fallback": True})(p, text) is True
+    with pytest.raises(ValueError, match="lenient_fallbak"):
+        resolve_verifier("numeric", {"lenient_fallbak": True})
+    with pytest.raises(ValueError, match="not to a callable"):
+        resolve_verifier(lambda p, c: True, {"lenient_fallback": True})
