@@ -111,7 +111,7 @@ def eval_cmd(
     kw = parse_sets(task_arg, option="--task-arg")
     vparams = parse_sets(verifier_arg, option="--verifier-arg")
     try:
-        resolve_verifier(verifier, vparams)  # fail before the model is loaded
+        verify = resolve_verifier(verifier, vparams)  # built once, before the model is loaded
     except (ValueError, TypeError) as e:
         fail(f"--verifier {verifier!r}: {e}")
     prompts, notes = [], []
@@ -126,10 +126,10 @@ def eval_cmd(
     engine = HFEngine(None if model == "default" else model, device=device)
     if env is not None:
         res = evaluate_episodes(engine, prompts, env=env, max_turns=max_turns, obs_role=obs_role, k=k,
-                                verifier=resolve_verifier(verifier, vparams), reward_source=reward_source, env_weight=env_weight,
+                                verifier=verify, reward_source=reward_source, env_weight=env_weight,
                                 greedy=not no_greedy, temperature=temperature, max_tokens=max_tokens, seed=seed)
     else:
-        res = evaluate_model(engine, prompts, k=k, verifier=verifier, verifier_params=vparams, greedy=not no_greedy,
+        res = evaluate_model(engine, prompts, k=k, verifier=verify, greedy=not no_greedy,
                              temperature=temperature, max_tokens=max_tokens, seed=seed, progress=True)
     res.info["model"] = model
     if out is not None:
