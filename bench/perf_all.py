@@ -367,9 +367,9 @@ class Row:
 
 
 ROWS: tuple[Row, ...] = (
-    Row("store-append", "1", "store append vs a raw Lance write of the same batches (100k × 512 tokens)", "≤ 1.5×",
+    Row("store-append", "1", "store append vs a raw Lance write of the same batches", "≤ 1.5×",
         "store", m_store_append),
-    Row("store-reads", "2", "1,000 random rows, all columns, at 100k × 512 and 1M × 16 rows, as written and compacted",
+    Row("store-reads", "2", "1,000 random rows, all columns, as written and compacted (by default 100k × 512 and 1M × 16 rows)",
         "≤ 50 ms median", "store", m_store_reads),
     Row("store-commits", "1b", "small commits (10 rows × 128 tokens): cost per commit over a long run, "
         "automatic compaction vs none vs the earlier id scan", "—", "compaction", m_commits),
@@ -378,7 +378,7 @@ ROWS: tuple[Row, ...] = (
         "gen_tree", m_tree),
     Row("batch", "5", "batch 32 vs batch 1 generation (hf, SmolLM2-135M)", "≥ 5×", "gen_throughput", m_batch),
     Row("rl-step", "6", "RL step split (`configs/arith-smollm2.yaml`, no evaluation)", "—", "train", m_rl_step),
-    Row("serve", "7", "`gfcr serve` dynamic batching, 16 concurrent clients", "—", "serve", m_serve),
+    Row("serve", "7", "`gfcr serve` dynamic batching, concurrent clients (16 by default)", "—", "serve", m_serve),
     Row("sft-padding", "8", "masked SFT padding (arithmetic lengths + a long tail, 8 rows per step)", "≤ 5%",
         "sft_padding", m_padding),
 )
@@ -473,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = json.loads(p.read_text())
     modes = sorted({records[n]["mode"] for n in jobs if n in records})
     total = sum(records[n]["wall_s"] for n in jobs if n in records)
-    header = (f"perf_all: {started}, commit {_git_commit()}, {os.cpu_count()} CPUs, sizes: {'/'.join(modes) or '—'}, "
+    when = f"table rebuilt {started}" if a.no_run else f"started {started}"
+    header = (f"perf_all, {when}, commit {_git_commit()}, {os.cpu_count()} CPUs, sizes: {'/'.join(modes) or '—'}, "
               f"one torch thread per benchmark (`OMP_NUM_THREADS=1`), benchmarks in sequence, "
               f"{fmt_time(total)} of benchmarks\n")
     table = build_table(rows, records, results, header)
