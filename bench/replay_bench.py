@@ -1,7 +1,11 @@
-"""Benchmark run (not a test): no replay vs RePO vs ExGRPO vs AR3PO in `gfcr train`, side by side.
+"""Benchmark run (not a test): `gfcr train` arms side by side — no replay vs RePO vs ExGRPO vs AR3PO,
+or prompt selectors (uniform vs GRESO).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/replay_bench.py [--steps 8] [--n-eval 8,24] [--k-eval 4]
         [--config configs/arith-smollm2.yaml] [--set key=value ...]
+    # GRESO on the real model: a 24-prompt pool seen three times, no held-out evaluation
+    OMP_NUM_THREADS=1 .venv/bin/python bench/replay_bench.py --arms no_replay,greso --steps 18 --no-eval \
+        --n-train 6,18 --out bench/out/greso_bench.json
 
 Every arm trains the same config (same seed, so step 0 draws the same prompts and samples) for the
 same number of steps. The arms are **alternated step by step** in one process (arm A step s, arm B
@@ -10,6 +14,8 @@ summed over its own steps. Reported per arm:
 
 * effective samples per generated token: batch rows with a non-zero advantage (fresh and replayed)
   divided by the tokens the arm generated (replayed rows cost no generation);
+* zero-variance waste: the share of generated groups whose rewards were all equal, and the share of
+  generated tokens they cost (the gradient gets nothing from them);
 * held-out pass@1 (mean over ``k_eval`` samples per prompt) of the final policy, and its
   difference from the no-replay arm **paired per prompt** with a 95% bootstrap CI over prompts;
 * greedy pass@1, the same way.
@@ -34,6 +40,7 @@ ARMS = {
     "repo": {"replay.buffer": "repo", "replay.params": {"num_replays": 4, "max_cache_size": 8, "min_cache_to_replay": 4}},
     "exgrpo": {"replay.buffer": "exgrpo", "signals.advantage": "dr_grpo"},
     "ar3po": {"replay.buffer": "ar3po", "control.group_params": {"stages": 2}},
+    "greso": {"control.selector": "greso"},  # no replay; the selector skips prompts predicted zero-variance
 }
 
 
@@ -58,7 +65,11 @@ def main() -> None:
     ap.add_argument("--n-eval", default="8,24", help="held-out prompts per task of the config, comma-separated "
                     "(the arith config: one-digit sums, whose test split holds 14, then two-digit sums)")
     ap.add_argument("--k-eval", type=int, default=4)
-    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--arms", default="no_replay,repo,exgrpo,ar3po", help=f"comma-separated, the first is the "
+                    f"baseline the others are paired against; known: {', '.join(ARMS)}")
+    ap.add_argument("--n-train", default=None, help="training prompts per task, comma-separated (a small pool "
+                    "makes prompts come back, which history-based selectors such as GRESO need)")
+    ap.add_argument("--no-eval", dest="eval", action="store_false", help="skip the held-out evaluation")
     ap.add_argument("--set", action="append", default=[], help="extra dotted overrides for every arm (key=value, JSON values)")
     ap.add_argument("--out", default="bench/out/replay_bench.json")
     args = ap.parse_args()
@@ -72,19 +83,28 @@ def main() -> None:
     base = {"steps": args.steps, "output_dir": "bench/out/runs", "eval.before": False, "eval.after": False,
             "eval.k": args.k_eval, "tensorboard": False, "checkpoint.every": 10**6} | extra
     runs: dict[str, TrainingRun] = {}
-    for name in args.arms.split(","):
+    arms = args.arms.split(",")
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        raise SystemExit(f"--arms: unknown arm {unknown[0]!r}; known: {', '.join(ARMS)}")
+    for name in arms:
         cfg = load_config(args.config, base | ARMS[name] | {"run_name": f"replay-bench-{name}"})
-        n_eval = [int(x) for x in args.n_eval.split(",")]
-        if len(n_eval) != len(cfg.tasks):
-            raise SystemExit(f"--n-eval: give one count per task ({len(cfg.tasks)} tasks), got {args.n_eval!r}")
-        for t, n in zip(cfg.tasks, n_eval, strict=True):
-            t.n_eval = n
+        for flag, value, attr in (("--n-eval", args.n_eval, "n_eval"), ("--n-train", args.n_train, "n_train")):
+            if value is None:
+                continue
+            counts = [int(x) for x in value.split(",")]
+            if len(counts) != len(cfg.tasks):
+                raise SystemExit(f"{flag}: give one count per task ({len(cfg.tasks)} tasks), got {value!r}")
+            for t, n in zip(cfg.tasks, counts, strict=True):
+                setattr(t, attr, n)
         d, _ = prepare_run(cfg)
         runs[name] = TrainingRun(cfg, d, False, progress=False)
         runs[name].setup()
         runs[name]._end = cfg.steps
-    stats = {n: {"wall_s": 0.0, "cpu_s": 0.0, "gen_tokens": 0, "effective": 0, "rows": 0, "replayed": 0} for n in runs}
+    stats = {n: {"wall_s": 0.0, "cpu_s": 0.0, "gen_tokens": 0, "effective": 0, "rows": 0, "replayed": 0,
+                 "groups": 0, "zero_var_groups": 0, "zero_var_tokens": 0} for n in runs}
     loads = [os.getloadavg()[0]]
+    per_step: dict[str, list[float]] = {n: [] for n in runs}  # zero-variance share of each step's groups
     for step in range(args.steps):
         for name, t in runs.items():  # alternate the arms every step
             w0, c0 = time.perf_counter(), time.process_time()
@@ -95,44 +115,72 @@ def main() -> None:
             stats[name]["effective"] += int(row.get("n_live", 0))  # batch rows with a non-zero advantage
             stats[name]["rows"] += int(row.get("n_seqs", 0))
             stats[name]["replayed"] += int(row.get("n_replayed", 0))
+            stats[name]["groups"] += int(row["n_prompts"])
+            stats[name]["zero_var_groups"] += round(row["zero_variance_share"] * row["n_prompts"])
+            stats[name]["zero_var_tokens"] += int(row["zero_variance_tokens"])
+            per_step[name].append(float(row["zero_variance_share"]))
             print(f"step {step} {name}: {row.get('seconds/step', 0):.1f}s reward {row.get('reward_mean', 0):.2f} "
-                  f"replayed {row.get('n_replayed', 0)}", flush=True)
+                  f"replayed {row.get('n_replayed', 0)} zero-var {row['zero_variance_share']:.2f}", flush=True)
         loads.append(os.getloadavg()[0])
     evals = {}
     for name, t in runs.items():
-        w0, c0 = time.perf_counter(), time.process_time()
-        evals[name] = evaluate_policy(t)
-        stats[name]["eval_wall_s"], stats[name]["eval_cpu_s"] = time.perf_counter() - w0, time.process_time() - c0
+        if args.eval:
+            w0, c0 = time.perf_counter(), time.process_time()
+            evals[name] = evaluate_policy(t)
+            stats[name]["eval_wall_s"], stats[name]["eval_cpu_s"] = time.perf_counter() - w0, time.process_time() - c0
         t.close()
-    base_pp = {p["prompt_id"]: p for p in evals["no_replay"].per_prompt} if "no_replay" in evals else None
-    out = {"config": args.config, "steps": args.steps, "k_eval": args.k_eval, "load_avg_1m": loads, "arms": {}}
-    for name, ev in evals.items():
-        pp = {p["prompt_id"]: p for p in ev.per_prompt}
-        s = stats[name]
-        arm = s | {"effective_per_1k_tokens": 1000.0 * s["effective"] / max(s["gen_tokens"], 1),
-                   "pass@1": ev.metrics["pass@1"].value, "greedy_pass@1": ev.metrics.get("greedy_pass@1").value
-                   if "greedy_pass@1" in ev.metrics else None}
-        if base_pp is not None and name != "no_replay":
-            ids = sorted(pp)
-            d1 = np.array([pp[i]["correct"] / pp[i]["n"] - base_pp[i]["correct"] / base_pp[i]["n"] for i in ids])
-            arm["pass@1_diff_vs_no_replay"] = paired_ci(d1)
-            if "greedy_correct" in pp[ids[0]]:
-                dg = np.array([float(pp[i]["greedy_correct"]) - float(base_pp[i]["greedy_correct"]) for i in ids])
-                arm["greedy_diff_vs_no_replay"] = paired_ci(dg)
-        out["arms"][name] = arm
+    out = {"config": args.config, "steps": args.steps, "k_eval": args.k_eval if args.eval else None,
+           "baseline": arms[0], "load_avg_1m": loads,
+           "arms": {name: arm_summary(stats[name], evals.get(name), evals.get(arms[0]), per_step[name],
+                                      per_step[arms[0]], name == arms[0]) for name in arms}}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(f"\nload average (1 min) during the run: {min(loads):.1f}-{max(loads):.1f}")
-    print("| arm | gen tokens | effective rows / 1k tokens | replayed rows | pass@1 | Δ pass@1 vs none [95% CI] | "
-          "greedy | Δ greedy [95% CI] | wall s | CPU s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, a in out["arms"].items():
-        dp = a.get("pass@1_diff_vs_no_replay")
-        dg = a.get("greedy_diff_vs_no_replay")
-        print(f"| {name} | {a['gen_tokens']} | {a['effective_per_1k_tokens']:.2f} | {a['replayed']} | {a['pass@1']:.3f} | "
-              f"{fmt(dp)} | {a['greedy_pass@1'] if a['greedy_pass@1'] is None else round(a['greedy_pass@1'], 3)} | "
-              f"{fmt(dg)} | {a['wall_s']:.0f} | {a['cpu_s']:.0f} |")
+    print(markdown_table(out))
 
+
+def arm_summary(s: dict, ev, base_ev, zv: list[float], base_zv: list[float], is_base: bool) -> dict:
+    """One arm's row: its sums, rates, and (not for the baseline) differences from the baseline, paired
+    per held-out prompt for pass@1 and per step for the zero-variance share."""
+    arm = s | {"effective_per_1k_tokens": 1000.0 * s["effective"] / max(s["gen_tokens"], 1),
+               "zero_var_group_share": s["zero_var_groups"] / max(s["groups"], 1),
+               "zero_var_token_share": s["zero_var_tokens"] / max(s["gen_tokens"], 1)}
+    if not is_base:
+        arm["zero_var_share_diff_by_step"] = paired_ci(np.array(zv) - np.array(base_zv))
+    if ev is None:
+        return arm
+    arm["pass@1"] = ev.metrics["pass@1"].value
+    arm["greedy_pass@1"] = ev.metrics["greedy_pass@1"].value if "greedy_pass@1" in ev.metrics else None
+    if base_ev is not None and not is_base:
+        pp = {p["prompt_id"]: p for p in ev.per_prompt}
+        bp = {p["prompt_id"]: p for p in base_ev.per_prompt}
+        ids = sorted(pp)
+        arm["pass@1_diff_vs_baseline"] = paired_ci(np.array([pp[i]["correct"] / pp[i]["n"] - bp[i]["correct"] / bp[i]["n"]
+                                                             for i in ids]))
+        if "greedy_correct" in pp[ids[0]]:
+            arm["greedy_diff_vs_baseline"] = paired_ci(np.array([float(pp[i]["greedy_correct"]) - float(bp[i]["greedy_correct"])
+                                                                 for i in ids]))
+    return arm
+
+
+def markdown_table(out: dict) -> str:
+    """The arms as a Markdown table (held-out columns only when the run evaluated)."""
+    evald = out["k_eval"] is not None
+    head = ("| arm | gen tokens | live rows / 1k tokens | replayed rows | zero-variance groups | their token share | "
+            "Δ zero-var share vs baseline, by step [95% CI] |")
+    if evald:
+        head += " pass@1 | Δ pass@1 [95% CI] | greedy | Δ greedy [95% CI] |"
+    lines = [head + " wall s | CPU s |", "|" + "---|" * (head.count("|") + 1)]
+    for name, a in out["arms"].items():
+        line = (f"| {name} | {a['gen_tokens']} | {a['effective_per_1k_tokens']:.2f} | {a['replayed']} | "
+                f"{a['zero_var_groups']}/{a['groups']} | {a['zero_var_token_share']:.1%} | "
+                f"{fmt(a.get('zero_var_share_diff_by_step'))} |")
+        if evald:
+            g = a.get("greedy_pass@1")
+            line += (f" {a['pass@1']:.3f} | {fmt(a.get('pass@1_diff_vs_baseline'))} | "
+                     f"{'—' if g is None else round(g, 3)} | {fmt(a.get('greedy_diff_vs_baseline'))} |")
+        lines.append(line + f" {a['wall_s']:.0f} | {a['cpu_s']:.0f} |")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()

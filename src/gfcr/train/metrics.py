@@ -32,6 +32,7 @@ def step_metrics(step: int, generated: list[list[Rollout]], kept: list[list[Roll
         "pass_rate": float(np.mean([bool(r.verified) for r in rs])) if rs else 0.0,
         "format_rate": float(np.mean([r.signals.get("format", 0.0) for r in rs])) if rs else 0.0,
         "zero_variance_share": len(zero_var) / max(len(generated), 1),
+        "zero_variance_tokens": int(sum(r.n_generated for g in zero_var for r in g)),  # spent on groups with no signal
         "gen_tokens": int(lens.sum()),
         "length_mean": float(lens.mean()) if rs else 0.0,
         "length_max": int(lens.max()) if rs else 0,
