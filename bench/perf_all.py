@@ -320,10 +320,12 @@ def m_rl_step(j: dict) -> Measured:
     other = [kv for kv in sorted(tot.items(), key=lambda kv: -kv[1])[:3] if kv[1] >= 0.005 * step]
     groups = sum(r["n_prompts"] for r in steps)
     zero = sum(round(r["zero_variance_share"] * r["n_prompts"]) for r in steps)
+    gen_tokens = sum(r["gen_tokens"] for r in steps)
     text = (f"{count(len(steps), 'step')}, {step:.1f} s: generation {gen / step:.0%}, update {upd / step:.0%}, "
             f"other {(step - gen - upd) / step:.0%} (" + ", ".join(f"{k} {v / step:.0%}" for k, v in other)
-            + f"); {zero} of {groups} groups had zero reward variance; "
-            f"{sum(r['gen_tokens'] for r in steps)} generated tokens")
+            + f"); {zero} of {groups} groups had zero reward variance; {gen_tokens} generated tokens")
+    if all("zero_variance_tokens" in r for r in steps):
+        text += f", {sum(r['zero_variance_tokens'] for r in steps) / max(gen_tokens, 1):.0%} of them on those groups"
     return Measured(text)
 
 
