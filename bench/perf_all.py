@@ -1,6 +1,6 @@
 """Every performance row in one run: each row's own benchmark, in sequence, then one Markdown table.
 
-    python bench/perf_all.py                      # default sizes (~30-45 min on an idle 2-core machine)
+    python bench/perf_all.py                      # default sizes (~18 min on an idle 2-core machine)
     python bench/perf_all.py --quick              # tiny sizes, a smoke test of the whole chain (minutes)
     python bench/perf_all.py --only align,tree    # some rows (names: --list)
     python bench/perf_all.py --no-run             # rebuild the table from the outputs already there
