@@ -243,8 +243,11 @@ FLOOR = "raw take, store's read options (floor)"
 _TABLE_KEY = re.compile(r"(\d+) rows x (\d+) tokens(, after compact\(\))?$")
 
 
+TRAIN_COLS = "store.sample, training columns only"
+
+
 def m_store_reads(j: dict) -> Measured:
-    parts, checks, extra = [], [], []
+    parts, checks, extra, cols = [], [], [], []
     for key, r in j["sample_1k"].items():
         m = _TABLE_KEY.match(key)
         if not m:
@@ -253,10 +256,13 @@ def m_store_reads(j: dict) -> Measured:
         s = r["store.sample"]
         parts.append(f"{label}: {s['wall_median']:.0f} / {s['cpu_median']:.0f}")
         extra.append(f"{r[FLOOR]['cpu_median']:.0f}")
+        if TRAIN_COLS in r:
+            cols.append(f"{r[TRAIN_COLS]['wall_median']:.0f} / {r[TRAIN_COLS]['cpu_median']:.0f}")
         checks.append((f"{label} {s['wall_median']:.0f} ms wall", s["wall_median"] <= 50))
     n = j["args"]["samples"]
     text = (f"`store.sample(1000)`, all columns, ms wall / CPU (median of {n} fresh samples): " + "; ".join(parts)
-            + f". Raw Lance take of the same rows (the floor), CPU ms: {', '.join(extra)}")
+            + f". Raw Lance take of the same rows (the floor), CPU ms: {', '.join(extra)}"
+            + (f". A trainer's columns only (`sample(..., columns=...)`), same tables: {'; '.join(cols)}" if cols else ""))
     worst = max((r["store.sample minus floor, cpu ms (median)"] for k, r in j["sample_1k"].items() if _TABLE_KEY.match(k)),
                 default=0.0)
     note = (f"the store adds at most {worst:.0f} ms CPU over Lance's own take; the rest is Lance's per-row take "

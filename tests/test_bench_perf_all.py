@@ -144,6 +144,11 @@ def test_reads_goal_is_judged_per_table_in_wall_time(pa):
     assert vb["2"][4].startswith("partly: met 100k×512 as written 48 ms wall, 100k×512 compacted 38 ms wall; "
                                  "**not met** 1M×16 as written 53 ms wall; the store adds at most 4 ms CPU")
     assert "jsonl" not in vb["2"][3]  # only the store tables are read rows
+    assert "trainer's columns" not in vb["2"][3]  # the benchmark did not measure them
+    cols = results(store=store_json(1.2, 40.0))
+    cols["store"]["sample_1k"]["100000 rows x 512 tokens"][pa.TRAIN_COLS] = _arm(31.0, 22.0, 21)
+    vc = lines_by_row(pa, pa.build_table(list(pa.ROWS), records(cols), cols))
+    assert "A trainer's columns only (`sample(..., columns=...)`), same tables: 31 / 22" in vc["2"][3]
 
 
 def test_missing_failed_and_malformed_runs(pa):
