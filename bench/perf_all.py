@@ -60,15 +60,16 @@ class Job:
     quick: tuple[str, ...]
     out_flag: str | None = "--out"
     collect: Callable[[Path], dict] | None = None  # (out_dir) -> the JSON, after the run
+    run_dir: bool = False  # takes ``--run-dir <out_dir>/<name>-run`` (emptied before the run)
 
 
-def _train_dir(out_dir: Path) -> Path:
-    return out_dir / "train-run"
+def _run_dir(out_dir: Path, name: str = "train") -> Path:
+    return out_dir / f"{name}-run"
 
 
 def _collect_train(out_dir: Path) -> dict:
     """The run's per-step metrics rows; the run folder (store, checkpoint) is then deleted."""
-    run = _train_dir(out_dir)
+    run = _run_dir(out_dir)
     rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     shutil.rmtree(run, ignore_errors=True)
     return {"steps": rows}
@@ -89,7 +90,7 @@ JOBS: dict[str, Job] = {j.name: j for j in (
     Job("gen_throughput", "bench/gen_bench.py", ("--part", "throughput", "--reps", "3", "--max-tokens", "32"),
         ("--part", "throughput", "--reps", "1", "--max-tokens", "16")),
     Job("train", None, TRAIN_ARGS + ("--set", "steps=3"),
-        TRAIN_ARGS + ("--set", "steps=1", "--set", "generate.max_tokens=16"), out_flag=None, collect=_collect_train),
+        TRAIN_ARGS + ("--set", "steps=1", "--set", "generate.max_tokens=16"), out_flag=None, collect=_collect_train, run_dir=True),
     Job("serve", "bench/serve_bench.py",
         ("--part", "onoff", "--clients", "16", "--max-tokens", "32", "--rounds", "3", "--threads", "1"),
         ("--part", "onoff", "--clients", "4", "--max-tokens", "8", "--rounds", "1", "--threads", "1")),
@@ -105,8 +106,8 @@ def job_argv(job: Job, quick: bool, out_dir: Path) -> list[str]:
     args = list(job.quick if quick else job.full)
     if job.out_flag:
         args += [job.out_flag, _rel(out_dir / f"{job.name}.json")]
-    if job.name == "train":
-        args += ["--run-dir", _rel(_train_dir(out_dir))]
+    if job.run_dir:
+        args += ["--run-dir", _rel(_run_dir(out_dir, job.name))]
     return head + args
 
 
@@ -136,8 +137,8 @@ def last_json_object(text: str) -> dict:
 def run_job(job: Job, quick: bool, out_dir: Path) -> dict:
     """Run one benchmark; returns its record (command, rc, wall/CPU seconds, load before/during/after)."""
     argv = job_argv(job, quick, out_dir)
-    if job.name == "train":
-        shutil.rmtree(_train_dir(out_dir), ignore_errors=True)
+    if job.run_dir:
+        shutil.rmtree(_run_dir(out_dir, job.name), ignore_errors=True)
     (out_dir / f"{job.name}.json").unlink(missing_ok=True)
     samples: list[float] = []
     stop = threading.Event()

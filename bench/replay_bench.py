@@ -3,8 +3,8 @@ or prompt selectors (uniform vs GRESO).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/replay_bench.py [--steps 8] [--n-eval 8,24] [--k-eval 4]
         [--config configs/arith-smollm2.yaml] [--set key=value ...]
-    # GRESO on the real model: a 24-prompt pool seen three times, no held-out evaluation
-    OMP_NUM_THREADS=1 .venv/bin/python bench/replay_bench.py --arms no_replay,greso --steps 18 --no-eval \
+    # GRESO on the real model: a 24-prompt pool seen four times, no held-out evaluation
+    OMP_NUM_THREADS=1 .venv/bin/python bench/replay_bench.py --arms no_replay,greso --steps 24 --no-eval \
         --n-train 6,18 --out bench/out/greso_bench.json
 
 Every arm trains the same config (same seed, so step 0 draws the same prompts and samples) for the
@@ -17,7 +17,7 @@ summed over its own steps. Reported per arm:
 * zero-variance waste: the share of generated groups whose rewards were all equal, and the share of
   generated tokens they cost (the gradient gets nothing from them);
 * held-out pass@1 (mean over ``k_eval`` samples per prompt) of the final policy, and its
-  difference from the no-replay arm **paired per prompt** with a 95% bootstrap CI over prompts;
+  difference from the baseline (the first of ``--arms``) **paired per prompt** with a 95% bootstrap CI over prompts;
 * greedy pass@1, the same way.
 
 Writes ``bench/out/replay_bench.json`` and prints a Markdown table with the load average. What it
@@ -181,6 +181,7 @@ def markdown_table(out: dict) -> str:
                      f"{'—' if g is None else round(g, 3)} | {fmt(a.get('greedy_diff_vs_baseline'))} |")
         lines.append(line + f" {a['wall_s']:.0f} | {a['cpu_s']:.0f} |")
     return "\n".join(lines)
+
 
 if __name__ == "__main__":
     main()
