@@ -44,5 +44,5 @@ def test_store_cli_end_to_end(tmp_path: Path):
 
 def test_walkthrough(tmp_path):
     out = gfcr("store", "walkthrough", tmp_path / "w").stdout
-    assert "imported  24 rollouts from a verl dump" in out and "token_faithful" in out
-    assert "from a roll dump" in out
+    assert "verl dump: 24 new, 0 already stored" in out and "token_faithful" in out
+    assert "roll dump: 24 new" in out

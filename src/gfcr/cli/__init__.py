@@ -39,12 +39,32 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help layout: it wraps option help under long option names at any width (rich's
+    # option table cut names such as --allow-weight-updates at 80 columns)
+    rich_markup_mode=None,
 )
+
+
+def _version(value: bool) -> None:
+    """``gfcr --version``: the installed package's version (its metadata, as pip reports it)."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        typer.echo(f"gfcr {version('gfcr')}")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from gfcr import __version__
+
+        typer.echo(f"gfcr {__version__} (source tree, not installed)")
+    raise typer.Exit(0)
 
 
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error (also GFCR_DEBUG=1).")] = False,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_version, expose_value=True,
+                                          help="Print gfcr's version and exit.")] = False,
 ) -> None:
     """Rollouts as first-class data for LLM RL post-training: Generate, Filter, Control, Replay, ROSS."""
     if debug:

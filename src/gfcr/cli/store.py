@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .common import json_default, removed_on_failure
+from .common import fail, json_default, removed_on_failure
 
 console = Console()
 
@@ -112,6 +112,9 @@ def import_(
     opts = dict(run_id=run, tokenizer=tokenizer, trust_pickle=trust_pickle, reward_columns=_csv(reward_columns),
                 reward_weights=[float(x) for x in _csv(reward_weights) or []] or None, reward_key=reward_key,
                 verdict_key=verdict_key, evals=evals, vocab=vocab)
+    missing = [str(f) for f in files if not f.exists()]
+    if missing and not follow:  # before the store is opened: nothing is created
+        fail(f"no such file or folder: {', '.join(missing)}")
     with removed_on_failure(path):  # a failed import into a new store leaves no store behind
         store = RolloutStore.open(path, create=create)
         before = store.count()
@@ -130,6 +133,13 @@ def import_(
         f"imported {res.written} new rollouts ({res.skipped} already stored) from {len(res.files)} file(s) "
         f"({res.format}, tokens: {res.tokens_source}); store now holds {before + res.written} rollouts"
     )
+
+
+def _counts(written: int, skipped: int) -> str:
+    """What a walkthrough import did, the rows already there first when nothing was new: ``24 new,
+    0 already stored`` on a first run, ``24 already stored, 0 new`` on a re-run into the same store."""
+    return f"{skipped} already stored, {written} new" if skipped and not written else \
+        f"{written} new, {skipped} already stored"
 
 
 @store_app.command("export")
@@ -252,7 +262,7 @@ def walkthrough(
             opts = {"trl": {"reward_columns": ["accuracy_reward", "format_reward"]}}
             for fmt, p, run in dumps:
                 res = import_rollouts(store, fmt, [str(p)], run_id=run, **opts.get(fmt, {}))
-                console.print(f"  imported {len(res.rollouts):3d} rollouts from a {fmt} dump (tokens: {res.tokens_source})")
+                console.print(f"  {fmt} dump: {_counts(res.written, res.skipped)} (tokens: {res.tokens_source})")
     print_rows(store.stats(), title="per run and step")
     q = ("SELECT run_id, count(*) AS rollouts, avg(reward) AS mean_reward, "
          "sum(CASE WHEN tokens_source = 'engine' THEN 1 ELSE 0 END) AS token_faithful "
