@@ -14,7 +14,9 @@ README edit is checked as soon as it lands. Every command needs a rule in :data:
 * ``skip`` — only the installation lines and ``make test`` (which is this suite).
 
 A new README command without a rule fails :func:`test_every_readme_command_has_a_rule`.
-The ```python block runs after the bash blocks, against the store they made.
+The ```python blocks run after the bash blocks, against the store they made; the live-capture block
+(the one that imports ``trl``) runs on its own, :func:`test_readme_live_trl_block_records_a_run`,
+with TRL's real ``GRPOTrainer`` on a tiny random model in place of the named one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ GFCR = [sys.executable, "-m", "gfcr.cli"]
 
 def readme_blocks(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), re.S)
+
+
+def is_live_block(block: str) -> bool:
+    """The README's live-capture snippet: a python block that trains with TRL."""
+    return re.search(r"^from trl import", block, re.M) is not None
 
 
 def readme_commands() -> list[list[list[str]]]:
@@ -260,8 +267,8 @@ def test_readme_commands_run_on_tiny_settings(tmp_path):
         for p in servers:
             p.kill()
     assert (work / "report.html").exists() and (work / "runs" / "RUN" / "store").exists()
-    # the python block, against the stores the commands made
-    for block in readme_blocks("python"):
+    # the python blocks, against the stores the commands made (the live-capture block has its own test)
+    for block in [b for b in readme_blocks("python") if not is_live_block(b)]:
         code = subprocess.run([sys.executable, "-c", block], cwd=work, env=_env(), capture_output=True, text=True,
                               timeout=300)
         assert code.returncode == 0, f"README python block failed:\n{block}\n{code.stderr[-3000:]}"
@@ -305,3 +312,50 @@ def test_readme_real_model_commands(tmp_path):
         if _key(argv) == "gfcr eval":
             res = json.loads(proc.stdout)  # machine output alone on stdout; progress and notes on stderr
             assert res["n_prompts"] == 4 and "pass@4" in res["metrics"]
+
+
+#: runs before the README's live block: TRL's own GRPOTrainer on a tiny random model (the README
+#: names the default model, which a test cannot download), with the README's dataset, reward
+#: functions and num_generations; everything the block does with gfcr runs as written
+_LIVE_PRELUDE = """
+import sys, types
+sys.path.insert(0, {helpers!r})
+import trl
+from trl_helpers import arith_dataset, make_trainer
+
+ds = arith_dataset(8)
+_real = trl.GRPOConfig, trl.GRPOTrainer
+
+def _config(**kw):
+    return types.SimpleNamespace(**kw)
+
+def _tiny_grpo(model, train_dataset, args, reward_funcs, **kw):
+    trl.GRPOConfig, trl.GRPOTrainer = _real  # make_trainer builds TRL's own config and trainer
+    return make_trainer(args.output_dir, reward_funcs, dataset=train_dataset, max_steps=2, per_device=8,
+                        num_generations=args.num_generations)
+
+trl.GRPOConfig, trl.GRPOTrainer = _config, _tiny_grpo  # what the block's `from trl import ...` gets
+"""
+
+
+@pytest.mark.slow
+def test_readme_live_trl_block_records_a_run(tmp_path):
+    """The README's TRL snippet, as written after the prelude: a real GRPO run whose every rollout is
+    in the store under the README's run id, scored by the gfcr verifier, the selector's state saved."""
+    pytest.importorskip("trl")
+    (block,) = [b for b in readme_blocks("python") if is_live_block(b)]
+    prelude = _LIVE_PRELUDE.format(helpers=str(ROOT / "tests" / "integrations"))
+    proc = subprocess.run([sys.executable, "-c", prelude + block], cwd=tmp_path, env=_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, f"README live block failed:\n{block}\n{proc.stderr[-3000:]}"
+    from gfcr.store import RolloutStore
+
+    store = RolloutStore.open(tmp_path / "rollouts")
+    rows = store.sql("SELECT run_id, step, group_id, verifier FROM rollouts").to_pylist()
+    assert rows and {r["run_id"] for r in rows} == {"grpo-1"}
+    assert len({r["step"] for r in rows}) == 2  # max_steps=2: one commit per step
+    groups = [g for g in {r["group_id"] for r in rows}]
+    assert all(sum(r["group_id"] == g for r in rows) == 4 for g in groups)  # num_generations=4, as written
+    assert all(r["verifier"] and "math" in r["verifier"] for r in rows)  # the gfcr verifier scored them
+    assert store.count("prompts") == 8
+
