@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -354,8 +355,8 @@ def test_readme_live_trl_block_records_a_run(tmp_path):
     rows = store.sql("SELECT run_id, step, group_id, verifier FROM rollouts").to_pylist()
     assert rows and {r["run_id"] for r in rows} == {"grpo-1"}
     assert len({r["step"] for r in rows}) == 2  # max_steps=2: one commit per step
-    groups = [g for g in {r["group_id"] for r in rows}]
-    assert all(sum(r["group_id"] == g for r in rows) == 4 for g in groups)  # num_generations=4, as written
+    sizes = Counter(r["group_id"] for r in rows)
+    assert set(sizes.values()) == {4}  # num_generations=4, as written
     assert all(r["verifier"] and "math" in r["verifier"] for r in rows)  # the gfcr verifier scored them
     assert store.count("prompts") == 8
 
