@@ -238,7 +238,7 @@ def test_llm_judge_on_loopback_fake_server(tok):
         _FakeOpenAI.replies = ["I think keep all", '{"verdict": "usable", "keep": [3, 4], '
                                '"exclude": [{"units": [1, 2], "category": "corrected_mistake"}]}']
         judge = make_judge("llm", base_url=f"http://127.0.0.1:{srv.server_port}/v1", model="fake-judge")
-        assert isinstance(judge, LLMJudge) and judge.version == "2:fake-judge"
+        assert isinstance(judge, LLMJudge) and judge.version == "3:fake-judge"
         r = make_rollout(tok, "What is 3 + 4?", PLANTED, gold="7")
         dec, err, raws, cost, meta = judge_rollout(r, None, judge)
         assert dec.status == "kept" and meta["attempts"] == 2

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from gfcr.records import (
     Audit,
@@ -36,7 +37,7 @@ from gfcr.records import (
 from gfcr.ross.align import AlignError, align_mask
 from gfcr.ross.judges import Judge, JudgeRequest, Turn
 from gfcr.ross.units import split_units
-from gfcr.ross.verdict import Decision, VerdictError, parse_json_object, validate_verdict
+from gfcr.ross.verdict import MAX_REPLY_CHARS, Decision, VerdictError, parse_json_object, validate_verdict
 
 _ANSWER_KEYS = ("answer", "parsed", "extracted", "pred", "prediction", "parsed_answer")
 
@@ -120,6 +121,29 @@ def judge_request(rollout: Rollout, prompt: Prompt | None, mode: str, max_unit_c
     return req, bounds
 
 
+def _shown_text(req: JudgeRequest) -> str:
+    """Everything of the rollout the judge is shown (task, every turn): a verdict object copied
+    verbatim from it is refused (:func:`gfcr.ross.verdict.parse_json_object`)."""
+    return "\n".join([req.prompt, req.text, *(t.text for t in req.turns)])
+
+
+def safe_text(s: str | None, limit: int | None = None) -> str | None:
+    """``s`` made storable: each lone surrogate (invalid in UTF-8; a JSON ``"\\ud800"`` escape
+    decodes to one) written as its ``\\udXXX`` escape, and, with ``limit``, at most ``limit``
+    characters plus a note of how many were cut. Valid text is returned unchanged.
+
+    Example: ``safe_text("a\\ud800b")`` → ``"a\\\\ud800b"`` (the six characters ``\\ud800``)."""
+    if s is None:
+        return None
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        s = s.encode("utf-8", "backslashreplace").decode("utf-8")
+    if limit is not None and len(s) > limit:
+        s = s[:limit] + f"…[{len(s) - limit} more characters not stored]"
+    return s
+
+
 def _ask(call: Any, req: JudgeRequest, retries: int, bounds: list[tuple[int, int]], raws: list[str],
          cost: list[Cost]) -> tuple[Decision | None, dict[str, Any] | None, str | None]:
     """Call ``call(feedback)`` until its output validates (at most ``retries + 1`` times)."""
@@ -131,7 +155,7 @@ def _ask(call: Any, req: JudgeRequest, retries: int, bounds: list[tuple[int, int
         cost[0] = Cost(c.prompt_tokens + reply.cost.prompt_tokens, c.gen_tokens + reply.cost.gen_tokens,
                        c.latency_s + reply.cost.latency_s)
         try:
-            obj = parse_json_object(reply.raw)
+            obj = parse_json_object(reply.raw, forbidden=_shown_text(req))
             return validate_verdict(obj, req.text, req.units, req.mode, req.answer, bounds), obj, None
         except VerdictError as e:
             feedback = str(e)
@@ -181,13 +205,14 @@ def make_audit(
     meta = {**meta, "step": int(rollout.step), "task": rollout.task, "prompt_id": rollout.prompt_id,
             "n_generated": rollout.n_generated}
     common = dict(rollout_id=rollout.rollout_id, judge=judge.name, judge_version=judge.version,
-                  raw_output=raws[-1] if raws else None, cost=cost)
+                  raw_output=safe_text(raws[-1], MAX_REPLY_CHARS) if raws else None, cost=cost)
     if decision is None:
         what = "invalid re-check output" if (error or "").startswith("re-check: ") else "invalid judge output"
-        return Audit(status="discarded", reason=f"{what} after {len(raws)} attempt(s): {error}",
+        return Audit(status="discarded", reason=safe_text(f"{what} after {len(raws)} attempt(s): {error}"),
                      mask=np.zeros(n, np.uint8), meta=meta, **common)
     if decision.status == "discarded":
-        return Audit(status="discarded", reason=decision.reason, mask=np.zeros(n, np.uint8), meta=meta, **common)
+        return Audit(status="discarded", reason=safe_text(decision.reason), mask=np.zeros(n, np.uint8), meta=meta,
+                     **common)
     try:
         mask = align_mask(tokenizer, rollout.token_ids, rollout.token_role, rollout.messages, decision.kept_chars)
     except AlignError as e:
@@ -254,22 +279,40 @@ def audit_rollouts(
         return summary
     prompts = {p.prompt_id: p for p in store.prompts(ids=sorted({r.prompt_id for r in todo}))}
 
+    def failed(r: Rollout, what: str, e: Exception) -> Audit:
+        return Audit(rollout_id=r.rollout_id, judge=judge.name, judge_version=judge.version, status="error",
+                     reason=safe_text(f"{what}: {type(e).__name__}: {e}", 2000),
+                     mask=np.zeros(len(r.token_ids), np.uint8))
+
     def one(r: Rollout) -> Audit:
         p = prompts.get(r.prompt_id)
         try:
             dec, err, raws, cost, meta = judge_rollout(r, p, judge, retries, max_unit_chars, check_answer)
         except Exception as e:  # judge transport failures: recorded as 'error' and retried next run
-            return Audit(rollout_id=r.rollout_id, judge=judge.name, judge_version=judge.version, status="error",
-                         reason=f"judge call failed: {type(e).__name__}: {e}", mask=np.zeros(len(r.token_ids), np.uint8))
-        return make_audit(r, dec, err, tokenizer, judge, raws, cost, meta)
+            return failed(r, "judge call failed", e)
+        try:
+            return make_audit(r, dec, err, tokenizer, judge, raws, cost, meta).validate()
+        except Exception as e:  # one unusable reply or record never loses the batch: an 'error' row, retried
+            return failed(r, "audit could not be built", e)
 
     ters: list[float] = []
     buf: list[Audit] = []
 
     def flush() -> None:
-        if buf:
+        if not buf:
+            return
+        try:
             store.upsert_audits(buf)
-            buf.clear()
+        except (UnicodeError, ValueError, TypeError, pa.ArrowException):
+            # a row the store refuses: write the others, and that one as an 'error' row (retried next run)
+            for a in buf:
+                try:
+                    store.upsert_audits([a])
+                except (UnicodeError, ValueError, TypeError, pa.ArrowException) as e:
+                    store.upsert_audits([Audit(rollout_id=a.rollout_id, judge=a.judge, judge_version=a.judge_version,
+                                               status="error", reason=safe_text(f"audit not stored: {e}", 2000),
+                                               mask=np.zeros(len(a.mask), np.uint8))])
+        buf.clear()
 
     bar = _progress(progress, len(todo), f"audit [{judge.name}]")
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as ex:

@@ -58,7 +58,7 @@ class AuditJudgeConfig(StrictModel):
                                     "model, api_key_env, max_tokens (1024 here), timeout_s (120 here), cache_dir, ...).")
     mode: Literal["select-keep", "locate-exclude"] = Field(
         "select-keep", description="llm judge: select-keep (math/code) or locate-exclude (agent trajectories).")
-    version: str | None = Field(None, description="llm judge: version string keying its audits (default 2:<model>).")
+    version: str | None = Field(None, description="llm judge: version string keying its audits (default 3:<model>).")
     retries: int = Field(2, ge=0, le=10, description="Retries after an invalid verdict, the error fed back each time.")
     concurrency: int = Field(4, ge=1, le=256, description="Judge calls in flight at once.")
     max_unit_chars: int = Field(200, ge=20, description="Lines longer than this are split at sentence ends.")
