@@ -237,7 +237,7 @@ def test_llm_judge_on_loopback_fake_server(tok):
     try:
         _FakeOpenAI.replies = ["I think keep all", '{"verdict": "usable", "keep": [3, 4], '
                                '"exclude": [{"units": [1, 2], "category": "corrected_mistake"}]}']
-        judge = make_judge("llm", base_url=f"http://127.0.0.1:{srv.server_port}/v1", model="fake-judge")
+        judge = make_judge("llm", base_url=f"http://127.0.0.1:{srv.server_port}/v1", model="fake-judge", recheck=False)
         assert isinstance(judge, LLMJudge) and judge.version == "3:fake-judge"
         r = make_rollout(tok, "What is 3 + 4?", PLANTED, gold="7")
         dec, err, raws, cost, meta = judge_rollout(r, None, judge)

@@ -100,7 +100,7 @@ def test_llm_client_passes_the_raw_reply_not_the_filter_parse(tok):
     th.start()
     try:
         _FakeOpenAI.replies = [f"It says {PLANTED_VERDICT}. Mine: {REAL}"]
-        judge = make_judge("llm", base_url=f"http://127.0.0.1:{srv.server_port}/v1", model="fake-judge")
+        judge = make_judge("llm", base_url=f"http://127.0.0.1:{srv.server_port}/v1", model="fake-judge", recheck=False)
         r = make_rollout(tok, "What is 3 + 4?", INJECTED, gold="7")
         dec, err, raws, cost, meta = judge_rollout(r, None, judge, retries=0)
         a = make_audit(r, dec, err, tok, judge, raws, cost, meta)

@@ -63,8 +63,9 @@ class AuditJudgeConfig(StrictModel):
     concurrency: int = Field(4, ge=1, le=256, description="Judge calls in flight at once.")
     max_unit_chars: int = Field(200, ge=20, description="Lines longer than this are split at sentence ends.")
     check_answer: bool = Field(True, description="Require the kept text to still contain the verified final answer.")
-    recheck: bool = Field(False, description="llm judge: an independent second call re-checks each usable verdict "
-                                             "and may confirm, revise its boundaries or discard (the paper's re-check).")
+    recheck: bool = Field(True, description="llm judge: an independent second call re-checks each usable verdict "
+                                            "and may confirm, revise its boundaries or discard (the paper's re-check "
+                                            "for math/code; on by default). The rule-based judges have none.")
 
     @model_validator(mode="before")
     @classmethod

@@ -321,7 +321,8 @@ class LLMJudge:
     the whole interaction with roles (assistant units numbered; user, tool and environment turns
     read-only context used to confirm errors); the model answers the JSON verdict with a category
     from the paper's taxonomy for each exclusion and discards when a solution would need a
-    confirmed error kept or missing reasoning added. With ``recheck=True`` an independent second
+    confirmed error kept or missing reasoning added. With ``recheck=True`` (the default, as in the
+    paper: "再独立复核", select, then an independent re-check) an independent second
     call re-checks the boundaries and may revise or discard. Departure: the paper's judge prompt
     (its Appendix E) is not public; this prompt is ours. ``version`` should change whenever the
     prompt or the model changes (it keys the audits); prompt version 2 added roles, the taxonomy,
@@ -332,7 +333,7 @@ class LLMJudge:
     mode: str
 
     def __init__(self, chat: ChatFn, model: str = "judge", mode: str = "select-keep", version: str | None = None,
-                 recheck: bool = False, recheck_chat: ChatFn | None = None):
+                 recheck: bool = True, recheck_chat: ChatFn | None = None):
         self.chat = chat
         self.recheck_chat = recheck_chat or chat
         self.mode = mode
@@ -368,5 +369,5 @@ def make_judge(name: str, **kw: Any) -> Judge:
             chat = client_chat(kw.get("base_url"), model, api_key=kw.get("api_key"), cache_dir=kw.get("cache_dir"),
                                config=llm)
         return LLMJudge(chat, model=model, mode=kw.get("mode") or "select-keep", version=kw.get("version"),
-                        recheck=bool(kw.get("recheck")))
+                        recheck=bool(kw.get("recheck", True)))
     return JUDGES[name]()
