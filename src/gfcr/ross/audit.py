@@ -37,7 +37,14 @@ from gfcr.records import (
 from gfcr.ross.align import AlignError, align_mask
 from gfcr.ross.judges import Judge, JudgeRequest, Turn
 from gfcr.ross.units import split_units
-from gfcr.ross.verdict import MAX_REPLY_CHARS, Decision, VerdictError, parse_json_object, validate_verdict
+from gfcr.ross.verdict import (
+    MAX_REPLY_CHARS,
+    Decision,
+    VerdictError,
+    kept_ends_with_answer,
+    parse_json_object,
+    validate_verdict,
+)
 
 _ANSWER_KEYS = ("answer", "parsed", "extracted", "pred", "prediction", "parsed_answer")
 
@@ -196,14 +203,38 @@ def judge_rollout(
     return dec, err, raws, cost[0], meta
 
 
+#: end-of-sequence rules (:func:`make_audit`)
+EOS_RULES = ("after-answer", "neighbours")
+
+
+def _final_eos(rollout: Rollout, kept_chars: np.ndarray, answer: str | None, eos_rule: str) -> bool:
+    if eos_rule not in EOS_RULES:
+        raise ValueError(f"eos_rule must be one of {EOS_RULES}, got {eos_rule!r}")
+    if eos_rule == "neighbours":
+        return False
+    text, bounds = assistant_text_ranges(rollout.messages)
+    return kept_ends_with_answer(text, kept_chars, answer, bounds)
+
+
 def make_audit(
     rollout: Rollout, decision: Decision | None, error: str | None, tokenizer: Any, judge: Judge,
-    raws: Sequence[str], cost: Cost, meta: dict[str, Any],
+    raws: Sequence[str], cost: Cost, meta: dict[str, Any], eos_rule: str = "after-answer",
 ) -> Audit:
-    """The audit row: a kept decision aligned to the stored tokens, or a discard with its reason."""
+    """The audit row: a kept decision aligned to the stored tokens, or a discard with its reason.
+
+    End-of-sequence rule (issue 28). ``"after-answer"`` (default): the eos closing the last
+    assistant turn is supervised when the kept text ends on the line stating the verified final
+    answer (:func:`gfcr.ross.verdict.kept_ends_with_answer`), even when excluded trailing text lies
+    between them, so ROSS teaches the model to stop once the answer is given; otherwise, and
+    always without a known answer, the neighbours rule. ``"neighbours"`` (the former rule): a
+    zero-width token is supervised only when the characters on both sides of it are kept, so an
+    eos after excluded chatter never is. Departure: the paper does not say how it treats the
+    eos; this is gfcr's choice."""
     n = len(rollout.token_ids)
+    final_eos = _final_eos(rollout, decision.kept_chars, meta.get("answer"), eos_rule) \
+        if decision is not None and decision.status == "kept" else False
     meta = {**meta, "step": int(rollout.step), "task": rollout.task, "prompt_id": rollout.prompt_id,
-            "n_generated": rollout.n_generated}
+            "n_generated": rollout.n_generated, "eos_rule": eos_rule}
     common = dict(rollout_id=rollout.rollout_id, judge=judge.name, judge_version=judge.version,
                   raw_output=safe_text(raws[-1], MAX_REPLY_CHARS) if raws else None, cost=cost)
     if decision is None:
@@ -214,7 +245,8 @@ def make_audit(
         return Audit(status="discarded", reason=safe_text(decision.reason), mask=np.zeros(n, np.uint8), meta=meta,
                      **common)
     try:
-        mask = align_mask(tokenizer, rollout.token_ids, rollout.token_role, rollout.messages, decision.kept_chars)
+        mask = align_mask(tokenizer, rollout.token_ids, rollout.token_role, rollout.messages, decision.kept_chars,
+                          final_eos=final_eos)
     except AlignError as e:
         return Audit(status="discarded", reason=f"alignment: {e}", mask=np.zeros(n, np.uint8),
                      excluded=decision.excluded, meta=meta, **common)
@@ -224,9 +256,18 @@ def make_audit(
         return Audit(status="discarded", reason="alignment: no generated token lies wholly inside kept text",
                      mask=mask, excluded=decision.excluded, meta=meta, **common)
     meta["n_supervised"] = n_sup
+    meta["eos_supervised"] = _eos_supervised(rollout, mask, tokenizer)
     meta["categories"] = dict(Counter(s.category for s in decision.excluded))
     return Audit(status="kept", mask=mask, excluded=decision.excluded, ter=1.0 - n_sup / max(n_gen, 1),
                  meta=meta, **common)
+
+
+def _eos_supervised(rollout: Rollout, mask: np.ndarray, tokenizer: Any) -> bool | None:
+    """Whether the last generated token is supervised, when it is a special (eos) token."""
+    gen = np.flatnonzero(np.asarray(rollout.token_role) == 1)
+    if not gen.size or int(rollout.token_ids[gen[-1]]) not in set(getattr(tokenizer, "all_special_ids", []) or []):
+        return None
+    return bool(mask[gen[-1]])
 
 
 @dataclass
@@ -268,8 +309,12 @@ def audit_rollouts(
     max_unit_chars: int = 200,
     check_answer: bool = True,
     progress: bool = False,
+    eos_rule: str = "after-answer",
 ) -> AuditSummary:
-    """Audit ``rollouts`` with ``judge`` and upsert the audits (see module doc). Resumable."""
+    """Audit ``rollouts`` with ``judge`` and upsert the audits (see module doc). Resumable.
+    ``eos_rule``: the end-of-sequence rule of :func:`make_audit`."""
+    if eos_rule not in EOS_RULES:
+        raise ValueError(f"eos_rule must be one of {EOS_RULES}, got {eos_rule!r}")
     rs = list(rollouts)
     summary = AuditSummary(judge.name, judge.version)
     done = finished_ids(store, judge.name, judge.version, [r.rollout_id for r in rs]) if rs else set()
@@ -291,7 +336,7 @@ def audit_rollouts(
         except Exception as e:  # judge transport failures: recorded as 'error' and retried next run
             return failed(r, "judge call failed", e)
         try:
-            return make_audit(r, dec, err, tokenizer, judge, raws, cost, meta).validate()
+            return make_audit(r, dec, err, tokenizer, judge, raws, cost, meta, eos_rule).validate()
         except Exception as e:  # one unusable reply or record never loses the batch: an 'error' row, retried
             return failed(r, "audit could not be built", e)
 
@@ -337,8 +382,10 @@ def audit_rollouts(
     return summary
 
 
-def realign(store: Any, tokenizer: Any, judge: str, judge_version: str) -> dict[str, int]:
-    """Recompute masks and TER of the stored ``kept`` audits from their excluded spans."""
+def realign(store: Any, tokenizer: Any, judge: str, judge_version: str,
+            eos_rule: str = "after-answer") -> dict[str, int]:
+    """Recompute masks and TER of the stored ``kept`` audits from their excluded spans, with the
+    end-of-sequence rule ``eos_rule`` (:func:`make_audit`; the answer is the one the audit recorded)."""
     t = store.audits(judge=judge)
     aus = [a for a in table_to_audits(t) if a.judge_version == judge_version and a.status == "kept"] if t.num_rows else []
     if not aus:
@@ -352,8 +399,10 @@ def realign(store: Any, tokenizer: Any, judge: str, judge_version: str) -> dict[
         for s in a.excluded:
             kept[s.start : s.end] = False
         try:
-            mask = align_mask(tokenizer, r.token_ids, r.token_role, r.messages, kept)
+            mask = align_mask(tokenizer, r.token_ids, r.token_role, r.messages, kept,
+                              final_eos=_final_eos(r, kept, a.meta.get("answer"), eos_rule))
             a.mask, a.ter = mask, 1.0 - int(mask.sum()) / max(r.n_generated, 1)
+            a.meta = {**a.meta, "eos_rule": eos_rule, "eos_supervised": _eos_supervised(r, mask, tokenizer)}
         except AlignError as e:
             a.status, a.reason, a.mask, a.ter = "discarded", f"alignment: {e}", np.zeros(len(r.token_ids), np.uint8), None
             n_disc += 1

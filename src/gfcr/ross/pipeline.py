@@ -110,7 +110,8 @@ def stage_audit(cfg: RossConfig, store: Any, rollouts: list[Any], tokenizer: Any
     out = {}
     for judge in judges:
         s = audit_rollouts(store, rollouts, judge, tokenizer, retries=j.retries, concurrency=j.concurrency,
-                           max_unit_chars=j.max_unit_chars, check_answer=j.check_answer, progress=progress)
+                           max_unit_chars=j.max_unit_chars, check_answer=j.check_answer, progress=progress,
+                           eos_rule=j.eos_rule)
         out[judge.name] = s.to_dict()
     return out
 

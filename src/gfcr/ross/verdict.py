@@ -215,6 +215,27 @@ def answer_positions(text: str, answer: str) -> list[tuple[int, int]]:
     return [(m.start(), m.end()) for m in pat.finditer(text)]
 
 
+def kept_ends_with_answer(text: str, kept: np.ndarray, answer: str | None,
+                          bounds: list[tuple[int, int]] | None = None) -> bool:
+    """Whether the kept text ends the answer: the last kept non-blank character of the last
+    assistant turn lies on a line holding a wholly kept occurrence of the verified ``answer`` at
+    or before it. The end-of-sequence rule ``after-answer`` supervises the eos closing the turn
+    exactly then (:func:`gfcr.ross.audit.make_audit`). False without an answer.
+
+    Shapes: ``kept`` ``[len(text)]`` bool; ``bounds`` the assistant turns' char ranges.
+    Example: "Answer: 7.\nbye\n" with "bye\n" excluded → True; with everything kept → False.
+    """
+    if answer is None or not str(answer).strip() or not len(text):
+        return False
+    lo, hi = bounds[-1] if bounds else (0, len(text))
+    idx = [i for i in np.flatnonzero(kept[lo:hi]) + lo if not text[i].isspace()]
+    if not idx:
+        return False
+    last = int(idx[-1])
+    line_start = max(lo, text.rfind("\n", lo, last) + 1)
+    return any(line_start <= a and b - 1 <= last and kept[a:b].all() for a, b in answer_positions(text, str(answer)))
+
+
 def validate_verdict(
     obj: dict[str, Any], text: str, units: list[Unit], mode: str = "select-keep", answer: str | None = None,
     bounds: list[tuple[int, int]] | None = None,
