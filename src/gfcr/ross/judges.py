@@ -85,6 +85,12 @@ class KeepAll:
 find_equations = find_claims
 
 
+#: words that open a doubt or a correction: filler after a mistake, never worth imitating on its own
+_DOUBT = re.compile(r"(?:oops|whoops|wait|no\b|hmm+|actually|sorry|correction|mistake|i made a mistake|that'?s wrong|"
+                    r"that is wrong|that'?s not right|that is not right|let me (?:re-?check|redo|fix|recompute|correct))",
+                    re.IGNORECASE)
+
+
 def _norm(s: str) -> str:
     return " ".join(s.lower().split())
 
@@ -102,13 +108,16 @@ class ArithSteps:
     answer → ``redundant_exploration``. Discard rule: a false claim that is never corrected, in a
     text where no correct claim reaches the final answer, means a solution would need missing
     reasoning: the rollout is discarded (e.g. "7 + 6 = 12 … divisible by 13", verified only by a
-    last-number reading of 13). Departure: the paper's judge is an LLM reading meaning;
-    this one only sees arithmetic claims, repeats and position. Version 2: claims beyond
-    ``a op b = c`` (version 1 saw only those); version 3: the discard rule.
+    last-number reading of 13). Doubt filler is never kept: the text between a false claim and
+    its fix in the same unit ("9, no, "), and a fixing unit's opening filler that starts with a
+    doubt word ("Oops. ", "Wait, that's wrong: "), are excluded with the mistake. Departure: the
+    paper's judge is an LLM reading meaning; this one only sees arithmetic claims, repeats,
+    position and a short list of doubt words. Version 2: claims beyond ``a op b = c`` (version 1
+    saw only those); version 3: the discard rule; version 4: doubt filler excluded.
     """
 
     name = "arith-steps"
-    version = "3"
+    version = "4"
     mode = "select-keep"
 
     def respond(self, request: JudgeRequest, feedback: str | None = None) -> JudgeReply:
@@ -137,9 +146,17 @@ class ArithSteps:
                     None,
                 )
                 cat = "corrected_mistake" if fix is not None or same_unit_fix else "incorrect_claim"
-                if u.number == final or same_unit_fix:  # exclude just the equation, keep the fix
+                if same_unit_fix:  # exclude the claim and the filler up to its fix ("9, no, "), keep the fix
+                    fix_at = min(e.start for e in eqs[u.number] if e.key() == eq.key() and e.correct and e.start > eq.start)
+                    quotes.append({"unit": u.number, "quote": text[eq.start : fix_at], "category": cat})
+                    continue
+                if u.number == final:  # exclude just the equation, keep the rest of the answer unit
                     quotes.append({"unit": u.number, "quote": text[eq.start : eq.end], "category": cat})
                     continue
+                if fix is not None:  # doubt filler opening the fixing unit ("Oops. 9 + 7 = 16.")
+                    filler = self._filler_before_fix(text, units[fix - 1], eqs[fix], eq)
+                    if filler is not None:
+                        quotes.append({"unit": fix, "quote": filler, "category": cat})
                 excl[u.number] = cat
                 if fix is not None:  # the doubt between the mistake and its fix
                     for v in units[u.number : fix - 1]:
@@ -161,6 +178,22 @@ class ArithSteps:
         keep = [u.number for u in units if u.number not in excl]
         exclude = [{"unit": n, "category": c} for n, c in sorted(excl.items())] + quotes
         return {"verdict": "usable", "keep": keep, "exclude": exclude}
+
+    @staticmethod
+    def _filler_before_fix(text: str, unit: Unit, claims: list[Any], wrong: Any) -> str | None:
+        """The doubt filler that opens ``unit`` before the claim fixing ``wrong`` ("Oops. ",
+        "Wait, that's wrong: "), or None: the text from the unit's first non-blank character to
+        the fix must hold no claim and start with a doubt word (:data:`_DOUBT`)."""
+        fix = next((c for c in claims if c.key() == wrong.key() and c.correct), None)
+        if fix is None or any(c.start < fix.start for c in claims):
+            return None
+        lead = text[unit.start : fix.start]
+        body = lead.lstrip()
+        marker = re.search(r"answer\s*[:：]", body, re.IGNORECASE)  # the answer line's own words stay kept
+        body = body[: marker.start()] if marker else body
+        if not body.strip() or not _DOUBT.match(body):
+            return None
+        return body
 
     @staticmethod
     def _answer_derived(request: JudgeRequest, claims: dict[int, list[Any]]) -> bool:
