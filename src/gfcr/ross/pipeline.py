@@ -305,7 +305,8 @@ def render_report(run: RossRun) -> str:
             ma = "—" if r["ter_ma"] is None else f"{100 * r['ter_ma']:.1f}%"
             parts.append(f"| {r['step']} | {r['n']} | {ter} | {ma} | {ent} |")
     if an.get("categories"):
-        parts += ["", "### Exclusion categories (primary per rollout), early vs late, per domain", ""]
+        parts += ["", "### Exclusion categories (primary per rollout, the paper's taxonomy: abandoned attempts count as "
+                  "redundant exploration), early vs late, per domain", ""]
         for dom, d in an["categories"].items():
             for k, v in d.items():
                 shares = ", ".join(f"{c} {100 * s:.0f}%" for c, s in v["shares"].items()) or "none"
