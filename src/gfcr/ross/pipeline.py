@@ -196,7 +196,7 @@ def model_paths(cfg: RossConfig, run_dir: Path) -> tuple[dict[str, str], dict[st
 
 def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any, log: Any = None) -> dict[str, Any]:
     """Every model row on every benchmark, then the paired comparisons (``eval.json``)."""
-    from gfcr.ross.evaluation import default_pairs, evaluate_models, paired_comparisons
+    from gfcr.ross.evaluation import all_comparisons, default_pairs, evaluate_models
 
     e = cfg.evaluate
     rows, aliases = model_paths(cfg, run_dir)
@@ -206,7 +206,7 @@ def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any, l
     pairs = [tuple(p) for p in e.pairs] if e.pairs is not None else default_pairs(list(rows))
     pairs = [(aliases.get(a, a), aliases.get(b, b)) for a, b in pairs]
     out = {"results": results, "aliases": aliases, "pairs": pairs,
-           "paired": paired_comparisons(results, pairs, seed=e.seed)}
+           "paired": all_comparisons(results, pairs, seed=e.seed)}
     (run_dir / "eval.json").write_text(json.dumps(out, indent=2))
     return out
 
