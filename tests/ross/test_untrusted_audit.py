@@ -285,3 +285,26 @@ def test_too_many_exclusions_are_refused():
     obj = {"verdict": "usable", "exclude": [{"unit": 1, "quote": "a", "category": "other"}] * 5000}
     with pytest.raises(VerdictError, match="too many exclusions"):
         validate_verdict(obj, text, units, "locate-exclude", "7")
+
+
+def test_a_row_the_store_refuses_does_not_lose_the_rest_of_its_batch(tmp_path, tok):
+    """Whatever a store refuses in one row (here: a store raising for one rollout's audit), the
+    batch's other audits are written and that one is an 'error' row, retried next run."""
+    store = _store(tmp_path, tok)
+    sel = select_rollouts(store)
+    bad_id = sel[1].rollout_id
+
+    class Picky:
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def upsert_audits(self, audits):
+            if any(a.rollout_id == bad_id and a.status != "error" for a in audits):
+                raise ValueError("refused")
+            return store.upsert_audits(audits)
+
+    ok = '{"verdict": "usable", "keep": [2, 3], "exclude": [{"unit": 1, "category": "corrected_mistake"}]}'
+    audit_rollouts(Picky(), sel, Scripted([ok] * 3), tok)
+    rows = {x["rollout_id"]: x for x in store.audits(judge="scripted").to_pylist()}
+    assert len(rows) == 3 and rows[bad_id]["status"] == "error" and "refused" in rows[bad_id]["reason"]
+    assert sorted(x["status"] for x in rows.values()) == ["error", "kept", "kept"]

@@ -298,6 +298,43 @@ def finished_ids(store: Any, judge: str, judge_version: str, rollout_ids: Sequen
     return {r["rollout_id"] for r in d if r["judge_version"] == judge_version and r["status"] in ("kept", "discarded")}
 
 
+def _error_audit(rollout_id: str, judge: str, judge_version: str, n_tokens: int, reason: str) -> Audit:
+    return Audit(rollout_id=rollout_id, judge=judge, judge_version=judge_version, status="error",
+                 reason=safe_text(reason, 2000), mask=np.zeros(n_tokens, np.uint8))
+
+
+def _audit_one(r: Rollout, p: Prompt | None, judge: Judge, tokenizer: Any, retries: int, max_unit_chars: int,
+               check_answer: bool, eos_rule: str) -> Audit:
+    """One rollout's audit, never raising: a judge transport failure, or a reply or record that
+    cannot be made into an audit, is an ``error`` row (retried on the next run)."""
+    try:
+        dec, err, raws, cost, meta = judge_rollout(r, p, judge, retries, max_unit_chars, check_answer)
+    except Exception as e:  # judge transport failures
+        return _error_audit(r.rollout_id, judge.name, judge.version, len(r.token_ids),
+                            f"judge call failed: {type(e).__name__}: {e}")
+    try:
+        return make_audit(r, dec, err, tokenizer, judge, raws, cost, meta, eos_rule).validate()
+    except Exception as e:  # one unusable reply never loses the batch
+        return _error_audit(r.rollout_id, judge.name, judge.version, len(r.token_ids),
+                            f"audit could not be built: {type(e).__name__}: {e}")
+
+
+def _write_batch(store: Any, buf: Sequence[Audit]) -> None:
+    """Upsert ``buf``; if the store refuses the batch, write its rows one by one and each refused
+    row as an ``error`` row (retried next run), so one bad row never loses the others."""
+    if not buf:
+        return
+    try:
+        store.upsert_audits(list(buf))
+    except (UnicodeError, ValueError, TypeError, pa.ArrowException):
+        for a in buf:
+            try:
+                store.upsert_audits([a])
+            except (UnicodeError, ValueError, TypeError, pa.ArrowException) as e:
+                store.upsert_audits([_error_audit(a.rollout_id, a.judge, a.judge_version, len(a.mask),
+                                                  f"audit not stored: {e}")])
+
+
 def audit_rollouts(
     store: Any,
     rollouts: Iterable[Rollout],
@@ -324,39 +361,15 @@ def audit_rollouts(
         return summary
     prompts = {p.prompt_id: p for p in store.prompts(ids=sorted({r.prompt_id for r in todo}))}
 
-    def failed(r: Rollout, what: str, e: Exception) -> Audit:
-        return Audit(rollout_id=r.rollout_id, judge=judge.name, judge_version=judge.version, status="error",
-                     reason=safe_text(f"{what}: {type(e).__name__}: {e}", 2000),
-                     mask=np.zeros(len(r.token_ids), np.uint8))
-
     def one(r: Rollout) -> Audit:
-        p = prompts.get(r.prompt_id)
-        try:
-            dec, err, raws, cost, meta = judge_rollout(r, p, judge, retries, max_unit_chars, check_answer)
-        except Exception as e:  # judge transport failures: recorded as 'error' and retried next run
-            return failed(r, "judge call failed", e)
-        try:
-            return make_audit(r, dec, err, tokenizer, judge, raws, cost, meta, eos_rule).validate()
-        except Exception as e:  # one unusable reply or record never loses the batch: an 'error' row, retried
-            return failed(r, "audit could not be built", e)
+        return _audit_one(r, prompts.get(r.prompt_id), judge, tokenizer, retries, max_unit_chars, check_answer,
+                          eos_rule)
 
     ters: list[float] = []
     buf: list[Audit] = []
 
     def flush() -> None:
-        if not buf:
-            return
-        try:
-            store.upsert_audits(buf)
-        except (UnicodeError, ValueError, TypeError, pa.ArrowException):
-            # a row the store refuses: write the others, and that one as an 'error' row (retried next run)
-            for a in buf:
-                try:
-                    store.upsert_audits([a])
-                except (UnicodeError, ValueError, TypeError, pa.ArrowException) as e:
-                    store.upsert_audits([Audit(rollout_id=a.rollout_id, judge=a.judge, judge_version=a.judge_version,
-                                               status="error", reason=safe_text(f"audit not stored: {e}", 2000),
-                                               mask=np.zeros(len(a.mask), np.uint8))])
+        _write_batch(store, buf)
         buf.clear()
 
     bar = _progress(progress, len(todo), f"audit [{judge.name}]")
