@@ -215,3 +215,65 @@ def test_no_excluded_byte_or_context_token_is_ever_supervised(tok):
         assert a.mask.sum() > 0 and set(np.unique(r.token_role[a.mask.astype(bool)])) == {1}
 
     prop()
+
+
+class ReplayMany:
+    """One canned reply per rollout id (the batch's judge)."""
+
+    name, version = "prop-batch", "1"
+
+    def __init__(self, by_id, mode):
+        self.by_id, self.mode = by_id, mode
+
+    def respond(self, request, feedback=None):
+        return JudgeReply(self.by_id[request.rollout_id], Cost(1, 1, 0.0))
+
+
+def test_batches_through_the_store_and_build_never_crash_or_leak(tok):
+    """The same generated cases, several per batch, through ``audit_rollouts`` (a real store) and
+    ``build_rows``: every rollout gets an audit row, and each built row's labels are the tokens
+    the independent checker allows."""
+    import tempfile
+
+    from gfcr.records import Prompt
+    from gfcr.ross.audit import audit_rollouts
+    from gfcr.ross.build import build_rows
+    from gfcr.store import RolloutStore
+
+    checker = Checker(tok)
+
+    @settings(max_examples=8, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(st.lists(cases(tok), min_size=1, max_size=4), st.sampled_from(["select-keep", "locate-exclude"]))
+    def prop(batch, _):
+        rs, replies, expect = [], {}, {}
+        for i, (r, mode, verdict, raw, turns) in enumerate(batch):
+            if mode != batch[0][1]:
+                continue  # one judge mode per batch
+            r.prompt_id, r.group_id = f"p{i}", f"p{i}"
+            rs.append(r)
+            replies[r.rollout_id] = raw
+            expect[r.rollout_id] = (verdict, turns)
+        with tempfile.TemporaryDirectory() as d:
+            store = RolloutStore.open(f"{d}/store", create=True)
+            store.append(rs)
+            store.upsert_prompts([Prompt(prompt_id=r.prompt_id, task="arith", messages=[r.messages[0]]) for r in rs])
+            s = audit_rollouts(store, rs, ReplayMany(replies, batch[0][1]), tok, batch_size=2)
+            assert s.audited == len(rs) and store.audits(judge="prop-batch").num_rows == len(rs)
+            rows, _ = build_rows(store, "prop-batch", "1")
+            by_id = {r.rollout_id: r for r in rs}
+            for row in rows:
+                r = by_id[row["rollout_id"]]
+                verdict, turns = expect[r.rollout_id]
+                req, _ = judge_request(r, None, batch[0][1])
+                ranges, pos = [], 0
+                for t in turns:
+                    ranges.append((pos, pos + len(t)))
+                    pos += len(t) + 1
+                mask = np.asarray(row["loss_mask"])
+                labels = np.asarray(row["labels"])
+                assert np.array_equal(labels != -100, mask.astype(bool))
+                checker.check(r, mask, _independent_exclusions(verdict, req.text, req.units, batch[0][1], ranges),
+                              ranges)
+
+    prop()
