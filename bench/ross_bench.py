@@ -114,7 +114,7 @@ def combine(run_dir: Path) -> str:
     """The comparison table with paired tests from every evaluation a run folder holds
     (``eval.json``, ``eval.partial.json``, ``eval.<row>.json``), rows in the table's order."""
     from gfcr.ross.config import RossConfig
-    from gfcr.ross.evaluation import comparison_table, default_pairs, paired_comparisons
+    from gfcr.ross.evaluation import all_comparisons, comparison_table, default_pairs
     from gfcr.ross.pipeline import model_paths
 
     cfg = RossConfig.model_validate_json((run_dir / "config.json").read_text())
@@ -126,7 +126,7 @@ def combine(run_dir: Path) -> str:
             found.update(d.get("results", d))
     results = {m: found[m] for m in order if m in found}
     pairs = default_pairs(list(results))
-    ev = {"results": results, "aliases": aliases, "pairs": pairs, "paired": paired_comparisons(results, pairs)}
+    ev = {"results": results, "aliases": aliases, "pairs": pairs, "paired": all_comparisons(results, pairs)}
     (run_dir / "eval.combined.json").write_text(json.dumps(ev, indent=2))
     missing = [m for m in order if m not in results]
     return comparison_table(ev) + (f"\n\nnot evaluated (yet): {', '.join(missing)}" if missing else "")

@@ -80,9 +80,30 @@ def test_categories_per_domain_early_late(tmp_path, tok):
     assert set(out) == {"arith", "tool"}
     assert out["arith"]["early"]["shares"] == {"corrected_mistake": 1.0}
     assert out["arith"]["late"]["shares"] == {"redundant_exploration": 0.5, "corrected_mistake": 0.5}
-    assert out["tool"]["late"]["shares"] == {"abandoned_attempt": 1.0} and out["tool"]["early"]["n"] == 0
+    # the paper's taxonomy by default: an abandoned attempt is redundant exploration
+    assert out["tool"]["late"]["shares"] == {"redundant_exploration": 1.0} and out["tool"]["early"]["n"] == 0
+    gfcr = categories_early_late(store, "j", (0, 0), (1, 2), taxonomy="gfcr")
+    assert gfcr["tool"]["late"]["shares"] == {"abandoned_attempt": 1.0}
     mapped = categories_early_late(store, "j", (0, 0), (1, 2), domains={"tool:calc": "agent"})
     assert set(mapped) == {"arith", "agent"}
+
+
+def test_primary_category_in_the_papers_taxonomy():
+    """Issue 28: the paper's "redundant exploration" was split across two gfcr categories, so a
+    rollout mostly redundant by the paper's count was reported as a corrected mistake."""
+    from gfcr.ross.analyze import PAPER_CATEGORIES, PAPER_CATEGORY, primary_category
+
+    spans = [Span(0, 30, "abandoned_attempt"), Span(30, 60, "redundant_exploration"),
+             Span(60, 110, "corrected_mistake")]
+    assert primary_category(spans) == "redundant_exploration"  # 60 chars against 50
+    assert primary_category(spans, taxonomy="gfcr") == "corrected_mistake"
+    assert primary_category([Span(0, 5, "incorrect_claim")]) == "other"
+    assert primary_category([]) is None
+    from gfcr.records import EXCLUSION_CATEGORIES
+
+    assert set(PAPER_CATEGORY) == set(EXCLUSION_CATEGORIES) and set(PAPER_CATEGORY.values()) == set(PAPER_CATEGORIES)
+    with pytest.raises(ValueError, match="taxonomy"):
+        primary_category(spans, taxonomy="x")
 
 
 def test_hardest_solved_prompts(tmp_path, tok):

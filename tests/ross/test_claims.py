@@ -90,9 +90,10 @@ def test_all_correct_claims_keep_everything(tok):
 def test_false_claim_in_answer_unit_is_quoted(tok):
     text = "3 plus 4 equals 8, I mean 3 + 4 = 7. Answer: 7"
     dec, obj = _verdict(tok, text, "7")
-    assert {"unit": 1, "quote": "3 plus 4 equals 8", "category": "corrected_mistake"} in obj["exclude"]
+    # the claim and the filler up to its fix (version 4; version 3 kept ", I mean ")
+    assert {"unit": 1, "quote": "3 plus 4 equals 8, I mean ", "category": "corrected_mistake"} in obj["exclude"]
     kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k)
-    assert "equals 8" not in kept and "Answer: 7" in kept
+    assert kept == "3 + 4 = 7. Answer: 7"
 
 
 def test_uncorrected_false_claim_without_a_correct_derivation_is_discarded(tok):
@@ -104,3 +105,25 @@ def test_uncorrected_false_claim_without_a_correct_derivation_is_discarded(tok):
     r = make_rollout(tok, "q", "2 * 2 = 5 on the side.\n7 + 6 = 13.\nAnswer: 13", gold="13")
     dec, err, raws, _, _ = judge_rollout(r, make_prompt("q", "13"), ArithSteps())
     assert dec.status == "kept" and {"unit": 1, "category": "incorrect_claim"} in json.loads(raws[-1])["exclude"]
+
+
+@pytest.mark.parametrize("text,gold,kept", [
+    # the fixture rollout of the audit tests: main kept "Oops. 9 + 7 = 16."
+    ("9 + 7 = 17.\nOops. 9 + 7 = 16.\nAnswer: 16\nDone!\n", "16", "9 + 7 = 16.\nAnswer: 16\n"),
+    ("9 + 7 = 17.\nWait, that's wrong: 9 + 7 = 16.\nAnswer: 16", "16", "9 + 7 = 16.\nAnswer: 16"),
+    ("9 + 7 = 17.\nOops.\n9 + 7 = 16.\nAnswer: 16", "16", "9 + 7 = 16.\nAnswer: 16"),  # a bare line: unit excluded
+    ("9 + 7 = 17, oops, 9 + 7 = 16.\nAnswer: 16", "16", "9 + 7 = 16.\nAnswer: 16"),  # same unit: the filler too
+    ("6 * 7 = 48.\nOops. Answer: 6 * 7 = 42", "42", "Answer: 6 * 7 = 42"),  # the fix in the answer unit
+])
+def test_filler_after_a_corrected_mistake_is_not_supervised(tok, text, gold, kept):
+    """Issue 28: a bare "Oops." (or similar filler) before the fix stayed in the supervised text."""
+    dec, obj = _verdict(tok, text, gold)
+    got = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k)
+    assert got == kept, obj
+    assert all(e["category"] in ("corrected_mistake", "redundant_exploration") for e in obj["exclude"])
+
+
+def test_fix_unit_without_filler_is_kept_whole(tok):
+    text = "9 + 7 = 17.\nSo 9 + 7 = 16 in total.\nAnswer: 16"
+    dec, obj = _verdict(tok, text, "16")
+    assert "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k) == "So 9 + 7 = 16 in total.\nAnswer: 16"

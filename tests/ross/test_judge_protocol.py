@@ -59,7 +59,7 @@ def test_judge_sees_whole_interaction_with_roles(tok):
     assert all(any(a <= u.start and u.end <= b + 1 for a, b in bounds) for u in req.units)
     assert OBS not in [u.text.strip() for u in req.units]
     chat = Chat(['{"verdict": "usable", "exclude": [{"unit": 2, "category": "corrected_mistake"}]}'])
-    judge = LLMJudge(chat, mode="locate-exclude")
+    judge = LLMJudge(chat, mode="locate-exclude", recheck=False)
     dec, err, raws, cost, meta = judge_rollout(r, None, judge)
     assert err is None and dec.status == "kept"
     prompt = chat.seen[0][1]["content"]
@@ -146,8 +146,25 @@ def test_no_recheck_for_a_discard_or_when_off(tok):
     dec, *_rest, meta = judge_rollout(r, None, LLMJudge(chat, recheck=True))
     assert dec.status == "discarded" and len(chat.seen) == 1 and "recheck" not in meta
     chat = Chat([PROPOSAL])
-    judge_rollout(r, None, LLMJudge(chat))
+    judge_rollout(r, None, LLMJudge(chat, recheck=False))
     assert len(chat.seen) == 1
+
+
+def test_recheck_is_on_by_default_for_llm_judges_only(tok):
+    """Issue 28: the paper re-checks every math/code selection independently; gfcr had it off."""
+    from gfcr.ross.config import AuditJudgeConfig
+    from gfcr.ross.judges import make_judge
+
+    chat = Chat([PROPOSAL, PROPOSAL])
+    judge = make_judge("llm", chat=chat, model="m")
+    assert judge.recheck and judge.version == "3:m:recheck"
+    r = make_rollout(tok, Q, TEXT, gold="7")
+    _, _, _, _, meta = judge_rollout(r, None, judge)
+    assert len(chat.seen) == 2 and meta["recheck"]["outcome"] == "confirmed"
+    assert AuditJudgeConfig(name="llm", base_url="http://127.0.0.1:1/v1", model="m").recheck is True
+    for name in ("arith-steps", "keep-all"):  # rule-based: no re-check call exists
+        assert not getattr(make_judge(name), "recheck", False)
+    assert not make_judge("llm", chat=chat, model="m", recheck=False).recheck
 
 
 @pytest.mark.parametrize("raw", [

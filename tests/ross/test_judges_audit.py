@@ -237,8 +237,8 @@ def test_llm_judge_on_loopback_fake_server(tok):
     try:
         _FakeOpenAI.replies = ["I think keep all", '{"verdict": "usable", "keep": [3, 4], '
                                '"exclude": [{"units": [1, 2], "category": "corrected_mistake"}]}']
-        judge = make_judge("llm", base_url=f"http://127.0.0.1:{srv.server_port}/v1", model="fake-judge")
-        assert isinstance(judge, LLMJudge) and judge.version == "2:fake-judge"
+        judge = make_judge("llm", base_url=f"http://127.0.0.1:{srv.server_port}/v1", model="fake-judge", recheck=False)
+        assert isinstance(judge, LLMJudge) and judge.version == "3:fake-judge"
         r = make_rollout(tok, "What is 3 + 4?", PLANTED, gold="7")
         dec, err, raws, cost, meta = judge_rollout(r, None, judge)
         assert dec.status == "kept" and meta["attempts"] == 2
@@ -257,9 +257,10 @@ def test_arith_steps_same_unit_correction_quotes_only_the_mistake(tok):
     text = "4 + 4 = 9, no, 4 + 4 = 8.\nAnswer: 8"
     r = make_rollout(tok, "q", text, gold="8")
     dec, err, raws, _, _ = judge_rollout(r, None, ArithSteps())
-    assert json.loads(raws[-1])["exclude"] == [{"unit": 1, "quote": "4 + 4 = 9", "category": "corrected_mistake"}]
+    # the mistake and the filler up to its fix ("no" is not worth imitating: issue 28)
+    assert json.loads(raws[-1])["exclude"] == [{"unit": 1, "quote": "4 + 4 = 9, no, ", "category": "corrected_mistake"}]
     kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k)
-    assert kept == ", no, 4 + 4 = 8.\nAnswer: 8"
+    assert kept == "4 + 4 = 8.\nAnswer: 8"
 
 
 def test_unreachable_llm_judge_records_error_not_discard(tmp_path, tok):

@@ -60,7 +60,9 @@ def test_run_ross_end_to_end_tiny(tmp_path, tok):
     assert {"pass@1", "pass@2", "greedy_pass@1"} <= set(ev["results"]["ross"]["arith1"]["metrics"])
     paired = {(p["a"], p["b"], p["benchmark"], p["metric"]) for p in ev["paired"]}
     assert ("ross", "upstream", "arith2", "greedy_pass@1") in paired and ("ross", "positive_sft", "arith1", "pass@1") in paired
-    assert all(0 <= p["p_value"] <= 1 and p["n"] == 3 for p in ev["paired"])
+    assert all(0 <= p["p_value"] <= p["p_holm"] <= 1 for p in ev["paired"])
+    assert all(p["n"] == (6 if p["benchmark"] == "all avg" else 3) for p in ev["paired"])
+    assert ("ross", "upstream", "all avg", "greedy_pass@1") in paired  # the overall average, tested too
     assert "math2 avg" in res.table and "not significant" in res.table
     an = r["analyze"]
     assert [w["steps"] for w in an["ter_by_window"]] == [[0, 1], [2, 3], [4, 5]]

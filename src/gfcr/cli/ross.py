@@ -73,7 +73,7 @@ def align_cmd(config: Config, set_: Sets = None) -> None:
 
     cfg = _cfg(config, set_)
     j = make_configured_judge(cfg)
-    _print(realign(open_store(cfg), load_tokenizer(cfg), j.name, j.version))
+    _print(realign(open_store(cfg), load_tokenizer(cfg), j.name, j.version, eos_rule=cfg.judge.eos_rule))
 
 
 @ross_app.command("build")

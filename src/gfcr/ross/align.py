@@ -244,9 +244,15 @@ def align_mask(
     token_role: np.ndarray,
     messages: Sequence[Message],
     kept_chars: np.ndarray,
+    final_eos: bool = False,
 ) -> np.ndarray:
     """Per-token supervision mask ``[T]`` (uint8) from per-char kept flags over the assistant text
     (:func:`gfcr.records.assistant_text_ranges`).
+
+    ``final_eos``: also supervise the zero-width tokens (eos, end of turn) that close the last
+    generated run, whatever text precedes them (the ``after-answer`` end-of-sequence rule of
+    :func:`gfcr.ross.audit.make_audit`); otherwise they follow the neighbours rule of
+    :func:`token_supervision`.
 
     Generated run ``k`` must decode to assistant message ``k`` (exactly, or with only
     whitespace around it that the engine stripped, which then follows the decision on the
@@ -282,4 +288,10 @@ def align_mask(
                 local[off + len(stored) :] = kept_chars[cb - 1]
         kept_bytes = char_mask_to_byte_mask(dec.text, local, dec.char_bytes)
         mask[a:b] = token_supervision(dec.byte_start, dec.byte_end, kept_bytes)
+        if final_eos and k == len(runs) - 1:
+            total = int(dec.byte_end[-1]) if b > a else 0
+            t = b - 1
+            while t >= a and dec.byte_start[t - a] == dec.byte_end[t - a] == total:
+                mask[t] = 1
+                t -= 1
     return mask  # only generated runs were written: context tokens stay 0

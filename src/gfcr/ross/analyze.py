@@ -5,8 +5,9 @@
   thin line and 8-step thick line) and the token-weighted policy entropy of the same rollouts;
   filters by run, task and step window. :func:`ter_by_window` pools over windows of steps.
 - :func:`categories_early_late`: per domain, each kept audit with exclusions gets one primary
-  category (the one excluding the most characters); shares early vs late (the paper: steps
-  1–20 vs 81–100, math vs code).
+  category (the one excluding the most characters) in the paper's taxonomy
+  (:data:`PAPER_CATEGORY`: gfcr's ``abandoned_attempt`` counts as redundant exploration); shares
+  early vs late (the paper: steps 1–20 vs 81–100, math vs code).
 - :func:`compatibility`: mean token NLL under the current model of historical rollouts, of the
   current model's own samples that are *correct* (drawn at the configured temperature), of
   another model's correct samples, and of an external teacher's text (re-tokenized by the scored
@@ -123,16 +124,41 @@ def _rollouts_of(store: Any, aus: Sequence[Any]) -> dict[str, Rollout]:
     return {r.rollout_id: r for r in table_to_rollouts(store.get([a.rollout_id for a in aus]))}
 
 
-def primary_category(excluded: Sequence[Any]) -> str | None:
-    """The category excluding the most characters (ties: first in the taxonomy order)."""
+#: gfcr's exclusion categories → the paper's (arXiv 2609.35954, Figure 6 as the seed describes it:
+#: "Corrected mistake", and "Redundant exploration", which it defines as "over-planning, detours, or
+#: exploration finally abandoned", so gfcr's ``abandoned_attempt`` belongs to it). The seed names no
+#: other Figure 6 category: ``incorrect_claim`` (wrong, never corrected) and ``other`` report as ``other``.
+PAPER_CATEGORY = {
+    "corrected_mistake": "corrected_mistake",
+    "redundant_exploration": "redundant_exploration",
+    "abandoned_attempt": "redundant_exploration",
+    "incorrect_claim": "other",
+    "other": "other",
+}
+#: the paper's categories, in report order
+PAPER_CATEGORIES = ("corrected_mistake", "redundant_exploration", "other")
+TAXONOMIES = ("paper", "gfcr")
+
+
+def primary_category(excluded: Sequence[Any], taxonomy: str = "paper") -> str | None:
+    """The category excluding the most characters, in ``taxonomy`` (``paper``: gfcr's categories
+    mapped by :data:`PAPER_CATEGORY` *before* counting, so redundant exploration and abandoned
+    attempts add up; ``gfcr``: as stored). Ties: first in the taxonomy's order.
+
+    Example: 30 chars ``abandoned_attempt`` + 30 ``redundant_exploration`` + 50
+    ``corrected_mistake`` → ``redundant_exploration`` (60 > 50) in the paper's taxonomy,
+    ``corrected_mistake`` in gfcr's."""
     from gfcr.records import EXCLUSION_CATEGORIES
 
+    if taxonomy not in TAXONOMIES:
+        raise ValueError(f"taxonomy must be one of {TAXONOMIES}, got {taxonomy!r}")
+    order = PAPER_CATEGORIES if taxonomy == "paper" else EXCLUSION_CATEGORIES
     chars: Counter = Counter()
     for s in excluded:
-        chars[s.category] += s.end - s.start
+        chars[PAPER_CATEGORY[s.category] if taxonomy == "paper" else s.category] += s.end - s.start
     if not chars:
         return None
-    return max(chars, key=lambda c: (chars[c], -EXCLUSION_CATEGORIES.index(c)))
+    return max(chars, key=lambda c: (chars[c], -order.index(c)))
 
 
 def domain_of(task: str, domains: Mapping[str, str] | None = None) -> str:
@@ -145,9 +171,11 @@ def domain_of(task: str, domains: Mapping[str, str] | None = None) -> str:
 
 def categories_early_late(store: Any, judge: str, early: tuple[int, int], late: tuple[int, int],
                           judge_version: str | None = None, run: str | None = None,
-                          domains: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+                          domains: Mapping[str, str] | None = None,
+                          taxonomy: str = "paper") -> dict[str, dict[str, Any]]:
     """``{domain: {"early": {steps, n, shares: {category: share}}, "late": {...}}}`` over kept
-    audits with exclusions, one primary category per rollout (the paper's Figure 6)."""
+    audits with exclusions, one primary category per rollout (the paper's Figure 6), in the
+    paper's categories by default (:data:`PAPER_CATEGORY`; ``taxonomy="gfcr"``: as stored)."""
     out: dict[str, dict[str, Any]] = {}
     pairs = _kept_audits(store, judge, judge_version, run, None, None, with_exclusions=True)
     for dom in sorted({domain_of(r.task, domains) for _, r in pairs}):
@@ -156,7 +184,7 @@ def categories_early_late(store: Any, judge: str, early: tuple[int, int], late: 
             cats: Counter = Counter()
             for a, r in pairs:
                 if domain_of(r.task, domains) == dom and lo <= int(r.step) <= hi:
-                    cats[primary_category(a.excluded)] += 1
+                    cats[primary_category(a.excluded, taxonomy)] += 1
             n = sum(cats.values())
             out[dom][name] = {"steps": [lo, hi], "n": n,
                               "shares": {c: k / n for c, k in cats.most_common()} if n else {}}

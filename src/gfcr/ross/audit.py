@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from gfcr.records import (
     Audit,
@@ -36,7 +37,14 @@ from gfcr.records import (
 from gfcr.ross.align import AlignError, align_mask
 from gfcr.ross.judges import Judge, JudgeRequest, Turn
 from gfcr.ross.units import split_units
-from gfcr.ross.verdict import Decision, VerdictError, parse_json_object, validate_verdict
+from gfcr.ross.verdict import (
+    MAX_REPLY_CHARS,
+    Decision,
+    VerdictError,
+    kept_ends_with_answer,
+    parse_json_object,
+    validate_verdict,
+)
 
 _ANSWER_KEYS = ("answer", "parsed", "extracted", "pred", "prediction", "parsed_answer")
 
@@ -120,6 +128,29 @@ def judge_request(rollout: Rollout, prompt: Prompt | None, mode: str, max_unit_c
     return req, bounds
 
 
+def _shown_text(req: JudgeRequest) -> str:
+    """Everything of the rollout the judge is shown (task, every turn): a verdict object copied
+    verbatim from it is refused (:func:`gfcr.ross.verdict.parse_json_object`)."""
+    return "\n".join([req.prompt, req.text, *(t.text for t in req.turns)])
+
+
+def safe_text(s: str | None, limit: int | None = None) -> str | None:
+    """``s`` made storable: each lone surrogate (invalid in UTF-8; a JSON ``"\\ud800"`` escape
+    decodes to one) written as its ``\\udXXX`` escape, and, with ``limit``, at most ``limit``
+    characters plus a note of how many were cut. Valid text is returned unchanged.
+
+    Example: ``safe_text("a\\ud800b")`` → ``"a\\\\ud800b"`` (the six characters ``\\ud800``)."""
+    if s is None:
+        return None
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        s = s.encode("utf-8", "backslashreplace").decode("utf-8")
+    if limit is not None and len(s) > limit:
+        s = s[:limit] + f"…[{len(s) - limit} more characters not stored]"
+    return s
+
+
 def _ask(call: Any, req: JudgeRequest, retries: int, bounds: list[tuple[int, int]], raws: list[str],
          cost: list[Cost]) -> tuple[Decision | None, dict[str, Any] | None, str | None]:
     """Call ``call(feedback)`` until its output validates (at most ``retries + 1`` times)."""
@@ -131,7 +162,7 @@ def _ask(call: Any, req: JudgeRequest, retries: int, bounds: list[tuple[int, int
         cost[0] = Cost(c.prompt_tokens + reply.cost.prompt_tokens, c.gen_tokens + reply.cost.gen_tokens,
                        c.latency_s + reply.cost.latency_s)
         try:
-            obj = parse_json_object(reply.raw)
+            obj = parse_json_object(reply.raw, forbidden=_shown_text(req))
             return validate_verdict(obj, req.text, req.units, req.mode, req.answer, bounds), obj, None
         except VerdictError as e:
             feedback = str(e)
@@ -172,24 +203,50 @@ def judge_rollout(
     return dec, err, raws, cost[0], meta
 
 
+#: end-of-sequence rules (:func:`make_audit`)
+EOS_RULES = ("after-answer", "neighbours")
+
+
+def _final_eos(rollout: Rollout, kept_chars: np.ndarray, answer: str | None, eos_rule: str) -> bool:
+    if eos_rule not in EOS_RULES:
+        raise ValueError(f"eos_rule must be one of {EOS_RULES}, got {eos_rule!r}")
+    if eos_rule == "neighbours":
+        return False
+    text, bounds = assistant_text_ranges(rollout.messages)
+    return kept_ends_with_answer(text, kept_chars, answer, bounds)
+
+
 def make_audit(
     rollout: Rollout, decision: Decision | None, error: str | None, tokenizer: Any, judge: Judge,
-    raws: Sequence[str], cost: Cost, meta: dict[str, Any],
+    raws: Sequence[str], cost: Cost, meta: dict[str, Any], eos_rule: str = "after-answer",
 ) -> Audit:
-    """The audit row: a kept decision aligned to the stored tokens, or a discard with its reason."""
+    """The audit row: a kept decision aligned to the stored tokens, or a discard with its reason.
+
+    End-of-sequence rule (issue 28). ``"after-answer"`` (default): the eos closing the last
+    assistant turn is supervised when the kept text ends on the line stating the verified final
+    answer (:func:`gfcr.ross.verdict.kept_ends_with_answer`), even when excluded trailing text lies
+    between them, so ROSS teaches the model to stop once the answer is given; otherwise, and
+    always without a known answer, the neighbours rule. ``"neighbours"`` (the former rule): a
+    zero-width token is supervised only when the characters on both sides of it are kept, so an
+    eos after excluded chatter never is. Departure: the paper does not say how it treats the
+    eos; this is gfcr's choice."""
     n = len(rollout.token_ids)
+    final_eos = _final_eos(rollout, decision.kept_chars, meta.get("answer"), eos_rule) \
+        if decision is not None and decision.status == "kept" else False
     meta = {**meta, "step": int(rollout.step), "task": rollout.task, "prompt_id": rollout.prompt_id,
-            "n_generated": rollout.n_generated}
+            "n_generated": rollout.n_generated, "eos_rule": eos_rule}
     common = dict(rollout_id=rollout.rollout_id, judge=judge.name, judge_version=judge.version,
-                  raw_output=raws[-1] if raws else None, cost=cost)
+                  raw_output=safe_text(raws[-1], MAX_REPLY_CHARS) if raws else None, cost=cost)
     if decision is None:
         what = "invalid re-check output" if (error or "").startswith("re-check: ") else "invalid judge output"
-        return Audit(status="discarded", reason=f"{what} after {len(raws)} attempt(s): {error}",
+        return Audit(status="discarded", reason=safe_text(f"{what} after {len(raws)} attempt(s): {error}"),
                      mask=np.zeros(n, np.uint8), meta=meta, **common)
     if decision.status == "discarded":
-        return Audit(status="discarded", reason=decision.reason, mask=np.zeros(n, np.uint8), meta=meta, **common)
+        return Audit(status="discarded", reason=safe_text(decision.reason), mask=np.zeros(n, np.uint8), meta=meta,
+                     **common)
     try:
-        mask = align_mask(tokenizer, rollout.token_ids, rollout.token_role, rollout.messages, decision.kept_chars)
+        mask = align_mask(tokenizer, rollout.token_ids, rollout.token_role, rollout.messages, decision.kept_chars,
+                          final_eos=final_eos)
     except AlignError as e:
         return Audit(status="discarded", reason=f"alignment: {e}", mask=np.zeros(n, np.uint8),
                      excluded=decision.excluded, meta=meta, **common)
@@ -199,9 +256,18 @@ def make_audit(
         return Audit(status="discarded", reason="alignment: no generated token lies wholly inside kept text",
                      mask=mask, excluded=decision.excluded, meta=meta, **common)
     meta["n_supervised"] = n_sup
+    meta["eos_supervised"] = _eos_supervised(rollout, mask, tokenizer)
     meta["categories"] = dict(Counter(s.category for s in decision.excluded))
     return Audit(status="kept", mask=mask, excluded=decision.excluded, ter=1.0 - n_sup / max(n_gen, 1),
                  meta=meta, **common)
+
+
+def _eos_supervised(rollout: Rollout, mask: np.ndarray, tokenizer: Any) -> bool | None:
+    """Whether the last generated token is supervised, when it is a special (eos) token."""
+    gen = np.flatnonzero(np.asarray(rollout.token_role) == 1)
+    if not gen.size or int(rollout.token_ids[gen[-1]]) not in set(getattr(tokenizer, "all_special_ids", []) or []):
+        return None
+    return bool(mask[gen[-1]])
 
 
 @dataclass
@@ -232,6 +298,43 @@ def finished_ids(store: Any, judge: str, judge_version: str, rollout_ids: Sequen
     return {r["rollout_id"] for r in d if r["judge_version"] == judge_version and r["status"] in ("kept", "discarded")}
 
 
+def _error_audit(rollout_id: str, judge: str, judge_version: str, n_tokens: int, reason: str) -> Audit:
+    return Audit(rollout_id=rollout_id, judge=judge, judge_version=judge_version, status="error",
+                 reason=safe_text(reason, 2000), mask=np.zeros(n_tokens, np.uint8))
+
+
+def _audit_one(r: Rollout, p: Prompt | None, judge: Judge, tokenizer: Any, retries: int, max_unit_chars: int,
+               check_answer: bool, eos_rule: str) -> Audit:
+    """One rollout's audit, never raising: a judge transport failure, or a reply or record that
+    cannot be made into an audit, is an ``error`` row (retried on the next run)."""
+    try:
+        dec, err, raws, cost, meta = judge_rollout(r, p, judge, retries, max_unit_chars, check_answer)
+    except Exception as e:  # judge transport failures
+        return _error_audit(r.rollout_id, judge.name, judge.version, len(r.token_ids),
+                            f"judge call failed: {type(e).__name__}: {e}")
+    try:
+        return make_audit(r, dec, err, tokenizer, judge, raws, cost, meta, eos_rule).validate()
+    except Exception as e:  # one unusable reply never loses the batch
+        return _error_audit(r.rollout_id, judge.name, judge.version, len(r.token_ids),
+                            f"audit could not be built: {type(e).__name__}: {e}")
+
+
+def _write_batch(store: Any, buf: Sequence[Audit]) -> None:
+    """Upsert ``buf``; if the store refuses the batch, write its rows one by one and each refused
+    row as an ``error`` row (retried next run), so one bad row never loses the others."""
+    if not buf:
+        return
+    try:
+        store.upsert_audits(list(buf))
+    except (UnicodeError, ValueError, TypeError, pa.ArrowException):
+        for a in buf:
+            try:
+                store.upsert_audits([a])
+            except (UnicodeError, ValueError, TypeError, pa.ArrowException) as e:
+                store.upsert_audits([_error_audit(a.rollout_id, a.judge, a.judge_version, len(a.mask),
+                                                  f"audit not stored: {e}")])
+
+
 def audit_rollouts(
     store: Any,
     rollouts: Iterable[Rollout],
@@ -243,8 +346,12 @@ def audit_rollouts(
     max_unit_chars: int = 200,
     check_answer: bool = True,
     progress: bool = False,
+    eos_rule: str = "after-answer",
 ) -> AuditSummary:
-    """Audit ``rollouts`` with ``judge`` and upsert the audits (see module doc). Resumable."""
+    """Audit ``rollouts`` with ``judge`` and upsert the audits (see module doc). Resumable.
+    ``eos_rule``: the end-of-sequence rule of :func:`make_audit`."""
+    if eos_rule not in EOS_RULES:
+        raise ValueError(f"eos_rule must be one of {EOS_RULES}, got {eos_rule!r}")
     rs = list(rollouts)
     summary = AuditSummary(judge.name, judge.version)
     done = finished_ids(store, judge.name, judge.version, [r.rollout_id for r in rs]) if rs else set()
@@ -255,21 +362,15 @@ def audit_rollouts(
     prompts = {p.prompt_id: p for p in store.prompts(ids=sorted({r.prompt_id for r in todo}))}
 
     def one(r: Rollout) -> Audit:
-        p = prompts.get(r.prompt_id)
-        try:
-            dec, err, raws, cost, meta = judge_rollout(r, p, judge, retries, max_unit_chars, check_answer)
-        except Exception as e:  # judge transport failures: recorded as 'error' and retried next run
-            return Audit(rollout_id=r.rollout_id, judge=judge.name, judge_version=judge.version, status="error",
-                         reason=f"judge call failed: {type(e).__name__}: {e}", mask=np.zeros(len(r.token_ids), np.uint8))
-        return make_audit(r, dec, err, tokenizer, judge, raws, cost, meta)
+        return _audit_one(r, prompts.get(r.prompt_id), judge, tokenizer, retries, max_unit_chars, check_answer,
+                          eos_rule)
 
     ters: list[float] = []
     buf: list[Audit] = []
 
     def flush() -> None:
-        if buf:
-            store.upsert_audits(buf)
-            buf.clear()
+        _write_batch(store, buf)
+        buf.clear()
 
     bar = _progress(progress, len(todo), f"audit [{judge.name}]")
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as ex:
@@ -294,8 +395,10 @@ def audit_rollouts(
     return summary
 
 
-def realign(store: Any, tokenizer: Any, judge: str, judge_version: str) -> dict[str, int]:
-    """Recompute masks and TER of the stored ``kept`` audits from their excluded spans."""
+def realign(store: Any, tokenizer: Any, judge: str, judge_version: str,
+            eos_rule: str = "after-answer") -> dict[str, int]:
+    """Recompute masks and TER of the stored ``kept`` audits from their excluded spans, with the
+    end-of-sequence rule ``eos_rule`` (:func:`make_audit`; the answer is the one the audit recorded)."""
     t = store.audits(judge=judge)
     aus = [a for a in table_to_audits(t) if a.judge_version == judge_version and a.status == "kept"] if t.num_rows else []
     if not aus:
@@ -309,8 +412,10 @@ def realign(store: Any, tokenizer: Any, judge: str, judge_version: str) -> dict[
         for s in a.excluded:
             kept[s.start : s.end] = False
         try:
-            mask = align_mask(tokenizer, r.token_ids, r.token_role, r.messages, kept)
+            mask = align_mask(tokenizer, r.token_ids, r.token_role, r.messages, kept,
+                              final_eos=_final_eos(r, kept, a.meta.get("answer"), eos_rule))
             a.mask, a.ter = mask, 1.0 - int(mask.sum()) / max(r.n_generated, 1)
+            a.meta = {**a.meta, "eos_rule": eos_rule, "eos_supervised": _eos_supervised(r, mask, tokenizer)}
         except AlignError as e:
             a.status, a.reason, a.mask, a.ter = "discarded", f"alignment: {e}", np.zeros(len(r.token_ids), np.uint8), None
             n_disc += 1

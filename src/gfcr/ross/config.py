@@ -58,13 +58,18 @@ class AuditJudgeConfig(StrictModel):
                                     "model, api_key_env, max_tokens (1024 here), timeout_s (120 here), cache_dir, ...).")
     mode: Literal["select-keep", "locate-exclude"] = Field(
         "select-keep", description="llm judge: select-keep (math/code) or locate-exclude (agent trajectories).")
-    version: str | None = Field(None, description="llm judge: version string keying its audits (default 2:<model>).")
+    version: str | None = Field(None, description="llm judge: version string keying its audits (default 3:<model>).")
     retries: int = Field(2, ge=0, le=10, description="Retries after an invalid verdict, the error fed back each time.")
     concurrency: int = Field(4, ge=1, le=256, description="Judge calls in flight at once.")
     max_unit_chars: int = Field(200, ge=20, description="Lines longer than this are split at sentence ends.")
     check_answer: bool = Field(True, description="Require the kept text to still contain the verified final answer.")
-    recheck: bool = Field(False, description="llm judge: an independent second call re-checks each usable verdict "
-                                             "and may confirm, revise its boundaries or discard (the paper's re-check).")
+    eos_rule: Literal["after-answer", "neighbours"] = Field(
+        "after-answer", description="End-of-sequence rule: after-answer supervises the eos closing the last assistant "
+        "turn when the kept text ends on the verified answer's line (so ROSS teaches the model to stop); neighbours "
+        "(the former rule) only when the characters around it are kept, never after excluded trailing text.")
+    recheck: bool = Field(True, description="llm judge: an independent second call re-checks each usable verdict "
+                                            "and may confirm, revise its boundaries or discard (the paper's re-check "
+                                            "for math/code; on by default). The rule-based judges have none.")
 
     @model_validator(mode="before")
     @classmethod

@@ -12,6 +12,10 @@ through :func:`gfcr.evaluate.evaluate_episodes` (the same env and turn budget as
 - :func:`paired_comparisons`: model A minus model B per benchmark and metric, paired per prompt
   (exact McNemar for greedy pass@1, paired bootstrap + sign-flip test for pass@k), with the
   interval of the difference and its p-value;
+- :func:`domain_comparisons`: the same on each domain average and the overall average
+  (:func:`paired_average_test`: bootstrap stratified by benchmark, sign-flip permutation test);
+- :func:`with_holm`: Holm's correction over every test of one table (:func:`holm`), which then
+  decides "significant";
 - :func:`comparison_table` / :func:`paired_table`: Markdown renderings that say in words when a
   difference is not significant.
 
@@ -157,6 +161,127 @@ def paired_comparisons(results: dict[str, dict[str, Any]], pairs: Sequence[tuple
     return rows
 
 
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially rejective multiple
+    test procedure"), in the input order. With the ``m`` p-values sorted ascending,
+    ``adj_(i) = min(1, max_{j <= i} (m - j + 1) p_(j))`` (1-based ``j``); rejecting where
+    ``adj < alpha`` controls the family-wise error rate at ``alpha``.
+
+    Example: ``holm([0.01, 0.04, 0.03, 0.005])`` → ``[0.03, 0.06, 0.06, 0.02]`` (sorted: 4 × 0.005 =
+    0.02; 3 × 0.01 = 0.03; 2 × 0.03 = 0.06; 1 × 0.04 = 0.04 → 0.06, the running maximum).
+    """
+    p = np.asarray(p_values, float)
+    m = p.size
+    if m == 0:
+        return []
+    order = np.argsort(p, kind="stable")
+    adj_sorted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adj_sorted
+    return [float(x) for x in out]
+
+
+def paired_average_test(diffs_by_bench: dict[str, Sequence[float]], n_boot: int = 2000, seed: int = 0,
+                        exact_max: int = 16, n_perm: int = 10_000) -> dict[str, Any]:
+    """A minus B on an **average over benchmarks** (a domain average, or the overall one), paired
+    per prompt.
+
+    ``diffs_by_bench[b]`` holds the per-prompt differences ``a_p - b_p`` of benchmark ``b`` (shape
+    ``[n_b]``). The statistic is the mean over benchmarks of each benchmark's mean difference,
+    which is exactly the difference of the two models' domain averages as the table prints them.
+    - Interval: a percentile bootstrap **stratified by benchmark** (prompts resampled within each
+      benchmark, ``n_boot`` times).
+    - p-value: a two-sided **sign-flip permutation** test (under H0 each prompt's difference is
+      symmetric about 0). It is exact, enumerating every sign pattern, when at most ``exact_max``
+      prompts differ; otherwise ``n_perm`` random flips with the +1 correction.
+
+    Worked example: ``{"x": [1, 1, 0], "y": [1, 0]}`` → diff = (2/3 + 1/2) / 2 = 7/12. Of the 8 sign
+    patterns of the three non-zero differences, 2 give ``|D| >= 7/12``, so p = 0.25.
+
+    Departure: the paper reports point averages only, with no test; this is gfcr's test.
+    """
+    benches = [np.asarray(v, float) for v in diffs_by_bench.values() if len(v)]
+    if not benches:
+        raise ValueError("no paired prompts in any benchmark")
+    w = np.concatenate([np.full(len(v), 1.0 / (len(v) * len(benches))) for v in benches])  # D = sum(w * d)
+    d = np.concatenate(benches)
+    obs = float(np.sum(w * d))
+    rng = np.random.default_rng(seed)
+    boots = np.zeros(n_boot)
+    for v in benches:
+        idx = rng.integers(0, len(v), size=(n_boot, len(v)))
+        boots += v[idx].mean(axis=1) / len(benches)
+    lo, hi = (float(x) for x in np.percentile(boots, [2.5, 97.5]))
+    nz = np.flatnonzero(d != 0)
+    tol = 1e-12
+    if nz.size == 0:
+        p, exact = 1.0, True
+    elif nz.size <= exact_max:
+        signs = 1 - 2 * ((np.arange(2 ** nz.size)[:, None] >> np.arange(nz.size)) & 1)
+        stats = np.abs(signs @ (w[nz] * d[nz]))
+        p, exact = float(np.mean(stats >= abs(obs) - tol)), True
+    else:
+        signs = rng.choice([-1.0, 1.0], size=(n_perm, nz.size))
+        stats = np.abs(signs @ (w[nz] * d[nz]))
+        p, exact = float((1 + np.sum(stats >= abs(obs) - tol)) / (n_perm + 1)), False
+    return {"diff": obs, "ci_low": lo, "ci_high": hi, "p_value": p, "n": int(d.size),
+            "a_better": int(np.sum(d > 0)), "b_better": int(np.sum(d < 0)),
+            "test": "sign-flip exact" if exact else "sign-flip permutation"}
+
+
+def domain_comparisons(results: dict[str, dict[str, Any]], pairs: Sequence[tuple[str, str]],
+                       metrics: Sequence[str] | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """A minus B on each **domain average** (domains with at least two benchmarks: a one-benchmark
+    domain is its benchmark, already tested) and on the overall average (``"all"``, when there are
+    two domains or more), for each pair and metric, by :func:`paired_average_test` over the prompts
+    both models evaluated. Rows have the shape of :func:`paired_comparisons`'s, with
+    ``benchmark = "<domain> avg"``."""
+    from gfcr.evaluate import per_prompt_values
+
+    rows = []
+    for a, b in pairs:
+        if a not in results or b not in results or a == b:
+            continue
+        shared = [bn for bn in results[a] if bn in results[b]]
+        doms: dict[str, list[str]] = {}
+        for bn in shared:
+            doms.setdefault(results[a][bn]["info"].get("domain", "default"), []).append(bn)
+        groups = {d: bs for d, bs in doms.items() if len(bs) >= 2}
+        if len(doms) >= 2:
+            groups["all"] = shared
+        for dom, bs in sorted(groups.items()):
+            ms = metrics or [k for k in results[a][bs[0]]["metrics"] if not k.startswith("avg@")]
+            for m in ms:
+                if not all(m in results[a][bn]["metrics"] and m in results[b][bn]["metrics"] for bn in bs):
+                    continue
+                diffs = {}
+                for bn in bs:
+                    va, vb = per_prompt_values(results[a][bn], m), per_prompt_values(results[b][bn], m)
+                    diffs[bn] = [va[i] - vb[i] for i in sorted(set(va) & set(vb))]
+                t = paired_average_test(diffs, seed=seed)
+                rows.append({"a": a, "b": b, "benchmark": f"{dom} avg", "metric": m, **t,
+                             "significant": t["p_value"] < 0.05 and (t["ci_low"] > 0 or t["ci_high"] < 0)})
+    return rows
+
+
+def with_holm(rows: Sequence[dict[str, Any]], alpha: float = 0.05) -> list[dict[str, Any]]:
+    """The rows with ``p_holm`` (:func:`holm` over **every row given**: one table's family of
+    tests, all pairs, benchmarks, domain averages and metrics) and ``significant`` re-decided as
+    ``p_holm < alpha`` and the (unadjusted) 95% interval excluding 0; ``p_value`` stays the
+    unadjusted one."""
+    adj = holm([r["p_value"] for r in rows])
+    return [{**r, "p_holm": p, "significant": p < alpha and (r["ci_low"] > 0 or r["ci_high"] < 0)}
+            for r, p in zip(rows, adj, strict=True)]
+
+
+def all_comparisons(results: dict[str, dict[str, Any]], pairs: Sequence[tuple[str, str]],
+                    metrics: Sequence[str] | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """Per-benchmark (:func:`paired_comparisons`) and domain-average (:func:`domain_comparisons`)
+    rows together, Holm-corrected as one family (:func:`with_holm`): what the ROSS table shows."""
+    return with_holm(paired_comparisons(results, pairs, metrics, seed)
+                     + domain_comparisons(results, pairs, metrics, seed))
+
+
 def default_pairs(models: Sequence[str]) -> list[tuple[str, str]]:
     """ROSS against every other row; ROSS w/o mask against positive SFT (trajectory filtering)."""
     pairs = [("ross", m) for m in models if m != "ross"]
@@ -203,14 +328,19 @@ def comparison_table(evaluation: dict[str, Any]) -> str:
 
 
 def paired_table(paired: Sequence[dict[str, Any]]) -> str:
-    """Markdown of paired differences, with 'not significant' spelled out."""
+    """Markdown of paired differences, with 'not significant' spelled out (decided on the Holm
+    adjusted p-value when the rows carry one)."""
+    holm_on = any("p_holm" in r for r in paired)
     lines = ["Paired per prompt (A − B, percentage points; McNemar exact for greedy, paired bootstrap + "
-             "sign-flip test for sampled pass@k):", "",
-             "| A − B | benchmark | metric | diff [95% CI] | A better / B better | p | verdict |",
-             "|---|---|---|---|---|---|---|"]
+             "sign-flip test for sampled pass@k; domain averages: bootstrap stratified by benchmark + sign-flip test"
+             + ("; p Holm-adjusted over every test in this table" if holm_on else "") + "):", "",
+             "| A − B | benchmark | metric | diff [95% CI] | A better / B better | p | "
+             + ("p (Holm) | " if holm_on else "") + "verdict |",
+             "|---|---|---|---|---|---|" + ("---|" if holm_on else "") + "---|"]
     for r in paired:
         verdict = ("**significant**" if r["significant"] else "not significant")
+        holm_cell = f"{r['p_holm']:.3g} | " if holm_on and "p_holm" in r else ("— | " if holm_on else "")
         lines.append(f"| {r['a']} − {r['b']} | {r['benchmark']} | {r['metric']} | {100 * r['diff']:+.1f} "
                      f"[{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}] | {r['a_better']} / {r['b_better']} | "
-                     f"{r['p_value']:.3g} | {verdict} |")
+                     f"{r['p_value']:.3g} | {holm_cell}{verdict} |")
     return "\n".join(lines)

@@ -85,6 +85,12 @@ class KeepAll:
 find_equations = find_claims
 
 
+#: words that open a doubt or a correction: filler after a mistake, never worth imitating on its own
+_DOUBT = re.compile(r"(?:oops|whoops|wait|no\b|hmm+|actually|sorry|correction|mistake|i made a mistake|that'?s wrong|"
+                    r"that is wrong|that'?s not right|that is not right|let me (?:re-?check|redo|fix|recompute|correct))",
+                    re.IGNORECASE)
+
+
 def _norm(s: str) -> str:
     return " ".join(s.lower().split())
 
@@ -102,13 +108,16 @@ class ArithSteps:
     answer → ``redundant_exploration``. Discard rule: a false claim that is never corrected, in a
     text where no correct claim reaches the final answer, means a solution would need missing
     reasoning: the rollout is discarded (e.g. "7 + 6 = 12 … divisible by 13", verified only by a
-    last-number reading of 13). Departure: the paper's judge is an LLM reading meaning;
-    this one only sees arithmetic claims, repeats and position. Version 2: claims beyond
-    ``a op b = c`` (version 1 saw only those); version 3: the discard rule.
+    last-number reading of 13). Doubt filler is never kept: the text between a false claim and
+    its fix in the same unit ("9, no, "), and a fixing unit's opening filler that starts with a
+    doubt word ("Oops. ", "Wait, that's wrong: "), are excluded with the mistake. Departure: the
+    paper's judge is an LLM reading meaning; this one only sees arithmetic claims, repeats,
+    position and a short list of doubt words. Version 2: claims beyond ``a op b = c`` (version 1
+    saw only those); version 3: the discard rule; version 4: doubt filler excluded.
     """
 
     name = "arith-steps"
-    version = "3"
+    version = "4"
     mode = "select-keep"
 
     def respond(self, request: JudgeRequest, feedback: str | None = None) -> JudgeReply:
@@ -137,9 +146,17 @@ class ArithSteps:
                     None,
                 )
                 cat = "corrected_mistake" if fix is not None or same_unit_fix else "incorrect_claim"
-                if u.number == final or same_unit_fix:  # exclude just the equation, keep the fix
+                if same_unit_fix:  # exclude the claim and the filler up to its fix ("9, no, "), keep the fix
+                    fix_at = min(e.start for e in eqs[u.number] if e.key() == eq.key() and e.correct and e.start > eq.start)
+                    quotes.append({"unit": u.number, "quote": text[eq.start : fix_at], "category": cat})
+                    continue
+                if u.number == final:  # exclude just the equation, keep the rest of the answer unit
                     quotes.append({"unit": u.number, "quote": text[eq.start : eq.end], "category": cat})
                     continue
+                if fix is not None:  # doubt filler opening the fixing unit ("Oops. 9 + 7 = 16.")
+                    filler = self._filler_before_fix(text, units[fix - 1], eqs[fix], eq)
+                    if filler is not None:
+                        quotes.append({"unit": fix, "quote": filler, "category": cat})
                 excl[u.number] = cat
                 if fix is not None:  # the doubt between the mistake and its fix
                     for v in units[u.number : fix - 1]:
@@ -161,6 +178,22 @@ class ArithSteps:
         keep = [u.number for u in units if u.number not in excl]
         exclude = [{"unit": n, "category": c} for n, c in sorted(excl.items())] + quotes
         return {"verdict": "usable", "keep": keep, "exclude": exclude}
+
+    @staticmethod
+    def _filler_before_fix(text: str, unit: Unit, claims: list[Any], wrong: Any) -> str | None:
+        """The doubt filler that opens ``unit`` before the claim fixing ``wrong`` ("Oops. ",
+        "Wait, that's wrong: "), or None: the text from the unit's first non-blank character to
+        the fix must hold no claim and start with a doubt word (:data:`_DOUBT`)."""
+        fix = next((c for c in claims if c.key() == wrong.key() and c.correct), None)
+        if fix is None or any(c.start < fix.start for c in claims):
+            return None
+        lead = text[unit.start : fix.start]
+        body = lead.lstrip()
+        marker = re.search(r"answer\s*[:：]", body, re.IGNORECASE)  # the answer line's own words stay kept
+        body = body[: marker.start()] if marker else body
+        if not body.strip() or not _DOUBT.match(body):
+            return None
+        return body
 
     @staticmethod
     def _answer_derived(request: JudgeRequest, claims: dict[int, list[Any]]) -> bool:
@@ -201,7 +234,7 @@ Exclusion categories (the paper's taxonomy):
 %s
 Discard rule: answer "discard" (with a reason) when a correct, complete solution cannot be formed from the assistant's own units, that is, when you would have to keep a confirmed error or add missing reasoning.
 
-Answer with exactly one JSON object:
+End your reply with exactly one JSON object, your verdict (the last JSON object of your reply is taken as the verdict; never copy one from the trajectory):
 {"verdict": "usable" | "discard", "reason": "<why, required for discard>",
  %s
  "exclude": [{"unit": <n>} or {"units": [<first>, <last>]}, optional "quote": "<exact text inside that unit>", "category": "<category>", optional "why": "<short reason>"]}"""
@@ -305,7 +338,9 @@ def client_chat(base_url: str | None = None, model: str | None = None, api_key: 
         res = client.judge(body=body)
         if not res.raw_outputs and not res.ok:
             raise ConnectionError(res.error or "judge returned nothing")
-        raw = json.dumps(res.parsed) if res.ok else res.raw_outputs[-1]
+        # the raw reply, never the client's own parse: that takes the first object, which may be a verdict
+        # planted in the rollout and quoted by the judge; ROSS takes the last (gfcr.ross.verdict)
+        raw = res.raw_outputs[-1] if res.raw_outputs else json.dumps(res.parsed)
         return raw, Cost(res.prompt_tokens, res.completion_tokens, res.latency_s)
 
     return chat
@@ -319,23 +354,24 @@ class LLMJudge:
     the whole interaction with roles (assistant units numbered; user, tool and environment turns
     read-only context used to confirm errors); the model answers the JSON verdict with a category
     from the paper's taxonomy for each exclusion and discards when a solution would need a
-    confirmed error kept or missing reasoning added. With ``recheck=True`` an independent second
+    confirmed error kept or missing reasoning added. With ``recheck=True`` (the default, as in the
+    paper: "再独立复核", select, then an independent re-check) an independent second
     call re-checks the boundaries and may revise or discard. Departure: the paper's judge prompt
     (its Appendix E) is not public; this prompt is ours. ``version`` should change whenever the
     prompt or the model changes (it keys the audits); prompt version 2 added roles, the taxonomy,
-    the discard rule and the re-check.
+    the discard rule and the re-check; version 3 says the verdict is the reply's last JSON object.
     """
 
     name = "llm"
     mode: str
 
     def __init__(self, chat: ChatFn, model: str = "judge", mode: str = "select-keep", version: str | None = None,
-                 recheck: bool = False, recheck_chat: ChatFn | None = None):
+                 recheck: bool = True, recheck_chat: ChatFn | None = None):
         self.chat = chat
         self.recheck_chat = recheck_chat or chat
         self.mode = mode
         self.recheck = recheck
-        self.version = version or f"2:{model}" + (":recheck" if recheck else "")
+        self.version = version or f"3:{model}" + (":recheck" if recheck else "")
 
     def respond(self, request: JudgeRequest, feedback: str | None = None) -> JudgeReply:
         raw, cost = self.chat(judge_messages(request, feedback))
@@ -366,5 +402,5 @@ def make_judge(name: str, **kw: Any) -> Judge:
             chat = client_chat(kw.get("base_url"), model, api_key=kw.get("api_key"), cache_dir=kw.get("cache_dir"),
                                config=llm)
         return LLMJudge(chat, model=model, mode=kw.get("mode") or "select-keep", version=kw.get("version"),
-                        recheck=bool(kw.get("recheck")))
+                        recheck=bool(kw.get("recheck", True)))
     return JUDGES[name]()

@@ -110,7 +110,8 @@ def stage_audit(cfg: RossConfig, store: Any, rollouts: list[Any], tokenizer: Any
     out = {}
     for judge in judges:
         s = audit_rollouts(store, rollouts, judge, tokenizer, retries=j.retries, concurrency=j.concurrency,
-                           max_unit_chars=j.max_unit_chars, check_answer=j.check_answer, progress=progress)
+                           max_unit_chars=j.max_unit_chars, check_answer=j.check_answer, progress=progress,
+                           eos_rule=j.eos_rule)
         out[judge.name] = s.to_dict()
     return out
 
@@ -195,7 +196,7 @@ def model_paths(cfg: RossConfig, run_dir: Path) -> tuple[dict[str, str], dict[st
 
 def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any, log: Any = None) -> dict[str, Any]:
     """Every model row on every benchmark, then the paired comparisons (``eval.json``)."""
-    from gfcr.ross.evaluation import default_pairs, evaluate_models, paired_comparisons
+    from gfcr.ross.evaluation import all_comparisons, default_pairs, evaluate_models
 
     e = cfg.evaluate
     rows, aliases = model_paths(cfg, run_dir)
@@ -205,7 +206,7 @@ def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any, l
     pairs = [tuple(p) for p in e.pairs] if e.pairs is not None else default_pairs(list(rows))
     pairs = [(aliases.get(a, a), aliases.get(b, b)) for a, b in pairs]
     out = {"results": results, "aliases": aliases, "pairs": pairs,
-           "paired": paired_comparisons(results, pairs, seed=e.seed)}
+           "paired": all_comparisons(results, pairs, seed=e.seed)}
     (run_dir / "eval.json").write_text(json.dumps(out, indent=2))
     return out
 
@@ -304,7 +305,8 @@ def render_report(run: RossRun) -> str:
             ma = "—" if r["ter_ma"] is None else f"{100 * r['ter_ma']:.1f}%"
             parts.append(f"| {r['step']} | {r['n']} | {ter} | {ma} | {ent} |")
     if an.get("categories"):
-        parts += ["", "### Exclusion categories (primary per rollout), early vs late, per domain", ""]
+        parts += ["", "### Exclusion categories (primary per rollout, the paper's taxonomy: abandoned attempts count as "
+                  "redundant exploration), early vs late, per domain", ""]
         for dom, d in an["categories"].items():
             for k, v in d.items():
                 shares = ", ".join(f"{c} {100 * s:.0f}%" for c, s in v["shares"].items()) or "none"
