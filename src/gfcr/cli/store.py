@@ -112,6 +112,7 @@ def import_(
     opts = dict(run_id=run, tokenizer=tokenizer, trust_pickle=trust_pickle, reward_columns=_csv(reward_columns),
                 reward_weights=[float(x) for x in _csv(reward_weights) or []] or None, reward_key=reward_key,
                 verdict_key=verdict_key, evals=evals, vocab=vocab)
+    kept: BaseException | None = None
     with removed_on_failure(path):  # a failed import into a new store leaves no store behind
         store = RolloutStore.open(path, create=create)
         before = store.count()
@@ -120,16 +121,31 @@ def import_(
             signal.signal(signal.SIGINT, lambda *_: stop.set())
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             typer.echo(f"following {', '.join(map(str, files))} every {interval:g} s; Ctrl-C stops", err=True)
-            res = follow_dump(store, from_, [str(f) for f in files], interval=interval, stop=stop.is_set,
-                              progress=lambda m: typer.echo(m, err=True), **opts)
+            try:
+                res = follow_dump(store, from_, [str(f) for f in files], interval=interval, stop=stop.is_set,
+                                  progress=lambda m: typer.echo(m, err=True), **opts)
+            except Exception as e:  # rows the follow committed stay: the store is not removed
+                if not _committed_since(store, before):
+                    raise
+                kept = e
         else:
             res = import_rollouts(store, from_, [str(f) for f in files], **opts)
+    if kept is not None:
+        raise kept
     for n in res.notes:
         console.print(f"[yellow]note:[/] {n}")
     console.print(
         f"imported {res.written} new rollouts ({res.skipped} already stored) from {len(res.files)} file(s) "
         f"({res.format}, tokens: {res.tokens_source}); store now holds {before + res.written} rollouts"
     )
+
+
+def _committed_since(store: Any, before: int) -> bool:
+    """Whether ``store`` holds more rollouts than ``before`` (unknown, e.g. unreadable: yes, keep it)."""
+    try:
+        return store.count() > before
+    except Exception:  # noqa: BLE001 - a store that cannot be counted is never removed
+        return True
 
 
 @store_app.command("export")
