@@ -38,6 +38,7 @@ import json
 import os
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -52,6 +53,20 @@ FORMAT = "gfcr-store"
 _U64 = 2**64 - 1
 _MAGIC = b"LANC"
 _LANCE_ERRORS = (OSError, RuntimeError, ValueError)
+
+
+def _open_or_reason(open_: Callable[[], lance.LanceDataset]) -> tuple[lance.LanceDataset | None, str | None]:
+    """``(dataset, None)``, or ``(None, reason)`` when Lance cannot open it: an error, or a Rust panic
+    (pyo3's ``PanicException`` derives from ``BaseException``; a version manifest cut to 0 bytes
+    raises one)."""
+    try:
+        return open_(), None
+    except _LANCE_ERRORS as e:
+        return None, lance_reason(e)
+    except BaseException as e:
+        if type(e).__name__ != "PanicException":
+            raise
+        return None, f"Lance panicked reading it: {lance_reason(e)}"
 
 
 class StoreError(RuntimeError):
@@ -101,8 +116,12 @@ def read_manifest(path: Path) -> dict[str, Any]:
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     """Write ``gfcr-store.json`` atomically (a temporary file renamed over it)."""
     tmp = Path(path) / f"{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2))
-    os.replace(tmp, Path(path) / MANIFEST)
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2))
+        os.replace(tmp, Path(path) / MANIFEST)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # e.g. a full disk: the old manifest stays as it was
+        raise
 
 
 @contextmanager
@@ -117,7 +136,17 @@ def _locked(path: Path) -> Iterator[None]:
 
 def record_commit(path: Path, name: str, ds: lance.LanceDataset) -> None:
     """Record ``ds``'s version and row count as table ``name``'s last commit in the manifest (kept
-    when a racing writer already recorded a newer version)."""
+    when a racing writer already recorded a newer version). The commit itself has landed: a record
+    that cannot be written (a full disk) is a warning, and the manifest keeps its older record
+    (which the checks read as "Lance is ahead", never as damage)."""
+    try:
+        _record(path, name, ds)
+    except OSError as e:
+        warnings.warn(f"table {name} version {ds.version} is committed but {Path(path) / MANIFEST} could not "
+                      f"record it ({e})", RuntimeWarning, stacklevel=3)
+
+
+def _record(path: Path, name: str, ds: lance.LanceDataset) -> None:
     with _locked(path):
         m = read_manifest(path)
         c = m.setdefault("committed", {})
@@ -192,13 +221,12 @@ def quick_check(path: Path, manifest: dict[str, Any], tables: list[str],
         prob = _rollback_problem(path, name, uri, files, rec)
         if prob:
             raise StoreDamaged(f"{prob}; {_hint(path)}")
-        try:
-            ds = opener(str(uri))
-        except _LANCE_ERRORS as e:
+        ds, why = _open_or_reason(lambda uri=uri: opener(str(uri)))
+        if ds is None:
             newest = max(files) if files else None
             f = files.get(newest, uri / "_versions") if newest is not None else uri / "_versions"
             raise StoreDamaged(f"{f} (version {newest}, the newest of table {name}) is damaged: Lance cannot read it "
-                               f"({lance_reason(e)}); {_hint(path)}") from None
+                               f"({why}); {_hint(path)}")
         if rec and ds.version == int(rec["version"]) and ds.count_rows() != int(rec["rows"]):
             raise StoreDamaged(f"{uri}: version {ds.version} holds {ds.count_rows()} rows, {rec['rows']} recorded at "
                                f"commit; {_hint(path)}")
@@ -263,11 +291,11 @@ def _check_table(path: Path, name: str, rec: dict[str, Any]) -> TableReport:
         return rep
     files = version_files(uri)
     for v in sorted(files):
-        try:
-            lance.dataset(str(uri), version=v)
+        ds, why = _open_or_reason(lambda v=v: lance.dataset(str(uri), version=v))
+        if ds is not None:
             rep.versions_readable.append(v)
-        except _LANCE_ERRORS as e:
-            rep.problems.append(f"{files[v]} (version {v} of table {name}) is damaged: {lance_reason(e)}")
+        else:
+            rep.problems.append(f"{files[v]} (version {v} of table {name}) is damaged: {why}")
     prob = _rollback_problem(path, name, uri, files, rec)
     if prob:
         rep.problems.append(prob)
