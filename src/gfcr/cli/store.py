@@ -256,13 +256,13 @@ def check(
     """Verify the whole store: its manifest, every version manifest and every fragment, read one by one.
     Exit 0 only when nothing is damaged; otherwise lists each damaged file and the rows still readable."""
     from gfcr.store import integrity
-    from gfcr.store.core import TABLES, RolloutStore, new_manifest
+    from gfcr.store.core import TABLES, RolloutStore
 
     if not path.is_dir():
         fail(f"no store at {path}; check the path")
     tables = list(TABLES)
     if accept:
-        rep = integrity.accept(path, tables, new_manifest())
+        rep = integrity.accept(path, tables, integrity.new_manifest(tables))
     else:
         rep = integrity.check_store(path, tables)
     if as_json:

@@ -19,10 +19,9 @@ up in an in-process hash index instead of scanning the id column on every commit
 merges adjacent small fragments of one size tier (``auto_compact`` at a time), so a long run of small
 commits keeps its commit rate and reads stay fast.
 
-Integrity (:mod:`gfcr.store.integrity`): every commit records the table's Lance version and row
-count in the manifest, and :meth:`RolloutStore.open` checks cheaply that the store on disk still
-matches (a lost newest version, a damaged version manifest, a missing, truncated or overwritten data
-file fail with one line naming the file); ``gfcr store check`` verifies everything.
+Integrity (:mod:`gfcr.store.integrity`): every commit records its Lance version and row count in the
+manifest; :meth:`RolloutStore.open` checks cheaply that the files still match (one line names any
+damaged file); ``gfcr store check`` verifies everything.
 
 Reads (:mod:`gfcr.store.reads`): :meth:`RolloutStore.get` and :meth:`RolloutStore.sample` take rows
 by row id or offset, never through a filtered scan of whole rows.
@@ -44,7 +43,6 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gfcr import __version__
 from gfcr.records import (
     AUDIT_SCHEMA,
     PROMPT_SCHEMA,
@@ -61,21 +59,11 @@ from gfcr.records import (
     table_to_rollouts,
     utcnow,
 )
-from gfcr.store.integrity import (
-    FORMAT,
-    MANIFEST,
-    StoreDamaged,
-    StoreError,
-    quick_check,
-    read_manifest,
-    record_commit,
-    version_files,
-    write_manifest,
-)
+from gfcr.store import integrity
+from gfcr.store.integrity import MANIFEST, StoreError  # noqa: F401 - re-exported
 from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, sample_rows, take_ids
 from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
 
-__all__ = ["FORMAT", "MANIFEST", "TABLES", "RolloutStore", "StoreDamaged", "StoreError"]
 STATE_SCHEMA = pa.schema(
     [
         pa.field("key", pa.string(), nullable=False),
@@ -133,22 +121,6 @@ def _retry(fn: Callable[[], T], attempts: int = 20) -> T:
     raise AssertionError("unreachable")
 
 
-def new_manifest() -> dict[str, Any]:
-    """The fields of a new store's ``gfcr-store.json`` (without ``committed``)."""
-    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "created_at": utcnow().isoformat(),
-            "created_by": f"gfcr {__version__}", "tables": sorted(TABLES)}
-
-
-def _fresh_tables(p: Path) -> bool:
-    """Whether the tables found at ``p`` (if any) are as an interrupted init leaves them: at most their
-    first, empty version (then writing a manifest loses nothing)."""
-    for name in TABLES:
-        uri = p / f"{name}.lance"
-        if uri.exists() and (max(version_files(uri), default=0) > 1 or any((uri / "data").glob("*.lance"))):
-            return False
-    return True
-
-
 class RolloutStore:
     """A durable, queryable rollout store. See the module docstring for the layout.
 
@@ -161,7 +133,7 @@ class RolloutStore:
     def __init__(self, path: Path, versions: dict[str, int] | None = None, auto_compact: int = AUTO_COMPACT):
         self.path = Path(path)
         self._pinned = versions  # None = follow the latest version of every table
-        self.manifest = read_manifest(self.path)
+        self.manifest = integrity.read_manifest(self.path)
         self.auto_compact = int(auto_compact)
         self.compactions: list[dict[str, Any]] = []  # automatic compactions done by this object
 
@@ -174,24 +146,20 @@ class RolloutStore:
         :class:`~gfcr.store.integrity.StoreDamaged` naming the damaged file."""
         p = Path(path)
         if not (p / MANIFEST).exists():
-            if any((p / f"{name}.lance").exists() for name in TABLES) and not _fresh_tables(p):
-                raise StoreDamaged(f"{p / MANIFEST} is missing but the store's tables hold data; "
-                                   f"run `gfcr store check {p}` (`--accept` writes a new manifest)")
+            integrity.refuse_lost_manifest(p, list(TABLES))
             if not create:
                 if p.exists() and any(p.iterdir()) if p.is_dir() else p.exists():
                     raise StoreError(f"{p} exists but is not a gfcr store (no {MANIFEST}); choose another path")
                 raise StoreError(f"no gfcr store at {p}; create one with `gfcr store init {p}` or open(..., create=True)")
             cls._init(p)
         store = cls(p, auto_compact=auto_compact)
-        m = store.manifest
-        if m.get("format") != FORMAT:
-            raise StoreError(f"{p / MANIFEST} is not a gfcr store manifest")
+        m = store.manifest  # (read_manifest checked its format)
         if int(m.get("schema_version", 0)) > SCHEMA_VERSION:
             raise StoreError(
                 f"store {p} has schema version {m['schema_version']}, newer than this gfcr ({SCHEMA_VERSION}); upgrade gfcr"
             )
         if verify:
-            quick_check(p, m, list(TABLES), lambda uri: lance.dataset(uri, session=_session()))
+            integrity.quick_check(p, m, list(TABLES), lambda uri: lance.dataset(uri, session=_session()))
         return store
 
     @classmethod
@@ -207,9 +175,7 @@ class RolloutStore:
             fcntl.flock(lockf, fcntl.LOCK_EX)
             if (p / MANIFEST).exists():
                 return  # another process initialised it while we waited
-            if not _fresh_tables(p):
-                raise StoreDamaged(f"{p / MANIFEST} is missing but the store's tables hold data; "
-                                   f"run `gfcr store check {p}` (`--accept` writes a new manifest)")
+            integrity.refuse_lost_manifest(p, list(TABLES))
             committed = {}
             for name, schema in TABLES.items():
                 uri = str(p / f"{name}.lance")
@@ -217,12 +183,12 @@ class RolloutStore:
                     lance.write_dataset(pa.Table.from_batches([], schema=schema), uri, mode="create")
                 ds = lance.dataset(uri)
                 committed[name] = {"version": ds.version, "rows": ds.count_rows()}
-            write_manifest(p, {**new_manifest(), "committed": committed})
+            integrity.write_manifest(p, {**integrity.new_manifest(list(TABLES)), "committed": committed})
 
     # --- low level ------------------------------------------------------------------------------
     def _record(self, name: str, ds: lance.LanceDataset | None = None) -> None:
         """Record table ``name``'s version after a commit (:func:`gfcr.store.integrity.record_commit`)."""
-        record_commit(self.path, name, ds if ds is not None else lance.dataset(self._uri(name)))
+        integrity.record_commit(self.path, name, ds if ds is not None else lance.dataset(self._uri(name)))
 
     def _uri(self, name: str) -> str:
         return str(self.path / f"{name}.lance")

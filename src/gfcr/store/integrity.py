@@ -113,6 +113,15 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return m
 
 
+def new_manifest(tables: list[str]) -> dict[str, Any]:
+    """The fields of a new store's ``gfcr-store.json`` (``committed`` is added by the caller)."""
+    from gfcr import __version__
+    from gfcr.records import SCHEMA_VERSION, utcnow
+
+    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "created_at": utcnow().isoformat(),
+            "created_by": f"gfcr {__version__}", "tables": sorted(tables)}
+
+
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     """Write ``gfcr-store.json`` atomically (a temporary file renamed over it)."""
     tmp = Path(path) / f"{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -155,6 +164,17 @@ def _record(path: Path, name: str, ds: lance.LanceDataset) -> None:
             return
         c[name] = {"version": int(ds.version), "rows": int(ds.count_rows())}
         write_manifest(path, m)
+
+
+def refuse_lost_manifest(path: Path, tables: list[str]) -> None:
+    """:class:`StoreDamaged` when ``gfcr-store.json`` is missing at ``path`` but its tables hold more
+    than an interrupted init leaves (their first, empty version): writing a fresh manifest over
+    them would forget what was recorded."""
+    for name in tables:
+        uri = Path(path) / f"{name}.lance"
+        if uri.exists() and (max(version_files(uri), default=0) > 1 or any((uri / "data").glob("*.lance"))):
+            raise StoreDamaged(f"{Path(path) / MANIFEST} is missing but the store's tables hold data; "
+                               f"run `gfcr store check {path}` (`--accept` writes a new manifest)")
 
 
 # --- Lance files -----------------------------------------------------------------------------------
