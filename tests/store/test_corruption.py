@@ -16,8 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gfcr.cli import app
-from gfcr.store import RolloutStore
-from gfcr.store.integrity import StoreDamaged, version_files
+from gfcr.store import RolloutStore, StoreError
 from gfcr.testing import make_rollout
 
 ROWS, COMMITS = 200, 10
@@ -35,8 +34,8 @@ def base(tmp_path_factory) -> Path:
 
 
 def _newest_version_file(p: Path) -> Path:
-    files = version_files(p / "rollouts.lance")
-    return files[max(files)]
+    """Lance's V2 naming: ``{2^64 - 1 - version}.manifest``, so the newest has the smallest name."""
+    return min((p / "rollouts.lance" / "_versions").glob("*.manifest"), key=lambda f: int(f.stem))
 
 
 def _fragment_file(p: Path) -> Path:
@@ -87,11 +86,11 @@ def _error_lines(out: str) -> list[str]:
 def test_every_corruption_fails_open_and_commands_with_one_line_naming_the_file(base, tmp_path, case):
     p, f = _corrupt(base, tmp_path, case)
     named = str(f.parent if case == "version manifest deleted" else f)  # a deleted file: its folder
-    with pytest.raises(StoreDamaged) as e:
+    with pytest.raises(StoreError) as e:  # (StoreDamaged, a StoreError)
         RolloutStore.open(p)
     msg = str(e.value)
     assert named in msg and CASES[case][2] in msg and ".rs:" not in msg and "\n" not in msg
-    with pytest.raises(StoreDamaged):  # an import (create=True) never writes a fresh manifest over it
+    with pytest.raises(StoreError):  # an import (create=True) never writes a fresh manifest over it
         RolloutStore.open(p, create=True)
     for cmd in (["stats", p], ["query", p, "SELECT count(*) AS n FROM rollouts"], ["versions", p],
                 ["compact", p], ["export", p, tmp_path / "out.jsonl"]):
