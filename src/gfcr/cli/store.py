@@ -16,6 +16,7 @@ from rich.table import Table
 from .common import fail, json_default, removed_on_failure
 
 console = Console()
+MANIFEST_NAME = "gfcr-store.json"
 
 store_app = typer.Typer(help="Create, fill, query and maintain a rollout store.", no_args_is_help=True)
 
@@ -115,6 +116,7 @@ def import_(
     missing = [str(f) for f in files if not f.exists()]
     if missing and not follow:  # before the store is opened: nothing is created
         fail(f"no such file or folder: {', '.join(missing)}")
+    kept: BaseException | None = None
     with removed_on_failure(path):  # a failed import into a new store leaves no store behind
         store = RolloutStore.open(path, create=create)
         before = store.count()
@@ -123,10 +125,17 @@ def import_(
             signal.signal(signal.SIGINT, lambda *_: stop.set())
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
             typer.echo(f"following {', '.join(map(str, files))} every {interval:g} s; Ctrl-C stops", err=True)
-            res = follow_dump(store, from_, [str(f) for f in files], interval=interval, stop=stop.is_set,
-                              progress=lambda m: typer.echo(m, err=True), **opts)
+            try:
+                res = follow_dump(store, from_, [str(f) for f in files], interval=interval, stop=stop.is_set,
+                                  progress=lambda m: typer.echo(m, err=True), **opts)
+            except Exception as e:  # rows the follow committed stay: the store is not removed
+                if not _committed_since(store, before):
+                    raise
+                kept = e
         else:
             res = import_rollouts(store, from_, [str(f) for f in files], **opts)
+    if kept is not None:
+        raise kept
     for n in res.notes:
         console.print(f"[yellow]note:[/] {n}")
     console.print(
@@ -140,6 +149,14 @@ def _counts(written: int, skipped: int) -> str:
     0 already stored`` on a first run, ``24 already stored, 0 new`` on a re-run into the same store."""
     return f"{skipped} already stored, {written} new" if skipped and not written else \
         f"{written} new, {skipped} already stored"
+
+
+def _committed_since(store: Any, before: int) -> bool:
+    """Whether ``store`` holds more rollouts than ``before`` (unknown, e.g. unreadable: yes, keep it)."""
+    try:
+        return store.count() > before
+    except Exception:  # noqa: BLE001 - a store that cannot be counted is never removed
+        return True
 
 
 @store_app.command("export")
@@ -235,6 +252,61 @@ def compact(path: StorePath) -> None:
     store = _open(path)
     res = store.compact()
     print_rows([{"table": k, **v} for k, v in res.items()])
+
+
+@store_app.command("check")
+def check(
+    path: StorePath,
+    salvage_to: Annotated[Path | None, typer.Option("--salvage", help="Copy every readable row into this new store.")] = None,
+    accept: Annotated[bool, typer.Option("--accept", help="Record the tables' current versions as the store's own "
+                                         "(after moving a damaged newest version manifest aside, or to rewrite a "
+                                         "lost gfcr-store.json).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Verify the whole store: its manifest, every version manifest and every fragment, read one by one.
+    Exit 0 only when nothing is damaged; otherwise lists each damaged file and the rows still readable."""
+    from gfcr.store import integrity
+    from gfcr.store.core import TABLES, RolloutStore
+
+    if not path.is_dir():
+        fail(f"no store at {path}; check the path")
+    tables = list(TABLES)
+    if accept:
+        rep = integrity.accept(path, tables, integrity.new_manifest(tables))
+    else:
+        rep = integrity.check_store(path, tables)
+    if as_json:
+        print(json.dumps(rep.to_dict(), default=json_default))
+    else:
+        print_rows([{"table": t.name, "version": t.version, "recorded": t.recorded_version, "rows": t.rows,
+                     "readable rows": t.rows_readable, "fragments": len(t.fragments),
+                     "damaged fragments": ",".join(str(f.fragment_id) for f in t.fragments if not f.readable) or "-",
+                     "readable versions": _ranges(t.versions_readable)} for t in rep.tables], title=f"check {path}")
+        for p in rep.all_problems:
+            console.print(f"[red]damaged:[/] {p}", highlight=False, soft_wrap=True)
+    if salvage_to is not None:
+        copied = integrity.salvage(path, salvage_to, tables, lambda p: RolloutStore.open(p, create=True).path)
+        console.print(f"salvaged into {salvage_to}: " + ", ".join(f"{k} {v} rows" for k, v in copied.items()),
+                      soft_wrap=True, highlight=False)
+    if not rep.ok:
+        readable = sum(t.rows_readable for t in rep.tables if t.name == "rollouts")
+        fail(f"store {path} is damaged ({len(rep.all_problems)} problem(s), first: {rep.all_problems[0]}); "
+             f"{readable} rollout rows still read; see docs/store.md for what is recoverable")
+    if accept:
+        console.print(f"accepted: {MANIFEST_NAME} now records " + ", ".join(f"{t.name} v{t.version}" for t in rep.tables),
+                      soft_wrap=True, highlight=False)
+    console.print(f"ok: {path} verified", soft_wrap=True, highlight=False)
+
+
+def _ranges(vs: list[int]) -> str:
+    """``[1, 2, 3, 5]`` → ``"1-3,5"``."""
+    out: list[str] = []
+    for v in vs:
+        if out and out[-1].split("-")[-1] == str(v - 1):
+            out[-1] = out[-1].split("-")[0] + f"-{v}"
+        else:
+            out.append(str(v))
+    return ",".join(out) or "-"
 
 
 @store_app.command("walkthrough")

@@ -19,6 +19,10 @@ up in an in-process hash index instead of scanning the id column on every commit
 merges adjacent small fragments of one size tier (``auto_compact`` at a time), so a long run of small
 commits keeps its commit rate and reads stay fast.
 
+Integrity (:mod:`gfcr.store.integrity`): every commit records its Lance version and row count in the
+manifest; :meth:`RolloutStore.open` checks cheaply that the files still match (one line names any
+damaged file); ``gfcr store check`` verifies everything.
+
 Reads (:mod:`gfcr.store.reads`): :meth:`RolloutStore.get` and :meth:`RolloutStore.sample` take rows
 by row id or offset, never through a filtered scan of whole rows.
 """
@@ -39,7 +43,6 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gfcr import __version__
 from gfcr.records import (
     AUDIT_SCHEMA,
     PROMPT_SCHEMA,
@@ -56,11 +59,11 @@ from gfcr.records import (
     table_to_rollouts,
     utcnow,
 )
+from gfcr.store import integrity
+from gfcr.store.integrity import MANIFEST, StoreError  # noqa: F401 - re-exported
 from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, sample_rows, take_ids
 from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
 
-MANIFEST = "gfcr-store.json"
-FORMAT = "gfcr-store"
 STATE_SCHEMA = pa.schema(
     [
         pa.field("key", pa.string(), nullable=False),
@@ -88,10 +91,6 @@ def _session() -> Any:
     if not _SESSION:
         _SESSION.append(lance.Session() if hasattr(lance, "Session") else None)
     return _SESSION[0]
-
-
-class StoreError(RuntimeError):
-    """A store operation was refused; the message says why and what to do. Nothing was written."""
 
 
 def _quote(s: str) -> str:
@@ -134,29 +133,33 @@ class RolloutStore:
     def __init__(self, path: Path, versions: dict[str, int] | None = None, auto_compact: int = AUTO_COMPACT):
         self.path = Path(path)
         self._pinned = versions  # None = follow the latest version of every table
-        self.manifest = json.loads((self.path / MANIFEST).read_text())
+        self.manifest = integrity.read_manifest(self.path)
         self.auto_compact = int(auto_compact)
         self.compactions: list[dict[str, Any]] = []  # automatic compactions done by this object
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike[str], create: bool = False,
-             auto_compact: int = AUTO_COMPACT) -> RolloutStore:
+             auto_compact: int = AUTO_COMPACT, verify: bool = True) -> RolloutStore:
+        """Open (or with ``create``, create) the store at ``path``. ``verify``: run the cheap
+        integrity checks (:func:`gfcr.store.integrity.quick_check`); a damaged store raises
+        :class:`~gfcr.store.integrity.StoreDamaged` naming the damaged file."""
         p = Path(path)
         if not (p / MANIFEST).exists():
+            integrity.refuse_lost_manifest(p, list(TABLES))
             if not create:
                 if p.exists() and any(p.iterdir()) if p.is_dir() else p.exists():
                     raise StoreError(f"{p} exists but is not a gfcr store (no {MANIFEST}); choose another path")
                 raise StoreError(f"no gfcr store at {p}; create one with `gfcr store init {p}` or open(..., create=True)")
             cls._init(p)
         store = cls(p, auto_compact=auto_compact)
-        m = store.manifest
-        if m.get("format") != FORMAT:
-            raise StoreError(f"{p / MANIFEST} is not a gfcr store manifest")
+        m = store.manifest  # (read_manifest checked its format)
         if int(m.get("schema_version", 0)) > SCHEMA_VERSION:
             raise StoreError(
                 f"store {p} has schema version {m['schema_version']}, newer than this gfcr ({SCHEMA_VERSION}); upgrade gfcr"
             )
+        if verify:
+            integrity.quick_check(p, m, list(TABLES), lambda uri: lance.dataset(uri, session=_session()))
         return store
 
     @classmethod
@@ -172,22 +175,21 @@ class RolloutStore:
             fcntl.flock(lockf, fcntl.LOCK_EX)
             if (p / MANIFEST).exists():
                 return  # another process initialised it while we waited
+            integrity.refuse_lost_manifest(p, list(TABLES))
+            committed = {}
             for name, schema in TABLES.items():
                 uri = str(p / f"{name}.lance")
-                if not os.path.exists(uri):
+                if not os.path.exists(uri):  # (an init that crashed may have created some already)
                     lance.write_dataset(pa.Table.from_batches([], schema=schema), uri, mode="create")
-            manifest = {
-                "format": FORMAT,
-                "schema_version": SCHEMA_VERSION,
-                "created_at": utcnow().isoformat(),
-                "created_by": f"gfcr {__version__}",
-                "tables": sorted(TABLES),
-            }
-            tmp = p / (MANIFEST + ".tmp")
-            tmp.write_text(json.dumps(manifest, indent=2))
-            os.replace(tmp, p / MANIFEST)
+                ds = lance.dataset(uri)
+                committed[name] = {"version": ds.version, "rows": ds.count_rows()}
+            integrity.write_manifest(p, {**integrity.new_manifest(list(TABLES)), "committed": committed})
 
     # --- low level ------------------------------------------------------------------------------
+    def _record(self, name: str, ds: lance.LanceDataset | None = None) -> None:
+        """Record table ``name``'s version after a commit (:func:`gfcr.store.integrity.record_commit`)."""
+        integrity.record_commit(self.path, name, ds if ds is not None else lance.dataset(self._uri(name)))
+
     def _uri(self, name: str) -> str:
         return str(self.path / f"{name}.lance")
 
@@ -210,6 +212,7 @@ class RolloutStore:
     def _append(self, name: str, table: pa.Table) -> lance.LanceDataset:
         uri = self._uri(name)
         ds = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
+        self._record(name, ds)
         self._upkeep(name, ds)
         return ds
 
@@ -221,7 +224,9 @@ class RolloutStore:
             b.execute(table)
 
         _retry(go)
-        self._upkeep(name, lance.dataset(self._uri(name)))
+        ds = lance.dataset(self._uri(name))
+        self._record(name, ds)
+        self._upkeep(name, ds)
 
     def _upkeep(self, name: str, ds: lance.LanceDataset) -> None:
         """Merge ``auto_compact`` adjacent fragments of one size tier of table ``name``, if it has them."""
@@ -238,6 +243,7 @@ class RolloutStore:
         else:
             done = compact_small(ds, self.auto_compact)
         if done:
+            self._record(name)
             self.compactions.append({"table": name, **done})
 
     # --- rollouts -------------------------------------------------------------------------------
@@ -293,6 +299,7 @@ class RolloutStore:
             uri = self._uri("rollouts")
             after = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
             idx.committed(before, after, hashes)
+        self._record("rollouts", after)
         self._upkeep("rollouts", after)
         return table.num_rows
 
@@ -303,6 +310,7 @@ class RolloutStore:
         for f in ROLLOUT_SCHEMA:
             if f.nullable and table.column(f.name).null_count and not ds.schema.field(f.name).nullable:
                 _retry(lambda f=f: lance.dataset(self._uri("rollouts")).alter_columns({"path": f.name, "nullable": True}))
+                self._record("rollouts")
 
     def update(self, records: Iterable[Rollout] | pa.Table) -> int:
         """Replace stored rollouts that have the same ``rollout_id`` (a new version; the old rows stay
@@ -561,9 +569,11 @@ class RolloutStore:
                     idx.compacted(frags, rows, lance.dataset(self._uri(name)))
             else:
                 metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
+            self._record(name)
             out[name] = {"fragments_before": before, "fragments_after": len(lance.dataset(self._uri(name)).get_fragments()),
                          "fragments_removed": getattr(metrics, "fragments_removed", None), "index": None}
         if _retry(lambda: build_id_index(self._uri("rollouts"))):
+            self._record("rollouts")
             out["rollouts"]["index"] = "rollout_id (BTREE)"
         return out
 

@@ -35,7 +35,8 @@ from gfcr.store.importers._common import (
     load_tokenizer,
 )
 
-__all__ = ["FORMATS", "ImportFormatError", "ImportResult", "export", "follow", "import_rollouts", "load_tokenizer"]
+__all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "export", "follow", "import_rollouts",
+           "load_tokenizer"]
 
 _MODULES: dict[str, ModuleType] = {
     "verl": verl, "trl": trl, "areal": areal, "prime-rl": prime_rl, "slime": slime, "roll": roll,
@@ -160,6 +161,20 @@ def import_rollouts(
     return total
 
 
+class FollowStopped(ImportFormatError):
+    """:func:`follow` met a file it cannot import (after its settle time). Everything the follow
+    committed before stays committed; ``committed`` holds its totals, ``cause`` the import error.
+    The message names the file and line, what is kept, and how to resume."""
+
+    def __init__(self, cause: ImportFormatError, committed: ImportResult, store_rows: int | None):
+        self.path, self.where, self.field = cause.path, cause.where, cause.field
+        self.cause, self.committed, self.store_rows = cause, committed, store_rows
+        held = f" (store holds {store_rows})" if store_rows is not None else ""
+        ValueError.__init__(
+            self, f"--follow stopped at {cause}; the {committed.written} rollouts this follow committed are kept{held}; "
+                  "fix or move that file, then run the same command again to resume (rows already stored are skipped)")
+
+
 def follow(
     store: RolloutStore,
     fmt: str,
@@ -175,7 +190,8 @@ def follow(
     as one commit, until ``stop()`` is true (or ``max_polls`` polls). A last line still being
     written is read next time; a file that does not parse yet (a ``.pt``/``.parquet`` being
     written) is retried while it changed within ``settle`` seconds (default 3 × interval), then
-    its error is raised. ``progress`` receives one line per commit. Returns the totals."""
+    its error is raised as :class:`FollowStopped`, every earlier commit kept. ``progress``
+    receives one line per commit. Returns the totals."""
     settle = 3 * interval if settle is None else settle
     if isinstance(kw.get("tokenizer"), str):
         kw["tokenizer"] = load_tokenizer(kw["tokenizer"])
@@ -193,10 +209,10 @@ def follow(
                     continue
                 try:
                     res = import_rollouts(store, fmt, [str(f)], **kw)
-                except ImportFormatError:
+                except ImportFormatError as e:
                     if time.time() - st.st_mtime < settle:
                         continue  # still being written: try again next poll
-                    raise
+                    raise FollowStopped(e, total, _count_or_none(store)) from e
                 seen[f] = sig
                 if str(f) not in total.files:
                     total.files.append(str(f))
@@ -215,3 +231,10 @@ def follow(
                 time.sleep(min(0.1, interval))
     finally:
         FOLLOWING.reset(token)
+
+
+def _count_or_none(store: RolloutStore) -> int | None:
+    try:
+        return store.count()
+    except (OSError, RuntimeError, ValueError):  # a store that cannot be read: say nothing about it
+        return None

@@ -1,0 +1,409 @@
+"""Store integrity: what every commit records, the cheap checks of every open, and the full
+verification of ``gfcr store check``.
+
+**Recorded at commit.** After every write, :func:`record_commit` writes the table's new Lance
+version and row count into ``gfcr-store.json`` (under ``"committed"``; under a lock, atomically by
+rename, never going backwards when writers race). Lance itself records each data file's size in
+its version manifest (``DataFile.file_size_bytes``), and every Lance data file ends in the magic
+bytes ``LANC``.
+
+**Checked at every open** (:func:`quick_check`, called by ``RolloutStore.open``, so by every
+``gfcr store`` command; cost: one Lance open, a ``stat`` and a 4-byte read per data file):
+
+1. ``gfcr-store.json`` is there and parses (else one line naming that file);
+2. per table, the newest Lance version manifest on disk is not older than the version recorded at
+   the last commit: Lance silently opens the previous version when the newest manifest is deleted
+   (a rollback with exit 0), this refuses it;
+3. the newest version manifest reads (else one line naming *that* file, not Lance's source file);
+   at the recorded version, the row count is the recorded one;
+4. every data file of the opened version exists, has the size recorded at commit, and ends in a
+   Lance footer.
+
+What the cheap checks cannot see: a data file damaged inside, at its recorded size, with its
+footer intact. :func:`check_store` (``gfcr store check``) reads every fragment of every table one by
+one and every version manifest, and reports which fragments are damaged and how many rows still
+read. :func:`salvage` copies every readable row into a new store; :func:`accept` records the
+current state as the store's own (after a damaged newest version manifest was moved aside, or to
+rewrite a lost ``gfcr-store.json``). docs/store.md says what is recoverable and how.
+
+Layout facts used (Lance 0.x/1.x local datasets): version manifests live in
+``<table>.lance/_versions/`` named ``{2^64 - 1 - version}.manifest`` (the V2 naming scheme; the V1
+scheme names them ``{version}.manifest``); data files in ``<table>.lance/data/``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+MANIFEST = "gfcr-store.json"
+FORMAT = "gfcr-store"
+_U64 = 2**64 - 1
+_MAGIC = b"LANC"
+_LANCE_ERRORS = (OSError, RuntimeError, ValueError)
+
+
+def _open_or_reason(open_: Callable[[], lance.LanceDataset]) -> tuple[lance.LanceDataset | None, str | None]:
+    """``(dataset, None)``, or ``(None, reason)`` when Lance cannot open it: an error, or a Rust panic
+    (pyo3's ``PanicException`` derives from ``BaseException``; a version manifest cut to 0 bytes
+    raises one)."""
+    try:
+        return open_(), None
+    except _LANCE_ERRORS as e:
+        return None, lance_reason(e)
+    except BaseException as e:
+        if type(e).__name__ != "PanicException":
+            raise
+        return None, f"Lance panicked reading it: {lance_reason(e)}"
+
+
+class StoreError(RuntimeError):
+    """A store operation was refused; the message says why and what to do. Nothing was written."""
+
+
+class StoreDamaged(StoreError):
+    """The store on disk is damaged; the message names the damaged file and what to do."""
+
+
+def _hint(path: Path) -> str:
+    return f"run `gfcr store check {path}` for a full report and what can be recovered (docs/store.md)"
+
+
+def lance_reason(e: BaseException) -> str:
+    """Lance's error message without its Rust source locations and wrapper names (one line).
+
+    Example: ``"LanceError(IO): file size is too small, /x/lance-io/src/utils.rs:172:20"`` →
+    ``"file size is too small"``."""
+    s = " ".join(str(e).split())
+    s = re.sub(r",? /\S+\.rs:\d+:\d+", "", s)
+    s = re.sub(r"\b(?:External error: |LanceError\(\w+\): |Invalid user input: )", "", s)
+    return s.strip() or type(e).__name__
+
+
+# --- the manifest ----------------------------------------------------------------------------------
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The parsed ``gfcr-store.json`` of the store at ``path``; :class:`StoreDamaged` naming the file
+    when it is missing, empty, not JSON, or not a gfcr manifest."""
+    f = Path(path) / MANIFEST
+    try:
+        text = f.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise StoreDamaged(f"{f} is missing; {_hint(path)}") from None
+    except UnicodeDecodeError as e:
+        raise StoreDamaged(f"{f} is damaged (not UTF-8 text at byte {e.start}); {_hint(path)}") from None
+    try:
+        m = json.loads(text)
+    except json.JSONDecodeError as e:
+        what = "empty" if not text.strip() else f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})"
+        raise StoreDamaged(f"{f} is damaged ({what}, {len(text)} bytes); {_hint(path)}") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise StoreDamaged(f"{f} is not a gfcr store manifest (no \"format\": \"{FORMAT}\"); {_hint(path)}")
+    return m
+
+
+def new_manifest(tables: list[str]) -> dict[str, Any]:
+    """The fields of a new store's ``gfcr-store.json`` (``committed`` is added by the caller)."""
+    from gfcr import __version__
+    from gfcr.records import SCHEMA_VERSION, utcnow
+
+    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "created_at": utcnow().isoformat(),
+            "created_by": f"gfcr {__version__}", "tables": sorted(tables)}
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    """Write ``gfcr-store.json`` atomically (a temporary file renamed over it)."""
+    tmp = Path(path) / f"{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2))
+        os.replace(tmp, Path(path) / MANIFEST)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # e.g. a full disk: the old manifest stays as it was
+        raise
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(Path(path) / ".manifest.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def record_commit(path: Path, name: str, ds: lance.LanceDataset) -> None:
+    """Record ``ds``'s version and row count as table ``name``'s last commit in the manifest (kept
+    when a racing writer already recorded a newer version). The commit itself has landed: a record
+    that cannot be written (a full disk) is a warning, and the manifest keeps its older record
+    (which the checks read as "Lance is ahead", never as damage)."""
+    try:
+        _record(path, name, ds)
+    except OSError as e:
+        warnings.warn(f"table {name} version {ds.version} is committed but {Path(path) / MANIFEST} could not "
+                      f"record it ({e})", RuntimeWarning, stacklevel=3)
+
+
+def _record(path: Path, name: str, ds: lance.LanceDataset) -> None:
+    with _locked(path):
+        m = read_manifest(path)
+        c = m.setdefault("committed", {})
+        old = c.get(name) or {}
+        if int(old.get("version", 0)) >= ds.version:
+            return
+        c[name] = {"version": int(ds.version), "rows": int(ds.count_rows())}
+        write_manifest(path, m)
+
+
+def refuse_lost_manifest(path: Path, tables: list[str]) -> None:
+    """:class:`StoreDamaged` when ``gfcr-store.json`` is missing at ``path`` but its tables hold more
+    than an interrupted init leaves (their first, empty version): writing a fresh manifest over
+    them would forget what was recorded."""
+    for name in tables:
+        uri = Path(path) / f"{name}.lance"
+        if uri.exists() and (max(version_files(uri), default=0) > 1 or any((uri / "data").glob("*.lance"))):
+            raise StoreDamaged(f"{Path(path) / MANIFEST} is missing but the store's tables hold data; "
+                               f"run `gfcr store check {path}` (`--accept` writes a new manifest)")
+
+
+# --- Lance files -----------------------------------------------------------------------------------
+def version_files(uri: Path) -> dict[int, Path]:
+    """``{version: manifest file}`` of the Lance dataset at ``uri`` (both naming schemes).
+
+    Example: ``_versions/18446744073709551614.manifest`` → version 1; ``_versions/3.manifest`` → 3."""
+    out: dict[int, Path] = {}
+    d = Path(uri) / "_versions"
+    if not d.is_dir():
+        return out
+    for f in d.iterdir():
+        if f.suffix != ".manifest" or not f.stem.isdigit():
+            continue
+        n = int(f.stem)
+        out[_U64 - n if n > 2**63 else n] = f
+    return out
+
+
+def fragment_files(uri: Path, frag: Any) -> list[tuple[Path, int | None]]:
+    """``(data file, size recorded at commit)`` of one Lance fragment."""
+    md = frag.metadata
+    return [(Path(uri) / "data" / df.path, getattr(df, "file_size_bytes", None) or None) for df in md.files]
+
+
+def file_problem(f: Path, recorded: int | None) -> str | None:
+    """What is wrong with data file ``f`` (missing, other size than recorded, no Lance footer), or None."""
+    try:
+        size = f.stat().st_size
+    except FileNotFoundError:
+        return "is missing"
+    if recorded is not None and size != recorded:
+        return f"has {size} bytes, {recorded} recorded at commit (truncated or overwritten)"
+    if size < len(_MAGIC):
+        return f"has {size} bytes (no Lance footer)"
+    with open(f, "rb") as fh:
+        fh.seek(-len(_MAGIC), os.SEEK_END)
+        if fh.read(len(_MAGIC)) != _MAGIC:
+            return "does not end in a Lance footer (overwritten)"
+    return None
+
+
+def _rollback_problem(path: Path, name: str, uri: Path, files: dict[int, Path], rec: dict[str, Any]) -> str | None:
+    newest = max(files) if files else None
+    if rec and (newest is None or newest < int(rec["version"])):
+        return (f"{uri}/_versions: the newest version manifest is missing: {MANIFEST} recorded version "
+                f"{rec['version']} ({rec['rows']} rows) of table {name} at its last commit, but the newest on disk "
+                f"is {newest}; opening it would roll the table back")
+    return None
+
+
+def quick_check(path: Path, manifest: dict[str, Any], tables: list[str],
+                opener: Callable[[str], lance.LanceDataset]) -> None:
+    """The cheap checks of every open (module docstring, items 2-4); :class:`StoreDamaged` naming
+    the first damage found. ``opener(uri)`` opens a Lance dataset at its latest version."""
+    path = Path(path)
+    committed = manifest.get("committed") or {}
+    for name in tables:
+        uri = path / f"{name}.lance"
+        if not uri.is_dir():
+            raise StoreDamaged(f"{uri} is missing: table {name} of the store is gone; {_hint(path)}")
+        files = version_files(uri)
+        rec = committed.get(name) or {}
+        prob = _rollback_problem(path, name, uri, files, rec)
+        if prob:
+            raise StoreDamaged(f"{prob}; {_hint(path)}")
+        ds, why = _open_or_reason(lambda uri=uri: opener(str(uri)))
+        if ds is None:
+            newest = max(files) if files else None
+            f = files.get(newest, uri / "_versions") if newest is not None else uri / "_versions"
+            raise StoreDamaged(f"{f} (version {newest}, the newest of table {name}) is damaged: Lance cannot read it "
+                               f"({why}); {_hint(path)}")
+        if rec and ds.version == int(rec["version"]) and ds.count_rows() != int(rec["rows"]):
+            raise StoreDamaged(f"{uri}: version {ds.version} holds {ds.count_rows()} rows, {rec['rows']} recorded at "
+                               f"commit; {_hint(path)}")
+        for frag in ds.get_fragments():
+            for f, size in fragment_files(uri, frag):
+                prob = file_problem(f, size)
+                if prob:
+                    raise StoreDamaged(f"{f} (fragment {frag.fragment_id} of table {name}, "
+                                       f"{frag.metadata.physical_rows} rows) {prob}; {_hint(path)}")
+
+
+# --- the full check --------------------------------------------------------------------------------
+@dataclass
+class FragmentReport:
+    """One fragment of a table's newest readable version, read whole."""
+
+    fragment_id: int
+    rows: int
+    readable: bool
+    problem: str | None = None
+
+
+@dataclass
+class TableReport:
+    """One table: its versions, the version checked, and its fragments."""
+
+    name: str
+    version: int | None  #: the newest readable version (None: none reads)
+    recorded_version: int | None  #: recorded in gfcr-store.json at the last commit (None: not recorded)
+    rows: int = 0  #: rows of ``version`` per Lance's manifest
+    rows_readable: int = 0  #: rows of its fragments that read whole
+    versions_readable: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    fragments: list[FragmentReport] = field(default_factory=list)
+
+
+@dataclass
+class CheckReport:
+    """The result of :func:`check_store`: ``ok`` when no problem was found anywhere."""
+
+    path: str
+    problems: list[str] = field(default_factory=list)
+    tables: list[TableReport] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(not t.problems for t in self.tables)
+
+    @property
+    def all_problems(self) -> list[str]:
+        return self.problems + [p for t in self.tables for p in t.problems]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "ok": self.ok, **asdict(self)}
+
+
+def _check_table(path: Path, name: str, rec: dict[str, Any]) -> TableReport:
+    uri = path / f"{name}.lance"
+    rep = TableReport(name, None, int(rec["version"]) if rec else None)
+    if not uri.is_dir():
+        rep.problems.append(f"{uri} is missing")
+        return rep
+    files = version_files(uri)
+    for v in sorted(files):
+        ds, why = _open_or_reason(lambda v=v: lance.dataset(str(uri), version=v))
+        if ds is not None:
+            rep.versions_readable.append(v)
+        else:
+            rep.problems.append(f"{files[v]} (version {v} of table {name}) is damaged: {why}")
+    prob = _rollback_problem(path, name, uri, files, rec)
+    if prob:
+        rep.problems.append(prob)
+    if not rep.versions_readable:
+        rep.problems.append(f"{uri}: no version of table {name} reads")
+        return rep
+    rep.version = max(rep.versions_readable)
+    ds = lance.dataset(str(uri), version=rep.version)
+    rep.rows = ds.count_rows()
+    if rec and rep.version == int(rec["version"]) and rep.rows != int(rec["rows"]):
+        rep.problems.append(f"{uri}: version {rep.version} holds {rep.rows} rows, {rec['rows']} recorded at commit")
+    for frag in ds.get_fragments():
+        n = frag.count_rows()
+        probs = [f"{f} {p}" for f, size in fragment_files(uri, frag) if (p := file_problem(f, size))]
+        if not probs:
+            try:
+                got = ds.scanner(fragments=[frag]).to_table().num_rows
+                if got != n:
+                    probs.append(f"read {got} rows, {n} recorded")
+            except (*_LANCE_ERRORS, pa.ArrowException) as e:
+                probs.append(f"does not read: {lance_reason(e)}")
+        fr = FragmentReport(frag.fragment_id, n, not probs, "; ".join(probs) or None)
+        rep.fragments.append(fr)
+        if fr.readable:
+            rep.rows_readable += n
+        else:
+            rep.problems.append(f"fragment {frag.fragment_id} of table {name} ({n} rows) is damaged: {fr.problem}")
+    return rep
+
+
+def check_store(path: str | os.PathLike[str], tables: list[str]) -> CheckReport:
+    """Verify everything: the manifest, every version manifest of every table, and every fragment of
+    each table's newest readable version, read whole one at a time. Never raises for damage."""
+    path = Path(path)
+    rep = CheckReport(str(path))
+    committed: dict[str, Any] = {}
+    try:
+        committed = read_manifest(path).get("committed") or {}
+    except StoreDamaged as e:
+        rep.problems.append(str(e).split("; run `gfcr store check")[0])
+    for name in tables:
+        rep.tables.append(_check_table(path, name, committed.get(name) or {}))
+    return rep
+
+
+def salvage(path: str | os.PathLike[str], out: str | os.PathLike[str], tables: list[str],
+            init: Callable[[Path], None]) -> dict[str, int]:
+    """Copy every row of every readable fragment (each table's newest readable version) of the store
+    at ``path`` into a new store at ``out`` (``init(out)`` creates it); returns rows copied per table."""
+    out = Path(out)
+    if out.exists():
+        raise StoreError(f"{out} exists; salvage writes a new store: choose a new path")
+    rep = check_store(path, tables)
+    init(out)
+    copied = {}
+    for t in rep.tables:
+        copied[t.name] = 0
+        if t.version is None:
+            continue
+        ds = lance.dataset(str(Path(path) / f"{t.name}.lance"), version=t.version)
+        good = [ds.get_fragment(f.fragment_id) for f in t.fragments if f.readable]
+        if not good:
+            continue
+        rows = ds.scanner(fragments=good).to_table()
+        if rows.num_rows:
+            dst = str(out / f"{t.name}.lance")
+            schema = lance.dataset(dst).schema
+            after = lance.write_dataset(rows.select(schema.names).cast(schema), dst, mode="append")
+            record_commit(out, t.name, after)
+        copied[t.name] = rows.num_rows
+    return copied
+
+
+def accept(path: str | os.PathLike[str], tables: list[str], fresh_manifest: dict[str, Any]) -> CheckReport:
+    """Record each table's current newest version as the store's own (a new ``gfcr-store.json``,
+    ``fresh_manifest`` where the old one does not read). Refused while a version manifest of a
+    newest version or a fragment is damaged: move the file aside, or :func:`salvage`, first."""
+    path = Path(path)
+    rep = check_store(path, tables)
+    bad = [p for t in rep.tables for p in t.problems if "roll the table back" not in p]
+    if bad:
+        raise StoreDamaged(f"cannot accept {path} as it is: {bad[0]} (and {len(bad) - 1} more); move a damaged "
+                           "newest version manifest aside, or `gfcr store check --salvage NEW` the readable rows")
+    with _locked(path):
+        try:
+            m = read_manifest(path)
+        except StoreDamaged:
+            m = dict(fresh_manifest)
+        m["committed"] = {t.name: {"version": t.version, "rows": t.rows} for t in rep.tables}
+        write_manifest(path, m)
+    return check_store(path, tables)
