@@ -9,7 +9,7 @@ store must open (its integrity checks pass), ``gfcr store check`` must find noth
 - 0 half batches: a batch (one commit: an append, one file of an import) is stored whole or not at all.
 
 The default trials keep the module under about a minute on two busy cores; ``GFCR_FAULT_TRIALS=N``
-(or the ``slow`` test) runs N trials of each kind. Each test prints its counts (``-s`` shows them).
+(or the ``slow`` soak test, run with ``GFCR_FAULT_SOAK=1``) runs N trials of each kind. Each test prints its counts (``-s`` shows them).
 """
 
 from __future__ import annotations
@@ -175,8 +175,9 @@ def test_kill_9_during_import_and_follow(tmp_path, op, trials, delay):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("GFCR_FAULT_SOAK"), reason="a ~4 min soak: set GFCR_FAULT_SOAK=1 to run it")
 def test_kill_9_many_trials(tmp_path):
-    """The long variant: 15 kills of each kind."""
+    """The long variant: 15 kills of each kind (about 4 minutes on two cores, so opt-in)."""
     for op, delay in (("append", 1.5), ("compact", 2.0)):
         _kill_trials(tmp_path, op, _trials(15), delay, prefill=6 if op == "compact" else 0)
     for op in ("import", "follow"):
