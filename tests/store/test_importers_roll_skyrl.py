@@ -331,7 +331,7 @@ def test_skyrl_malformed_names_file_and_field_and_writes_nothing(store, tmp_path
     bad = write_skyrl(d / "global_step_2_training_input.pkl", t, {})
     with pytest.raises(ImportFormatError) as e:
         import_rollouts(store, "skyrl", [str(d)], run_id="again", trust_pickle=True)
-    assert str(bad) in str(e.value) and f"{where}: field '{field}'" in str(e.value)
+    assert str(bad) in str(e.value) and f"{where}: field '{field}" in str(e.value)
     assert (store.count(), store.count("prompts")) == before
 
 

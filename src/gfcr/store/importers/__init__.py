@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gfcr.records import RecordError, Rollout, rollouts_to_table
+from gfcr.records import Rollout, rollouts_to_table
 from gfcr.store.core import RolloutStore, StoreError
 from gfcr.store.export import export, refuse_existing, rollout_to_json, write_new_file  # noqa: F401 - re-exported
 from gfcr.store.importers import areal, native, open_instruct, prime_rl, roll, skyrl, slime, trl, verl
@@ -33,6 +33,7 @@ from gfcr.store.importers._common import (
     ImportResult,
     find_files,
     load_tokenizer,
+    validate_rollouts,
 )
 
 __all__ = ["FORMATS", "ImportFormatError", "ImportResult", "export", "follow", "import_rollouts", "load_tokenizer"]
@@ -68,12 +69,9 @@ def _sorted(fmt: str, files: list[Path]) -> list[Path]:
 
 def _check(fmt: str, res: ImportResult, f: Path, seen: dict[str, Path]) -> list[Rollout]:
     """Validate ``res``'s rollouts; drop (or refuse) ids already read from another file."""
+    validate_rollouts(res.rollouts, f)
     out = []
     for r in res.rollouts:
-        try:
-            r.validate()
-        except RecordError as e:
-            raise ImportFormatError(f, f"record {r.rollout_id}", e.field, str(e)) from e
         if r.rollout_id in seen:
             if fmt in _DUPLICATES_EXPECTED and seen[r.rollout_id] != f:
                 continue

@@ -23,8 +23,8 @@ from typing import Any
 
 from gfcr.records import Message, Prompt, Rollout
 from gfcr.store.importers._common import (
-    ImportFormatError,
     ImportResult,
+    check_logprobs,
     find_files,
     hid,
     norm_finish,
@@ -65,9 +65,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, vocab: in
             adv = opt_num(obj.get("advantage"), f, w, "advantage")
             lp = obj.get("logprobs")
             if lp is not None:
-                if not isinstance(lp, list) or len(lp) != len(r_ids):
-                    raise ImportFormatError(f, w, "logprobs", f"expected {len(r_ids)} numbers (one per response token)")
-                lp = [opt_num(x, f, w, "logprobs") or 0.0 for x in lp]
+                lp = check_logprobs(lp, len(r_ids), f, w, "logprobs")
             pidx = req(obj, "prompt_idx", int, f, w)
             sidx = req(obj, "sample_idx", int, f, w)
             dataset = str(obj.get("dataset") or "open-instruct")

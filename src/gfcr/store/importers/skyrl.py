@@ -13,6 +13,7 @@ from gfcr.store.importers._common import (
     ImportFormatError,
     ImportResult,
     check_id_array,
+    check_logprobs,
     find_files,
     hid,
     load_weights_only,
@@ -218,8 +219,8 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
             if lp_key is not None:
                 lp_full[width - resp_w:] = arrs[lp_key][i].astype(np.float32)
             lps = np.where(gen, lp_full, np.float32(0.0))[real].astype(np.float32)
-            if not np.all(np.isfinite(lps)) or np.any(lps > 1e-4):
-                raise ImportFormatError(f, w, lp_key or "-", "log-probs on generated tokens must be finite and <= 0")
+            resp = slice(width - resp_w, width)  # checked in the dump's own columns: rollout_logprobs[i, j]
+            check_logprobs(np.where(gen[resp], lp_full[resp], 0.0), resp_w, f, w, lp_key or "logprobs")
             ids = seq[i][real].astype(np.int32)
             role = gen[real].astype(np.int8)
             prompt_ids = seq[i][real & ~rmask].astype(np.int32)

@@ -31,6 +31,7 @@ from gfcr.records import GENERATED, Message, Prompt, Rollout
 from gfcr.store.importers._common import (
     ImportFormatError,
     ImportResult,
+    check_logprobs,
     eval_run,
     find_files,
     hid,
@@ -88,9 +89,14 @@ def _sample(s: Any, i: int, f: Path, rid: int, run: str, reward_key: str | None,
     if len(mask) != rlen:
         raise ImportFormatError(f, w, "loss_mask", f"length {len(mask)} != response_length {rlen}")
     lp_raw = s.get("rollout_log_probs")
-    lp = [float(x) for x in _lst(lp_raw)] if lp_raw is not None else [0.0] * rlen
-    if len(lp) != rlen:
-        raise ImportFormatError(f, w, "rollout_log_probs", f"length {len(lp)} != response_length {rlen}")
+    lp = [0.0] * rlen
+    if lp_raw is not None:
+        raw = _lst(lp_raw)
+        if len(raw) != rlen:
+            raise ImportFormatError(f, w, "rollout_log_probs", f"length {len(raw)} != response_length {rlen}")
+        sel = [j for j, m in enumerate(mask) if m]  # only the trained tokens' log-probs are stored
+        for j, x in zip(sel, check_logprobs([raw[j] for j in sel], len(sel), f, w, "rollout_log_probs"), strict=True):
+            lp[j] = x
     reward, sig = _reward(s, reward_key, f, w)
     role = [0] * plen + [GENERATED if m else 0 for m in mask]
     lps = [0.0] * plen + [x if m else 0.0 for x, m in zip(lp, mask, strict=True)]
