@@ -39,7 +39,8 @@ def test_trl_rewards_weights_extras_and_tool_turns(store):
         assert r.signals["n_chars"] == e["n_chars"] and r.meta["extra"]["pred"] == e["pred"]  # kept, named
         assert [m.role for m in r.messages] == ["user", *e["roles"]]  # tool output stays a tool turn
         assert r.finish_reason is None  # TRL does not record it
-        assert r.step == int(e["file"][12:17])
+        # logged after the update of the step that sampled it: file completions_00001 holds step 0's batch
+        assert r.step == int(e["file"][12:17]) - 1 and r.policy_version == f"step-{r.step}"
         assert r.verified == (r.signals["reward/accuracy_reward"] > 0)
     tool = next(r for r in got.values() if len(r.messages) == 4)
     assert json.loads(tool.messages[1].tool_calls)[0]["function"]["name"] == "add"
@@ -52,6 +53,36 @@ def test_trl_rewards_weights_extras_and_tool_turns(store):
     assert len(groups) == 4 and {g["n"] for g in groups} == {2}
 
 
+def test_trl_generation_reuse_is_stored_once_at_its_sampling_step(store):
+    """num_iterations=2: TRL wrote each generation batch at two logging steps (8 generated, 16 rows
+    logged) and gfcr stored all 16; the sampling step was the log step, one late."""
+    exp = json.loads((FIX / "trl_reuse" / "expected.json").read_text())
+    gens = exp["generations"]
+    res = import_rollouts(store, "trl", [str(FIX / "trl_reuse")], run_id="t")
+    rs = store.rollouts(run="t")
+    generated = [(g["global_step"], c) for g in gens for c in g["completions"]]
+    assert len(rs) == res.written == len(generated) == 8
+    assert sorted((r.step, r.messages[-1].content) for r in rs) == sorted(generated)
+    assert {r.policy_version for r in rs} == {f"step-{g['global_step']}" for g in gens} == {"step-0", "step-2"}
+    assert "logged again" in " ".join(res.notes)
+    again = import_rollouts(store, "trl", [str(FIX / "trl_reuse")], run_id="t")
+    assert again.written == 0 and store.count() == 8
+
+
+def test_trl_relogged_file_alone_adds_nothing(store, tmp_path):
+    """Importing the later file of a repeated pair (e.g. a --follow that saw _00001 earlier) still
+    recognises its rows as the ones already logged, by the previous file beside it."""
+    src = FIX / "trl_reuse" / "completions"
+    d = tmp_path / "completions"
+    d.mkdir()
+    for n in ("completions_00001.parquet", "completions_00002.parquet", "completions_00003.parquet"):
+        shutil.copy(src / n, d / n)
+    import_rollouts(store, "trl", [str(d / "completions_00001.parquet")], run_id="t")
+    res = import_rollouts(store, "trl", [str(d / "completions_00002.parquet"), str(d / "completions_00003.parquet")],
+                          run_id="t")
+    assert res.written == 4 and store.count() == 8 and {r.step for r in res.rollouts} == {2}
+
+
 def test_trl_string_step_of_older_versions(store, tmp_path):
     """TRL before 0.28 logged ``step`` as a string; the column is rewritten that way from the fixture."""
     d = tmp_path / "completions"
@@ -61,7 +92,7 @@ def test_trl_string_step_of_older_versions(store, tmp_path):
         t = t.set_column(0, "step", t.column("step").cast("string"))
         pq.write_table(t, d / f.name)
     res = import_rollouts(store, "trl", [str(d)], reward_columns=["accuracy_reward", "format_reward"])
-    assert sorted({r.step for r in res.rollouts}) == [1, 2]
+    assert sorted({r.step for r in res.rollouts}) == [0, 1]
 
 
 # --- prime-rl / verifiers v1 --------------------------------------------------------------------------
