@@ -258,7 +258,7 @@ def test_open_instruct_save_traces(store):
 
     res = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="oi")
     assert res.written == 4 and res.files == [str(FIX / "open_instruct" / "grpo_demo_rollouts_000000.jsonl")]
-    rs = sorted(store.rollouts(run="oi"), key=lambda r: r.sample_index)
+    rs = sorted(store.rollouts(run="oi"), key=lambda r: r.meta["sample_idx"])
     assert [r.reward for r in rs] == [10.0, 0.0, 10.0, 0.0]
     assert [r.signals["advantage"] for r in rs] == [0.5, -0.5, 0.5, -0.5]
     assert [r.finish_reason for r in rs] == ["stop", "stop", "stop", "length"]
@@ -271,3 +271,21 @@ def test_open_instruct_save_traces(store):
     assert {p.answer for p in store.prompts()} == {"5", "42"}
     dec = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="oi2", tokenizer=tiny_tokenizer())
     assert all(len(r.messages) == 2 for r in dec.rollouts)
+
+
+def test_open_instruct_groups_are_per_run_and_sample_index_is_within_the_group(store, tmp_path):
+    """Two runs share open-instruct's default save folder: group_id was oi-{step}-{prompt_idx}, so
+    their groups merged (even with --run), and sample_index was the batch position (2, 3)."""
+    d = tmp_path / "rollouts"
+    shutil.copytree(FIX / "open_instruct", d)
+    other = (d / "grpo_demo_rollouts_000000.jsonl").read_text().replace('"reward": 10.0', '"reward": 9.0')
+    (d / "grpo_other_rollouts_000000.jsonl").write_text(other)
+    import_rollouts(store, "open-instruct", [str(d)])  # no --run: both runs' files in one import
+    groups = store.sql("SELECT group_id, count(*) n FROM rollouts GROUP BY group_id").to_pylist()
+    assert len(groups) == 4 and {g["n"] for g in groups} == {2}
+    rs = store.rollouts()
+    assert sorted(r.sample_index for r in rs) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert sorted(r.meta["sample_idx"] for r in rs if "other" in r.meta["file"]) == [0, 1, 2, 3]
+    a = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="a")
+    b = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="b")
+    assert not {r.group_id for r in a.rollouts} & {r.group_id for r in b.rollouts}
