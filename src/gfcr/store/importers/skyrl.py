@@ -170,7 +170,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
     ``signals["advantage"]`` = mean advantage over role-1 tokens; step from the file name.
 
     Departures forced by the dump: the stock trainer pops ``rewards`` and ``metadata["uids"]`` before
-    dumping, so then the reward is stored as 0.0 with ``meta["reward_in_dump"] = False`` (a note says
+    dumping, so then the reward is stored as null (unknown, never 0.0) with ``meta["reward_in_dump"] = False`` (a note says
     so) and groups come from ``metadata["policy_prompt_boundaries"]`` or, failing that, from
     consecutive rows with the same prompt tokens. The last ``metadata["pad_size"]`` rows are
     data-parallel padding copies and are skipped. No policy version is recorded: it is set to
@@ -231,14 +231,14 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
             sig = {}
             if "advantages" in arrs and gen.any():
                 sig["advantage"] = float(arrs["advantages"][i][gen[resp_cols]].astype(np.float64).mean())
-            reward = float(arrs["rewards"][i][resp_sel].astype(np.float64).sum()) if "rewards" in arrs else 0.0
-            if not math.isfinite(reward):
+            reward = float(arrs["rewards"][i][resp_sel].astype(np.float64).sum()) if "rewards" in arrs else None
+            if reward is not None and not math.isfinite(reward):
                 raise ImportFormatError(f, w, "rewards", "must be finite")
             rows.append((i, ids, role, lps, prompt_ids, reward, sig))
         keys = _group_keys(meta, rows, n_real)
         if "rewards" not in arrs:
             notes.append(f"{f.name}: no 'rewards' in the dump (SkyRL removes them before dumping): reward stored as "
-                         "0.0, meta.reward_in_dump=false; the advantage is kept in signals")
+                         "null (unknown), meta.reward_in_dump=false; the advantage is kept in signals")
         if lp_key == "action_log_probs":
             notes.append(f"{f.name}: no rollout_logprobs: logprobs are the trainer's action_log_probs")
         counters: dict[str, int] = {}
