@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -115,7 +116,7 @@ def test_prime_rl_episodes(store):
     assert a.signals["advantage"] == pytest.approx(exp["a"]["advantage"])  # from effective/, not dropped
     assert b.signals["advantage"] == pytest.approx(exp["b"]["advantage"])
     assert a.policy_version == "v2-v3" and b.policy_version == "v3"
-    assert a.group_id == b.group_id == "prime-g1"
+    assert a.group_id == b.group_id == "p/prime-g1"  # the run is part of the group id
     assert a.finish_reason == "stop" and b.finish_reason == "length"
     # roles nest under node["message"]; tool turns keep their role, call and name
     assert [m.role for m in a.messages] == ["system", "user", "assistant"]
@@ -127,7 +128,7 @@ def test_prime_rl_episodes(store):
     assert a.logprobs[-3:].tolist() == [-0.5, -0.25, -0.125] and not a.logprobs[:11].any()
     assert b.token_role.tolist() == [0] * 9 + [0, 0, 1, 1, 1, 1] + [0] * 4 + [0, 0, 1, 1]
     # C: two leaves of one trace graph, two rollouts sharing the prompt; never trained (zero advantage)
-    c = [r for r in train if r.group_id == "prime-g2"]
+    c = [r for r in train if r.group_id == "p/prime-g2"]
     assert len(c) == exp["c"]["branches"] and {r.messages[-1].content for r in c} == {"8", "9"}
     assert all(r.meta["subset"] == "all" and "advantage" not in r.signals for r in c)
     assert "without traces" in " ".join(res.notes)
@@ -289,3 +290,46 @@ def test_open_instruct_groups_are_per_run_and_sample_index_is_within_the_group(s
     a = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="a")
     b = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="b")
     assert not {r.group_id for r in a.rollouts} & {r.group_id for r in b.rollouts}
+
+
+# --- audit: ids never collide across runs ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("fmt", "path", "kw"), [
+    ("trl", "trl", {"reward_columns": ["accuracy_reward", "format_reward"]}),
+    ("verl", "verl", {}),
+    ("prime-rl", "prime_rl", {}),
+    ("slime", "slime", {"reward_key": "score"}),
+    ("areal", "areal/cbff54d6/logs/root/exp/t1", {}),
+    ("open-instruct", "open_instruct", {}),
+])
+def test_the_same_dump_under_two_runs_shares_no_rollout_or_group_id(store, fmt, path, kw):
+    """group_id was built from prompt and step alone (verl, TRL, prime-rl, slime, AReaL, ...): two
+    runs' groups merged in every group query (GROUP BY group_id, group advantages, Control)."""
+    a = import_rollouts(store, fmt, [str(FIX / path)], run_id="a", **kw)
+    b = import_rollouts(store, fmt, [str(FIX / path)], run_id="b", **kw)
+    assert a.written == b.written > 0
+    assert not {r.rollout_id for r in a.rollouts} & {r.rollout_id for r in b.rollouts}
+    assert not {r.group_id for r in a.rollouts} & {r.group_id for r in b.rollouts}
+
+
+def test_unscored_rows_have_a_null_reward(store, tmp_path):
+    """A TRL row no reward function scored (all NaN: TRL logs its reward as NaN) and a prime-rl trace
+    with no scores were stored with reward 0.0, an invented score."""
+    d = tmp_path / "completions"
+    d.mkdir()
+    t = pq.read_table(FIX / "trl" / "completions" / "completions_00001.parquet")
+    nan = [float("nan")] * t.num_rows
+    for c in ("accuracy_reward", "format_reward"):
+        t = t.set_column(t.column_names.index(c), c, pa.array(nan, pa.float64()))
+    pq.write_table(t, d / "completions_00001.parquet")
+    res = import_rollouts(store, "trl", [str(d)], run_id="t", reward_columns=["accuracy_reward", "format_reward"])
+    assert res.written == t.num_rows and all(r.reward is None for r in store.rollouts(run="t"))
+    root = tmp_path / "p" / "rollouts" / "step_4" / "train" / "effective"
+    root.mkdir(parents=True)
+    src = FIX / "prime_rl" / "rollouts" / "step_4" / "train" / "effective" / "traces.jsonl"
+    ep = json.loads(src.read_text().splitlines()[0])
+    ep["traces"][0]["rewards"] = {}
+    (root / "traces.jsonl").write_text(json.dumps(ep) + "\n")
+    res = import_rollouts(store, "prime-rl", [str(tmp_path / "p")], run_id="p")
+    assert [r.reward for r in res.rollouts] == [None]

@@ -170,7 +170,7 @@ def dataproto_to_rollouts(batch: Any, run_id: str, global_steps: int | None = No
             answer=None if gt is None else (gt if isinstance(gt, str) else json.dumps(gt)),
             meta={"source": "verl-live", "prompt_token_ids": p_ids.tolist()}))
         uid = nti.get("uid")
-        gid = f"{run_id}/{step}/{uid}" if uid is not None else f"{pid}@{step}"
+        gid = f"{run_id}/{step}/{uid}" if uid is not None else f"{run_id}/{pid}@{step}"
         k = sample_of[gid] = sample_of.get(gid, -1) + 1
         rollouts.append(Rollout(
             rollout_id=new_id(), run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid,

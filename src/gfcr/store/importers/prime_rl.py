@@ -181,7 +181,7 @@ def _trace_rollouts(obj: dict[str, Any], j: int, tr: Any, f: Path, w: str, ctx: 
     if not isinstance(rewards, dict):
         raise ImportFormatError(f, tw, "rewards", "expected an object of named {score, weight}")
     sig: dict[str, float] = {}
-    reward = 0.0
+    reward: float | None = None  # no score at all: unknown (null), never 0.0
     for name, r in rewards.items():
         if r is None:
             continue
@@ -192,9 +192,9 @@ def _trace_rollouts(obj: dict[str, Any], j: int, tr: Any, f: Path, w: str, ctx: 
         if score is None:
             continue
         sig[f"reward/{name}"] = score
-        reward += score * (1.0 if weight is None else weight)
+        reward = (reward or 0.0) + score * (1.0 if weight is None else weight)
     if not rewards and "reward" in tr:  # flat layout
-        reward = opt_num(tr.get("reward"), f, tw, "reward") or 0.0
+        reward = opt_num(tr.get("reward"), f, tw, "reward")
     for name, v in (tr.get("metrics") or {}).items():
         x = opt_num(v, f, tw, f"metrics.{name}") if isinstance(v, int | float) or v is None else None
         if x is not None:
@@ -286,7 +286,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, evals: st
             gid = str(group["id"]) if isinstance(group, dict) and group.get("id") is not None else f"{eid}"
             if not traces:
                 no_trace += 1
-            ctx = {"run": target, "eid": eid, "step": step, "pv": pv, "env": env_id, "group": f"prime-{gid}",
+            ctx = {"run": target, "eid": eid, "step": step, "pv": pv, "env": env_id, "group": f"{target}/prime-{gid}",
                    "subset": subset, "batch_step": int(bstep) if bstep and bstep.isdigit() else None, "line": line,
                    "vocab": vocab}
             for j, tr in enumerate(traces):

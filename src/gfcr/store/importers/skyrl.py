@@ -254,7 +254,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
             rollouts.append(
                 Rollout(
                     rollout_id="skyrl-" + hid(run_id, f.name, i), run_id=run_id, step=step,
-                    policy_version=f"step-{step}", prompt_id=pid, group_id=f"{pid}@{step}#{key}", sample_index=k,
+                    policy_version=f"step-{step}", prompt_id=pid, group_id=f"{run_id}/{pid}@{step}#{key}", sample_index=k,
                     task="skyrl", messages=msgs, token_ids=ids, token_role=role, logprobs=lps, reward=reward,
                     finish_reason=None,
                     signals=sig, verifier={"name": "skyrl", "reward_in_dump": "rewards" in arrs},

@@ -114,7 +114,7 @@ def _sample(s: Any, i: int, f: Path, rid: int, run: str, reward_key: str | None,
     idx = s.get("index")
     r = Rollout(
         rollout_id="slime-" + hid(run, f.name, rid, i, idx, *tokens[-8:]), run_id=run, step=rid,
-        policy_version=pv, prompt_id=pid, group_id=f"{pid}@{rid}#{gi}",
+        policy_version=pv, prompt_id=pid, group_id=f"{run}/{pid}@{rid}#{gi}",
         sample_index=i if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0 else idx,
         task="slime", messages=[*msgs, Message("assistant", str(s.get("response", "")))],
         token_ids=tokens, token_role=role, logprobs=lps, finish_reason=norm_finish(status), reward=reward,

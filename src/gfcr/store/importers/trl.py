@@ -201,12 +201,14 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, reward_co
             pid = "trl-" + hid(ptext)
             prompts.setdefault(pid, Prompt(prompt_id=pid, task="trl", messages=pmsgs))
             k = counters[(step, pid)] = counters.get((step, pid), -1) + 1
-            if not math.isfinite(reward):
+            if not scored:  # every reward function returned None: TRL itself logs the reward as NaN
+                reward = None
+            elif not math.isfinite(reward):
                 raise ImportFormatError(f, w, "-", f"weighted reward is not finite ({reward})")
             rollouts.append(
                 Rollout(
                     rollout_id="trl-" + hid(run_id, f.name, i, ptext, json.dumps([m.to_dict() for m in cmsgs])),
-                    run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid, group_id=f"{pid}@{step}",
+                    run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid, group_id=f"{run_id}/{pid}@{step}",
                     sample_index=k, task="trl", messages=[*pmsgs, *cmsgs], reward=reward, verified=verified,
                     finish_reason=None, signals=sig,
                     verifier={"name": "trl", "reward_functions": weights, "scored": scored},

@@ -95,7 +95,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, verdict_k
                 Rollout(
                     rollout_id="verl-" + hid(run_id, f.name, i, inp, out),
                     run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid,
-                    group_id=f"{pid}@{step}", sample_index=k, task="verl",
+                    group_id=f"{run_id}/{pid}@{step}", sample_index=k, task="verl",
                     messages=[Message("user", inp), Message("assistant", out)],
                     reward=score, verified=verified, finish_reason=None, signals=sig,
                     verifier={"name": "verl", "score": score, "verdict_key": verdict_key if verified is not None else None},
