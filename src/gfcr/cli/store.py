@@ -252,7 +252,7 @@ def walkthrough(
             opts = {"trl": {"reward_columns": ["accuracy_reward", "format_reward"]}}
             for fmt, p, run in dumps:
                 res = import_rollouts(store, fmt, [str(p)], run_id=run, **opts.get(fmt, {}))
-                console.print(f"  imported {len(res.rollouts):3d} rollouts from a {fmt} dump (tokens: {res.tokens_source})")
+                console.print(f"  imported {res.written:3d} rollouts from a {fmt} dump (tokens: {res.tokens_source})")
     print_rows(store.stats(), title="per run and step")
     q = ("SELECT run_id, count(*) AS rollouts, avg(reward) AS mean_reward, "
          "sum(CASE WHEN tokens_source = 'engine' THEN 1 ELSE 0 END) AS token_faithful "

@@ -26,7 +26,18 @@ from typing import Any
 from gfcr.records import Rollout, rollouts_to_table
 from gfcr.store.core import RolloutStore, StoreError
 from gfcr.store.export import export, refuse_existing, rollout_to_json, write_new_file  # noqa: F401 - re-exported
-from gfcr.store.importers import areal, native, open_instruct, prime_rl, roll, skyrl, slime, trl, verl
+from gfcr.store.importers import (
+    areal,
+    columnar,
+    native,
+    open_instruct,
+    prime_rl,
+    roll,
+    skyrl,
+    slime,
+    trl,
+    verl,
+)
 from gfcr.store.importers._common import (
     FOLLOWING,
     ImportFormatError,
@@ -142,6 +153,9 @@ def import_rollouts(
     total = ImportResult(fmt, [str(f) for f in files], [], [])
     batches = []
     seen: dict[str, Path] = {}
+    if fmt == "verl" and tokenizer is None and kw.pop("columnar", True) and not FOLLOWING.get():
+        return _import_columnar(store, files, run, kw, total, seen)
+    kw.pop("columnar", None)
     for f in files:
         res = FORMATS[fmt]([str(f)], run, **kw)
         rs = _check(fmt, res, f, seen)
@@ -154,6 +168,31 @@ def import_rollouts(
                                 f"no rollouts found in {len(files)} file(s): empty dump?")
     total.written, total.skipped = _write(store, fmt, batches)
     if total.skipped and not FOLLOWING.get():
+        total.notes.append(f"{total.skipped} rollout(s) were already in the store and were skipped")
+    return total
+
+
+def _import_columnar(store: RolloutStore, files: list[Path], run: str, kw: dict[str, Any], total: ImportResult,
+                     seen: dict[str, Path]) -> ImportResult:
+    """verl without a tokenizer: :func:`gfcr.store.importers.columnar.import_files` (Arrow, one
+    append per file, unchanged files skipped by content); files it cannot map exactly go through
+    the row parser and :func:`_check` / :func:`_write`, as every other format does."""
+    notes: list[str] = []
+
+    def row_parse(f: Path) -> tuple[Path, ImportResult, list[Rollout]]:
+        res = FORMATS["verl"]([str(f)], run, **kw)
+        notes.extend(n for n in res.notes if n not in notes)
+        return f, res, _check("verl", res, f, seen)
+
+    total.written, total.skipped, total.how = columnar.import_files(
+        store, files, run, kw.get("verdict_key") or "acc", row_parse, lambda b: _write(store, "verl", b),
+        lambda: _import_lock(store))
+    total.tokens = "none"
+    total.notes.extend(notes or verl.text_only_note("verl", None))
+    unchanged = sum(v == "unchanged" for v in total.how.values())
+    if unchanged:
+        total.notes.append(f"{unchanged} file(s) unchanged since they were imported into run {run!r}: skipped unread")
+    if total.skipped:
         total.notes.append(f"{total.skipped} rollout(s) were already in the store and were skipped")
     return total
 

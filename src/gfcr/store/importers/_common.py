@@ -49,9 +49,15 @@ class ImportResult:
     notes: list[str] = field(default_factory=list)
     skipped: int = 0
     written: int = 0
+    #: set by paths that build no Rollout objects (the columnar import), which say what they wrote
+    tokens: str | None = None
+    #: per file, how it was imported (columnar path: ``unchanged``, ``columnar`` or ``rows: <why>``)
+    how: dict[str, str] = field(default_factory=dict)
 
     @property
     def tokens_source(self) -> str:
+        if self.tokens is not None:
+            return self.tokens
         srcs = {r.tokens_source for r in self.rollouts}
         return ",".join(sorted(srcs)) or "-"
 
