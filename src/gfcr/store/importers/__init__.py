@@ -178,6 +178,8 @@ def _import_columnar(store: RolloutStore, files: list[Path], run: str, kw: dict[
     append per file, unchanged files skipped by content); files it cannot map exactly go through
     the row parser and :func:`_check` / :func:`_write`, as every other format does."""
     notes: list[str] = []
+    kw = dict(kw)
+    hold = kw.pop("hold_bytes", 256 << 20)
 
     def row_parse(f: Path) -> tuple[Path, ImportResult, list[Rollout]]:
         res = FORMATS["verl"]([str(f)], run, **kw)
@@ -186,7 +188,7 @@ def _import_columnar(store: RolloutStore, files: list[Path], run: str, kw: dict[
 
     total.written, total.skipped, total.how = columnar.import_files(
         store, files, run, kw.get("verdict_key") or "acc", row_parse, lambda b: _write(store, "verl", b),
-        lambda: _import_lock(store))
+        lambda: _import_lock(store), hold_bytes=hold)
     total.tokens = "none"
     total.notes.extend(notes or verl.text_only_note("verl", None))
     unchanged = sum(v == "unchanged" for v in total.how.values())

@@ -9,7 +9,8 @@ column's, a null where the row path tells null from absent, nested values, a non
 tokenizer to retokenize with). So a malformed file fails with the row path's one line naming file,
 line and field, and nothing is written.
 
-Memory is bounded by one file: its bytes, its Arrow table and the mapped table. A file already
+Memory is bounded by one file (its bytes, its Arrow table and the mapped table) beyond a budget of
+Arrow tables kept between the check and the write (256 MiB by default, see :func:`import_files`). A file already
 imported into the same run is skipped by content: its size, mtime and SHA-256 are recorded in the
 store's state table (key ``import-file:verl:{run}:{path}``); an unchanged size and mtime skip it
 without reading it, a changed mtime with the same hash skips it after hashing.
@@ -51,10 +52,24 @@ def file_signature(f: Path) -> dict[str, int]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+_q = json.encoder.encode_basestring_ascii  # json.dumps of a str (ensure_ascii, as the row path writes)
+
+
+def _js(v: Any) -> str:
+    """``json.dumps(v)`` for the values a checked extra column holds (text, bool, null)."""
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    return _q(v) if isinstance(v, str) else json.dumps(v)
+
+
 def _line_numbers(data: bytes, n: int) -> np.ndarray | None:
     """1-based line numbers of the ``n`` rows when the file has no blank line (else None: row path)."""
-    body = data[:-1] if data.endswith(b"\n") else data
-    if body.count(b"\n") != n - 1 or b"\n\n" in data or b"\r" in data:
+    nl = data.count(b"\n") - (1 if data.endswith(b"\n") else 0)
+    if nl != n - 1 or b"\n\n" in data or b"\r" in data:
         return None
     return np.arange(1, n + 1)
 
@@ -154,18 +169,30 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     others = {c: t.column(c).to_pylist() for c in other_cols}
     req = t.column("request_id").to_pylist() if "request_id" in names else [None] * n
     fname = f.name
-    meta = [json.dumps({"extra": {c: others[c][i] for c in other_cols}, "file": fname, "line": int(lines[i]),
-                        "request_id": req[i], "source": "verl"}, sort_keys=True) for i in range(n)]
-    vlist = verified.to_pylist()
-    verifier = [json.dumps({"name": "verl", "score": float(score[i]),
-                            "verdict_key": verdict_key if vlist[i] is not None else None}, sort_keys=True)
-                for i in range(n)]
+    # the row path's JSON (json.dumps, sort_keys, default separators), written as strings directly
+    ekeys = sorted(other_cols)
+    ecols = [[_js(v) for v in others[c]] for c in ekeys]
+    eprefix = [_q(c) + ": " for c in ekeys]
+    extra_s = ["{" + ", ".join(k + v for k, v in zip(eprefix, vals, strict=True)) + "}" for vals in zip(*ecols, strict=True)] \
+        if ekeys else ["{}"] * n
+    tail = ', "source": "verl"}'
+    head = '{"extra": '
+    fpart = ', "file": ' + _q(fname) + ', "line": '
+    meta = [head + e + fpart + str(ln) + ', "request_id": ' + _js(rq) + tail
+            for e, ln, rq in zip(extra_s, lines.tolist(), req, strict=True)]
+    vk = ', "verdict_key": ' + _q(verdict_key) + "}"
+    verifier = ['{"name": "verl", "score": ' + repr(x) + (vk if v is not None else ', "verdict_key": null}')
+                for x, v in zip(score.tolist(), verified.to_pylist(), strict=True)]
     rid = ["verl-" + hid(run_id, fname, int(lines[i]), inp[i], out[i]) for i in range(n)]
     step_s = pc.cast(t.column("step"), pa.string())
     pid_arr = pa.array(pid.tolist(), pa.string())
     # messages: [user input, assistant output] per row, as one flat struct array with offsets
-    roles = pa.array(np.tile(np.array(["user", "assistant"], dtype=object), n).tolist(), pa.string())
-    contents = pa.array([x for pair in zip(inp, out, strict=True) for x in pair], pa.string())
+    roles = pa.array(["user", "assistant"] * n, pa.string())
+    both = pa.concat_arrays([t.column("input").combine_chunks().cast(pa.string()),
+                             t.column("output").combine_chunks().cast(pa.string())])
+    inter = np.empty(2 * n, np.int64)
+    inter[0::2], inter[1::2] = np.arange(n), np.arange(n, 2 * n)
+    contents = both.take(pa.array(inter))
     nul = pa.nulls(2 * n, pa.string())
     msgs = pa.ListArray.from_arrays(pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int32)),
                                     pa.StructArray.from_arrays([roles, contents, nul, nul], fields=list(MESSAGE_TYPE)))
@@ -195,7 +222,8 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
         "verifier": pa.array(verifier, pa.string()),
         "signals": pa.MapArray.from_arrays(sig_off, sig_k, sig_v),
         "sampling": const("{}", pa.string()),
-        "cost": pa.array([{"prompt_tokens": 0, "gen_tokens": 0, "latency_s": 0.0}] * n, COST_TYPE),
+        "cost": pa.StructArray.from_arrays([pa.array(np.zeros(n, np.int64)), pa.array(np.zeros(n, np.int64)),
+                                            pa.array(np.zeros(n))], fields=list(COST_TYPE)),
         "tokens_source": const("none", pa.string()),
         "created_at": pa.array(np.full(n, np.datetime64(utcnow().replace(tzinfo=None), "us")), TS_TYPE),
         "meta": pa.array(meta, pa.string()),
@@ -215,17 +243,19 @@ def _read(data: bytes) -> tuple[pa.Table | None, np.ndarray | None, Fallback | N
 
 def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                  row_parse: Callable[[Path], Any], row_write: Callable[[list[Any]], tuple[int, int]],
-                 lock: Callable[[], Any]) -> tuple[int, int, dict[str, str]]:
+                 lock: Callable[[], Any], hold_bytes: int = 256 << 20) -> tuple[int, int, dict[str, str]]:
     """Import verl files the columnar way. Phase 1, per file: skip it if unchanged since its last
     import into ``run_id`` (size and mtime, else SHA-256), read it as Arrow and check it
     (:func:`check_table`); a file that needs the row path is parsed and validated by ``row_parse``
     (which raises the one-line error). Nothing is written until every file has passed. Phase 2,
-    per file, in reverse order (the last file's Arrow table is still in memory; the others are read
-    again, so memory stays bounded by one file): map, skip stored ids, append in one commit, record
-    the file's signature. Returns (written, skipped, how each file went: ``unchanged`` |
+    per file, in reverse order: map, skip stored ids, append in one commit, record the file's
+    signature. The Arrow tables read in phase 1 are kept for phase 2 up to ``hold_bytes`` (256 MiB
+    of Arrow data by default; the latest file's always): a dump beyond it is read twice, so memory
+    stays bounded by max(``hold_bytes``, one file) plus the one file being mapped. Returns (written, skipped, how each file went: ``unchanged`` |
     ``columnar`` | ``rows: <why>``); an unchanged file counts its recorded rows as skipped."""
     plan: list[tuple[Path, str, dict[str, Any], Any]] = []
-    held: tuple[Path, pa.Table, np.ndarray] | None = None
+    held: dict[Path, tuple[pa.Table, np.ndarray]] = {}
+    held_bytes = 0
     for f in files:
         key = _state_key(run_id, f)
         sig = file_signature(f)
@@ -246,7 +276,11 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
             plan.append((f, f"rows: {why}", sig, row_parse(f)))
             continue
         plan.append((f, "columnar", sig, None))
-        held = (f, t, lines)
+        if held_bytes + t.nbytes > hold_bytes:  # over the budget: keep only the latest file's table
+            held.clear()
+            held_bytes = 0
+        held[f] = (t, lines)
+        held_bytes += t.nbytes
     written = skipped = 0
     how: dict[str, str] = {}
     for f, mode, sig, extra in reversed(plan):
@@ -260,9 +294,8 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
             w, s = row_write([extra])
             sig["rows"] = len(extra[2])
         else:
-            if held is not None and held[0] == f:
-                t, lines = held[1], held[2]
-                held = None
+            if f in held:
+                t, lines = held.pop(f)
             else:
                 data = f.read_bytes()
                 t, lines, why = _read(data)
