@@ -8,7 +8,7 @@ first), and a store-wide lock makes two racing imports of the same dump store ea
 :func:`follow` polls a dump folder a trainer keeps writing.
 
 Formats (the per-framework modules say exactly which fields map where; docs/store.md has tables):
-``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, and
+``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, and
 gfcr's own ``jsonl`` / ``parquet`` (:mod:`gfcr.store.export`).
 """
 
@@ -28,6 +28,7 @@ from gfcr.store.core import RolloutStore, StoreError
 from gfcr.store.export import export, refuse_existing, rollout_to_json, write_new_file  # noqa: F401 - re-exported
 from gfcr.store.importers import (
     areal,
+    atif,
     columnar,
     native,
     open_instruct,
@@ -51,7 +52,7 @@ __all__ = ["FORMATS", "ImportFormatError", "ImportResult", "export", "follow", "
 
 _MODULES: dict[str, ModuleType] = {
     "verl": verl, "trl": trl, "areal": areal, "prime-rl": prime_rl, "slime": slime, "roll": roll,
-    "skyrl": skyrl, "open-instruct": open_instruct,
+    "skyrl": skyrl, "open-instruct": open_instruct, "atif": atif,
 }
 FORMATS: dict[str, Callable[..., ImportResult]] = {
     **{k: m.parse for k, m in _MODULES.items()}, "jsonl": native.parse_jsonl, "parquet": native.parse_parquet,
@@ -143,7 +144,7 @@ def import_rollouts(
         raise StoreError(f"unknown import format {fmt!r}; choose one of {sorted(FORMATS)}")
     if isinstance(tokenizer, str):
         tokenizer = load_tokenizer(tokenizer)
-    if fmt in ("jsonl", "parquet"):
+    if fmt in ("jsonl", "parquet", "atif"):  # atif: a gfcr export keeps its run unless --run is given
         run = run_id
     else:
         run = run_id or f"import-{fmt}"
