@@ -25,6 +25,7 @@ import hashlib
 import io
 import json
 from collections.abc import Callable
+from hashlib import sha1
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from gfcr.records import Prompt
 from gfcr.records.classes import utcnow
-from gfcr.records.schema import COST_TYPE, MESSAGE_TYPE, ROLLOUT_SCHEMA, TS_TYPE
+from gfcr.records.schema import COST_TYPE, MESSAGE_TYPE, PROMPT_SCHEMA, ROLLOUT_SCHEMA, TS_TYPE
 from gfcr.store.importers._common import hid
 from gfcr.store.importers.verl import _STD
 
@@ -114,9 +114,9 @@ def check_table(t: pa.Table, verdict_key: str) -> Fallback | None:
 
 
 def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.ndarray
-              ) -> tuple[pa.Table, dict[str, Prompt]]:
+              ) -> tuple[pa.Table, pa.Table]:
     """verl dump rows (an Arrow table of the JSON lines, :func:`check_table` passed) → (rollout
-    table, prompts by id), exactly as :func:`gfcr.store.importers.verl.parse` maps them.
+    table, prompt table), exactly as :func:`gfcr.store.importers.verl.parse` maps them.
 
     Shapes: ``t`` has n rows with at least ``input``, ``output``, ``score``, ``step``; ``lines`` (n,)
     the file's line numbers. Example: ``{"input": "q", "output": "a", "score": -1, "step": 3, "acc":
@@ -147,11 +147,16 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     first = np.full(len(uniq), -1)
     first[codes[::-1]] = np.arange(n)[::-1]  # the first row of each input
     gts = t.column("gts").to_pylist() if "gts" in names else [None] * n
-    prompts: dict[str, Prompt] = {}
-    for u, text in enumerate(uniq):
-        g = gts[first[u]]
-        prompts[upid[u]] = Prompt(prompt_id=upid[u], task="verl", messages=[{"role": "user", "content": text}],
-                                  answer=None if g is None else (g if isinstance(g, str) else json.dumps(g)))
+    nu = len(uniq)
+    answers = [None if (g := gts[first[u]]) is None else (g if isinstance(g, str) else json.dumps(g)) for u in range(nu)]
+    pnul = pa.nulls(nu, pa.string())
+    prompts = pa.Table.from_arrays([
+        pa.array(upid.tolist(), pa.string()), pa.array(["verl"] * nu, pa.string()),
+        pa.ListArray.from_arrays(pa.array(np.arange(nu + 1, dtype=np.int32)), pa.StructArray.from_arrays(
+            [pa.array(["user"] * nu, pa.string()), enc.dictionary.cast(pa.string()), pnul, pnul], fields=list(MESSAGE_TYPE))),
+        pa.array(answers, pa.string()), pnul, pnul, pa.nulls(nu, pa.float64()), pnul, pa.array(["{}"] * nu, pa.string()),
+        pa.array(np.full(nu, np.datetime64(utcnow().replace(tzinfo=None), "us")), TS_TYPE),
+        pa.array(["{}"] * nu, pa.string())], schema=PROMPT_SCHEMA)
     # sample_index: the running count of (step, prompt) in line order
     key = step.astype(np.int64) * (len(uniq) + 1) + codes
     order = np.argsort(key, kind="stable")
@@ -183,7 +188,9 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     vk = ', "verdict_key": ' + _q(verdict_key) + "}"
     verifier = ['{"name": "verl", "score": ' + repr(x) + (vk if v is not None else ', "verdict_key": null}')
                 for x, v in zip(score.tolist(), verified.to_pylist(), strict=True)]
-    rid = ["verl-" + hid(run_id, fname, int(lines[i]), inp[i], out[i]) for i in range(n)]
+    pre = f"{run_id}\x1f{fname}\x1f"  # hid(run_id, file, line, input, output), inlined
+    rid = ["verl-" + sha1(f"{pre}{ln}\x1f{a}\x1f{b}".encode()).hexdigest()[:24]
+           for ln, a, b in zip(lines.tolist(), inp, out, strict=True)]
     step_s = pc.cast(t.column("step"), pa.string())
     pid_arr = pa.array(pid.tolist(), pa.string())
     # messages: [user input, assistant output] per row, as one flat struct array with offsets
@@ -234,7 +241,7 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
 
 def _read(data: bytes) -> tuple[pa.Table | None, np.ndarray | None, Fallback | None]:
     try:
-        t = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(block_size=max(1 << 20, min(len(data) + 1, 1 << 30))))
+        t = pj.read_json(io.BytesIO(data))  # pyarrow's defaults (1 MiB blocks, threads), as the reference arm
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
         return None, None, f"arrow: {str(e).splitlines()[0][:80]}"
     lines = _line_numbers(data, t.num_rows)
@@ -310,8 +317,9 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                 if have:
                     table = table.filter(pa.array([r not in have for r in ids]))
                 if table.num_rows:
-                    need = set(table.column("prompt_id").to_pylist())
-                    store.upsert_prompts([p for k, p in prompts.items() if k in need])
+                    if have:
+                        prompts = prompts.filter(pc.is_in(prompts.column("prompt_id"), table.column("prompt_id")))
+                    store.upsert_prompts(prompts)
                     store.append(table, source="verl")
             w, s = table.num_rows, len(have)
             sig["rows"] = w + s
