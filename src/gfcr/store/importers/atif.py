@@ -101,7 +101,10 @@ def _tool_calls_in(tc: str | None) -> list[dict[str, Any]] | None:
 
 def _rollout(obj: dict[str, Any], f: Path, w: str, run_id: str | None, vocab: int | None
              ) -> tuple[Rollout, Prompt, bool]:
-    """One trajectory → (rollout, its prompt, whether gfcr's export wrote it)."""
+    """One trajectory → (rollout, its prompt, whether gfcr's export wrote it).
+
+    Long because: one pass over the steps in the RFC's field order (message, tool calls, metrics and
+    token ids, observation), then the two ways a rollout is made (gfcr's export, any other writer)."""
     req(obj, "schema_version", str, f, w)
     sid = req(obj, "session_id", str, f, w)
     agent = req(obj, "agent", dict, f, w)

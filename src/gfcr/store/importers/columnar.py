@@ -120,7 +120,10 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
 
     Shapes: ``t`` has n rows with at least ``input``, ``output``, ``score``, ``step``; ``lines`` (n,)
     the file's line numbers. Example: ``{"input": "q", "output": "a", "score": -1, "step": 3, "acc":
-    -1}`` → reward −1.0, verified False, step 3, ``policy_version`` ``step-3``, ``signals`` {acc: −1}."""
+    -1}`` → reward −1.0, verified False, step 3, ``policy_version`` ``step-3``, ``signals`` {acc: −1}.
+
+    Long because: one column per rollout-schema field, each built vectorised in the schema's order;
+    splitting it would pass a dozen intermediate arrays between functions."""
     n = t.num_rows
     names = t.column_names
     score = t.column("score").cast(pa.float64()).to_numpy()
