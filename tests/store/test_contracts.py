@@ -302,6 +302,8 @@ def test_open_instruct_groups_are_per_run_and_sample_index_is_within_the_group(s
     ("slime", "slime", {"reward_key": "score"}),
     ("areal", "areal/cbff54d6/logs/root/exp/t1", {}),
     ("open-instruct", "open_instruct", {}),
+    ("atropos", "atropos/groups.jsonl", {}),
+    ("atif", "atif/trajectory.json", {}),
 ])
 def test_the_same_dump_under_two_runs_shares_no_rollout_or_group_id(store, fmt, path, kw):
     """group_id was built from prompt and step alone (verl, TRL, prime-rl, slime, AReaL, ...): two
@@ -333,3 +335,33 @@ def test_unscored_rows_have_a_null_reward(store, tmp_path):
     (root / "traces.jsonl").write_text(json.dumps(ep) + "\n")
     res = import_rollouts(store, "prime-rl", [str(tmp_path / "p")], run_id="p")
     assert [r.reward for r in res.rollouts] == [None]
+
+
+# --- Atropos scored groups (data_path_to_save_groups) ---------------------------------------------------
+
+
+def test_atropos_scored_groups(store):
+    res = import_rollouts(store, "atropos", [str(FIX / "atropos" / "groups.jsonl")], run_id="at")
+    rs = sorted(store.rollouts(run="at"), key=lambda r: (r.meta["line"], r.sample_index))
+    assert res.written == 3 and [r.reward for r in rs] == [1.0, -1.0, 0.5]
+    a, b, c = rs
+    assert a.token_ids.tolist() == [1, 10, 11, 12, 2, 20, 21, 2] and a.token_role.tolist() == [0] * 5 + [1] * 3
+    # log-prob 1.0 is Atropos's placeholder on prompt positions: stored as 0 there, never as a log-prob
+    assert a.logprobs.tolist() == [0.0] * 5 + [-0.5, -0.25, -0.125]
+    assert a.signals["advantage"] == 1.0 and b.signals["advantage"] == -1.0
+    assert (a.finish_reason, b.finish_reason, c.finish_reason) == ("stop", "length", None)
+    assert a.group_id == b.group_id != c.group_id and [a.sample_index, b.sample_index] == [0, 1]
+    assert [m.role for m in a.messages] == ["user", "assistant"] and a.sampling == {"temperature": 1.0}
+    # multi-turn extension: the earlier completion stays generated, the tool reply is context
+    assert c.token_role.tolist() == [0] * 5 + [1, 1] + [0, 0, 0] + [1, 1]
+    assert c.logprobs.tolist()[5:7] == [-0.5, -0.5] and not c.logprobs[7:10].any()
+    assert all(r.step == 0 and not r.meta["step_in_dump"] and r.policy_version == "unknown" for r in rs)
+
+
+def test_atropos_mask_must_be_the_token_or_minus_100(store, tmp_path):
+    g = json.loads((FIX / "atropos" / "groups.jsonl").read_text().splitlines()[0])
+    g["masks"][1][6] = 999
+    (tmp_path / "g.jsonl").write_text(json.dumps(g) + "\n")
+    with pytest.raises(ImportFormatError, match=r"line 1 sample 1: field 'masks\[6\]'"):
+        import_rollouts(store, "atropos", [str(tmp_path / "g.jsonl")], run_id="x")
+    assert store.count() == 0

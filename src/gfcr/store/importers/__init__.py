@@ -8,7 +8,7 @@ first), and a store-wide lock makes two racing imports of the same dump store ea
 :func:`follow` polls a dump folder a trainer keeps writing.
 
 Formats (the per-framework modules say exactly which fields map where; docs/store.md has tables):
-``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, and
+``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, ``atropos``, and
 gfcr's own ``jsonl`` / ``parquet`` (:mod:`gfcr.store.export`).
 """
 
@@ -29,6 +29,7 @@ from gfcr.store.export import export, refuse_existing, rollout_to_json, write_ne
 from gfcr.store.importers import (
     areal,
     atif,
+    atropos,
     columnar,
     native,
     open_instruct,
@@ -53,6 +54,7 @@ __all__ = ["FORMATS", "ImportFormatError", "ImportResult", "export", "follow", "
 _MODULES: dict[str, ModuleType] = {
     "verl": verl, "trl": trl, "areal": areal, "prime-rl": prime_rl, "slime": slime, "roll": roll,
     "skyrl": skyrl, "open-instruct": open_instruct, "atif": atif,
+    "atropos": atropos,
 }
 FORMATS: dict[str, Callable[..., ImportResult]] = {
     **{k: m.parse for k, m in _MODULES.items()}, "jsonl": native.parse_jsonl, "parquet": native.parse_parquet,
