@@ -95,6 +95,19 @@ def test_field_mapping():
     assert {p.task for p in ps} == {"openai/gsm8k", "lighteval/MATH"}
 
 
+def test_acc_equal_to_score_is_a_verdict_not_a_truth_value():
+    """verl's reward loop sets acc = score for a float scorer: a wrong answer scored -1 was stored
+    verified=True (bool(-1)), so `--where verified` exports held wrong answers; and finish_reason
+    was the invented string "unknown"."""
+    batch, doc = stand_in()
+    scores = [1.0, -1.0, 0.0, 1.0, -1.0, 0.5]
+    rs, _ = dataproto_to_rollouts(batch, "r", reward_extra_info={"acc": scores, "score": scores})
+    assert [r.verified for r in rs] == [True, False, False, True, False, True]
+    assert all(r.finish_reason is None for r in rs)
+    with pytest.raises(ValueError, match=r"row 0: reward_extra_info\['acc'\]"):
+        dataproto_to_rollouts(batch, "r", reward_extra_info={"acc": ["yes"] * 6})
+
+
 def test_bad_batch_is_refused_with_one_clear_line():
     batch, _ = stand_in()
     del batch.batch["response_mask"]

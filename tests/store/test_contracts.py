@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -39,7 +40,8 @@ def test_trl_rewards_weights_extras_and_tool_turns(store):
         assert r.signals["n_chars"] == e["n_chars"] and r.meta["extra"]["pred"] == e["pred"]  # kept, named
         assert [m.role for m in r.messages] == ["user", *e["roles"]]  # tool output stays a tool turn
         assert r.finish_reason is None  # TRL does not record it
-        assert r.step == int(e["file"][12:17])
+        # logged after the update of the step that sampled it: file completions_00001 holds step 0's batch
+        assert r.step == int(e["file"][12:17]) - 1 and r.policy_version == f"step-{r.step}"
         assert r.verified == (r.signals["reward/accuracy_reward"] > 0)
     tool = next(r for r in got.values() if len(r.messages) == 4)
     assert json.loads(tool.messages[1].tool_calls)[0]["function"]["name"] == "add"
@@ -52,6 +54,36 @@ def test_trl_rewards_weights_extras_and_tool_turns(store):
     assert len(groups) == 4 and {g["n"] for g in groups} == {2}
 
 
+def test_trl_generation_reuse_is_stored_once_at_its_sampling_step(store):
+    """num_iterations=2: TRL wrote each generation batch at two logging steps (8 generated, 16 rows
+    logged) and gfcr stored all 16; the sampling step was the log step, one late."""
+    exp = json.loads((FIX / "trl_reuse" / "expected.json").read_text())
+    gens = exp["generations"]
+    res = import_rollouts(store, "trl", [str(FIX / "trl_reuse")], run_id="t")
+    rs = store.rollouts(run="t")
+    generated = [(g["global_step"], c) for g in gens for c in g["completions"]]
+    assert len(rs) == res.written == len(generated) == 8
+    assert sorted((r.step, r.messages[-1].content) for r in rs) == sorted(generated)
+    assert {r.policy_version for r in rs} == {f"step-{g['global_step']}" for g in gens} == {"step-0", "step-2"}
+    assert "logged again" in " ".join(res.notes)
+    again = import_rollouts(store, "trl", [str(FIX / "trl_reuse")], run_id="t")
+    assert again.written == 0 and store.count() == 8
+
+
+def test_trl_relogged_file_alone_adds_nothing(store, tmp_path):
+    """Importing the later file of a repeated pair (e.g. a --follow that saw _00001 earlier) still
+    recognises its rows as the ones already logged, by the previous file beside it."""
+    src = FIX / "trl_reuse" / "completions"
+    d = tmp_path / "completions"
+    d.mkdir()
+    for n in ("completions_00001.parquet", "completions_00002.parquet", "completions_00003.parquet"):
+        shutil.copy(src / n, d / n)
+    import_rollouts(store, "trl", [str(d / "completions_00001.parquet")], run_id="t")
+    res = import_rollouts(store, "trl", [str(d / "completions_00002.parquet"), str(d / "completions_00003.parquet")],
+                          run_id="t")
+    assert res.written == 4 and store.count() == 8 and {r.step for r in res.rollouts} == {2}
+
+
 def test_trl_string_step_of_older_versions(store, tmp_path):
     """TRL before 0.28 logged ``step`` as a string; the column is rewritten that way from the fixture."""
     d = tmp_path / "completions"
@@ -61,7 +93,7 @@ def test_trl_string_step_of_older_versions(store, tmp_path):
         t = t.set_column(0, "step", t.column("step").cast("string"))
         pq.write_table(t, d / f.name)
     res = import_rollouts(store, "trl", [str(d)], reward_columns=["accuracy_reward", "format_reward"])
-    assert sorted({r.step for r in res.rollouts}) == [1, 2]
+    assert sorted({r.step for r in res.rollouts}) == [0, 1]
 
 
 # --- prime-rl / verifiers v1 --------------------------------------------------------------------------
@@ -84,7 +116,7 @@ def test_prime_rl_episodes(store):
     assert a.signals["advantage"] == pytest.approx(exp["a"]["advantage"])  # from effective/, not dropped
     assert b.signals["advantage"] == pytest.approx(exp["b"]["advantage"])
     assert a.policy_version == "v2-v3" and b.policy_version == "v3"
-    assert a.group_id == b.group_id == "prime-g1"
+    assert a.group_id == b.group_id == "p/prime-g1"  # the run is part of the group id
     assert a.finish_reason == "stop" and b.finish_reason == "length"
     # roles nest under node["message"]; tool turns keep their role, call and name
     assert [m.role for m in a.messages] == ["system", "user", "assistant"]
@@ -96,7 +128,7 @@ def test_prime_rl_episodes(store):
     assert a.logprobs[-3:].tolist() == [-0.5, -0.25, -0.125] and not a.logprobs[:11].any()
     assert b.token_role.tolist() == [0] * 9 + [0, 0, 1, 1, 1, 1] + [0] * 4 + [0, 0, 1, 1]
     # C: two leaves of one trace graph, two rollouts sharing the prompt; never trained (zero advantage)
-    c = [r for r in train if r.group_id == "prime-g2"]
+    c = [r for r in train if r.group_id == "p/prime-g2"]
     assert len(c) == exp["c"]["branches"] and {r.messages[-1].content for r in c} == {"8", "9"}
     assert all(r.meta["subset"] == "all" and "advantage" not in r.signals for r in c)
     assert "without traces" in " ".join(res.notes)
@@ -227,7 +259,7 @@ def test_open_instruct_save_traces(store):
 
     res = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="oi")
     assert res.written == 4 and res.files == [str(FIX / "open_instruct" / "grpo_demo_rollouts_000000.jsonl")]
-    rs = sorted(store.rollouts(run="oi"), key=lambda r: r.sample_index)
+    rs = sorted(store.rollouts(run="oi"), key=lambda r: r.meta["sample_idx"])
     assert [r.reward for r in rs] == [10.0, 0.0, 10.0, 0.0]
     assert [r.signals["advantage"] for r in rs] == [0.5, -0.5, 0.5, -0.5]
     assert [r.finish_reason for r in rs] == ["stop", "stop", "stop", "length"]
@@ -240,3 +272,96 @@ def test_open_instruct_save_traces(store):
     assert {p.answer for p in store.prompts()} == {"5", "42"}
     dec = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="oi2", tokenizer=tiny_tokenizer())
     assert all(len(r.messages) == 2 for r in dec.rollouts)
+
+
+def test_open_instruct_groups_are_per_run_and_sample_index_is_within_the_group(store, tmp_path):
+    """Two runs share open-instruct's default save folder: group_id was oi-{step}-{prompt_idx}, so
+    their groups merged (even with --run), and sample_index was the batch position (2, 3)."""
+    d = tmp_path / "rollouts"
+    shutil.copytree(FIX / "open_instruct", d)
+    other = (d / "grpo_demo_rollouts_000000.jsonl").read_text().replace('"reward": 10.0', '"reward": 9.0')
+    (d / "grpo_other_rollouts_000000.jsonl").write_text(other)
+    import_rollouts(store, "open-instruct", [str(d)])  # no --run: both runs' files in one import
+    groups = store.sql("SELECT group_id, count(*) n FROM rollouts GROUP BY group_id").to_pylist()
+    assert len(groups) == 4 and {g["n"] for g in groups} == {2}
+    rs = store.rollouts()
+    assert sorted(r.sample_index for r in rs) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert sorted(r.meta["sample_idx"] for r in rs if "other" in r.meta["file"]) == [0, 1, 2, 3]
+    a = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="a")
+    b = import_rollouts(store, "open-instruct", [str(FIX / "open_instruct")], run_id="b")
+    assert not {r.group_id for r in a.rollouts} & {r.group_id for r in b.rollouts}
+
+
+# --- audit: ids never collide across runs ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("fmt", "path", "kw"), [
+    ("trl", "trl", {"reward_columns": ["accuracy_reward", "format_reward"]}),
+    ("verl", "verl", {}),
+    ("prime-rl", "prime_rl", {}),
+    ("slime", "slime", {"reward_key": "score"}),
+    ("areal", "areal/cbff54d6/logs/root/exp/t1", {}),
+    ("open-instruct", "open_instruct", {}),
+    ("atropos", "atropos/groups.jsonl", {}),
+    ("atif", "atif/trajectory.json", {}),
+])
+def test_the_same_dump_under_two_runs_shares_no_rollout_or_group_id(store, fmt, path, kw):
+    """group_id was built from prompt and step alone (verl, TRL, prime-rl, slime, AReaL, ...): two
+    runs' groups merged in every group query (GROUP BY group_id, group advantages, Control)."""
+    a = import_rollouts(store, fmt, [str(FIX / path)], run_id="a", **kw)
+    b = import_rollouts(store, fmt, [str(FIX / path)], run_id="b", **kw)
+    assert a.written == b.written > 0
+    assert not {r.rollout_id for r in a.rollouts} & {r.rollout_id for r in b.rollouts}
+    assert not {r.group_id for r in a.rollouts} & {r.group_id for r in b.rollouts}
+
+
+def test_unscored_rows_have_a_null_reward(store, tmp_path):
+    """A TRL row no reward function scored (all NaN: TRL logs its reward as NaN) and a prime-rl trace
+    with no scores were stored with reward 0.0, an invented score."""
+    d = tmp_path / "completions"
+    d.mkdir()
+    t = pq.read_table(FIX / "trl" / "completions" / "completions_00001.parquet")
+    nan = [float("nan")] * t.num_rows
+    for c in ("accuracy_reward", "format_reward"):
+        t = t.set_column(t.column_names.index(c), c, pa.array(nan, pa.float64()))
+    pq.write_table(t, d / "completions_00001.parquet")
+    res = import_rollouts(store, "trl", [str(d)], run_id="t", reward_columns=["accuracy_reward", "format_reward"])
+    assert res.written == t.num_rows and all(r.reward is None for r in store.rollouts(run="t"))
+    root = tmp_path / "p" / "rollouts" / "step_4" / "train" / "effective"
+    root.mkdir(parents=True)
+    src = FIX / "prime_rl" / "rollouts" / "step_4" / "train" / "effective" / "traces.jsonl"
+    ep = json.loads(src.read_text().splitlines()[0])
+    ep["traces"][0]["rewards"] = {}
+    (root / "traces.jsonl").write_text(json.dumps(ep) + "\n")
+    res = import_rollouts(store, "prime-rl", [str(tmp_path / "p")], run_id="p")
+    assert [r.reward for r in res.rollouts] == [None]
+
+
+# --- Atropos scored groups (data_path_to_save_groups) ---------------------------------------------------
+
+
+def test_atropos_scored_groups(store):
+    res = import_rollouts(store, "atropos", [str(FIX / "atropos" / "groups.jsonl")], run_id="at")
+    rs = sorted(store.rollouts(run="at"), key=lambda r: (r.meta["line"], r.sample_index))
+    assert res.written == 3 and [r.reward for r in rs] == [1.0, -1.0, 0.5]
+    a, b, c = rs
+    assert a.token_ids.tolist() == [1, 10, 11, 12, 2, 20, 21, 2] and a.token_role.tolist() == [0] * 5 + [1] * 3
+    # log-prob 1.0 is Atropos's placeholder on prompt positions: stored as 0 there, never as a log-prob
+    assert a.logprobs.tolist() == [0.0] * 5 + [-0.5, -0.25, -0.125]
+    assert a.signals["advantage"] == 1.0 and b.signals["advantage"] == -1.0
+    assert (a.finish_reason, b.finish_reason, c.finish_reason) == ("stop", "length", None)
+    assert a.group_id == b.group_id != c.group_id and [a.sample_index, b.sample_index] == [0, 1]
+    assert [m.role for m in a.messages] == ["user", "assistant"] and a.sampling == {"temperature": 1.0}
+    # multi-turn extension: the earlier completion stays generated, the tool reply is context
+    assert c.token_role.tolist() == [0] * 5 + [1, 1] + [0, 0, 0] + [1, 1]
+    assert c.logprobs.tolist()[5:7] == [-0.5, -0.5] and not c.logprobs[7:10].any()
+    assert all(r.step == 0 and not r.meta["step_in_dump"] and r.policy_version == "unknown" for r in rs)
+
+
+def test_atropos_mask_must_be_the_token_or_minus_100(store, tmp_path):
+    g = json.loads((FIX / "atropos" / "groups.jsonl").read_text().splitlines()[0])
+    g["masks"][1][6] = 999
+    (tmp_path / "g.jsonl").write_text(json.dumps(g) + "\n")
+    with pytest.raises(ImportFormatError, match=r"line 1 sample 1: field 'masks\[6\]'"):
+        import_rollouts(store, "atropos", [str(tmp_path / "g.jsonl")], run_id="x")
+    assert store.count() == 0

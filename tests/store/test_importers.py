@@ -14,7 +14,7 @@ from gfcr.testing import make_rollout, tiny_tokenizer
 def test_verl_text_only_and_retokenized(store, tmp_path):
     d = S.write_verl(tmp_path / "verl", steps=2, k=4)
     res = import_rollouts(store, "verl", [str(d)], run_id="v")
-    assert len(res.rollouts) == 24 and res.notes and "tokens" in res.notes[0]
+    assert res.written == 24 and res.notes and "tokens" in res.notes[0]
     r = store.rollouts(run="v", steps=(2, 2))
     assert len(r) == 12 and all(x.tokens_source == "none" and len(x.token_ids) == 0 for x in r)
     assert {x.signals["acc"] for x in r} == {0.0, 1.0}

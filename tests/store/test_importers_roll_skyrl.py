@@ -254,11 +254,12 @@ def test_skyrl_current_layout_maps_every_field_bit_for_bit(store, tmp_path, grou
         assert r.token_role.tobytes() == role.tobytes()
         assert r.logprobs.tobytes() == lps.tobytes()
         assert r.signals == {"advantage": adv}
-        assert r.reward == 0.0 and r.meta["reward_in_dump"] is False
+        assert r.reward is None and r.meta["reward_in_dump"] is False  # unknown, never 0.0
         assert (r.step, r.policy_version, r.tokens_source, r.finish_reason) == (12, "step-12", "engine", None)
         assert store.prompts(ids=[r.prompt_id])[0].meta["prompt_token_ids"] == prompt
     assert [r.sample_index for r in got] == [0, 1, 0, 1]
     assert got[0].group_id == got[1].group_id != got[2].group_id == got[3].group_id
+    assert store.count(where="reward IS NULL") == 4  # SQL sees unknown, not a score of 0
 
 
 def test_skyrl_older_dict_pickle_with_rewards_and_uids(store, tmp_path):
@@ -331,7 +332,7 @@ def test_skyrl_malformed_names_file_and_field_and_writes_nothing(store, tmp_path
     bad = write_skyrl(d / "global_step_2_training_input.pkl", t, {})
     with pytest.raises(ImportFormatError) as e:
         import_rollouts(store, "skyrl", [str(d)], run_id="again", trust_pickle=True)
-    assert str(bad) in str(e.value) and f"{where}: field '{field}'" in str(e.value)
+    assert str(bad) in str(e.value) and f"{where}: field '{field}" in str(e.value)
     assert (store.count(), store.count("prompts")) == before
 
 

@@ -83,7 +83,7 @@ def _csv(v: str | None) -> list[str] | None:
 def import_(
     path: StorePath,
     files: Annotated[list[Path], typer.Argument(help="Files or directories to import.")],
-    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | slime | roll | skyrl | open-instruct | jsonl | parquet")],
+    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | slime | roll | skyrl | open-instruct | atif | atropos | jsonl | parquet")],
     run: Annotated[str | None, typer.Option(help="run_id for the imported rows (default import-FORMAT).")] = None,
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer (HF name or dir) to retokenize text-only formats.")
@@ -163,7 +163,7 @@ def _committed_since(store: Any, before: int) -> bool:
 def export_(
     path: StorePath,
     out: Annotated[Path, typer.Argument(help="Output file (must not exist).")],
-    to: Annotated[str, typer.Option("--to", help="jsonl | parquet")] = "jsonl",
+    to: Annotated[str, typer.Option("--to", help="jsonl | parquet | atif (one ATIF v1.4 trajectory per line)")] = "jsonl",
     where: Annotated[str | None, typer.Option(help="DuckDB SQL predicate over rollouts, e.g. \"reward > 0\".")] = None,
 ) -> None:
     """Export rollouts in gfcr's own schema (importable again with --from jsonl/parquet)."""

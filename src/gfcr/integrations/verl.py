@@ -20,7 +20,10 @@ Mapping into a rollout row: ``token_ids`` = the real prompt tokens then the real
 ``rollout_log_probs`` (behaviour) when present, else ``old_log_probs``, on role-1 tokens (0 elsewhere;
 ``meta["logprobs_from"]`` names the source); ``reward`` = the sum of ``token_level_rewards``;
 ``signals["advantage"]`` = the mean advantage over role-1 tokens, ``signals["score"]`` = the sum of
-``token_level_scores``; ``verified`` = verl's ``acc`` reward-extra value when given (else null);
+``token_level_scores``; ``verified`` = verl's ``acc`` reward-extra value when given (else null), read as the importer reads it
+(:func:`gfcr.store.importers.verl.verdict_of`: a bool as is, a number ``> 0`` correct, since verl's
+reward loop sets ``acc = score`` for a float scorer); ``finish_reason`` null (the batch does not
+record it);
 ``step`` = ``global_steps``; ``policy_version`` = ``"step-<global_steps>"``; ``group_id`` from ``uid``;
 ``prompt_id`` = ``prompt_id`` / ``index`` of ``extra_info`` when present, else a hash of the prompt
 tokens. Every 2-D per-token field (whatever its name) is kept exactly, over the row's real
@@ -96,6 +99,8 @@ def dataproto_to_rollouts(batch: Any, run_id: str, global_steps: int | None = No
     ``reward_extra_info``: the reward manager's extra values per row (``acc`` becomes ``verified``);
     ``tokenizer``: optional, to decode ``messages``.
     """
+    from gfcr.store.importers.verl import verdict_of  # the dump importer's rule, one for both paths
+
     t = {k: _np(v) for k, v in _tensors(batch).items()}
     raw = _tensors(batch)
     nt = dict(getattr(batch, "non_tensor_batch", None) or {})
@@ -150,7 +155,10 @@ def dataproto_to_rollouts(batch: Any, run_id: str, global_steps: int | None = No
         reward = float(t["token_level_rewards"][i][rreal].astype(np.float64).sum()) if "token_level_rewards" in t \
             else sig.get("score", 0.0)
         acc = ex.get("acc")
-        verified = None if acc is None else bool(acc)
+        try:  # verl sets acc = score for a float scorer: -1 is a wrong answer, not bool(-1) = True
+            verified = verdict_of(acc)
+        except ValueError as e:
+            raise ValueError(f"verl batch row {i}: reward_extra_info['acc']: {e}") from e
         pid = _prompt_id(p_ids, nti.get("extra_info"))
         gt = (nti.get("reward_model") or {}).get("ground_truth") if isinstance(nti.get("reward_model"), dict) else None
         msgs: list[Message] = []
@@ -162,13 +170,13 @@ def dataproto_to_rollouts(batch: Any, run_id: str, global_steps: int | None = No
             answer=None if gt is None else (gt if isinstance(gt, str) else json.dumps(gt)),
             meta={"source": "verl-live", "prompt_token_ids": p_ids.tolist()}))
         uid = nti.get("uid")
-        gid = f"{run_id}/{step}/{uid}" if uid is not None else f"{pid}@{step}"
+        gid = f"{run_id}/{step}/{uid}" if uid is not None else f"{run_id}/{pid}@{step}"
         k = sample_of[gid] = sample_of.get(gid, -1) + 1
         rollouts.append(Rollout(
             rollout_id=new_id(), run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid,
             group_id=gid, sample_index=k, task=str(nti.get("data_source") or "verl"), messages=msgs,
             token_ids=np.concatenate([p_ids, r_ids]), token_role=np.concatenate([np.zeros(len(p_ids), np.int8), role]),
-            logprobs=np.concatenate([np.zeros(len(p_ids), np.float32), lp]), finish_reason="unknown",
+            logprobs=np.concatenate([np.zeros(len(p_ids), np.float32), lp]), finish_reason=None,
             reward=reward, verified=verified,
             verifier={"name": "verl", "reward_extra_info": ex} if ex else {"name": "verl"},
             signals=sig, sampling={"engine": "verl", "temperature": json_safe(meta_info.get("temperature"))},

@@ -92,7 +92,7 @@ def rollouts_to_table(rollouts: Iterable[Rollout], validate: bool = True) -> pa.
         "token_role": _list_array([r.token_role for r in rs], pa.int8(), np.int8),
         "logprobs": _list_array([r.logprobs for r in rs], pa.float32(), np.float32),
         "finish_reason": pa.array([r.finish_reason for r in rs], pa.string()),
-        "reward": pa.array([float(r.reward) for r in rs], pa.float64()),
+        "reward": pa.array([None if r.reward is None else float(r.reward) for r in rs], pa.float64()),
         "verified": pa.array([None if r.verified is None else bool(r.verified) for r in rs], pa.bool_()),
         "verifier": pa.array([_jdump(r.verifier) for r in rs], pa.string()),
         "signals": pa.array(

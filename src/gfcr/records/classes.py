@@ -101,7 +101,7 @@ class Rollout:
     parent_id: str | None = None
     branch_pos: int | None = None
     finish_reason: str | None = "stop"  # None: unknown (an import whose source does not record it)
-    reward: float = 0.0
+    reward: float | None = 0.0  # None: unknown (an import whose dump does not hold it)
     verified: bool | None = None
     verifier: dict[str, Any] = field(default_factory=dict)
     signals: dict[str, float] = field(default_factory=dict)
@@ -161,8 +161,9 @@ class Rollout:
             raise RecordError("logprobs", "must be finite", rid)
         if n and np.any(self.logprobs > 1e-4):
             raise RecordError("logprobs", "log-probabilities must be <= 0", rid)
-        if not isinstance(self.reward, int | float | np.floating) or not math.isfinite(float(self.reward)):
-            raise RecordError("reward", f"must be a finite number, got {self.reward!r}", rid)
+        if self.reward is not None and (not isinstance(self.reward, int | float | np.floating)
+                                        or not math.isfinite(float(self.reward))):
+            raise RecordError("reward", f"must be a finite number or null, got {self.reward!r}", rid)
         if self.verified is not None and not isinstance(self.verified, bool | np.bool_):
             raise RecordError("verified", f"must be true, false or null, got {self.verified!r}", rid)
         if self.finish_reason is not None and self.finish_reason not in FINISH_REASONS:
@@ -191,7 +192,11 @@ class Rollout:
 def accuracy(r: Rollout) -> float:
     """What Control decides on: 1.0 / 0.0 from the verdict (``verified``); the reward when a rollout
     has no verdict. Example: verified True, reward 0.6 (shaped) → 1.0; verified None, reward 0.5 → 0.5."""
-    return float(r.verified) if r.verified is not None else float(r.reward)
+    if r.verified is not None:
+        return float(r.verified)
+    if r.reward is None:
+        raise ValueError(f"rollout {r.rollout_id!r} has neither a verdict nor a reward (null: its dump held none)")
+    return float(r.reward)
 
 
 @dataclass

@@ -76,7 +76,7 @@ ROLLOUT_SCHEMA = _schema(
         ("token_role", pa.list_(pa.int8()), False),
         ("logprobs", pa.list_(pa.float32()), False),
         ("finish_reason", pa.string(), True),  # null = the source did not record it
-        ("reward", pa.float64(), False),
+        ("reward", pa.float64(), True),  # null = the source did not record it (an import)
         ("verified", pa.bool_(), True),
         ("verifier", pa.string(), False),  # JSON
         ("signals", pa.map_(pa.string(), pa.float64()), False),

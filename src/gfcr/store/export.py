@@ -86,9 +86,11 @@ def export(store: RolloutStore, fmt: str, out: str | os.PathLike[str], where: st
     Parquet, and (``with_prompts``) the prompts they reference beside them (:func:`prompts_path`;
     no file when the store holds none of them).
     Refuses to overwrite an existing file. Returns the number of rollouts written."""
-    if fmt not in ("jsonl", "parquet"):
-        raise StoreError(f"unknown export format {fmt!r}; choose jsonl or parquet")
+    if fmt not in ("jsonl", "parquet", "atif"):
+        raise StoreError(f"unknown export format {fmt!r}; choose jsonl, parquet or atif")
     out = refuse_existing(out)
+    if fmt == "atif":  # one ATIF v1.4 trajectory per line (gfcr.store.importers.atif), read back by --from atif
+        return _export_atif(store, out, where)
     pout = refuse_existing(prompts_path(out)) if with_prompts else None
     t = store.sql(f"SELECT * FROM rollouts WHERE {where}") if where else store.scan()
     t = conform(t, ROLLOUT_SCHEMA, "export")
@@ -106,4 +108,21 @@ def export(store: RolloutStore, fmt: str, out: str | os.PathLike[str], where: st
         if pout is not None:
             pout.unlink(missing_ok=True)
         raise
+    return t.num_rows
+
+
+def _export_atif(store: RolloutStore, out: Path, where: str | None) -> int:
+    from gfcr.records import table_to_rollouts
+    from gfcr.store.importers.atif import rollout_to_atif
+
+    t = store.sql(f"SELECT * FROM rollouts WHERE {where}") if where else store.scan()
+    t = conform(t, ROLLOUT_SCHEMA, "export")
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for batch in t.to_batches(max_chunksize=1024):
+                for r in table_to_rollouts(pa.Table.from_batches([batch])):
+                    fh.write(json.dumps(rollout_to_atif(r), ensure_ascii=False) + "\n")
+
+    write_new_file(out, write)
     return t.num_rows

@@ -47,7 +47,9 @@ def write_trl(d: Path, steps: int = 2, k: int = 4) -> Path:
             ans = _answers(q, gold, k)
             mean = sum(s for _, s in ans) / len(ans)
             for out, score in ans:
-                rows.append({"step": step, "prompt": q, "completion": out, "accuracy_reward": score,
+                # each logging step holds a new generation (a batch logged twice unchanged is one batch)
+                rows.append({"step": step, "prompt": q, "completion": out if step == 1 else f"{out} (step {step})",
+                             "accuracy_reward": score,
                              "format_reward": 0.5, "advantage": score - mean})
         pq.write_table(pa.Table.from_pylist(rows), d / f"completions_{step:05d}.parquet")
     return d

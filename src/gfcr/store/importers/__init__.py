@@ -8,7 +8,7 @@ first), and a store-wide lock makes two racing imports of the same dump store ea
 :func:`follow` polls a dump folder a trainer keeps writing.
 
 Formats (the per-framework modules say exactly which fields map where; docs/store.md has tables):
-``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, and
+``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, ``atropos``, and
 gfcr's own ``jsonl`` / ``parquet`` (:mod:`gfcr.store.export`).
 """
 
@@ -23,16 +23,30 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gfcr.records import RecordError, Rollout, rollouts_to_table
+from gfcr.records import Rollout, rollouts_to_table
 from gfcr.store.core import RolloutStore, StoreError
 from gfcr.store.export import export, refuse_existing, rollout_to_json, write_new_file  # noqa: F401 - re-exported
-from gfcr.store.importers import areal, native, open_instruct, prime_rl, roll, skyrl, slime, trl, verl
+from gfcr.store.importers import (
+    areal,
+    atif,
+    atropos,
+    columnar,
+    native,
+    open_instruct,
+    prime_rl,
+    roll,
+    skyrl,
+    slime,
+    trl,
+    verl,
+)
 from gfcr.store.importers._common import (
     FOLLOWING,
     ImportFormatError,
     ImportResult,
     find_files,
     load_tokenizer,
+    validate_rollouts,
 )
 
 __all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "export", "follow", "import_rollouts",
@@ -40,7 +54,8 @@ __all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "exp
 
 _MODULES: dict[str, ModuleType] = {
     "verl": verl, "trl": trl, "areal": areal, "prime-rl": prime_rl, "slime": slime, "roll": roll,
-    "skyrl": skyrl, "open-instruct": open_instruct,
+    "skyrl": skyrl, "open-instruct": open_instruct, "atif": atif,
+    "atropos": atropos,
 }
 FORMATS: dict[str, Callable[..., ImportResult]] = {
     **{k: m.parse for k, m in _MODULES.items()}, "jsonl": native.parse_jsonl, "parquet": native.parse_parquet,
@@ -69,12 +84,9 @@ def _sorted(fmt: str, files: list[Path]) -> list[Path]:
 
 def _check(fmt: str, res: ImportResult, f: Path, seen: dict[str, Path]) -> list[Rollout]:
     """Validate ``res``'s rollouts; drop (or refuse) ids already read from another file."""
+    validate_rollouts(res.rollouts, f)
     out = []
     for r in res.rollouts:
-        try:
-            r.validate()
-        except RecordError as e:
-            raise ImportFormatError(f, f"record {r.rollout_id}", e.field, str(e)) from e
         if r.rollout_id in seen:
             if fmt in _DUPLICATES_EXPECTED and seen[r.rollout_id] != f:
                 continue
@@ -135,7 +147,7 @@ def import_rollouts(
         raise StoreError(f"unknown import format {fmt!r}; choose one of {sorted(FORMATS)}")
     if isinstance(tokenizer, str):
         tokenizer = load_tokenizer(tokenizer)
-    if fmt in ("jsonl", "parquet"):
+    if fmt in ("jsonl", "parquet", "atif"):  # atif: a gfcr export keeps its run unless --run is given
         run = run_id
     else:
         run = run_id or f"import-{fmt}"
@@ -145,6 +157,9 @@ def import_rollouts(
     total = ImportResult(fmt, [str(f) for f in files], [], [])
     batches = []
     seen: dict[str, Path] = {}
+    if fmt == "verl" and tokenizer is None and kw.pop("columnar", True) and not FOLLOWING.get():
+        return _import_columnar(store, files, run, kw, total, seen)
+    kw.pop("columnar", None)
     for f in files:
         res = FORMATS[fmt]([str(f)], run, **kw)
         rs = _check(fmt, res, f, seen)
@@ -173,6 +188,33 @@ class FollowStopped(ImportFormatError):
         ValueError.__init__(
             self, f"--follow stopped at {cause}; the {committed.written} rollouts this follow committed are kept{held}; "
                   "fix or move that file, then run the same command again to resume (rows already stored are skipped)")
+
+
+def _import_columnar(store: RolloutStore, files: list[Path], run: str, kw: dict[str, Any], total: ImportResult,
+                     seen: dict[str, Path]) -> ImportResult:
+    """verl without a tokenizer: :func:`gfcr.store.importers.columnar.import_files` (Arrow, one
+    append per file, unchanged files skipped by content); files it cannot map exactly go through
+    the row parser and :func:`_check` / :func:`_write`, as every other format does."""
+    notes: list[str] = []
+    kw = dict(kw)
+    hold = kw.pop("hold_bytes", 256 << 20)
+
+    def row_parse(f: Path) -> tuple[Path, ImportResult, list[Rollout]]:
+        res = FORMATS["verl"]([str(f)], run, **kw)
+        notes.extend(n for n in res.notes if n not in notes)
+        return f, res, _check("verl", res, f, seen)
+
+    total.written, total.skipped, total.how = columnar.import_files(
+        store, files, run, kw.get("verdict_key") or "acc", row_parse, lambda b: _write(store, "verl", b),
+        lambda: _import_lock(store), hold_bytes=hold)
+    total.tokens = "none"
+    total.notes.extend(notes or verl.text_only_note("verl", None))
+    unchanged = sum(v == "unchanged" for v in total.how.values())
+    if unchanged:
+        total.notes.append(f"{unchanged} file(s) unchanged since they were imported into run {run!r}: skipped unread")
+    if total.skipped:
+        total.notes.append(f"{total.skipped} rollout(s) were already in the store and were skipped")
+    return total
 
 
 def follow(

@@ -49,9 +49,15 @@ class ImportResult:
     notes: list[str] = field(default_factory=list)
     skipped: int = 0
     written: int = 0
+    #: set by paths that build no Rollout objects (the columnar import), which say what they wrote
+    tokens: str | None = None
+    #: per file, how it was imported (columnar path: ``unchanged``, ``columnar`` or ``rows: <why>``)
+    how: dict[str, str] = field(default_factory=dict)
 
     @property
     def tokens_source(self) -> str:
+        if self.tokens is not None:
+            return self.tokens
         srcs = {r.tokens_source for r in self.rollouts}
         return ",".join(sorted(srcs)) or "-"
 
@@ -268,3 +274,61 @@ def eval_run(run_id: str, is_eval: bool, evals: str) -> str | None:
     if evals != "separate":
         raise ValueError(f"evals must be 'separate' or 'skip', got {evals!r}")
     return f"{run_id}-eval"
+
+
+#: tolerance above 0 for a log-probability (float32 round-off of a probability of 1)
+LOGPROB_TOL = 1e-4
+
+
+def check_logprobs(v: Any, n: int, path: str | os.PathLike[str], where: str, key: str) -> list[float]:
+    """The behaviour log-probs of ``n`` tokens, as the store promises them (docs/store.md: "log-probs
+    finite and <= 0", one per token): every value a number, finite and ``<= 0`` (within
+    :data:`LOGPROB_TOL`), exactly ``n`` of them. Anything else raises :class:`ImportFormatError`
+    naming the first bad index (``key[j]``). A NaN is refused, never read as 0: an unknown log-prob
+    would poison an importance ratio. Example: ``check_logprobs([-0.5, nan], 2, f, "line 3",
+    "logprobs")`` raises ``f: line 3: field 'logprobs[1]': must be finite, got nan``."""
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if not isinstance(v, list | tuple):
+        raise ImportFormatError(path, where, key, f"expected a list of numbers, got {type(v).__name__}")
+    if len(v) != n:
+        raise ImportFormatError(path, where, key, f"length {len(v)} != {n} tokens it must cover")
+    for j, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, int | float | np.integer | np.floating):
+            raise ImportFormatError(path, where, f"{key}[{j}]", f"expected a number, got {x!r}")
+    arr = np.asarray(v, np.float64)
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr > LOGPROB_TOL))
+    if len(bad):
+        j = int(bad[0])
+        what = "must be finite" if not math.isfinite(arr[j]) else "a log-probability must be <= 0"
+        raise ImportFormatError(path, where, f"{key}[{j}]", f"{what}, got {v[j]!r}")
+    return [float(x) for x in arr]
+
+
+def source_where(r: Rollout) -> str:
+    """Where in its file an imported rollout came from (``line 3``, ``row 2``, ``sample 0``), from the
+    position each importer records in ``meta``; the rollout id when none is recorded."""
+    m = r.meta if isinstance(r.meta, dict) else {}
+    for key in ("line", "row", "sample", "step_index"):
+        if isinstance(m.get(key), int) and not isinstance(m.get(key), bool):
+            return f"{key.replace('_', ' ')} {m[key]}"
+    return f"record {r.rollout_id}"
+
+
+def validate_rollouts(rollouts: list[Rollout], path: str | os.PathLike[str]) -> None:
+    """The one check every importer's output passes before anything is written: each rollout's
+    :meth:`Rollout.validate` (equal lengths of ids / roles / log-probs, roles in {0, 1}, log-probs
+    finite and <= 0, finite reward, a known finish reason, ...), a failure raised as ONE
+    :class:`ImportFormatError` naming the file, the row it came from and the field."""
+    from gfcr.records import RecordError
+
+    for r in rollouts:
+        try:
+            r.validate()
+        except RecordError as e:
+            raise from_record_error(e, path, source_where(r)) from e
+
+
+def from_record_error(e: Any, path: str | os.PathLike[str], where: str) -> ImportFormatError:
+    """A :class:`RecordError` as the one-line import error (file, row, field, message once)."""
+    return ImportFormatError(path, where, e.field, str(e).split(f"field '{e.field}': ", 1)[-1])

@@ -147,7 +147,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, evals: st
                 Rollout(
                     rollout_id="areal-" + hid(run, "eval" if is_eval else "train", dir_version, f.name, i, task_id, idx,
                                               prompt, completion),
-                    run_id=run, step=step, policy_version=pv, prompt_id=pid, group_id=f"areal-{task_id}@{dir_version}",
+                    run_id=run, step=step, policy_version=pv, prompt_id=pid, group_id=f"{run}/areal-{task_id}@{dir_version}",
                     sample_index=idx, task="areal", messages=msgs, reward=reward, finish_reason=None, signals=sig,
                     verifier={"name": "areal", "reward": reward},
                     meta={"source": "areal", "file": str(Path(f.parent.name) / f.name), "line": i, "task_id": task_id,

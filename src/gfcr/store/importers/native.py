@@ -20,7 +20,14 @@ from gfcr.records import (
     table_to_prompts,
     table_to_rollouts,
 )
-from gfcr.store.importers._common import INT64_MAX, ImportFormatError, ImportResult, find_files, read_jsonl
+from gfcr.store.importers._common import (
+    INT64_MAX,
+    ImportFormatError,
+    ImportResult,
+    find_files,
+    from_record_error,
+    read_jsonl,
+)
 
 
 def _is_prompts(f: Path) -> bool:
@@ -97,7 +104,7 @@ def parse_jsonl(paths: list[str], run_id: str | None = None, tokenizer: Any | No
             try:
                 rollouts.append(_rollout_from_json(obj, run_id))
             except RecordError as e:
-                raise ImportFormatError(f, f"line {i}", e.field, str(e)) from e
+                raise from_record_error(e, f, f"line {i}") from e
             except (KeyError, TypeError, ValueError) as e:
                 raise ImportFormatError(f, f"line {i}", "-", f"missing or mistyped: {e}") from e
     for f in pfiles:
@@ -137,7 +144,7 @@ def parse_parquet(paths: list[str], run_id: str | None = None, tokenizer: Any | 
             try:
                 r.validate()
             except RecordError as e:
-                raise ImportFormatError(f, f"row {j}", e.field, str(e)) from e
+                raise from_record_error(e, f, f"row {j}") from e
         rollouts.extend(rs)
     for f in pfiles:
         prompts.extend(table_to_prompts(_read(f, PROMPT_SCHEMA)))

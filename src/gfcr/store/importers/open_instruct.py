@@ -9,7 +9,9 @@ shards holds the run name, model and git commit.
 
 Mapping: prompt tokens role 0, response tokens role 1 with ``logprobs`` (0 when not saved);
 ``reward``, ``signals["advantage"]``, ``finish_reason`` (``stop``/``length``; others null);
-``ground_truth`` → the prompt's gold answer; ``dataset`` → task; group = (step, ``prompt_idx``);
+``ground_truth`` → the prompt's gold answer; ``dataset`` → task; group = (run, the file's ``run_name``, step, ``prompt_idx``: two runs sharing
+open-instruct's default save folder never merge), ``sample_index`` = the rank of ``sample_idx``
+within its group (the batch position is ``meta.sample_idx``);
 ``request_info`` and the run metadata → ``meta``. Lost: no text is saved (messages are decoded only
 with a tokenizer); the response's tool-output tokens are not marked, so with tools they count as
 generated (``meta.tool_called`` says which rows called a tool); policy version is ``step-N``.
@@ -23,8 +25,8 @@ from typing import Any
 
 from gfcr.records import Message, Prompt, Rollout
 from gfcr.store.importers._common import (
-    ImportFormatError,
     ImportResult,
+    check_logprobs,
     find_files,
     hid,
     norm_finish,
@@ -56,7 +58,16 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, vocab: in
     rollouts, prompts = [], {}
     for f in files:
         run_meta = _run_meta(f)
-        for i, obj in read_jsonl(f):
+        run_name = f.name.rsplit("_rollouts_", 1)[0]
+        rows = list(read_jsonl(f))
+        # the index within the group: sample_idx ranked within (step, prompt_idx); a step's whole batch
+        # is appended to one shard in one call (_save_rollouts), so a group never spans two files
+        ranks: dict[tuple[Any, Any], list[Any]] = {}
+        for _, obj in rows:
+            si = obj.get("sample_idx")
+            if isinstance(si, int) and not isinstance(si, bool):  # others are refused below, by line
+                ranks.setdefault((obj.get("step"), obj.get("prompt_idx")), []).append(si)
+        for i, obj in rows:
             w = f"line {i}"
             step = step_int(req(obj, "step", (int, str), f, w), f, w)
             p_ids = token_ids(req(obj, "prompt_tokens", list, f, w), f, w, "prompt_tokens", vocab)
@@ -65,9 +76,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, vocab: in
             adv = opt_num(obj.get("advantage"), f, w, "advantage")
             lp = obj.get("logprobs")
             if lp is not None:
-                if not isinstance(lp, list) or len(lp) != len(r_ids):
-                    raise ImportFormatError(f, w, "logprobs", f"expected {len(r_ids)} numbers (one per response token)")
-                lp = [opt_num(x, f, w, "logprobs") or 0.0 for x in lp]
+                lp = check_logprobs(lp, len(r_ids), f, w, "logprobs")
             pidx = req(obj, "prompt_idx", int, f, w)
             sidx = req(obj, "sample_idx", int, f, w)
             dataset = str(obj.get("dataset") or "open-instruct")
@@ -82,14 +91,16 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, vocab: in
             info = obj.get("request_info") if isinstance(obj.get("request_info"), dict) else None
             rollouts.append(Rollout(
                 rollout_id="oi-" + hid(run_id, f.name, i, step, sidx, *r_ids[:16]), run_id=run_id, step=step,
-                policy_version=f"step-{step}", prompt_id=pid, group_id=f"oi-{step}-{pidx}",
-                sample_index=sidx, task=dataset, messages=msgs,
+                policy_version=f"step-{step}", prompt_id=pid,
+                group_id="oi-" + hid(run_id, run_name, step, pidx),
+                sample_index=sorted(ranks[(obj.get("step"), pidx)]).index(sidx), task=dataset, messages=msgs,
                 token_ids=p_ids + r_ids, token_role=[0] * len(p_ids) + [1] * len(r_ids),
                 logprobs=[0.0] * len(p_ids) + (lp or [0.0] * len(r_ids)),
                 finish_reason=norm_finish(obj.get("finish_reason")), reward=reward,
                 signals={} if adv is None else {"advantage": adv},
                 verifier={"name": "open-instruct", "ground_truth": gt},
-                meta={"source": "open-instruct", "file": f.name, "line": i, "prompt_idx": pidx,
+                meta={"source": "open-instruct", "file": f.name, "line": i, "prompt_idx": pidx, "sample_idx": sidx,
+                      "run_name": run_name,
                       "raw_finish_reason": obj.get("finish_reason"), "request_info": info,
                       "tool_called": bool(info and info.get("tool_calleds")), "logprobs_in_dump": lp is not None,
                       "run": run_meta},

@@ -36,6 +36,7 @@ from gfcr.records import GENERATED, Message, Prompt, Rollout
 from gfcr.store.importers._common import (
     ImportFormatError,
     ImportResult,
+    check_logprobs,
     eval_run,
     find_files,
     hid,
@@ -112,6 +113,19 @@ def _spread(node: dict[str, Any], key: str, mask: list[bool], f: Path, w: str) -
     return out
 
 
+def _logprobs(node: dict[str, Any], mask: list[bool], f: Path, w: str) -> list[float]:
+    """A node's log-probs over its ``mask=True`` tokens (``Branch.logprobs``), checked by the shared
+    :func:`check_logprobs`: one finite value <= 0 per sampled token (a full-length list, one per
+    token, keeps the sampled positions). Absent (no ``logprobs`` key) = 0 on every sampled token."""
+    vals = node.get("logprobs")
+    n = sum(mask)
+    if vals is None:
+        return [0.0] * n
+    if isinstance(vals, list) and len(vals) == len(mask) and n != len(mask):
+        vals = [x for x, m in zip(vals, mask, strict=True) if m]  # a full-length layout
+    return check_logprobs(vals, n, f, w, "logprobs")
+
+
 def _finish(tr: dict[str, Any], path_nodes: set[int]) -> str | None:
     if tr.get("errors") or tr.get("stop_condition") == "error":
         return "error"
@@ -144,9 +158,7 @@ def _branch(nodes: list[dict[str, Any]], path: list[int], f: Path, tw: str, voca
         if not isinstance(mask, list) or len(mask) != len(t_ids):
             raise ImportFormatError(f, nw, "mask", f"length {len(mask) if isinstance(mask, list) else '?'} != token_ids {len(t_ids)}")
         mask = [bool(x) for x in mask]
-        lp = _spread(n, "logprobs", mask, f, nw) or []
-        if lp and len(lp) != sum(mask):
-            raise ImportFormatError(f, nw, "logprobs", f"length {len(lp)} != sampled tokens {sum(mask)}")
+        lp = _logprobs(n, mask, f, nw)
         adv = _spread(n, "advantages", mask, f, nw)
         any_adv |= adv is not None
         advs.extend(adv or [0.0] * sum(mask))
@@ -169,7 +181,7 @@ def _trace_rollouts(obj: dict[str, Any], j: int, tr: Any, f: Path, w: str, ctx: 
     if not isinstance(rewards, dict):
         raise ImportFormatError(f, tw, "rewards", "expected an object of named {score, weight}")
     sig: dict[str, float] = {}
-    reward = 0.0
+    reward: float | None = None  # no score at all: unknown (null), never 0.0
     for name, r in rewards.items():
         if r is None:
             continue
@@ -180,9 +192,9 @@ def _trace_rollouts(obj: dict[str, Any], j: int, tr: Any, f: Path, w: str, ctx: 
         if score is None:
             continue
         sig[f"reward/{name}"] = score
-        reward += score * (1.0 if weight is None else weight)
+        reward = (reward or 0.0) + score * (1.0 if weight is None else weight)
     if not rewards and "reward" in tr:  # flat layout
-        reward = opt_num(tr.get("reward"), f, tw, "reward") or 0.0
+        reward = opt_num(tr.get("reward"), f, tw, "reward")
     for name, v in (tr.get("metrics") or {}).items():
         x = opt_num(v, f, tw, f"metrics.{name}") if isinstance(v, int | float) or v is None else None
         if x is not None:
@@ -274,7 +286,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, evals: st
             gid = str(group["id"]) if isinstance(group, dict) and group.get("id") is not None else f"{eid}"
             if not traces:
                 no_trace += 1
-            ctx = {"run": target, "eid": eid, "step": step, "pv": pv, "env": env_id, "group": f"prime-{gid}",
+            ctx = {"run": target, "eid": eid, "step": step, "pv": pv, "env": env_id, "group": f"{target}/prime-{gid}",
                    "subset": subset, "batch_step": int(bstep) if bstep and bstep.isdigit() else None, "line": line,
                    "vocab": vocab}
             for j, tr in enumerate(traces):

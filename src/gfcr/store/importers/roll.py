@@ -123,7 +123,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, **_: Any)
                     Rollout(
                         rollout_id="roll-" + hid(run_id, f.name, i, j, ptext, out),
                         run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid,
-                        group_id=f"{pid}@{step}", sample_index=k, task="roll",
+                        group_id=f"{run_id}/{pid}@{step}", sample_index=k, task="roll",
                         messages=[*msgs, Message("assistant", out)], reward=score, finish_reason=None,
                         verifier={"name": "roll", "score": score, "domain": row.get("domain"), "tag": row.get("tag")},
                         sampling=sp if isinstance(sp, dict) else {},

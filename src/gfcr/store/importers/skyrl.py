@@ -13,6 +13,7 @@ from gfcr.store.importers._common import (
     ImportFormatError,
     ImportResult,
     check_id_array,
+    check_logprobs,
     find_files,
     hid,
     load_weights_only,
@@ -169,7 +170,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
     ``signals["advantage"]`` = mean advantage over role-1 tokens; step from the file name.
 
     Departures forced by the dump: the stock trainer pops ``rewards`` and ``metadata["uids"]`` before
-    dumping, so then the reward is stored as 0.0 with ``meta["reward_in_dump"] = False`` (a note says
+    dumping, so then the reward is stored as null (unknown, never 0.0) with ``meta["reward_in_dump"] = False`` (a note says
     so) and groups come from ``metadata["policy_prompt_boundaries"]`` or, failing that, from
     consecutive rows with the same prompt tokens. The last ``metadata["pad_size"]`` rows are
     data-parallel padding copies and are skipped. No policy version is recorded: it is set to
@@ -218,8 +219,8 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
             if lp_key is not None:
                 lp_full[width - resp_w:] = arrs[lp_key][i].astype(np.float32)
             lps = np.where(gen, lp_full, np.float32(0.0))[real].astype(np.float32)
-            if not np.all(np.isfinite(lps)) or np.any(lps > 1e-4):
-                raise ImportFormatError(f, w, lp_key or "-", "log-probs on generated tokens must be finite and <= 0")
+            resp = slice(width - resp_w, width)  # checked in the dump's own columns: rollout_logprobs[i, j]
+            check_logprobs(np.where(gen[resp], lp_full[resp], 0.0), resp_w, f, w, lp_key or "logprobs")
             ids = seq[i][real].astype(np.int32)
             role = gen[real].astype(np.int8)
             prompt_ids = seq[i][real & ~rmask].astype(np.int32)
@@ -230,14 +231,14 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
             sig = {}
             if "advantages" in arrs and gen.any():
                 sig["advantage"] = float(arrs["advantages"][i][gen[resp_cols]].astype(np.float64).mean())
-            reward = float(arrs["rewards"][i][resp_sel].astype(np.float64).sum()) if "rewards" in arrs else 0.0
-            if not math.isfinite(reward):
+            reward = float(arrs["rewards"][i][resp_sel].astype(np.float64).sum()) if "rewards" in arrs else None
+            if reward is not None and not math.isfinite(reward):
                 raise ImportFormatError(f, w, "rewards", "must be finite")
             rows.append((i, ids, role, lps, prompt_ids, reward, sig))
         keys = _group_keys(meta, rows, n_real)
         if "rewards" not in arrs:
             notes.append(f"{f.name}: no 'rewards' in the dump (SkyRL removes them before dumping): reward stored as "
-                         "0.0, meta.reward_in_dump=false; the advantage is kept in signals")
+                         "null (unknown), meta.reward_in_dump=false; the advantage is kept in signals")
         if lp_key == "action_log_probs":
             notes.append(f"{f.name}: no rollout_logprobs: logprobs are the trainer's action_log_probs")
         counters: dict[str, int] = {}
@@ -253,7 +254,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, trust_pic
             rollouts.append(
                 Rollout(
                     rollout_id="skyrl-" + hid(run_id, f.name, i), run_id=run_id, step=step,
-                    policy_version=f"step-{step}", prompt_id=pid, group_id=f"{pid}@{step}#{key}", sample_index=k,
+                    policy_version=f"step-{step}", prompt_id=pid, group_id=f"{run_id}/{pid}@{step}#{key}", sample_index=k,
                     task="skyrl", messages=msgs, token_ids=ids, token_role=role, logprobs=lps, reward=reward,
                     finish_reason=None,
                     signals=sig, verifier={"name": "skyrl", "reward_in_dump": "rewards" in arrs},

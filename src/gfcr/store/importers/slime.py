@@ -31,6 +31,7 @@ from gfcr.records import GENERATED, Message, Prompt, Rollout
 from gfcr.store.importers._common import (
     ImportFormatError,
     ImportResult,
+    check_logprobs,
     eval_run,
     find_files,
     hid,
@@ -88,9 +89,14 @@ def _sample(s: Any, i: int, f: Path, rid: int, run: str, reward_key: str | None,
     if len(mask) != rlen:
         raise ImportFormatError(f, w, "loss_mask", f"length {len(mask)} != response_length {rlen}")
     lp_raw = s.get("rollout_log_probs")
-    lp = [float(x) for x in _lst(lp_raw)] if lp_raw is not None else [0.0] * rlen
-    if len(lp) != rlen:
-        raise ImportFormatError(f, w, "rollout_log_probs", f"length {len(lp)} != response_length {rlen}")
+    lp = [0.0] * rlen
+    if lp_raw is not None:
+        raw = _lst(lp_raw)
+        if len(raw) != rlen:
+            raise ImportFormatError(f, w, "rollout_log_probs", f"length {len(raw)} != response_length {rlen}")
+        sel = [j for j, m in enumerate(mask) if m]  # only the trained tokens' log-probs are stored
+        for j, x in zip(sel, check_logprobs([raw[j] for j in sel], len(sel), f, w, "rollout_log_probs"), strict=True):
+            lp[j] = x
     reward, sig = _reward(s, reward_key, f, w)
     role = [0] * plen + [GENERATED if m else 0 for m in mask]
     lps = [0.0] * plen + [x if m else 0.0 for x, m in zip(lp, mask, strict=True)]
@@ -108,7 +114,7 @@ def _sample(s: Any, i: int, f: Path, rid: int, run: str, reward_key: str | None,
     idx = s.get("index")
     r = Rollout(
         rollout_id="slime-" + hid(run, f.name, rid, i, idx, *tokens[-8:]), run_id=run, step=rid,
-        policy_version=pv, prompt_id=pid, group_id=f"{pid}@{rid}#{gi}",
+        policy_version=pv, prompt_id=pid, group_id=f"{run}/{pid}@{rid}#{gi}",
         sample_index=i if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0 else idx,
         task="slime", messages=[*msgs, Message("assistant", str(s.get("response", "")))],
         token_ids=tokens, token_role=role, logprobs=lps, finish_reason=norm_finish(status), reward=reward,

@@ -15,14 +15,31 @@ Mapping: reward columns → ``signals["reward/<name>"]``; every other numeric co
 with its role, ``tool_calls`` and ``name``, so tool output stays a tool turn; ``step`` may be an
 integer string (older TRL). ``verdict_key`` names a column whose value ``> 0`` means correct
 (e.g. ``accuracy_reward``); without it ``verified`` is null. Lost: tokens (text decoded with
-``skip_special_tokens=True``), log-probs, finish reason (null), policy version (``step-N``), group
-uid (rows of one prompt in one step form the group).
+``skip_special_tokens=True``), log-probs, finish reason (null), group uid (rows of one prompt in one
+step form the group).
+
+Which step sampled a row, and rows logged twice (trl 1.16.0, ``trl/trainer/grpo_trainer.py``):
+``GRPOTrainer.log`` writes the whole ``self._logs`` deque (``maxlen=generation_batch_size``: the
+last generation batch) with ``step = self.state.global_step`` *at log time*, i.e. after that step's
+optimizer update; the deque is filled only by ``_generate_and_score_completions``, which
+``_prepare_inputs`` calls once every ``steps_per_generation * num_iterations`` micro-steps. So (1) a
+batch sampled at global step ``g`` is first logged at step ``g + 1``: ``step`` and
+``policy_version`` are the file's step − 1 (``step-0`` for the first batch, as the live recorder
+stores it); with ``logging_steps > 1`` that is the latest step it can have been sampled at, and
+``meta.sampled_step_range`` gives the bounds [previous log step, log step − 1]. (2) With
+``num_iterations > 1`` (or ``steps_per_generation`` above gradient accumulation) a logging step with
+no new generation writes the same deque again. TRL logs no id, so the key is the row itself: every
+column but ``step``, compared with the previous log file of the same folder (the only snapshot the
+deque can repeat); a row found there is the same completion logged again and is skipped (counted in
+a note), even when only the later file is imported.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -99,6 +116,33 @@ def _columns(row: dict[str, Any], names: list[str], weights: dict[str, float], f
     return reward, scored, sig, extra
 
 
+def _log_step(f: Path) -> int | None:
+    """The global step in TRL's file name ``completions_{global_step:05d}.parquet``."""
+    n = f.stem.removeprefix("completions_")
+    return int(n) if n.isdigit() else None
+
+
+def _row_keys(t: pa.Table) -> list[str]:
+    """Each row's content without the log-time ``step``: what two snapshots of one deque share."""
+    rest = t.drop_columns([c for c in ("step",) if c in t.column_names])
+    return [json.dumps(r, sort_keys=True, default=str) for r in rest.to_pylist()]
+
+
+def _previous_log(f: Path) -> tuple[int | None, Counter[str]]:
+    """(step, row keys) of the log file written just before ``f`` in its folder (none: (None, {}))."""
+    s = _log_step(f)
+    if s is None:
+        return None, Counter()
+    before = [(k, g) for g in f.parent.glob("completions_*.parquet") if (k := _log_step(g)) is not None and k < s]
+    if not before:
+        return None, Counter()
+    k, g = max(before)
+    try:
+        return k, Counter(_row_keys(pq.read_table(g)))
+    except (pa.ArrowInvalid, OSError):  # a damaged earlier file: it is refused when imported itself
+        return k, Counter()
+
+
 def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, reward_columns: list[str] | None = None,
           reward_weights: list[float] | None = None, verdict_key: str | None = None, **_: Any) -> ImportResult:
     files = find_files(paths, PATTERNS)
@@ -107,6 +151,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, reward_co
                                 "give one weight per --reward-columns entry")
     tok = Tokenize(tokenizer)
     rollouts, prompts = [], {}
+    relogged = 0
     for f in files:
         try:
             t = pq.read_table(f)
@@ -122,9 +167,16 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, reward_co
         if verdict_key is not None and verdict_key not in t.column_names:
             raise ImportFormatError(f, "schema", verdict_key, "the verdict column is missing")
         counters: dict[tuple[int, str], int] = {}
+        prev_step, prev_rows = _previous_log(f)
+        keys = _row_keys(t)
         for i, row in enumerate(t.to_pylist()):
             w = f"row {i}"
-            step = step_int(row["step"], f, w)
+            log_step = step_int(row["step"], f, w)
+            if prev_rows[keys[i]] > 0:  # the deque written again: the same completion, logged twice
+                prev_rows[keys[i]] -= 1
+                relogged += 1
+                continue
+            step = max(log_step - 1, 0)  # logged after the update of the step that sampled it
             prompt = row["prompt"]
             if isinstance(prompt, list):  # conversational prompt
                 pmsgs = _messages(prompt, f, w, "prompt")
@@ -149,17 +201,24 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, reward_co
             pid = "trl-" + hid(ptext)
             prompts.setdefault(pid, Prompt(prompt_id=pid, task="trl", messages=pmsgs))
             k = counters[(step, pid)] = counters.get((step, pid), -1) + 1
-            if not math.isfinite(reward):
+            if not scored:  # every reward function returned None: TRL itself logs the reward as NaN
+                reward = None
+            elif not math.isfinite(reward):
                 raise ImportFormatError(f, w, "-", f"weighted reward is not finite ({reward})")
             rollouts.append(
                 Rollout(
                     rollout_id="trl-" + hid(run_id, f.name, i, ptext, json.dumps([m.to_dict() for m in cmsgs])),
-                    run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid, group_id=f"{pid}@{step}",
+                    run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid, group_id=f"{run_id}/{pid}@{step}",
                     sample_index=k, task="trl", messages=[*pmsgs, *cmsgs], reward=reward, verified=verified,
                     finish_reason=None, signals=sig,
                     verifier={"name": "trl", "reward_functions": weights, "scored": scored},
-                    meta={"source": "trl", "file": f.name, "row": i, "extra": extra, "unscorable": not scored},
+                    meta={"source": "trl", "file": f.name, "row": i, "extra": extra, "unscorable": not scored,
+                          "log_step": log_step, "sampled_step_range": [min(prev_step or 0, step), step]},
                     **tok(ptext, ctext),
                 )
             )
-    return ImportResult("trl", [str(f) for f in files], rollouts, list(prompts.values()), text_only_note("TRL", tokenizer))
+    notes = text_only_note("TRL", tokenizer)
+    if relogged:
+        notes.append(f"skipped {relogged} row(s) that TRL logged again unchanged (the same generation batch "
+                     "written at a later logging step: num_iterations > 1 or steps_per_generation reuse)")
+    return ImportResult("trl", [str(f) for f in files], rollouts, list(prompts.values()), notes)

@@ -22,6 +22,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gfcr.records import Message, Prompt, Rollout
 from gfcr.store.importers._common import (
     ImportFormatError,
@@ -40,14 +42,26 @@ PATTERNS = ("*.jsonl",)
 _STD = {"input", "output", "gts", "score", "step", "request_id"}
 
 
-def _verdict(v: Any, path: Path, where: str, key: str) -> bool | None:
-    if v is None:
+def verdict_of(acc: Any) -> bool | None:
+    """verl's ``acc`` reward-extra value as a verdict: a bool as it is (``math_dapo`` returns
+    ``{"score", "acc", "pred"}``); a number ``> 0`` is correct (for a scorer that returns a float the
+    reward loop sets ``acc = score``, so a wrong answer scored ``-1`` or ``0`` is *not* verified);
+    ``None`` when absent. Raises ``ValueError`` for anything else. Examples: ``True`` → True,
+    ``-1.0`` → False, ``1`` → True, ``None`` → None."""
+    if acc is None:
         return None
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, int | float) and math.isfinite(float(v)):
-        return float(v) > 0
-    raise ImportFormatError(path, where, key, f"expected a bool or a number (the verdict), got {v!r}")
+    if isinstance(acc, bool | np.bool_):
+        return bool(acc)
+    if isinstance(acc, int | float | np.integer | np.floating) and math.isfinite(float(acc)):
+        return float(acc) > 0
+    raise ValueError(f"expected a bool or a number (the verdict), got {acc!r}")
+
+
+def _verdict(v: Any, path: Path, where: str, key: str) -> bool | None:
+    try:
+        return verdict_of(v)
+    except ValueError as e:
+        raise ImportFormatError(path, where, key, str(e)) from e
 
 
 def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, verdict_key: str = "acc",
@@ -81,7 +95,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, verdict_k
                 Rollout(
                     rollout_id="verl-" + hid(run_id, f.name, i, inp, out),
                     run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid,
-                    group_id=f"{pid}@{step}", sample_index=k, task="verl",
+                    group_id=f"{run_id}/{pid}@{step}", sample_index=k, task="verl",
                     messages=[Message("user", inp), Message("assistant", out)],
                     reward=score, verified=verified, finish_reason=None, signals=sig,
                     verifier={"name": "verl", "score": score, "verdict_key": verdict_key if verified is not None else None},

@@ -1,0 +1,293 @@
+"""ATIF, the Agent Trajectory Interchange Format (Harbor RFC 0001, ``docs/rfcs/0001-trajectory-format.md``
+in laude-institute/harbor, v1.4): import, and export of gfcr rollouts for ATIF readers.
+
+The schema, field by field (RFC §II): root ``{schema_version, session_id, agent: {name, version,
+model_name?, extra?}, steps, notes?, final_metrics?, extra?}``; a step ``{step_id (from 1),
+timestamp?, source: system|user|agent, model_name?, reasoning_effort?, message, reasoning_content?,
+tool_calls?: [{tool_call_id, function_name, arguments}], observation?: {results: [{source_call_id?,
+content?, subagent_trajectory_ref?}]}, metrics?: {prompt_tokens?, completion_tokens?, cached_tokens?,
+cost_usd?, prompt_token_ids? (v1.4: the whole prompt of that call, history included),
+completion_token_ids? (v1.3), logprobs?, extra?}, extra?}``. Input: a ``*.json`` file holding one
+trajectory (Harbor's ``trajectory.json``) or ``*.atif.jsonl`` with one trajectory per line.
+
+Import mapping: steps → messages (system → ``system``, user → ``user``, agent → ``assistant`` with
+its ``tool_calls`` as OpenAI-style JSON, each observation result → a ``tool`` turn named by its
+``source_call_id``). Tokens when every agent step carries ``completion_token_ids`` and
+``prompt_token_ids`` and each prompt extends the tokens so far (a prefix-consistent conversation):
+the new part of each prompt is context (role 0), each completion is generated (role 1) with its
+``logprobs`` (0 where none are given); otherwise text only (``tokens_source = "none"``) and the
+per-step ids stay in ``meta.atif``. ``session_id`` → rollout id source and group; agent
+``model_name`` → ``policy_version`` (``unknown`` without one); ``cost`` from the metrics' token
+counts. ATIF holds no reward, verdict, finish reason or training step: reward null, verified null,
+finish reason null, step 0. Everything else (agent, notes, final metrics, step timestamps, reasoning,
+metrics extras, root extra) → ``meta.atif``.
+
+Export (:func:`rollout_to_atif`): one trajectory per rollout, ``schema_version`` ``ATIF-v1.4``,
+``session_id`` = the rollout id, one step per message (tool turns become the preceding agent step's
+observation), each generated run of tokens on its assistant step as ``completion_token_ids`` /
+``logprobs`` with ``prompt_token_ids`` = every token before it, when the runs and the assistant
+turns pair up one to one. What ATIF has no field for (run, step, policy version, group, reward,
+verdict, finish reason, signals, verifier, sampling, meta, and the token arrays when they do not
+pair up) goes in the root ``extra["gfcr"]``, so :func:`parse` reads an exported file back with
+every field equal. ATIF readers see a standard trajectory; the gfcr extras are ignorable.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gfcr.records import GENERATED, Cost, Message, Prompt, Rollout
+from gfcr.store.importers._common import (
+    ImportFormatError,
+    ImportResult,
+    check_logprobs,
+    find_files,
+    hid,
+    read_jsonl,
+    req,
+    token_ids,
+)
+
+PATTERNS = ("*.json", "*.atif.jsonl")
+SCHEMA_VERSION = "ATIF-v1.4"
+_ROLE = {"system": "system", "user": "user", "agent": "assistant"}
+
+
+def _trajectories(f: Path) -> list[tuple[str, dict[str, Any]]]:
+    if f.name.endswith(".jsonl"):
+        return [(f"line {i}", obj) for i, obj in read_jsonl(f)]
+    try:
+        obj = json.loads(f.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ImportFormatError(f, "file", "-", f"not a JSON trajectory ({e})") from e
+    if not isinstance(obj, dict):
+        raise ImportFormatError(f, "file", "-", f"expected an ATIF trajectory object, got {type(obj).__name__}")
+    return [("trajectory", obj)]
+
+
+def _tool_calls_out(tc: Any, f: Path, w: str) -> str | None:
+    """ATIF tool calls → the OpenAI-style JSON gfcr keeps (``id``, ``type``, ``function.name``,
+    ``function.arguments``)."""
+    if not tc:
+        return None
+    if not isinstance(tc, list):
+        raise ImportFormatError(f, w, "tool_calls", "expected a list")
+    out = []
+    for j, c in enumerate(tc):
+        if not isinstance(c, dict):
+            raise ImportFormatError(f, w, f"tool_calls[{j}]", "expected an object")
+        out.append({"id": req(c, "tool_call_id", str, f, w), "type": "function",
+                    "function": {"name": req(c, "function_name", str, f, w), "arguments": c.get("arguments", {})}})
+    return json.dumps(out, sort_keys=True)
+
+
+def _tool_calls_in(tc: str | None) -> list[dict[str, Any]] | None:
+    """gfcr's tool-call JSON → ATIF tool calls, when it is OpenAI-style; else None (kept raw)."""
+    if not tc:
+        return None
+    try:
+        calls = json.loads(tc)
+        out = [{"tool_call_id": c["id"], "function_name": c["function"]["name"],
+                "arguments": c["function"].get("arguments", {})} for c in calls]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return out if _tool_calls_out(out, Path("-"), "-") == tc else None
+
+
+def _rollout(obj: dict[str, Any], f: Path, w: str, run_id: str | None, vocab: int | None
+             ) -> tuple[Rollout, Prompt, bool]:
+    """One trajectory → (rollout, its prompt, whether gfcr's export wrote it).
+
+    Long because: one pass over the steps in the RFC's field order (message, tool calls, metrics and
+    token ids, observation), then the two ways a rollout is made (gfcr's export, any other writer)."""
+    req(obj, "schema_version", str, f, w)
+    sid = req(obj, "session_id", str, f, w)
+    agent = req(obj, "agent", dict, f, w)
+    steps = req(obj, "steps", list, f, w)
+    msgs: list[Message] = []
+    ids: list[int] = []
+    role: list[int] = []
+    lps: list[float] = []
+    exact = True
+    first_agent: int | None = None
+    cost_p = cost_g = 0
+    step_meta = []
+    for k, s in enumerate(steps):
+        sw = f"{w} steps[{k}]"
+        if not isinstance(s, dict):
+            raise ImportFormatError(f, sw, "-", "expected a step object")
+        src = req(s, "source", str, f, sw)
+        if src not in _ROLE:
+            raise ImportFormatError(f, sw, "source", f"must be system, user or agent, got {src!r}")
+        message = s.get("message", "")
+        if not isinstance(message, str):
+            raise ImportFormatError(f, sw, "message", f"expected text, got {type(message).__name__}")
+        ex = s.get("extra") if isinstance(s.get("extra"), dict) else {}
+        tc = ex["gfcr_tool_calls"] if "gfcr_tool_calls" in ex else _tool_calls_out(s.get("tool_calls"), f, sw)
+        msgs.append(Message(ex.get("gfcr_role") or _ROLE[src], message, tool_calls=tc, name=ex.get("gfcr_name")))
+        m = s.get("metrics") if isinstance(s.get("metrics"), dict) else {}
+        if src == "agent":
+            if first_agent is None:
+                first_agent = len(msgs) - 1
+            comp, prm = m.get("completion_token_ids"), m.get("prompt_token_ids")
+            if comp is None or prm is None:
+                exact = False
+            elif exact:
+                prm = token_ids(prm, f, sw, "metrics.prompt_token_ids", vocab)
+                comp = token_ids(comp, f, sw, "metrics.completion_token_ids", vocab)
+                if prm[:len(ids)] != ids:
+                    exact = False  # not prefix-consistent: no single token sequence
+                else:
+                    lp = m.get("logprobs")
+                    lp = [0.0] * len(comp) if lp is None else check_logprobs(lp, len(comp), f, sw, "metrics.logprobs")
+                    ids += prm[len(ids):] + comp
+                    role += [0] * (len(prm) - len(role)) + [GENERATED] * len(comp)
+                    lps += [0.0] * (len(prm) - len(lps)) + lp
+            for key, acc in (("prompt_tokens", 0), ("completion_tokens", 1)):
+                v = m.get(key)
+                if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                    if acc:
+                        cost_g += v
+                    else:
+                        cost_p = max(cost_p, v)
+        obs = s.get("observation")
+        if isinstance(obs, dict):
+            for j, res in enumerate(obs.get("results") or []):
+                if not isinstance(res, dict):
+                    raise ImportFormatError(f, f"{sw} observation.results[{j}]", "-", "expected an object")
+                c = res.get("content")
+                msgs.append(Message("tool", c if isinstance(c, str) else json.dumps(c) if c is not None else "",
+                                    name=res.get("source_call_id")))
+        step_meta.append({k2: v for k2, v in s.items() if k2 not in ("source", "message", "tool_calls", "observation")
+                          and v is not None})
+    g = obj.get("extra", {}).get("gfcr") if isinstance(obj.get("extra"), dict) else None
+    atif_meta = {"schema_version": obj["schema_version"], "agent": agent, "notes": obj.get("notes"),
+                 "final_metrics": obj.get("final_metrics"), "steps": step_meta,
+                 "extra": {k: v for k, v in (obj.get("extra") or {}).items() if k != "gfcr"} or None,
+                 "observations": [s.get("observation") for s in steps if isinstance(s, dict)]}
+    ptext = json.dumps([m.to_dict() for m in msgs[:first_agent or 1]], sort_keys=True)
+    if isinstance(g, dict):  # written by gfcr's export: every field as it was
+        if "tokens" in g:
+            ids, role, lps = g["tokens"]["token_ids"], g["tokens"]["token_role"], g["tokens"]["logprobs"]
+        elif exact and g.get("trailing_token_ids"):
+            ids += g["trailing_token_ids"]
+            role += [0] * len(g["trailing_token_ids"])
+            lps += [0.0] * len(g["trailing_token_ids"])
+        r = Rollout(rollout_id=sid, run_id=run_id or g["run_id"], prompt_id=g["prompt_id"], token_ids=ids,
+                    token_role=role, logprobs=lps, messages=msgs, task=g["task"], step=g["step"],
+                    policy_version=g["policy_version"], group_id=g["group_id"], sample_index=g["sample_index"],
+                    parent_id=g.get("parent_id"), branch_pos=g.get("branch_pos"), finish_reason=g.get("finish_reason"),
+                    reward=g.get("reward"), verified=g.get("verified"), verifier=g["verifier"], signals=g["signals"],
+                    sampling=g["sampling"], cost=Cost(**g["cost"]), tokens_source=g["tokens_source"],
+                    created_at=datetime.fromisoformat(g["created_at"]), meta=g["meta"])
+        return r, Prompt(prompt_id=r.prompt_id, task=r.task, messages=msgs[:first_agent or 1]), True
+    run_id = run_id or "import-atif"
+    if not (exact and ids):
+        ids, role, lps = [], [], []
+    pid = "atif-" + hid(ptext)
+    r = Rollout(
+        rollout_id="atif-" + hid(run_id, sid), run_id=run_id, prompt_id=pid, token_ids=ids, token_role=role,
+        logprobs=lps, messages=msgs, task=str(agent.get("name") or "atif"), step=0,
+        policy_version=str(agent.get("model_name") or "unknown"), group_id=f"{run_id}/atif-{hid(ptext)}",
+        finish_reason=None, reward=None, verified=None, verifier={"name": "atif"},
+        cost=Cost(prompt_tokens=cost_p, gen_tokens=cost_g), tokens_source="engine" if ids else "none",
+        meta={"source": "atif", "file": f.name, "session_id": sid, "atif": atif_meta})
+    return r, Prompt(prompt_id=pid, task=r.task, messages=msgs[:first_agent or 1]), False
+
+
+def parse(paths: list[str], run_id: str | None, tokenizer: Any | None = None, vocab: int | None = None,
+          **_: Any) -> ImportResult:
+    files = find_files(paths, PATTERNS)
+    rollouts, prompts, groups = [], {}, {}
+    for f in files:
+        for w, obj in _trajectories(f):
+            r, p, exported = _rollout(obj, f, w, run_id, vocab)
+            if not exported:
+                r.meta["where"] = w
+                r.sample_index = groups[r.group_id] = groups.get(r.group_id, -1) + 1
+            rollouts.append(r)
+            prompts.setdefault(p.prompt_id, p)
+    notes = ["ATIF holds no reward, verdict, finish reason or training step: stored as null (step 0) unless the "
+             "file was written by gfcr's ATIF export"]
+    return ImportResult("atif", [str(f) for f in files], rollouts, list(prompts.values()), notes)
+
+
+def _runs(role: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of each run of generated tokens."""
+    d = np.diff(np.r_[0, (role == GENERATED).astype(np.int8), 0])
+    return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist(), strict=True))
+
+
+def rollout_to_atif(r: Rollout) -> dict[str, Any]:
+    """One rollout → one ATIF v1.4 trajectory (see the module docstring). Example: a single-turn
+    rollout [user, assistant] with tokens [5, 6 | 7, 8] (roles 0 0 1 1) → steps [{source: user},
+    {source: agent, metrics: {prompt_token_ids: [5, 6], completion_token_ids: [7, 8], logprobs}}]."""
+    ids = np.asarray(r.token_ids).tolist()
+    role = np.asarray(r.token_role)
+    lps = np.asarray(r.logprobs, np.float32).tolist()
+    runs = _runs(role)
+    n_assist = sum(m.role == "assistant" for m in r.messages)
+    paired = bool(ids) and len(runs) == n_assist
+    steps: list[dict[str, Any]] = []
+    k = 0
+    for m in r.messages:
+        if m.role == "tool" and steps and steps[-1]["source"] == "agent":
+            res = {"content": m.content}
+            if m.name is not None:
+                res["source_call_id"] = m.name
+            steps[-1].setdefault("observation", {"results": []})["results"].append(res)
+            continue
+        src = {"system": "system", "assistant": "agent"}.get(m.role, "user")
+        s: dict[str, Any] = {"step_id": len(steps) + 1, "source": src, "message": m.content}
+        extra = {}
+        if m.role not in ("system", "user", "assistant"):
+            extra["gfcr_role"] = m.role
+        if m.name is not None:
+            extra["gfcr_name"] = m.name
+        if m.tool_calls:
+            tc = _tool_calls_in(m.tool_calls)
+            if tc is not None and src == "agent":
+                s["tool_calls"] = tc
+            else:
+                extra["gfcr_tool_calls"] = m.tool_calls
+        if src == "agent" and paired:
+            a, b = runs[k]
+            s["metrics"] = {"prompt_token_ids": ids[:a], "completion_token_ids": ids[a:b], "logprobs": lps[a:b],
+                            "prompt_tokens": a, "completion_tokens": b - a}
+            k += 1
+        if extra:
+            s["extra"] = extra
+        steps.append(s)
+    g: dict[str, Any] = {
+        "run_id": r.run_id, "prompt_id": r.prompt_id, "task": r.task, "step": int(r.step),
+        "policy_version": r.policy_version, "group_id": r.group_id, "sample_index": int(r.sample_index),
+        "parent_id": r.parent_id, "branch_pos": r.branch_pos, "finish_reason": r.finish_reason,
+        "reward": None if r.reward is None else float(r.reward), "verified": r.verified, "verifier": r.verifier,
+        "signals": r.signals, "sampling": r.sampling, "cost": r.cost.to_dict(), "tokens_source": r.tokens_source,
+        "created_at": r.created_at.isoformat(), "meta": r.meta,
+    }
+    tail = ids[runs[-1][1]:] if paired else []
+    if paired and tail:
+        g["trailing_token_ids"] = tail
+    if ids and not paired:
+        g["tokens"] = {"token_ids": ids, "token_role": role.tolist(), "logprobs": lps}
+    return {"schema_version": SCHEMA_VERSION, "session_id": r.rollout_id,
+            "agent": {"name": "gfcr", "version": _version(), "model_name": r.policy_version},
+            "steps": steps, "final_metrics": {"total_prompt_tokens": int(r.cost.prompt_tokens),
+                                               "total_completion_tokens": int(r.cost.gen_tokens),
+                                               "total_steps": len(steps)},
+            "extra": {"gfcr": g}}
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("gfcr")
+    except Exception:  # noqa: BLE001 - not installed as a distribution: still a valid trajectory
+        return "0"

@@ -1,0 +1,93 @@
+"""The columnar verl import (Arrow in, one append per file) writes exactly the rows the row path
+writes, refuses what the row path refuses (nothing written), and skips unchanged files unread."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gfcr.store import RolloutStore
+from gfcr.store.importers import ImportFormatError, import_rollouts
+
+FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures"
+
+
+def _rows(store):
+    t = store.scan().drop_columns(["created_at"]).sort_by("rollout_id")
+    return t.to_pylist()
+
+
+def _both(tmp_path, paths, **kw):
+    a = RolloutStore.open(tmp_path / "rows", create=True)
+    b = RolloutStore.open(tmp_path / "cols", create=True)
+    ra = import_rollouts(a, "verl", paths, run_id="v", columnar=False, **kw)
+    rb = import_rollouts(b, "verl", paths, run_id="v", **kw)
+    return a, b, ra, rb
+
+
+def _synthetic(d: Path, n: int = 300) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / "5.jsonl", "w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"input": f"q{i % 7}", "output": f"a{i}", "gts": str(i % 7), "score": [-1.0, 0.0, 1][i % 3],
+                                 "step": 5, "acc": [-1.0, 0.0, 1][i % 3], "pred": f"p{i} ü \"x\"\\", "len": i,
+                                 "ok": i % 2 == 0, "request_id": f"r{i}"}) + "\n")
+    return d
+
+
+@pytest.mark.parametrize("which", ["fixture", "synthetic", "reread"])
+def test_columnar_rows_equal_the_row_path(tmp_path, which):
+    path = FIX / "verl" if which != "synthetic" else _synthetic(tmp_path / "dump")
+    # reread: no Arrow table kept between the check and the write (each file read again)
+    a, b, ra, rb = _both(tmp_path, [str(path)], **({"hold_bytes": 0} if which == "reread" else {}))
+    assert set(rb.how.values()) == {"columnar"}
+    assert ra.written == rb.written > 0
+    assert _rows(a) == _rows(b)
+    pa_ = sorted((p.prompt_id, p.answer, [m.to_dict() for m in p.messages]) for p in a.prompts())
+    assert pa_ == sorted((p.prompt_id, p.answer, [m.to_dict() for m in p.messages]) for p in b.prompts())
+    assert b.count(where="verified") == a.count(where="verified")
+
+
+def test_unchanged_file_is_skipped_unread_and_a_touched_one_by_hash(tmp_path, monkeypatch):
+    d = _synthetic(tmp_path / "dump")
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    first = import_rollouts(store, "verl", [str(d)], run_id="v")
+    assert first.written == 300
+    reads = []
+    orig = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self) or orig(self))
+    again = import_rollouts(store, "verl", [str(d)], run_id="v")
+    assert again.written == 0 and again.how == {str(d / "5.jsonl"): "unchanged"} and reads == []
+    os.utime(d / "5.jsonl", ns=(1, 1))  # same bytes, new mtime: hashed, still skipped
+    touched = import_rollouts(store, "verl", [str(d)], run_id="v")
+    assert touched.written == 0 and len(reads) == 1 and touched.how[str(d / "5.jsonl")] == "unchanged"
+    with open(d / "5.jsonl", "a") as fh:  # grown: re-read, only the new row written
+        fh.write(json.dumps({"input": "q0", "output": "new", "gts": "0", "score": 1.0, "step": 6, "acc": 1.0,
+                             "pred": "x", "len": 1, "ok": True, "request_id": "r"}) + "\n")
+    grown = import_rollouts(store, "verl", [str(d)], run_id="v")
+    assert grown.written == 1 and grown.skipped == 300 and store.count() == 301
+    other = import_rollouts(store, "verl", [str(d)], run_id="w")  # another run is not "unchanged"
+    assert other.written == 301
+
+
+def test_bad_file_refused_by_the_row_path_and_nothing_written(tmp_path):
+    d = _synthetic(tmp_path / "dump")
+    (d / "6.jsonl").write_text(json.dumps({"input": "q", "output": "a", "score": "high", "step": 6}) + "\n")
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    with pytest.raises(ImportFormatError, match=r"6.jsonl: line 1: field 'score'"):
+        import_rollouts(store, "verl", [str(d)], run_id="v")
+    assert store.count() == 0 and store.count("prompts") == 0
+
+
+def test_files_the_arrow_mapping_cannot_match_go_through_the_row_path(tmp_path):
+    d = tmp_path / "dump"
+    d.mkdir()
+    rows = [{"input": "q", "output": "a", "score": 1.0, "step": 1, "acc": True},
+            {"input": "q", "output": "b", "score": 0.0, "step": 1}]  # acc absent here: null, not False
+    (d / "1.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")  # a blank line, too
+    a, b, ra, rb = _both(tmp_path, [str(d)])
+    assert rb.how[str(d / "1.jsonl")].startswith("rows:")
+    assert _rows(a) == _rows(b) and [r["verified"] for r in _rows(b)] in ([True, None], [None, True])
