@@ -18,7 +18,6 @@ import torch
 from gfcr.generate.engines import GenResult
 from gfcr.generate.engines.hf import HFEngine, sampling_logprobs
 from gfcr.generate.serve import serve_in_thread
-from gfcr.generate.serve_api import parse_hermes_tool_calls, render_chat
 from gfcr.testing import tiny_tokenizer
 
 # A ChatML template that shows tools and tool calls (as Qwen2.5's / Hermes' templates do) and reads a
@@ -89,6 +88,8 @@ def _teacher_logits(model, ids):
 
 
 def test_parse_hermes_tool_calls_hand_worked():
+    from gfcr.generate.serve_api import parse_hermes_tool_calls
+
     content, calls = parse_hermes_tool_calls(REPLY)
     assert content == "Let me add."
     assert [c["function"]["name"] for c in calls] == ["add"]
@@ -187,21 +188,26 @@ def _ids(client, **kw):
 
 
 def test_min_p_keeps_only_tokens_above_min_p_times_the_top(client, tiny):
-    model = tiny[0]
-    kw = dict(prompt="The quick brown", max_tokens=24, temperature=1.5, seed=3, logprobs=0)
-    plain = _ids(client, **kw)
-    cut = _ids(client, **kw, extra_body={"min_p": 0.3})
+    model, tok = tiny
+    eos = tok.eos_token_id
+    no_eos = {"logit_bias": {str(eos): -100}}  # the tiny model's favourite token is end of turn
+    kw = dict(prompt="The quick brown", max_tokens=24, temperature=1.0, seed=3, logprobs=0)
+    plain = _ids(client, **kw, extra_body=no_eos)
+    cut = _ids(client, **kw, extra_body=no_eos | {"min_p": 0.5})
     assert cut.token_ids != plain.token_ids  # it changes the tokens
-    ids = cut.prompt_token_ids + cut.token_ids
-    logits = _teacher_logits(model, ids)[len(cut.prompt_token_ids) - 1 : -1]
-    p = torch.softmax(logits / 1.5, -1)
-    for t, tok in enumerate(cut.token_ids):  # vLLM's rule: p(token) >= min_p * max p (after temperature)
-        assert p[t, tok] >= 0.3 * p[t].max()
-    lp = sampling_logprobs(logits, 1.5, min_p=0.3)
+
+    def probs(c):
+        logits = _teacher_logits(model, c.prompt_token_ids + c.token_ids)[len(c.prompt_token_ids) - 1 : -1]
+        logits[:, eos] -= 100
+        return logits, torch.softmax(logits, -1)
+
+    logits, p = probs(cut)
+    for t, k in enumerate(cut.token_ids):  # vLLM's rule: p(token) >= min_p * max p (after temperature)
+        assert p[t, k] >= 0.5 * p[t].max()
+    lp = sampling_logprobs(logits, 1.0, min_p=0.5)  # and the log-probs are of that cut distribution
     np.testing.assert_allclose(cut.logprobs.token_logprobs, lp[np.arange(len(cut.token_ids)), cut.token_ids], atol=1e-4)
-    ids0 = plain.prompt_token_ids + plain.token_ids
-    p0 = torch.softmax(_teacher_logits(model, ids0)[len(ids0) - 25 : -1] / 1.5, -1)
-    assert any(p0[t, tok] < 0.3 * p0[t].max() for t, tok in enumerate(plain.token_ids))  # the cut mattered
+    _, p0 = probs(plain)
+    assert sum(bool(p0[t, k] < 0.5 * p0[t].max()) for t, k in enumerate(plain.token_ids)) > 12  # the cut mattered
 
 
 def test_repetition_penalty_is_vllms_over_prompt_and_output(client, tiny):
@@ -282,6 +288,8 @@ def test_sdk_no_op_fields_are_accepted_and_change_nothing(client):
 
 
 def test_render_chat_hand_worked(ttok):
+    from gfcr.generate.serve_api import render_chat
+
     ids = render_chat(ttok, [{"role": "user", "content": "hi"}])
     assert ttok.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 

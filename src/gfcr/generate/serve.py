@@ -575,11 +575,13 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     def health() -> dict[str, Any]:
         return {"status": "ok", "model": model_name}
 
-    @app.api_route("/ping", methods=["GET", "POST"])
     def ping() -> Any:  # vLLM's: 200 with an empty body while healthy
         from starlette.responses import Response
 
         return Response(status_code=503 if srv.closing else 200)
+
+    app.add_api_route("/ping", ping, methods=["GET"], operation_id="ping_get")
+    app.add_api_route("/ping", ping, methods=["POST"], operation_id="ping_post")
 
     @app.get("/version")
     def version() -> dict[str, str]:
