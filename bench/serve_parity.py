@@ -121,7 +121,14 @@ def checks(root: str, model: str) -> dict[str, tuple[bool, str]]:
     run("add_generation_prompt / continue_final_message / chat_template_kwargs", tmpl)
     run("metadata, store, service_tier, user accepted",
         lambda: (chat(**base, metadata={"k": "v"}, store=False, service_tier="auto", user="u") is not None, "200"))
-    run("unknown field refused (400)", lambda: (chat(**base, extra_body={"frobnicate": 1}) is None, "200 (ignored)"))
+    def unknown():  # passes when the server refuses an unknown field (gfcr's rule; vLLM ignores them)
+        try:
+            chat(**base, extra_body={"frobnicate": 1})
+        except openai.BadRequestError as e:
+            return "frobnicate" in str(e), "400 naming the field"
+        return False, "200 (ignored)"
+
+    run("unknown field refused (400)", unknown)
 
     def seeded():
         p = dict(model=model, messages=MSGS, max_tokens=16, temperature=1.0, seed=11)
@@ -170,7 +177,7 @@ def _served(cmd: list[str], port: int, log: Path, limit_s: float, model: str) ->
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=dict(os.environ))
         try:
             started = _wait(root, proc, limit_s)
-            print(f"{cmd[2]}: up after {started:.0f} s", flush=True)
+            print(f"{cmd[2]}: up after {started:.0f} s (load {os.getloadavg()[0]:.1f})", flush=True)
             return {"startup_s": round(started, 1), "checks": checks(root, model)}
         finally:
             proc.terminate()
@@ -199,11 +206,13 @@ def main() -> None:
     ap.add_argument("--vllm-python", default=None)
     ap.add_argument("--only", choices=["gfcr", "vllm"], default=None)
     ap.add_argument("--startup-limit-s", type=float, default=600)
+    ap.add_argument("--merge", action="store_true", help="keep the other arm's results from the last run's json")
     a = ap.parse_args()
     out_dir = Path(__file__).parent / "out"
     out_dir.mkdir(exist_ok=True)
     name = "model"
-    res: dict[str, Any] = {}
+    last = out_dir / "serve_parity.json"
+    res: dict[str, Any] = json.loads(last.read_text()) if a.merge and last.exists() else {}
     arms = {"gfcr serve": [sys.executable, "-m", "gfcr", "serve", "--model", a.model, "--name", name,
                            "--tool-call-parser", "hermes", "--host", "127.0.0.1"],
             "vLLM": [a.vllm_python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", a.model,
@@ -221,7 +230,7 @@ def main() -> None:
             res[arm] = {"error": str(e)}
             print(f"{arm}: {e}", flush=True)
         res[arm]["load"] = [round(x, 2) for x in load0 + os.getloadavg()]
-    (out_dir / "serve_parity.json").write_text(json.dumps(res, indent=1))
+    last.write_text(json.dumps(res, indent=1))
     md = table(res)
     (out_dir / "serve_parity.md").write_text(md)
     print(md)

@@ -371,3 +371,19 @@ def test_api_docs_need_the_token_when_one_is_set(engine):
         assert httpx.get(f"{url}/models").status_code == 200  # the API itself is unchanged
     with serve_in_thread(engine, model_name="tiny", batch_wait_ms=0) as url:  # no token: docs stay open
         assert httpx.get(f"{url.removesuffix('/v1')}/openapi.json").status_code == 200
+
+
+def test_openai_engine_sends_the_extras_and_gets_the_engines_tokens(server):
+    from gfcr.generate.engines import GenRequest, SamplingParams
+    from gfcr.generate.engines.openai import OpenAIEngine
+
+    url, eng = server
+    ids = eng.encode_messages(MSGS)
+    p = SamplingParams(temperature=1.0, max_tokens=10, seed=4, min_p=0.5, repetition_penalty=1.5, min_tokens=3,
+                       ignore_eos=True, logit_bias={eng.tokenizer.eos_token_id: 5.0})
+    want = eng.generate([GenRequest(prompt_ids=ids, params=p)])[0][0]
+    got = OpenAIEngine(url, "tiny", max_retries=0).generate([GenRequest(prompt_ids=ids, params=p)])[0][0]
+    assert got.token_ids.tolist() == want.token_ids.tolist() and got.n_tokens == 10  # ignore_eos: all 10
+    np.testing.assert_allclose(got.logprobs, want.logprobs, atol=1e-5)
+    plain = eng.generate([GenRequest(prompt_ids=ids, params=SamplingParams(temperature=1.0, max_tokens=10, seed=4))])
+    assert plain[0][0].token_ids.tolist() != want.token_ids.tolist()

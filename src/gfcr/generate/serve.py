@@ -1,8 +1,16 @@
 """``gfcr serve``: an OpenAI-compatible server over the ``hf`` engine (FastAPI + uvicorn).
 
 Endpoints: ``GET /v1/models``, ``POST /v1/completions`` (prompt as text or token ids, one or many),
-``POST /v1/chat/completions``, ``GET /health``. It behaves as the official ``openai`` client expects of
-an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
+``POST /v1/chat/completions``, ``GET /health``, and vLLM's ``POST /tokenize``, ``POST /detokenize``,
+``GET /version``, ``GET|POST /ping``, ``GET /metrics`` (Prometheus text). It behaves as the official
+``openai`` client expects of an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
+
+- Chat histories may hold assistant ``tool_calls`` and ``tool`` messages, rendered through the chat
+  template as vLLM renders them; ``tools`` go to the template (400 when it takes none); with
+  ``tool_call_parser="hermes"`` a ``tool_choice: auto`` reply is parsed into ``message.tool_calls``.
+- vLLM's sampling extras ``min_p``, ``repetition_penalty``, ``min_tokens``, ``ignore_eos``,
+  ``include_stop_str_in_output``, ``chat_template_kwargs``, ``add_generation_prompt`` /
+  ``continue_final_message``; the SDK's no-op ``metadata``, ``store``, ``service_tier``, ``user``.
 
 - ``stream: true`` answers server-sent events (``data: {chunk}`` … ``data: [DONE]``), one chunk per
   token, with a usage chunk when ``stream_options.include_usage``; the chunks concatenate to the text
@@ -11,7 +19,7 @@ an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
   parameters (never FastAPI's 422), 404 for an unknown model, 413 for a body over the size limit, 503
   while shutting down. Prompt + ``max_tokens`` over the context, ``n`` / ``max_tokens`` / log-probs over
   the server's limits (:class:`~gfcr.generate.serve_api.ServeLimits`) and parameters it cannot honour
-  (``tools``, ``response_format``, ``suffix`` …) are refused with a message naming them.
+  (``tool_choice: required``, ``response_format``, ``suffix`` …) are refused with a message naming them.
 - Sampling: ``temperature``, ``top_p``, ``top_k``, ``stop``, ``stop_token_ids``, ``seed``,
   ``frequency_penalty``, ``presence_penalty``, ``logit_bias``; ``logprobs`` with ``top_logprobs`` (chat)
   or ``logprobs=N`` (completions), at most ``max_logprobs`` (20, as vLLM); completions ``echo`` with the
@@ -19,14 +27,16 @@ an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
   on-policy distillation). Extensions (as in vLLM): ``return_token_ids`` adds ``token_ids`` and
   ``prompt_token_ids`` to each choice, and (gfcr's own) ``token_entropies``.
 - Cancellation: a client that disconnects (or times out) has its samples dropped from the batch at the
-  next decode step; shutting down cancels everything in flight instead of waiting for it.
+  next decode step. :func:`serve` drains on SIGTERM (new requests 503, those in flight finish within
+  ``drain_s``) and returns (exit 0); :func:`serve_in_thread` cancels everything in flight on leaving.
 - Safety: binds 127.0.0.1 unless told otherwise; on a loopback bind the ``Host`` header must name a
-  loopback host (against DNS rebinding); request bodies are limited in size.
+  loopback host (against DNS rebinding; look-alikes refused, ``localhost.`` accepted); request bodies are
+  limited in size; with an admin token the API docs need it too.
 
 Dynamic batching (:mod:`gfcr.generate.batching`): requests arriving within ``batch_wait_ms`` of each
 other (at most ``batch_stretch x batch_wait_ms`` after the first) share one engine call of up to
-``max_batch`` rows; seeded requests run alone unless ``batch_seeded``; ``batch_wait_ms=0`` serves one
-request per call. One lock is held around every engine call, prompt scoring and weight load.
+``max_batch`` rows; seeded requests share calls too unless ``batch_seeded=False``; ``batch_wait_ms=0``
+serves one request per call. One lock is held around every engine call, prompt scoring and weight load.
 
 Weight updates (RL with the trainer in another process): with ``allow_weight_updates=True``
 ``POST /gfcr/weights {"path": ..., "policy_version": ...}`` loads a safetensors file (or an HF checkpoint
