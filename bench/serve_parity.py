@@ -206,6 +206,8 @@ def main() -> None:
     ap.add_argument("--vllm-python", default=None)
     ap.add_argument("--only", choices=["gfcr", "vllm"], default=None)
     ap.add_argument("--startup-limit-s", type=float, default=600)
+    ap.add_argument("--vllm-memory", type=float, default=0.15,
+                    help="vLLM's --gpu-memory-utilization: on its CPU backend, the fraction of RAM it reserves")
     ap.add_argument("--merge", action="store_true", help="keep the other arm's results from the last run's json")
     a = ap.parse_args()
     out_dir = Path(__file__).parent / "out"
@@ -217,7 +219,8 @@ def main() -> None:
                            "--tool-call-parser", "hermes", "--host", "127.0.0.1"],
             "vLLM": [a.vllm_python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", a.model,
                      "--served-model-name", name, "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
-                     "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--host", "127.0.0.1"]}
+                     "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--host", "127.0.0.1",
+                     "--gpu-memory-utilization", str(a.vllm_memory)]}
     for arm, cmd in arms.items():
         if a.only and not arm.lower().startswith(a.only):
             continue
