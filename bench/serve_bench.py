@@ -10,7 +10,7 @@ alternately (``--rounds`` pairs, medians reported):
 (concurrent requests share calls). Each time, ``clients`` concurrent clients (the openai engine with
 ``max_concurrency = clients``) ask for 1 greedy sample of ``max_tokens`` tokens on distinct prompts.
 Reports generated tokens/s, engine calls, and the ratio on/off; checks that both runs return the
-same tokens. ``--seeded-check`` adds two seeded (temperature 1) runs, alone vs ``--batch-seeded``,
+same tokens. ``--seeded-check`` adds two seeded (temperature 1) runs, alone (``--no-batch-seeded``) vs batched (the default),
 and counts samples whose tokens differ (the float-rounding caveat of batching seeded requests).
 
 ``--part window``: the batching window's rule, batching on in both arms: a fixed window of ``--wait-ms``
@@ -154,13 +154,13 @@ def main() -> None:
           f"{out['ratio_tokens_per_s']}x; greedy answers identical off vs on: {out['greedy_same_tokens']}")
     if a.seeded_check:
         seeded = [SamplingParams(temperature=1.0, max_tokens=a.max_tokens, seed=1000 + i) for i in range(a.clients)]
-        alone = _run(engine, prompts, seeded, a.wait_ms, a.max_batch)  # seeded jobs run alone by default
+        alone = _run(engine, prompts, seeded, a.wait_ms, a.max_batch)  # batch_seeded=False: each job alone
         shared = _run(engine, prompts, seeded, a.wait_ms, a.max_batch, batch_seeded=True)
         same_s = sum(x == y for x, y in zip(alone["_tokens"], shared["_tokens"], strict=True))
         out |= {"seeded_same_tokens": f"{same_s}/{a.clients}",
                 "ratio_seeded_batched_vs_alone": round(shared["tokens_per_s"] / alone["tokens_per_s"], 2),
                 "seeded_runs": [{k: v for k, v in x.items() if k != "_tokens"} for x in (alone, shared)]}
-        print(f"seeded alone: {alone['tokens_per_s']} tok/s ({alone['engine_calls']} calls); --batch-seeded: "
+        print(f"seeded alone: {alone['tokens_per_s']} tok/s ({alone['engine_calls']} calls); batched: "
               f"{shared['tokens_per_s']} tok/s ({shared['engine_calls']} calls); same tokens {same_s}/{a.clients}")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))

@@ -337,11 +337,85 @@ def test_cli_passes_the_batching_options(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(serve_mod, "serve", lambda model, **kw: seen.update(kw))
-    r = CliRunner().invoke(app, ["serve", "--max-batch", "8", "--batch-wait-ms", "0", "--batch-seeded",
+    r = CliRunner().invoke(app, ["serve", "--max-batch", "8", "--batch-wait-ms", "0", "--no-batch-seeded",
                                  "--batch-stretch", "3"])
     assert r.exit_code == 0, r.output
-    assert (seen["max_batch"], seen["batch_wait_ms"], seen["batch_seeded"], seen["batch_stretch"]) == (8, 0.0, True, 3.0)
+    assert (seen["max_batch"], seen["batch_wait_ms"], seen["batch_seeded"], seen["batch_stretch"]) == (8, 0.0, False, 3.0)
+    r = CliRunner().invoke(app, ["serve", "--tool-call-parser", "hermes", "--drain-s", "5"])
+    assert r.exit_code == 0, r.output
+    assert (seen["batch_seeded"], seen["tool_call_parser"], seen["drain_s"]) == (True, "hermes", 5.0)  # seeded batched by default
+    r = CliRunner().invoke(app, ["serve", "--tool-call-parser", "nope"])
+    assert r.exit_code != 0 and "--tool-call-parser 'nope' is not known" in r.output
     r = CliRunner().invoke(app, ["serve", "--batch-stretch", "0.5"])
     assert r.exit_code == 2 and "batch-stretch" in r.output
     r = CliRunner().invoke(app, ["serve", "--max-batch", "0"])
     assert r.exit_code == 2 and "max-batch" in r.output
+
+
+def test_seeded_burst_shares_one_call_by_default_with_the_tokens_of_each_alone(tok, model):
+    """The default batches seeded requests (RL seeds every request): a burst of 6 seeded requests (different
+    prompts, seeds, n and temperatures) is answered in ONE engine call, and each gets exactly the tokens the
+    engine gives it alone."""
+    direct = HFEngine(model, tok, policy_version="tiny")
+    eng = Counting(HFEngine(model, tok, policy_version="tiny"))
+    prompts = _prompts(6)
+    kws = [{"temperature": 0.7 + 0.1 * i, "seed": 100 + i, "n": 1 + i % 2, "max_tokens": 10} for i in range(6)]
+    with serve_in_thread(eng, model_name="tiny", batch_wait_ms=300) as url:  # no batch_seeded argument
+        resps = _together(url, list(zip(prompts, kws, strict=True)))
+    assert all(r.status_code == 200 for r in resps)
+    assert len(eng.calls) == 1 and len(eng.calls[0]) == 6
+    for ids, kw, resp in zip(prompts, kws, resps, strict=True):
+        alone = direct.generate([GenRequest(prompt_ids=ids, params=SamplingParams(**kw))])[0]
+        assert [c["token_ids"] for c in resp.json()["choices"]] == [a.token_ids.tolist() for a in alone]
+
+
+def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path):
+    """``gfcr serve`` in a subprocess: SIGTERM while a 200-token request decodes lets it finish (200, all
+    its tokens), refuses new work, and the process exits 0 (uvicorn would re-raise SIGTERM: 143)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from gfcr.generate.serve import free_port
+    from gfcr.testing import save_tiny
+
+    model_dir = save_tiny(str(tmp_path / "tiny"))
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "gfcr", "serve", "--model", model_dir, "--port", str(port),
+                             "--name", "tiny", "--drain-s", "60"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() - t0 < 120, proc.stdout.read().decode()[-2000:]
+            time.sleep(0.2)
+        out = {}
+
+        def long_call():
+            out["r"] = httpx.post(f"{base}/v1/completions", timeout=120, json={
+                "model": "tiny", "prompt": "Count:", "max_tokens": 200, "temperature": 1.0, "ignore_eos": True})
+
+        th = threading.Thread(target=long_call)
+        th.start()
+        while "gfcr_requests_running 1" not in httpx.get(f"{base}/metrics", timeout=5).text:
+            time.sleep(0.02)
+        time.sleep(0.3)  # decoding now
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+        th.join(30)
+        log = proc.stdout.read().decode()
+        assert rc == 0, log[-2000:]
+        r = out["r"]
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -110,13 +110,14 @@ def test_error_cases_status_and_message(client, tiny):
     e = _err(lambda: chat(model="tiny", messages=MSGS, temperature=-1), openai.BadRequestError, 400, "temperature")
     assert e.body["param"] == "temperature"
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
-    e = _err(lambda: chat(model="tiny", messages=MSGS, tools=tools), openai.BadRequestError, 400, "tools")
+    e = _err(lambda: chat(model="tiny", messages=MSGS, tools=tools), openai.BadRequestError, 400,
+             "chat template does not take `tools`")
     assert e.body["param"] == "tools"
     _err(lambda: chat(model="tiny", messages=MSGS, response_format={"type": "json_object"}), openai.BadRequestError,
          400, "response_format")
     _err(lambda: cmpl(model="tiny", prompt="def f(", suffix="return 1"), openai.BadRequestError, 400, "suffix")
-    _err(lambda: chat(model="tiny", messages=MSGS, extra_body={"min_p": 0.1}), openai.BadRequestError, 400,
-         "min_p: unknown parameter")
+    _err(lambda: chat(model="tiny", messages=MSGS, extra_body={"min_q": 0.1}), openai.BadRequestError, 400,
+         "min_q: unknown parameter")
     _err(lambda: chat(model="tiny", messages=MSGS, logprobs=True, top_logprobs=6), openai.BadRequestError, 400,
          "max allowed: 5")
     _err(lambda: cmpl(model="tiny", prompt="hi", logprobs=6), openai.BadRequestError, 400, "max allowed: 5")

@@ -96,8 +96,17 @@ def serve_cmd(
         help="Quiet-gap rule: a call starts once no request has arrived for --batch-wait-ms, at most this many "
              "times --batch-wait-ms after the first (1 = a fixed window from the first request).")] = 4.0,
     batch_seeded: Annotated[bool, typer.Option(
-        "--batch-seeded",
-        help="Let seeded requests share calls too (faster for RL; same tokens only up to float rounding).")] = False,
+        "--batch-seeded/--no-batch-seeded",
+        help="Let seeded requests share engine calls (the default: RL seeds every request; the random draws never "
+             "depend on the batch, the logits only up to float rounding). --no-batch-seeded runs each seeded "
+             "request alone: exactly the tokens of an unbatched server.")] = True,
+    tool_call_parser: Annotated[str | None, typer.Option(
+        "--tool-call-parser",
+        help="Parse tool calls out of chat replies when a request gives tools (tool_choice auto): 'hermes' "
+             "(<tool_call>{json}</tool_call>, as vLLM's parser of that name).")] = None,
+    drain_s: Annotated[float, typer.Option(
+        "--drain-s", min=0.0,
+        help="On SIGTERM / Ctrl-C: refuse new requests and let those in flight finish for at most this long.")] = 30.0,
     max_n: Annotated[int, typer.Option("--max-n", min=1, help="Most samples (n) per request.")] = 64,
     max_tokens: Annotated[int | None, typer.Option(
         "--max-tokens", min=1, help="Most new tokens per sample a request may ask for (default: the context).")] = None,
@@ -111,12 +120,17 @@ def serve_cmd(
     if allow_weight_updates and host not in ("127.0.0.1", "localhost", "::1") and not admin_token:
         fail("--allow-weight-updates on a non-loopback address needs --admin-token "
              "(or GFCR_SERVE_ADMIN_TOKEN): anyone who can reach the port could swap the weights")
+    from gfcr.generate.serve_api import TOOL_PARSERS
+
+    if tool_call_parser is not None and tool_call_parser not in TOOL_PARSERS:
+        fail(f"--tool-call-parser {tool_call_parser!r} is not known (known: {', '.join(sorted(TOOL_PARSERS))})")
     if model is not None:
         resolve_model(model)  # a missing model folder is named before anything starts
     serve(model, host=host, port=port, model_name=name, device=device,
           allow_weight_updates=allow_weight_updates, admin_token=admin_token,
           max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, batch_stretch=batch_stretch,
-          limits=ServeLimits(max_n=max_n, max_tokens=max_tokens, max_logprobs=max_logprobs))
+          limits=ServeLimits(max_n=max_n, max_tokens=max_tokens, max_logprobs=max_logprobs),
+          tool_call_parser=tool_call_parser, drain_s=drain_s)
 
 
 def register(app: typer.Typer) -> None:

@@ -14,12 +14,14 @@ results (the engine returns results per request, in order; the batcher slices th
 Rules:
 
 - Jobs with different sampling parameters share a call (the hf engine takes per-request params).
-- **Seeded requests run alone** unless ``batch_seeded=True``. The hf engine draws each sample from
-  its own seeded generator, so the random draws do not depend on the batch, but the logits do at
-  the level of float rounding (other prompts change the padding and the matrix shapes), and a
-  rounding-level change can flip a near-tie. A seeded job in its own call gives exactly the tokens
-  it would get from a server without batching; ``batch_seeded=True`` trades that guarantee for
-  throughput (RL through a server seeds every group request).
+- **Seeded requests share calls** (``batch_seeded=True``, the default: RL through a server seeds
+  every group request, so without it batching would do nothing for training). The hf engine draws
+  each sample from its own seeded generator (:func:`~gfcr.generate.engines.hf_sampling.row_generator`,
+  a fixed block of uniforms per step), so the random draws never depend on the batch; the logits
+  do, at the level of float rounding (other prompts change the padding and the matrix shapes), and
+  only a draw landing within that rounding of a boundary of the CDF (or a greedy near-tie) could
+  differ. ``batch_seeded=False`` runs every seeded job in its own call: exactly the tokens of an
+  unbatched server, by construction, at the price of no batching for seeded work.
 - A job bigger than ``max_batch_rows`` runs alone (the engine splits it into its own batches).
 - If a shared call raises, each of its jobs is run again on its own, so a bad request fails alone
   and the others still get their answers.
@@ -103,13 +105,17 @@ class Batcher:
         max_batch_rows: most sequences (sum of ``n``) merged into one engine call.
         max_wait_ms: how long the oldest queued job waits for company before its call starts.
         lock: taken around every engine call (share it with whatever must not run during one).
-        batch_seeded: let seeded jobs share calls (reproducible only up to float rounding).
+        batch_seeded: let seeded jobs share calls (the default; the draws never depend on the batch, the
+            logits only up to float rounding); False runs each seeded job alone.
+        on_batch: called as ``on_batch(rows, waits)`` before each merged engine call (rows merged, the
+            seconds each job waited in the queue); gfcr serve's ``/metrics`` uses it.
         stretch: the window may grow, while jobs keep arriving, to this many times ``max_wait_ms``
             (1 = a fixed window from the oldest job).
     """
 
     def __init__(self, engine: Any, max_batch_rows: int = 32, max_wait_ms: float = 20.0,
-                 lock: threading.Lock | None = None, batch_seeded: bool = False, stretch: float = 4.0):
+                 lock: threading.Lock | None = None, batch_seeded: bool = True, stretch: float = 4.0,
+                 on_batch: Any = None):
         if max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
         if max_wait_ms < 0:
@@ -128,6 +134,9 @@ class Batcher:
         self._held: deque[_Job] = deque()  # taken from the queue but left for the next call
         self._running: list[_Job] = []  # the jobs of the engine call in progress
         self._closed = False
+        self._draining = False
+        self._outstanding: set[Future] = set()  # futures not yet resolved (drain waits for them)
+        self.on_batch = on_batch  # on_batch(rows, queue waits in s) before each engine call (gfcr serve's /metrics)
         self._gate = threading.Lock()  # orders submit against close: no job is queued after the drain
         self._worker = threading.Thread(target=self._loop, name="gfcr-batcher", daemon=True)
         self._worker.start()
@@ -143,10 +152,24 @@ class Batcher:
             job.future.set_result([])
             return job.future
         with self._gate:
-            if self._closed:
+            if self._closed or self._draining:
                 raise BatcherClosedError("gfcr serve is shutting down; the request was not run")
+            self._outstanding.add(job.future)
+            job.future.add_done_callback(self._outstanding.discard)
             self._q.put(job)
         return job.future
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """Refuse new jobs, let the queued and running ones finish (at most ``timeout_s``), then
+        :meth:`close` (which cancels whatever is left). Returns whether everything finished in time."""
+        with self._gate:
+            self._draining = True
+        t_end = time.monotonic() + max(0.0, timeout_s)
+        while self._outstanding and time.monotonic() < t_end:
+            time.sleep(0.01)
+        done = not self._outstanding
+        self.close(timeout_s=5.0)
+        return done
 
     def generate(self, reqs: list[GenRequest]) -> list[list[GenResult]]:
         """:meth:`submit` and wait: what ``engine.generate(reqs)`` would return (it raises what it would raise)."""
@@ -251,6 +274,9 @@ class Batcher:
 
     def _run_batch(self, batch: list[_Job]) -> None:
         reqs = [r for j in batch for r in j.reqs]
+        if self.on_batch is not None:
+            now = time.monotonic()
+            self.on_batch(sum(j.rows for j in batch), [now - j.t_enqueued for j in batch])
         try:
             parts = split_results(self._call(reqs), [len(j.reqs) for j in batch])
         except Exception as e:  # noqa: BLE001 - re-run each job alone so only the bad one fails

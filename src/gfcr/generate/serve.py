@@ -1,8 +1,16 @@
 """``gfcr serve``: an OpenAI-compatible server over the ``hf`` engine (FastAPI + uvicorn).
 
 Endpoints: ``GET /v1/models``, ``POST /v1/completions`` (prompt as text or token ids, one or many),
-``POST /v1/chat/completions``, ``GET /health``. It behaves as the official ``openai`` client expects of
-an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
+``POST /v1/chat/completions``, ``GET /health``, and vLLM's ``POST /tokenize``, ``POST /detokenize``,
+``GET /version``, ``GET|POST /ping``, ``GET /metrics`` (Prometheus text). It behaves as the official
+``openai`` client expects of an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
+
+- Chat histories may hold assistant ``tool_calls`` and ``tool`` messages, rendered through the chat
+  template as vLLM renders them; ``tools`` go to the template (400 when it takes none); with
+  ``tool_call_parser="hermes"`` a ``tool_choice: auto`` reply is parsed into ``message.tool_calls``.
+- vLLM's sampling extras ``min_p``, ``repetition_penalty``, ``min_tokens``, ``ignore_eos``,
+  ``include_stop_str_in_output``, ``chat_template_kwargs``, ``add_generation_prompt`` /
+  ``continue_final_message``; the SDK's no-op ``metadata``, ``store``, ``service_tier``, ``user``.
 
 - ``stream: true`` answers server-sent events (``data: {chunk}`` … ``data: [DONE]``), one chunk per
   token, with a usage chunk when ``stream_options.include_usage``; the chunks concatenate to the text
@@ -11,7 +19,7 @@ an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
   parameters (never FastAPI's 422), 404 for an unknown model, 413 for a body over the size limit, 503
   while shutting down. Prompt + ``max_tokens`` over the context, ``n`` / ``max_tokens`` / log-probs over
   the server's limits (:class:`~gfcr.generate.serve_api.ServeLimits`) and parameters it cannot honour
-  (``tools``, ``response_format``, ``suffix`` …) are refused with a message naming them.
+  (``tool_choice: required``, ``response_format``, ``suffix`` …) are refused with a message naming them.
 - Sampling: ``temperature``, ``top_p``, ``top_k``, ``stop``, ``stop_token_ids``, ``seed``,
   ``frequency_penalty``, ``presence_penalty``, ``logit_bias``; ``logprobs`` with ``top_logprobs`` (chat)
   or ``logprobs=N`` (completions), at most ``max_logprobs`` (20, as vLLM); completions ``echo`` with the
@@ -19,14 +27,16 @@ an OpenAI/vLLM server (the compatibility table is in docs/generate.md):
   on-policy distillation). Extensions (as in vLLM): ``return_token_ids`` adds ``token_ids`` and
   ``prompt_token_ids`` to each choice, and (gfcr's own) ``token_entropies``.
 - Cancellation: a client that disconnects (or times out) has its samples dropped from the batch at the
-  next decode step; shutting down cancels everything in flight instead of waiting for it.
+  next decode step. :func:`serve` drains on SIGTERM (new requests 503, those in flight finish within
+  ``drain_s``) and returns (exit 0); :func:`serve_in_thread` cancels everything in flight on leaving.
 - Safety: binds 127.0.0.1 unless told otherwise; on a loopback bind the ``Host`` header must name a
-  loopback host (against DNS rebinding); request bodies are limited in size.
+  loopback host (against DNS rebinding; look-alikes refused, ``localhost.`` accepted); request bodies are
+  limited in size; with an admin token the API docs need it too.
 
 Dynamic batching (:mod:`gfcr.generate.batching`): requests arriving within ``batch_wait_ms`` of each
 other (at most ``batch_stretch x batch_wait_ms`` after the first) share one engine call of up to
-``max_batch`` rows; seeded requests run alone unless ``batch_seeded``; ``batch_wait_ms=0`` serves one
-request per call. One lock is held around every engine call, prompt scoring and weight load.
+``max_batch`` rows; seeded requests share calls too unless ``batch_seeded=False``; ``batch_wait_ms=0``
+serves one request per call. One lock is held around every engine call, prompt scoring and weight load.
 
 Weight updates (RL with the trainer in another process): with ``allow_weight_updates=True``
 ``POST /gfcr/weights {"path": ..., "policy_version": ...}`` loads a safetensors file (or an HF checkpoint
@@ -54,12 +64,16 @@ import numpy as np
 from gfcr.generate.engines.base import GenRequest, GenResult, TokenEvent
 from gfcr.generate.serve_api import (
     LOOPBACK_NAMES,
+    TOOL_PARSERS,
     APIError,
     ChatBody,
     CompletionBody,
     DeltaText,
+    DetokenizeBody,
     RequestGuard,
     ServeLimits,
+    ServeMetrics,
+    TokenizeBody,
     WeightsBody,
     chat_logprob_entry,
     chat_messages,
@@ -70,7 +84,9 @@ from gfcr.generate.serve_api import (
     error_body,
     host_allowed,
     is_loopback,
+    render_chat,
     resolve_max_tokens,
+    template_variables,
     usage,
 )
 
@@ -89,12 +105,16 @@ def _sse(obj: Any) -> str:
 class _Server:
     """The state and handlers behind :func:`create_app` (one per app)."""
 
-    def __init__(self, engine: Any, model_name: str, limits: ServeLimits, batcher: Any, lock: threading.Lock):
+    def __init__(self, engine: Any, model_name: str, limits: ServeLimits, batcher: Any, lock: threading.Lock,
+                 tool_parser: str | None = None, metrics: ServeMetrics | None = None):
         self.engine, self.name, self.limits, self.batcher, self.lock = engine, model_name, limits, batcher, lock
         self.tok = engine.tokenizer
         self.vocab = len(self.tok)
         self.context = context_length(engine)
         self.closing = False
+        self.tool_parser = tool_parser
+        self.metrics = metrics or ServeMetrics()
+        self.template_vars = template_variables(self.tok)
 
     def decode(self, ids: Any) -> str:
         """The text of ``ids``, without special tokens and without the tokenizer's space clean-up (which
@@ -102,8 +122,8 @@ class _Server:
         incremental detokenizer does not clean up either)."""
         return self.tok.decode([int(t) for t in ids], skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
-    def text_of(self, r: GenResult, stop: list[str]) -> str:
-        return cut_at_stop(self.decode(r.token_ids), stop)
+    def text_of(self, r: GenResult, stop: list[str], keep: bool = False) -> str:
+        return cut_at_stop(self.decode(r.token_ids), stop, keep)
 
     # --- running work -------------------------------------------------------------------------
     def submit(self, reqs: list[GenRequest], cancel: threading.Event) -> Any:
@@ -125,14 +145,17 @@ class _Server:
             raise APIError(400, f"bad request: {e}") from e
         except (BatcherClosedError, RequestCancelledError) as e:
             raise APIError(503, str(e)) from e
-        if self.closing:
+        if self.closing and any(r.meta.get("cancelled") for rs in res for r in rs):
             raise APIError(503, "the server is shutting down; the request was cancelled")
+        self.metrics.tokens(sum(len(r.prompt_ids) if r.prompt_ids is not None else 0 for rs in res for r in rs[:1]),
+                            sum(r.n_tokens for rs in res for r in rs))
         return res
 
     async def run(self, reqs: list[GenRequest], request: Any) -> list[list[GenResult]]:
         """Run ``reqs`` as one batcher job; cancel it if the client disconnects while it waits."""
         cancel = threading.Event()
         afut = asyncio.wrap_future(self.submit(reqs, cancel))
+        self.metrics.running += 1
         try:
             while True:
                 done, _ = await asyncio.wait({afut}, timeout=0.1)
@@ -144,6 +167,8 @@ class _Server:
         except asyncio.CancelledError:
             cancel.set()
             raise
+        finally:
+            self.metrics.running -= 1
         return self.outcome(afut)
 
     async def exclusive(self, fn: Any) -> Any:
@@ -227,7 +252,7 @@ class _Server:
 
     def completion_choice(self, index: int, body: CompletionBody, req: GenRequest, r: GenResult,
                           prompt: tuple[list[int], str], scored: Any) -> dict[str, Any]:
-        text = self.text_of(r, req.params.stop)
+        text = self.text_of(r, req.params.stop, body.include_stop_str_in_output)
         c: dict[str, Any] = {"index": index, "text": (prompt[1] + text) if body.echo else text,
                              "finish_reason": r.finish_reason, "logprobs": None}
         if body.logprobs is not None:
@@ -258,23 +283,56 @@ class _Server:
                 c["token_entropies"] = [float(x) for x in r.entropies]
 
     # --- chat ---------------------------------------------------------------------------------
+    def chat_prompt(self, body: Any, messages: list[dict[str, Any]]) -> list[int]:
+        """Token ids of a chat request's (or a ``/tokenize`` request's) messages through the chat template,
+        with its ``tools`` (a 400 when the template takes none), generation prompt and template kwargs."""
+        if body.tools and self.template_vars is not None and "tools" not in self.template_vars:
+            raise APIError(400, "this model's chat template does not take `tools` (it never shows them to the "
+                                "model); describe the tools in a message instead", "tools")
+        return render_chat(self.tok, chat_messages(messages), body.tools, body.add_generation_prompt,
+                           body.continue_final_message, body.chat_template_kwargs)
+
+    def tool_calls_wanted(self, body: ChatBody) -> bool:
+        """Whether the reply is parsed for tool calls (tools given, tool_choice auto); a 400 as vLLM's when
+        auto tool choice is asked of a server started without a parser."""
+        choice = body.resolved_tool_choice()
+        if choice != "auto":
+            return False
+        if self.tool_parser is None:
+            raise APIError(400, '"auto" tool choice requires --tool-call-parser to be set (gfcr serve '
+                                '--tool-call-parser hermes; vLLM: --enable-auto-tool-choice --tool-call-parser)',
+                           "tool_choice")
+        return True
+
+    def chat_message(self, text: str, parse: bool, finish: str) -> tuple[dict[str, Any], str]:
+        """The assistant message of a reply, and its finish reason (``tool_calls`` when calls were parsed)."""
+        found = TOOL_PARSERS[self.tool_parser](text) if parse and self.tool_parser else None
+        if found is None:
+            return {"role": "assistant", "content": text}, finish
+        content, calls = found
+        return {"role": "assistant", "content": content, "tool_calls": calls}, "tool_calls"
+
     async def chat(self, body: ChatBody, request: Any) -> Any:
         from fastapi.responses import StreamingResponse
 
         body.check_common(self.name, self.limits, self.vocab)
+        body.check_chat()
         if body.top_logprobs and not body.logprobs:  # as vLLM: 0 without logprobs is accepted
             raise APIError(400, "when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
         n_top = self.n_top(body.top_logprobs, "top_logprobs") if body.logprobs else 0
-        ids = self.engine.encode_messages(chat_messages(body.messages))
+        ids = self.chat_prompt(body, body.messages)
+        parse = self.tool_calls_wanted(body)
         m = resolve_max_tokens(body.max_completion_tokens or body.max_tokens, len(ids), self.context, self.limits)
         req = GenRequest(prompt_ids=ids, params=body.params(m, n_top))
         if body.stream:
-            return StreamingResponse(self.stream("chat", body, [req], request), media_type="text/event-stream")
+            return StreamingResponse(self.stream("chat", body, [req], request, parse=parse),
+                                     media_type="text/event-stream")
         res = (await self.run([req], request))[0]
         choices = []
         for i, r in enumerate(res):
-            c: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": self.text_of(r, req.params.stop)},
-                                 "finish_reason": r.finish_reason, "logprobs": None}
+            msg, finish = self.chat_message(self.text_of(r, req.params.stop, body.include_stop_str_in_output), parse,
+                                            r.finish_reason)
+            c: dict[str, Any] = {"index": i, "message": msg, "finish_reason": finish, "logprobs": None}
             if body.logprobs:
                 tops = _tops(r) or [None] * r.n_tokens
                 c["logprobs"] = {"content": [chat_logprob_entry(self.tok_for(body), t, lp, *(tp or (None, None)))
@@ -284,13 +342,45 @@ class _Server:
         return envelope("chat", self.name) | {"choices": choices,
                                                "usage": usage(len(ids), sum(r.n_tokens for r in res))}
 
+    # --- tokenizer endpoints ------------------------------------------------------------------
+    def tokenize(self, body: TokenizeBody) -> dict[str, Any]:
+        """``POST /tokenize`` (vLLM's): ``{"count", "max_model_len", "tokens", "token_strs"}``."""
+        if body.model not in (None, "", self.name):
+            raise APIError(404, f"The model `{body.model}` does not exist.", "model")
+        if (body.prompt is None) == (body.messages is None):
+            raise APIError(400, "give exactly one of `prompt` or `messages`", "prompt")
+        if body.messages is not None:
+            if body.add_generation_prompt and body.continue_final_message:
+                raise APIError(400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                               "continue_final_message")
+            ids = self.chat_prompt(body, body.messages)
+            if body.add_special_tokens:  # vLLM: False for messages unless asked
+                ids = list(self.tok.build_inputs_with_special_tokens(ids))
+        else:
+            ids = list(self.tok(body.prompt, add_special_tokens=body.add_special_tokens is not False)["input_ids"])
+        out: dict[str, Any] = {"count": len(ids), "max_model_len": self.context, "tokens": ids, "token_strs": None}
+        if body.return_token_strs:
+            out["token_strs"] = self.tok.convert_ids_to_tokens(ids)
+        return out
+
+    def detokenize(self, body: DetokenizeBody) -> dict[str, Any]:
+        """``POST /detokenize`` (vLLM's): ``{"prompt": text}``."""
+        if body.model not in (None, "", self.name):
+            raise APIError(404, f"The model `{body.model}` does not exist.", "model")
+        if any(not 0 <= t < self.vocab for t in body.tokens):
+            raise APIError(400, f"tokens must lie in [0, {self.vocab})", "tokens")
+        return {"prompt": self.tok.decode(body.tokens)}
+
     # --- streaming ----------------------------------------------------------------------------
     async def stream(self, kind: str, body: Any, reqs: list[GenRequest], request: Any,
-                     prompts: list[tuple[list[int], str]] | None = None, scored: Any = None) -> AsyncIterator[str]:
+                     prompts: list[tuple[list[int], str]] | None = None, scored: Any = None,
+                     parse: bool = False) -> AsyncIterator[str]:
         """Server-sent events of one request (chat: ``kind="chat"``; completions: ``"text"``).
 
         Long because it is one protocol: the opening chunks, one chunk per token as the engine reports it,
-        each choice's last chunk with its finish reason, the usage chunk, ``[DONE]``."""
+        each choice's last chunk with its finish reason, the usage chunk, ``[DONE]``. With ``parse`` (tool
+        calls wanted) a choice's text is held back and its last chunk carries the whole message: the content
+        and the parsed ``tool_calls`` (departure: vLLM streams the calls' arguments piece by piece)."""
         loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
         cancel = threading.Event()
@@ -298,7 +388,8 @@ class _Server:
         chat = kind == "chat"
         head = envelope("chat.chunk" if chat else "text", self.name)
         stop = reqs[0].params.stop
-        texts = [DeltaText(self.decode, stop) for _ in range(len(reqs) * n)]
+        keep = body.include_stop_str_in_output
+        texts = [DeltaText(self.decode, stop, keep) for _ in range(len(reqs) * n)]
         offsets = [len(prompts[k // n][1]) if prompts and body.echo else 0 for k in range(len(reqs) * n)]
         logprobs = bool(body.logprobs) if chat else body.logprobs is not None
 
@@ -308,6 +399,7 @@ class _Server:
         def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
             return _sse(head | {"choices": choices} | extra)
 
+        self.metrics.running += 1
         try:
             if chat:
                 yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -339,12 +431,19 @@ class _Server:
                         yield "data: [DONE]\n\n"
                         return
                     break
-                c = self.token_choice(chat, ri * n + item.sample, item, texts, offsets, logprobs, body)
+                c = self.token_choice(chat, ri * n + item.sample, item, texts, offsets, logprobs, body, parse)
                 if c is not None:
                     yield chunk([c])
             for k in range(len(reqs) * n):
                 r = results[k // n][k % n]
-                rest = texts[k].finish(self.text_of(r, stop))
+                if parse:
+                    msg, finish = self.chat_message(self.text_of(r, stop, keep), True, r.finish_reason)
+                    delta = {"content": msg["content"]} if msg["content"] else {}
+                    if msg.get("tool_calls"):
+                        delta["tool_calls"] = [{"index": j} | tc for j, tc in enumerate(msg["tool_calls"])]
+                    yield chunk([{"index": k, "delta": delta, "logprobs": None, "finish_reason": finish}])
+                    continue
+                rest = texts[k].finish(self.text_of(r, stop, keep))
                 if chat:
                     c = {"index": k, "delta": {"content": rest} if rest else {}, "logprobs": None,
                          "finish_reason": r.finish_reason}
@@ -357,12 +456,14 @@ class _Server:
                 yield chunk([], usage=usage(n_prompt, n_gen))
             yield "data: [DONE]\n\n"
         finally:
+            self.metrics.running -= 1
             cancel.set()  # finished: a no-op; client gone: its samples leave the batch at the next step
 
     def token_choice(self, chat: bool, k: int, ev: TokenEvent, texts: list[DeltaText], offsets: list[int],
-                     logprobs: bool, body: Any) -> dict[str, Any] | None:
-        """The stream choice for one token (None when there is nothing to send yet)."""
-        d = texts[k].push(ev.token)
+                     logprobs: bool, body: Any, parse: bool = False) -> dict[str, Any] | None:
+        """The stream choice for one token (None when there is nothing to send yet; with ``parse`` the
+        text waits for the last chunk)."""
+        d = "" if parse else texts[k].push(ev.token)
         if not (d or logprobs or body.return_token_ids):
             return None
         top = (ev.top_ids, ev.top_logprobs) if ev.top_ids is not None else None
@@ -401,8 +502,9 @@ def _tops(r: GenResult) -> list[tuple[Any, Any]] | None:
 
 def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool = False,
                admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-               batch_seeded: bool = False, limits: ServeLimits | None = None,
-               allowed_hosts: Sequence[str] | None = None, batch_stretch: float = 4.0) -> Any:
+               batch_seeded: bool = True, limits: ServeLimits | None = None,
+               allowed_hosts: Sequence[str] | None = None, batch_stretch: float = 4.0,
+               tool_call_parser: str | None = None) -> Any:
     """The FastAPI app serving ``engine`` (an :class:`~gfcr.generate.engines.hf.HFEngine`) as ``model_name``.
 
     Long because: its routes are closures over the engine, batcher and lock; request logic is in ``_Server``.
@@ -413,7 +515,11 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     requests in flight end with 503); ``limits`` bound requests; ``allowed_hosts``: the ``Host`` names
     accepted (``None``: any; :func:`serve` passes the loopback names on a loopback bind);
     ``batch_stretch``: the window closes once no request has come for ``batch_wait_ms``, at most this many
-    times ``batch_wait_ms`` after the first (1 = a fixed window; the Batcher's ``stretch``).
+    times ``batch_wait_ms`` after the first (1 = a fixed window; the Batcher's ``stretch``);
+    ``tool_call_parser``: a name in :data:`~gfcr.generate.serve_api.TOOL_PARSERS` (``"hermes"``) to parse
+    tool calls out of chat replies when a request gives ``tools`` (``tool_choice`` auto). With
+    ``admin_token`` set, ``/docs``, ``/redoc`` and ``/openapi.json`` need the token too.
+    ``app.state.drain(timeout_s)`` refuses new requests (503) and lets those in flight finish first.
     """
     from fastapi import FastAPI, Header
     from fastapi.exceptions import RequestValidationError
@@ -424,12 +530,15 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
 
     if max_batch < 1 or batch_wait_ms < 0:
         raise ValueError(f"need max_batch >= 1 and batch_wait_ms >= 0 (got {max_batch}, {batch_wait_ms})")
+    if tool_call_parser is not None and tool_call_parser not in TOOL_PARSERS:
+        raise ValueError(f"unknown tool call parser {tool_call_parser!r} (known: {', '.join(sorted(TOOL_PARSERS))})")
     limits = limits or ServeLimits()
-    app = FastAPI(title="gfcr serve", version="1")
+    app = FastAPI(title="gfcr serve", version=_version())
     lock = threading.Lock()
+    metrics = ServeMetrics()
     batcher = Batcher(engine, max_batch_rows=max_batch, max_wait_ms=batch_wait_ms, lock=lock, batch_seeded=batch_seeded,
-                      stretch=batch_stretch)
-    srv = _Server(engine, model_name, limits, batcher, lock)
+                      stretch=batch_stretch, on_batch=metrics.batch)
+    srv = _Server(engine, model_name, limits, batcher, lock, tool_parser=tool_call_parser, metrics=metrics)
     app.state.batcher = batcher
     app.state.server = srv
 
@@ -437,8 +546,14 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
         srv.closing = True
         batcher.close(timeout_s=timeout_s)
 
+    def drain(timeout_s: float = 30.0) -> bool:
+        srv.closing = True
+        return batcher.drain(timeout_s)
+
     app.state.shutdown = shutdown
-    app.add_middleware(RequestGuard, allowed_hosts=allowed_hosts, max_bytes=limits.max_request_bytes)
+    app.state.drain = drain
+    app.add_middleware(RequestGuard, allowed_hosts=allowed_hosts, max_bytes=limits.max_request_bytes,
+                       token=admin_token, metrics=metrics)
 
     def err(status: int, message: str, param: str | None = None, headers: Any = None) -> JSONResponse:
         return JSONResponse(error_body(status, message, param), status_code=status, headers=headers)
@@ -469,6 +584,32 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "model": model_name}
+
+    def ping() -> Any:  # vLLM's: 200 with an empty body while healthy
+        from starlette.responses import Response
+
+        return Response(status_code=503 if srv.closing else 200)
+
+    app.add_api_route("/ping", ping, methods=["GET"], operation_id="ping_get")
+    app.add_api_route("/ping", ping, methods=["POST"], operation_id="ping_post")
+
+    @app.get("/version")
+    def version() -> dict[str, str]:
+        return {"version": _version()}
+
+    @app.get("/metrics")
+    def prometheus() -> Any:
+        from starlette.responses import Response
+
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.post("/tokenize")
+    def tokenize(body: TokenizeBody) -> dict[str, Any]:
+        return srv.tokenize(body)
+
+    @app.post("/detokenize")
+    def detokenize(body: DetokenizeBody) -> dict[str, Any]:
+        return srv.detokenize(body)
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
@@ -504,6 +645,16 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     return app
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("gfcr")
+    except PackageNotFoundError:  # a source checkout that is not installed
+        return "0+unknown"
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free on ``host`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -518,13 +669,16 @@ def _engine_for(model: Any, tokenizer: Any = None, device: str = "cpu", max_batc
         else HFEngine(model, tokenizer, device=device, max_batch=max_batch)
 
 
-def _uvicorn_server(app: Any, host: str, port: int, log_level: str) -> Any:
-    """A uvicorn server that, when asked to stop, first cancels the work in flight (so it never waits
-    for abandoned generations) and then gives open requests at most 5 s."""
+def _uvicorn_server(app: Any, host: str, port: int, log_level: str, drain_s: float = 0.0) -> Any:
+    """A uvicorn server that, when asked to stop, first lets the work in flight finish for at most
+    ``drain_s`` seconds (new requests get 503), cancels what is left (so it never waits for abandoned
+    generations) and then gives open requests at most 5 s to be written out."""
     import uvicorn
 
     class _Server(uvicorn.Server):
         async def shutdown(self, sockets: Any = None) -> None:
+            if drain_s > 0:
+                await asyncio.to_thread(app.state.drain, drain_s)
             app.state.shutdown(0.0)
             await super().shutdown(sockets=sockets)
 
@@ -535,18 +689,31 @@ def _uvicorn_server(app: Any, host: str, port: int, log_level: str) -> Any:
 def serve(model: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
           tokenizer: Any = None, device: str = "cpu", log_level: str = "info", allow_weight_updates: bool = False,
           admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-          batch_seeded: bool = False, limits: ServeLimits | None = None, batch_stretch: float = 4.0) -> None:
+          batch_seeded: bool = True, limits: ServeLimits | None = None, batch_stretch: float = 4.0,
+          tool_call_parser: str | None = None, drain_s: float = 30.0) -> None:
     """Serve ``model`` (a path/name, a loaded model or an engine) until interrupted. On a loopback ``host``
-    only requests whose ``Host`` header names a loopback host are answered."""
+    only requests whose ``Host`` header names a loopback host are answered.
+
+    SIGTERM (and Ctrl-C) stop it gracefully: new requests get 503, those in flight finish (at most
+    ``drain_s`` seconds, then they are cancelled), and the function returns, so ``gfcr serve`` exits 0.
+    (uvicorn re-raises the signal it caught once it has stopped; the SIGTERM handler installed here
+    absorbs it, where the default one would kill the process with status 143.)
+    """
+    import signal
+
     engine = _engine_for(model, tokenizer, device, max_batch)
     name = model_name or _default_name(model)
     app = create_app(engine, name, allow_weight_updates, admin_token, max_batch=max_batch,
                      batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, limits=limits,
-                     allowed_hosts=_hosts_for(host), batch_stretch=batch_stretch)
+                     allowed_hosts=_hosts_for(host), batch_stretch=batch_stretch, tool_call_parser=tool_call_parser)
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, lambda *_: None) if main else None
     try:
-        _uvicorn_server(app, host, port, log_level).run()
+        _uvicorn_server(app, host, port, log_level, drain_s=drain_s).run()
     finally:
         app.state.shutdown(1.0)
+        if main:
+            signal.signal(signal.SIGTERM, before)
 
 
 def _hosts_for(host: str) -> list[str] | None:
@@ -564,8 +731,8 @@ def serve_in_thread(model: Any = None, host: str = "127.0.0.1", port: int | None
                     model_name: str | None = None, tokenizer: Any = None, device: str = "cpu",
                     startup_timeout_s: float = 60.0, allow_weight_updates: bool = False,
                     admin_token: str | None = None, max_batch: int = 32, batch_wait_ms: float = 20.0,
-                    batch_seeded: bool = False, limits: ServeLimits | None = None,
-                    batch_stretch: float = 4.0) -> Iterator[str]:
+                    batch_seeded: bool = True, limits: ServeLimits | None = None,
+                    batch_stretch: float = 4.0, tool_call_parser: str | None = None) -> Iterator[str]:
     """Run the server in a background thread; yields its base URL (``http://host:port/v1``).
 
     ``model`` may be a path/name, a loaded model (with ``tokenizer=``) or an engine; the other options
@@ -575,7 +742,7 @@ def serve_in_thread(model: Any = None, host: str = "127.0.0.1", port: int | None
     port = port or free_port(host)
     app = create_app(engine, model_name or _default_name(model), allow_weight_updates, admin_token,
                      max_batch=max_batch, batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, limits=limits,
-                     allowed_hosts=_hosts_for(host), batch_stretch=batch_stretch)
+                     allowed_hosts=_hosts_for(host), batch_stretch=batch_stretch, tool_call_parser=tool_call_parser)
     server = _uvicorn_server(app, host, port, "warning")
     th = threading.Thread(target=server.run, name=f"gfcr-serve-{port}", daemon=True)
     th.start()

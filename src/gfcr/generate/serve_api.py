@@ -36,11 +36,11 @@ ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "Permiss
 
 # Known OpenAI/vLLM parameters gfcr serve cannot honour, with the reason given back to the client.
 UNSUPPORTED = {
-    "tools": "tool calling is not supported",
-    "tool_choice": "tool calling is not supported",
-    "functions": "function calling is not supported",
-    "function_call": "function calling is not supported",
-    "parallel_tool_calls": "tool calling is not supported",
+    "tools": "tools are for chat completions only",
+    "tool_choice": "tools are for chat completions only",
+    "functions": "the deprecated functions API is not supported (use tools)",
+    "function_call": "the deprecated functions API is not supported (use tool_choice)",
+    "parallel_tool_calls": "tools are for chat completions only",
     "response_format": "structured output (response_format) is not supported",
     "suffix": "suffix is not currently supported",
     "best_of": "best_of is not supported (sample n and choose)",
@@ -104,7 +104,17 @@ class _Common(BaseModel):
     logit_bias: dict[str, float] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    user: str | None = None  # an end-user id (OpenAI); recorded nowhere, changes nothing
+    # OpenAI SDK fields that change no tokens: accepted, recorded nowhere, ignored
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    # vLLM's sampling extras (vllm/sampling_params.py; the hf engine applies them, SamplingParams)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
+    min_tokens: int = Field(0, ge=0)
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
     return_token_ids: bool = False  # vLLM extension: token_ids and prompt_token_ids per choice
     return_tokens_as_token_ids: bool = False  # vLLM extension: tokens in log-probs named "token_id:N"
     repeat_ngram: int = Field(0, ge=0, le=4096)  # gfcr extension: early exit on repetition (SamplingParams)
@@ -138,13 +148,18 @@ class _Common(BaseModel):
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if any(not s for s in stop):
             raise APIError(400, "stop strings must be non-empty", "stop")
+        if self.min_tokens > max(1, max_tokens):
+            raise APIError(400, f"min_tokens ({self.min_tokens}) must be less than or equal to max_tokens "
+                                f"({max(1, max_tokens)})", "min_tokens")
         return SamplingParams(
             n=self.n, temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p, top_k=max(0, self.top_k or 0),
             max_tokens=max(1, max_tokens), stop=stop, stop_token_ids=list(self.stop_token_ids or []), seed=self.seed,
             repeat_ngram=self.repeat_ngram, repeat_max=self.repeat_max,
             frequency_penalty=self.frequency_penalty or 0.0, presence_penalty=self.presence_penalty or 0.0,
-            logit_bias={int(k): float(v) for k, v in (self.logit_bias or {}).items()}, top_logprobs=top_logprobs)
+            logit_bias={int(k): float(v) for k, v in (self.logit_bias or {}).items()}, top_logprobs=top_logprobs,
+            min_p=self.min_p or 0.0, repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            min_tokens=self.min_tokens, ignore_eos=self.ignore_eos)
 
     @property
     def include_usage(self) -> bool:
@@ -180,6 +195,51 @@ class ChatBody(_Common):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None  # accepted; the hermes parser returns every call it finds
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+
+    def resolved_tool_choice(self) -> str | None:
+        """``tool_choice`` as vLLM resolves it: ``"auto"`` when tools are given without one; checked
+        against ``tools`` (a 400 naming the problem). Returns ``"none"``, ``"auto"`` or None (no tools)."""
+        tc = self.tool_choice
+        if tc is None:
+            return "auto" if self.tools else None
+        if tc == "none":
+            return "none"
+        if not self.tools:
+            raise APIError(400, "When using `tool_choice`, `tools` must be set.", "tool_choice")
+        if tc == "auto":
+            return "auto"
+        if tc == "required" or isinstance(tc, dict):
+            raise APIError(400, f"tool_choice {json.dumps(tc)} needs constrained decoding, which gfcr serve does "
+                                "not do (use \"auto\" with --tool-call-parser, or \"none\")", "tool_choice")
+        raise APIError(400, f"tool_choice must be \"none\", \"auto\", \"required\" or a named function, not "
+                            f"{json.dumps(tc)}", "tool_choice")
+
+    def check_chat(self) -> None:
+        if self.add_generation_prompt and self.continue_final_message:
+            raise APIError(400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                           "continue_final_message")
+        bad = sorted(set(self.chat_template_kwargs or {}) & RESERVED_TEMPLATE_KWARGS)
+        if bad:
+            raise APIError(400, f"chat_template_kwargs may not set {', '.join(bad)} (set by the request itself)",
+                           "chat_template_kwargs")
+        for i, t in enumerate(self.tools or []):
+            f = t.get("function") if isinstance(t, dict) else None
+            if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(f, dict) \
+                    or not isinstance(f.get("name"), str) or not f["name"]:
+                raise APIError(400, f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}",
+                               "tools")
+
+
+# Names apply_chat_template gets from the request itself; chat_template_kwargs may not override them.
+RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "conversation", "tools", "documents", "add_generation_prompt",
+                                      "continue_final_message", "tokenize", "return_dict", "chat_template",
+                                      "tokenizer", "return_assistant_tokens_mask", "padding", "truncation"})
 
 
 class WeightsBody(StrictModel):
@@ -189,13 +249,22 @@ class WeightsBody(StrictModel):
     policy_version: str | None = Field(None, max_length=200, description="Version string of the new weights.")
 
 
-def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """Messages for the chat template: ``{"role", "content"}`` each, content parts joined.
+def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages for the chat template: ``{"role", "content"}`` each, content parts joined, plus an
+    assistant message's ``tool_calls``, a tool message's ``tool_call_id`` and a ``name``.
 
     ``content`` may be a string, ``None`` or a list of parts; text parts (``{"type": "text", "text": …}``)
     are joined with newlines (as vLLM does for text-only content); any other part type is refused.
     Example: ``[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]``
     → ``[{"role": "user", "content": "a\\nb"}]``.
+
+    Tool calls are passed on as vLLM passes them to the template (``vllm/entrypoints/chat_utils.py``,
+    ``_postprocess_messages``): each call's ``function.arguments``, a JSON string on the wire, becomes the
+    object it encodes (HF chat templates expect a dict), and content ``None`` becomes ``""``. Example:
+    ``{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+    "function": {"name": "add", "arguments": "{\\"a\\": 1}"}}]}`` → ``{"role": "assistant", "content": "",
+    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1}}}]}``.
+    A template that does not use ``tool_calls`` drops them from the prompt, as under vLLM.
     """
     if not messages:
         raise APIError(400, "messages is empty", "messages")
@@ -203,8 +272,13 @@ def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not m["role"]:
             raise APIError(400, f"messages[{i}] needs a string 'role'", "messages")
+        extra: dict[str, Any] = {}
         if m.get("tool_calls"):
-            raise APIError(400, f"messages[{i}]: tool_calls are not supported (tool calling is not supported)", "messages")
+            extra["tool_calls"] = _template_tool_calls(m["tool_calls"], i)
+        if isinstance(m.get("tool_call_id"), str):
+            extra["tool_call_id"] = m["tool_call_id"]
+        if isinstance(m.get("name"), str):
+            extra["name"] = m["name"]
         c = m.get("content")
         if isinstance(c, list):
             texts = []
@@ -217,8 +291,105 @@ def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
             c = "\n".join(texts)
         elif c is not None and not isinstance(c, str):
             raise APIError(400, f"messages[{i}].content must be a string or a list of text parts", "messages")
-        out.append({"role": m["role"], "content": c or ""})
+        out.append({"role": m["role"], "content": c or ""} | extra)
     return out
+
+
+def _template_tool_calls(calls: Any, i: int) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls`` checked, with each ``arguments`` JSON string decoded."""
+    if not isinstance(calls, list):
+        raise APIError(400, f"messages[{i}].tool_calls must be a list", "messages")
+    out = []
+    for j, c in enumerate(calls):
+        f = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise APIError(400, f"messages[{i}].tool_calls[{j}] needs function.name", "messages")
+        args = f.get("arguments", "{}")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as e:
+                raise APIError(400, f"messages[{i}].tool_calls[{j}].function.arguments is not valid JSON: {e}",
+                               "messages") from e
+        out.append({"id": c.get("id"), "type": c.get("type", "function"),
+                    "function": {"name": f["name"], "arguments": args}})
+    return out
+
+
+def template_variables(tok: Any) -> set[str] | None:
+    """The variables the tokenizer's chat template reads (``tools``, ``tool_calls`` is not one: it is read
+    from a message; ``enable_thinking`` …), or None when there is no template or it cannot be parsed."""
+    src = getattr(tok, "chat_template", None)
+    if isinstance(src, dict):
+        src = src.get("tool_use") or src.get("default")
+    if not isinstance(src, str):
+        return None
+    import jinja2
+    from jinja2 import meta
+    from jinja2.ext import loopcontrols
+
+    try:
+        return set(meta.find_undeclared_variables(jinja2.Environment(extensions=[loopcontrols]).parse(src)))
+    except jinja2.TemplateSyntaxError:  # e.g. a {% generation %} tag: read the names from the source
+        import re
+
+        return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", src))
+
+
+def render_chat(tok: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                add_generation_prompt: bool = True, continue_final_message: bool = False,
+                template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """Token ids of ``messages`` (from :func:`chat_messages`) rendered by the tokenizer's chat template,
+    as vLLM renders a chat request (``tokenizer.apply_chat_template`` with the request's ``tools``,
+    ``add_generation_prompt``, ``continue_final_message`` and ``chat_template_kwargs``; the text is then
+    tokenized without adding special tokens). A template error is a 400 naming it.
+
+    Example (ChatML): ``[{"role": "user", "content": "hi"}]`` renders
+    ``"<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n"``; with ``add_generation_prompt=False``
+    the last line is left out; ``[..., {"role": "assistant", "content": "The answer"}]`` with
+    ``continue_final_message=True`` ends in ``"…assistant\\nThe answer"`` (no end of turn).
+    """
+    kw = dict(template_kwargs or {})
+    if tools:
+        kw["tools"] = tools
+    try:
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                       continue_final_message=continue_final_message, **kw)
+    except Exception as e:  # noqa: BLE001 - jinja's errors, transformers' ValueErrors: all the request's fault
+        raise APIError(400, f"the chat template could not render these messages: {type(e).__name__}: {e}",
+                       "messages") from e
+    return list(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def parse_hermes_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]] | None:
+    """Tool calls in a reply, as vLLM's ``hermes`` parser reads them (``Hermes2ProToolParser.extract_tool_calls``,
+    ``vllm/tool_parsers/hermes_tool_parser.py``): every ``<tool_call>{json}</tool_call>`` (the last one may
+    be unclosed) holds ``{"name": ..., "arguments": {...}}``; the content is the text before the first
+    ``<tool_call>`` (None when empty). Returns ``(content, calls)`` with each call OpenAI's
+    ``{"id", "type": "function", "function": {"name", "arguments": JSON string}}``, or None when there is no
+    tool call or one does not parse (then the whole text is content, as in vLLM).
+
+    Example: ``'Let me add.<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'`` →
+    ``("Let me add.", [{"id": "chatcmpl-tool-…", "type": "function", "function": {"name": "add",
+    "arguments": '{"a": 1}'}}])``.
+    """
+    import re
+
+    start = "<tool_call>"
+    if start not in text:
+        return None
+    try:
+        raw = [json.loads(a or b) for a, b in re.findall(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", text, re.DOTALL)]
+        calls = [{"id": f"chatcmpl-tool-{uuid.uuid4().hex}", "type": "function",
+                  "function": {"name": str(c["name"]), "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+                 for c in raw]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None
+    content = text[: text.find(start)]
+    return (content or None), calls
+
+
+TOOL_PARSERS = {"hermes": parse_hermes_tool_calls}  # --tool-call-parser NAME -> text -> (content, calls) | None
 
 
 def context_length(engine: Any) -> int:
@@ -261,10 +432,14 @@ def resolve_max_tokens(asked: int | None, prompt_len: int, context: int, limits:
     return asked
 
 
-def cut_at_stop(text: str, stop: list[str]) -> str:
-    """``text`` up to (not including) the first stop string. Example: ("ab\\ncd", ["\\n"]) → "ab"."""
-    cut = min((text.find(s) for s in stop if s in text), default=-1)
-    return text if cut < 0 else text[:cut]
+def cut_at_stop(text: str, stop: list[str], keep: bool = False) -> str:
+    """``text`` up to the first stop string, without it (``keep``: with it, vLLM's
+    ``include_stop_str_in_output``). Example: ("ab\\ncd", ["\\n"]) → "ab"; with ``keep`` → "ab\\n"."""
+    hits = [(text.find(s), s) for s in stop if s in text]
+    if not hits:
+        return text
+    at, s = min(hits, key=lambda h: (h[0], -len(h[1])))
+    return text[: at + len(s)] if keep else text[:at]
 
 
 class DeltaText:
@@ -277,13 +452,13 @@ class DeltaText:
     "", "a", "" and ``finish("a")`` gives "" (the text is "a" in total).
     """
 
-    def __init__(self, decode: Any, stop: list[str]):
-        self.decode, self.stop, self.ids, self.sent = decode, stop, [], ""
+    def __init__(self, decode: Any, stop: list[str], keep: bool = False):
+        self.decode, self.stop, self.ids, self.sent, self.keep = decode, stop, [], "", keep
         self.hold = max((len(s) for s in stop), default=1) - 1
 
     def push(self, token: int) -> str:
         self.ids.append(int(token))
-        text = cut_at_stop(self.decode(self.ids), self.stop).rstrip("\ufffd")
+        text = cut_at_stop(self.decode(self.ids), self.stop, self.keep).rstrip("\ufffd")
         safe = text[: len(text) - self.hold] if self.hold else text
         if len(safe) > len(self.sent) and safe.startswith(self.sent):
             d, self.sent = safe[len(self.sent):], safe
@@ -361,35 +536,80 @@ def is_loopback(host: str) -> bool:
 
 
 def host_allowed(header: str | None, allowed: Sequence[str]) -> bool:
-    """Whether a ``Host`` header names one of ``allowed`` (port ignored, IPv6 brackets and a trailing dot
-    removed, case-insensitive). A missing or empty header is refused.
+    """Whether a ``Host`` header names one of ``allowed`` (case-insensitive; port ignored; IPv6 in
+    brackets; one trailing dot of a DNS name removed, so ``localhost.`` is ``localhost``). The header must
+    be exactly ``host`` or ``host:port`` (RFC 9110 section 7.2): anything after an IPv6 address's ``]``
+    other than ``:port``, a non-numeric port or a second dot makes it a look-alike, refused. A missing or
+    empty header is refused.
 
     Examples (allowed = ``LOOPBACK_NAMES``): ``"127.0.0.1:8000"`` → True, ``"[::1]:8000"`` → True,
-    ``"LOCALHOST"`` → True, ``"evil.example:8000"`` (DNS rebinding) → False, ``None`` → False.
+    ``"LOCALHOST"`` → True, ``"localhost.:8000"`` → True, ``"evil.example:8000"`` (DNS rebinding) → False,
+    ``"[::1]evil.example"`` → False, ``"localhost..:80"`` → False, ``"localhost:80x"`` → False, ``None`` → False.
     """
     if not header:
         return False
     h = header.strip().lower()
+    port: str | None = None  # the text after the host's ':' (None: no port given)
     if h.startswith("["):
-        h = h[1 : h.find("]")] if "]" in h else h
+        end = h.find("]")
+        if end < 0:
+            return False
+        h, rest = h[1:end], h[end + 1 :]
+        if rest and not rest.startswith(":"):
+            return False
+        port = rest[1:] if rest else None
     elif h.count(":") == 1:
-        h = h.split(":", 1)[0]
-    return h.rstrip(".") in {a.lower().strip("[]") for a in allowed}
+        h, port = h.split(":", 1)
+    elif ":" in h:  # a bare IPv6 address (no port)
+        try:
+            ipaddress.IPv6Address(h)
+        except ValueError:
+            return False
+    if port is not None and not port.isdigit():
+        return False
+    if h.endswith(".") and not h.endswith(".."):
+        h = h[:-1]
+    return bool(h) and h in {a.lower().strip("[]") for a in allowed}
+
+
+DOC_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+METRIC_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/ping", "/version",
+                           "/metrics", "/tokenize", "/detokenize", "/gfcr/weights"})
 
 
 class RequestGuard:
-    """ASGI middleware: the ``Host`` check (when ``allowed_hosts`` is given) and the body-size limit."""
+    """ASGI middleware: the ``Host`` check (when ``allowed_hosts`` is given), the body-size limit, the
+    token on the API docs (``/docs``, ``/redoc``, ``/openapi.json``: 401 without ``Authorization: Bearer
+    <token>`` when ``token`` is set) and the request counts of ``/metrics`` (by route and status; other
+    paths are counted as ``other``)."""
 
-    def __init__(self, app: Any, allowed_hosts: Sequence[str] | None, max_bytes: int):
+    def __init__(self, app: Any, allowed_hosts: Sequence[str] | None, max_bytes: int, token: str | None = None,
+                 metrics: Any = None):
         self.app, self.allowed, self.max_bytes = app, allowed_hosts, int(max_bytes)
+        self.token, self.metrics = token, metrics
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        if self.metrics is not None:
+            route = path if path in METRIC_ROUTES else "other"
+            inner_send = send
+
+            async def send(msg: Any) -> None:  # noqa: F811 - wraps the server's send to see the status
+                if msg.get("type") == "http.response.start":
+                    self.metrics.request(route, int(msg["status"]))
+                await inner_send(msg)
+
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         if self.allowed is not None and not host_allowed(headers.get("host"), self.allowed):
             return await _send_error(send, 400, f"invalid Host header {headers.get('host')!r}: this server only "
                                                 f"answers requests addressed to {', '.join(self.allowed)}")
+        if self.token and path in DOC_PATHS:
+            import hmac
+
+            if not hmac.compare_digest(headers.get("authorization", "").encode(), f"Bearer {self.token}".encode()):
+                return await _send_error(send, 401, "the API docs need Authorization: Bearer <admin token>")
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_bytes:
             return await _send_error(send, 413, f"request body of {int(length)} bytes is over this server's limit "
@@ -415,3 +635,106 @@ async def _send_error(send: Any, status: int, message: str) -> None:
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
+
+
+# --- /metrics ---------------------------------------------------------------------------------
+
+_ROWS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class _Histogram:
+    def __init__(self, buckets: Sequence[float]):
+        self.buckets, self.counts, self.sum, self.n = tuple(buckets), [0] * len(buckets), 0.0, 0
+
+    def observe(self, v: float) -> None:
+        self.n += 1
+        self.sum += float(v)
+        for k, b in enumerate(self.buckets):
+            if v <= b:
+                self.counts[k] += 1
+
+    def lines(self, name: str) -> list[str]:
+        out = [f'{name}_bucket{{le="{_num(b)}"}} {c}' for b, c in zip(self.buckets, self.counts, strict=True)]
+        return out + [f'{name}_bucket{{le="+Inf"}} {self.n}', f"{name}_sum {_num(self.sum)}", f"{name}_count {self.n}"]
+
+
+def _num(x: float) -> str:
+    return repr(float(x)) if not float(x).is_integer() else f"{float(x):.1f}"
+
+
+class ServeMetrics:
+    """Counters behind ``GET /metrics``, rendered in Prometheus' text format (version 0.0.4): requests by
+    route and status, prompt and generated tokens, requests running, engine calls, the rows of each
+    engine call (histogram) and each job's time in the batcher's queue (histogram). vLLM names its own
+    ``vllm:*`` (``vllm/v1/metrics/loggers.py``); these are gfcr's, prefixed ``gfcr_``. Thread-safe."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self.requests: dict[tuple[str, int], int] = {}
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.running = 0
+        self.engine_calls = 0
+        self.rows = _Histogram(_ROWS_BUCKETS)
+        self.queue = _Histogram(_WAIT_BUCKETS)
+
+    def request(self, route: str, status: int) -> None:
+        with self._lock:
+            self.requests[(route, status)] = self.requests.get((route, status), 0) + 1
+
+    def tokens(self, prompt: int, generated: int) -> None:
+        with self._lock:
+            self.prompt_tokens += int(prompt)
+            self.generation_tokens += int(generated)
+
+    def batch(self, rows: int, waits: Sequence[float]) -> None:
+        """One engine call of ``rows`` rows, whose jobs waited ``waits`` seconds in the queue."""
+        with self._lock:
+            self.engine_calls += 1
+            self.rows.observe(rows)
+            for w in waits:
+                self.queue.observe(w)
+
+    def render(self) -> str:
+        with self._lock:
+            out = ["# HELP gfcr_requests_total HTTP requests answered, by route and status code.",
+                   "# TYPE gfcr_requests_total counter"]
+            out += [f'gfcr_requests_total{{route="{r}",code="{c}"}} {n}' for (r, c), n in sorted(self.requests.items())]
+            for name, kind, help_, v in (
+                ("gfcr_prompt_tokens_total", "counter", "Prompt tokens of the generation requests served.", self.prompt_tokens),
+                ("gfcr_generation_tokens_total", "counter", "Tokens generated.", self.generation_tokens),
+                ("gfcr_requests_running", "gauge", "Generation requests in progress (queued or decoding).", self.running),
+                ("gfcr_engine_calls_total", "counter", "engine.generate calls made by the batcher.", self.engine_calls)):
+                out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {v}"]
+            out += ["# HELP gfcr_batch_rows Rows (samples) per engine call.", "# TYPE gfcr_batch_rows histogram",
+                    *self.rows.lines("gfcr_batch_rows"),
+                    "# HELP gfcr_queue_time_seconds Time a request waited in the batcher's queue before its engine call.",
+                    "# TYPE gfcr_queue_time_seconds histogram", *self.queue.lines("gfcr_queue_time_seconds")]
+        return "\n".join(out) + "\n"
+
+
+class TokenizeBody(BaseModel):
+    """``POST /tokenize`` (vLLM's ``TokenizeCompletionRequest`` / ``TokenizeChatRequest``,
+    ``vllm/entrypoints/serve/tokenize/protocol.py``): ``prompt`` or ``messages``."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    add_special_tokens: bool | None = None  # vLLM: True for a prompt, False for messages
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    return_token_strs: bool = False
+
+
+class DetokenizeBody(BaseModel):
+    """``POST /detokenize`` (vLLM's ``DetokenizeRequest``): ``tokens`` → ``{"prompt": text}``."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    tokens: list[int]

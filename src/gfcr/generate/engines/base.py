@@ -37,6 +37,10 @@ class SamplingParams(StrictModel):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="Subtracted from a token's logit if it occurs in the generated tokens.")
     logit_bias: dict[int, float] = Field(default_factory=dict, description="Token id -> value added to its logit before sampling (-100..100).")
     top_logprobs: int = Field(0, ge=0, le=1000, description="Also return the this many most likely tokens and their log-probs at each step (of the distribution sampled from).")
+    min_p: float = Field(0.0, ge=0.0, le=1.0, description="vLLM's min-p: after temperature, drop tokens whose probability is below min_p x the most likely token's (0 = off).")
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="vLLM's / CTRL's repetition penalty over the prompt and generated tokens: a seen token's logit is divided by it when positive, multiplied when not (1 = off).")
+    min_tokens: int = Field(0, ge=0, le=1_000_000, description="vLLM's min_tokens: eos and stop_token_ids cannot be sampled, and stop strings do not stop, before this many tokens (0 = off).")
+    ignore_eos: bool = Field(False, description="vLLM's ignore_eos: the end-of-sequence tokens do not stop a sample (stop_token_ids still do).")
 
     @model_validator(mode="after")
     def _check_bias(self) -> SamplingParams:
@@ -49,6 +53,8 @@ class SamplingParams(StrictModel):
     def _check(self) -> SamplingParams:
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) must be at most max_tokens ({self.max_tokens})")
         return self
 
     def to_record(self, engine: Any) -> dict[str, Any]:
@@ -73,11 +79,13 @@ class SamplingParams(StrictModel):
 
     def has_logit_processing(self) -> bool:
         """Whether penalties or a logit bias change the logits before temperature."""
-        return bool(self.frequency_penalty or self.presence_penalty or self.logit_bias)
+        return bool(self.frequency_penalty or self.presence_penalty or self.logit_bias
+                    or self.repetition_penalty != 1.0 or self.min_tokens)
 
 
 _LATER_NEUTRAL: dict[str, Any] = {"top_k": 0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "logit_bias": {},
-                                  "top_logprobs": 0}
+                                  "top_logprobs": 0, "min_p": 0.0, "repetition_penalty": 1.0, "min_tokens": 0,
+                                  "ignore_eos": False}
 
 
 @dataclass

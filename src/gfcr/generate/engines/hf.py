@@ -27,6 +27,7 @@ from gfcr.generate.engines.hf_sampling import (  # noqa: F401 - re-exported: the
     entropy_of,
     inverse_cdf_sample,
     penalized_logits,
+    repetition_penalized,
     row_generator,
     sampling_logprobs,
 )
@@ -70,7 +71,7 @@ class _DecodeState:
 
         B = len(rows)
         self.rows = rows
-        self.stop_ids = [eos_ids | set(sp.stop_token_ids) for _, _, _, sp, _ in rows]
+        self.stop_ids = [(set() if sp.ignore_eos else eos_ids) | set(sp.stop_token_ids) for _, _, _, sp, _ in rows]
         self.toks: list[list[int]] = [[] for _ in range(B)]
         self.lps: list[list[float]] = [[] for _ in range(B)]
         self.ents: list[list[float]] = [[] for _ in range(B)]
@@ -94,6 +95,15 @@ class _DecodeState:
                     if not 0 <= int(tid) < V:
                         raise ValueError(f"logit_bias token id {tid} is outside the vocabulary [0, {V})")
                     self.bias[i, int(tid)] = float(b)
+        self.seen = None  # [B, V] tokens of the prompt and of the sample so far (repetition penalty)
+        if any(sp.repetition_penalty != 1.0 for _, _, _, sp, _ in rows):
+            self.seen = torch.zeros((B, V), dtype=torch.bool)
+            for i, (_, _, p, _, _) in enumerate(rows):
+                self.seen[i, torch.tensor([t for t in p if 0 <= t < V], dtype=torch.long)] = True
+        self.rep = torch.tensor([sp.repetition_penalty for _, _, _, sp, _ in rows], dtype=torch.float32)
+        # rows that must not end before min_tokens: the ids they may not sample until then
+        self.no_stop = {i: sorted(eos_ids | set(sp.stop_token_ids)) for i, (_, _, _, sp, _) in enumerate(rows)
+                        if sp.min_tokens > 0}
 
     def uniforms(self, live: list[int]) -> Any:
         """Each live row's uniform number for its next token: float ``[len(live)]``. Row ``i``'s ``t``-th
@@ -119,22 +129,34 @@ class _DecodeState:
 
         sel = torch.tensor(live, dtype=torch.long)
         V = logits.shape[-1]
-        if self.counts is not None:
+        if self.seen is not None:  # vLLM's order: logit bias, repetition penalty, then OpenAI's penalties
+            if self.bias is not None:
+                logits = logits.float() + self.bias[sel][:, :V]
+            logits = repetition_penalized(logits, self.seen[sel][:, :V], self.rep[sel])
+            if self.counts is not None:
+                logits = penalized_logits(logits, self.counts[sel][:, :V], self.freq[sel], self.pres[sel])
+        elif self.counts is not None:
             bias = self.bias[sel][:, :V] if self.bias is not None else None
             logits = penalized_logits(logits, self.counts[sel][:, :V], self.freq[sel], self.pres[sel], bias)
         elif self.bias is not None:  # logit bias alone: no [B, V] of zero counts to subtract
             logits = logits.float() + self.bias[sel][:, :V]
-        groups: dict[tuple[float, float, int], list[int]] = {}
+        early = [(k, self.no_stop[i]) for k, i in enumerate(live)
+                 if i in self.no_stop and len(self.toks[i]) < self.rows[i][3].min_tokens]
+        if early:  # vLLM's MinTokensLogitsProcessor: no stop token before min_tokens
+            logits = logits.float().clone()
+            for k, ids in early:
+                logits[k, torch.tensor([t for t in ids if t < V], dtype=torch.long)] = float("-inf")
+        groups: dict[tuple[float, float, int, float], list[int]] = {}
         for k, i in enumerate(live):
             sp = self.rows[i][3]
-            groups.setdefault((sp.temperature, sp.top_p, sp.top_k), []).append(k)
+            groups.setdefault((sp.temperature, sp.top_p, sp.top_k, sp.min_p), []).append(k)
         u = self.uniforms(live) if any(key[0] > 0 for key in groups) else None
         n = len(live)
         tok, chosen, ent = torch.zeros(n, dtype=torch.long), torch.zeros(n), torch.zeros(n)
         tops: list[Any] = [None] * n
-        for (temp, top_p, top_k), ks in groups.items():
+        for (temp, top_p, top_k, min_p), ks in groups.items():
             whole = len(ks) == n
-            lp = sampling_logprobs(logits if whole else logits[ks], temp, top_p, top_k)
+            lp = sampling_logprobs(logits if whole else logits[ks], temp, top_p, top_k, min_p)
             probs = lp.exp()
             t = lp.argmax(-1) if temp == 0 else inverse_cdf_sample(probs, u if whole else u[ks])
             idx = slice(None) if whole else torch.tensor(ks, dtype=torch.long)
@@ -372,13 +394,16 @@ class HFEngine:
         st.ents[i].append(ent)
         if st.counts is not None:
             st.counts[i, t] += 1
+        if st.seen is not None and t < st.seen.shape[1]:
+            st.seen[i, t] = True
         if top is not None:
             st.tops[i].append(top)
         if req.on_token is not None:
             _report(req, TokenEvent(si, t, max(lp, -9999.0),
                                     top[0].tolist() if top is not None else None,
                                     top[1].clamp(min=-9999.0).tolist() if top is not None else None))
-        if t in st.stop_ids[i] or (sp.stop and self._hit_stop(st.toks[i], sp.stop)):
+        early = len(st.toks[i]) < sp.min_tokens  # vLLM: nothing but the length stops before min_tokens
+        if not early and (t in st.stop_ids[i] or (sp.stop and self._hit_stop(st.toks[i], sp.stop))):
             st.finish[i] = "stop"
         elif len(st.toks[i]) >= sp.max_tokens:
             st.finish[i] = "length"

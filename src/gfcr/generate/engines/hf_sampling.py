@@ -12,9 +12,11 @@ from typing import Any
 NOISE_BLOCK = 64  # uniforms each row's generator draws at a time (fixed, so a seed's stream never depends on the batch)
 
 
-def sampling_logprobs(logits: Any, temperature: float, top_p: float = 1.0, top_k: int = 0) -> Any:
-    """Log-probs of the distribution sampled from: ``softmax(logits / T)``, cut to the top-k tokens, then
-    to the top-p nucleus (vLLM's order).
+def sampling_logprobs(logits: Any, temperature: float, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0) -> Any:
+    """Log-probs of the distribution sampled from: ``softmax(logits / T)``, cut by min-p, to the top-k
+    tokens, then to the top-p nucleus (vLLM's order: its sampler applies temperature, then the min-p
+    logits processor, then top-k/top-p; ``vllm/v1/sample/sampler.py``, ``MinPLogitsProcessor`` in
+    ``vllm/v1/sample/logits_processor/builtin.py``).
 
     Args:
         logits: float tensor ``[B, V]``.
@@ -22,18 +24,24 @@ def sampling_logprobs(logits: Any, temperature: float, top_p: float = 1.0, top_k
         top_p: keep the smallest set of most likely tokens whose mass reaches ``top_p`` (the most
             likely token is always kept), renormalise; the rest get ``-inf``.
         top_k: keep only the ``top_k`` largest logits (ties with the k-th kept); 0 = off.
+        min_p: drop the tokens whose probability under ``softmax(logits / T)`` is below ``min_p`` times
+            the most likely token's (the most likely is always kept); 0 = off (ignored when greedy).
     Returns:
         float tensor ``[B, V]`` of log-probs (each row logsumexps to 0).
 
     Example: logits ``[ln 0.5, ln 0.3, ln 0.2]``, T = 1, top_p = 0.7 keeps the first two tokens
     (0.5 < 0.7 <= 0.8) and gives log-probs ``[ln 0.625, ln 0.375, -inf]``; top_k = 1 instead gives
-    ``[0, -inf, -inf]``.
+    ``[0, -inf, -inf]``; min_p = 0.5 instead keeps the tokens with p >= 0.25 (the first two) and gives
+    ``[ln 0.625, ln 0.375, -inf]``.
     """
     import torch
 
     x = logits.float()
     if temperature > 0:
         x = x / temperature
+        if min_p > 0:
+            p = torch.softmax(x, dim=-1)
+            x = x.masked_fill(p < min_p * p.amax(dim=-1, keepdim=True), float("-inf"))
         if 0 < top_k < x.shape[-1]:
             kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
             x = x.masked_fill(x < kth, float("-inf"))
@@ -63,6 +71,29 @@ def penalized_logits(logits: Any, counts: Any, frequency: Any, presence: Any, bi
     """
     x = logits.float() - frequency[:, None] * counts - presence[:, None] * (counts > 0).float()
     return x + bias if bias is not None else x
+
+
+def repetition_penalized(logits: Any, seen: Any, penalty: Any) -> Any:
+    """The repetition penalty of CTRL (Keskar et al. 2019, arXiv:1909.05858, section 4.1) as vLLM and HF
+    apply it (vLLM ``apply_penalties`` in ``vllm/model_executor/layers/utils.py``; HF
+    ``RepetitionPenaltyLogitsProcessor``): a token already seen (in the prompt or the generated tokens)
+    has its logit divided by the penalty when positive and multiplied by it otherwise.
+
+    Departure from CTRL: CTRL divides every seen logit (which raises a negative one); vLLM/HF multiply
+    negative ones so that a penalty > 1 always lowers a seen token. gfcr follows vLLM.
+
+    Args:
+        logits: float ``[B, V]``; seen: bool ``[B, V]``; penalty: float ``[B]`` (1 = off).
+    Returns:
+        ``[B, V]`` adjusted logits.
+
+    Example: logits ``[2, -1, 3]``, seen ``[T, T, F]``, penalty 2 → ``[1, -2, 3]``.
+    """
+    import torch
+
+    x = logits.float()
+    r = penalty.to(x.dtype)[:, None]
+    return torch.where(seen, torch.where(x > 0, x / r, x * r), x)
 
 
 class NgramCounter:

@@ -110,6 +110,10 @@ class OpenAIEngine:
             body["presence_penalty"] = p.presence_penalty
         if p.logit_bias:
             body["logit_bias"] = {str(k): v for k, v in p.logit_bias.items()}
+        # vLLM's sampling extras (gfcr serve has them too), sent only when they ask for something
+        extras = {"min_p": p.min_p, "repetition_penalty": p.repetition_penalty if p.repetition_penalty != 1.0 else 0,
+                  "min_tokens": p.min_tokens, "ignore_eos": p.ignore_eos}
+        body |= {k: v for k, v in extras.items() if v}
         if p.top_logprobs:  # name the alternatives by id (vLLM / gfcr serve), so no re-tokenizing is needed
             body["return_tokens_as_token_ids"] = True
         body.update(self.extra_body)
