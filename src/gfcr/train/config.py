@@ -272,6 +272,7 @@ class LossConfig(StrictModel):
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field("seq-mean-token-mean", description="Loss aggregation: token-mean (DAPO), seq-mean-token-mean (GRPO), seq-mean-token-sum-norm (Dr.GRPO).")
     clip_low: float = Field(0.2, ge=0.0, le=1.0, description="Lower clip range ε_low of the importance ratio.")
     clip_high: float = Field(0.2, ge=0.0, le=10.0, description="Upper clip range ε_high (DAPO clip-higher uses 0.28).")
+    clip: bool = Field(True, description="Clip the importance ratio to [1 − clip_low, 1 + clip_high] (PPO/GRPO). false: the unclipped −A·ratio (ExGRPO's loss_remove_clip, the default with replay.buffer exgrpo).")
     norm_len: int | None = Field(None, ge=1, description="Constant length for seq-mean-token-sum-norm (default: generate.max_tokens).")
     kl_coef: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the initial (reference) policy; 0 = no reference model.")
     tis_cap: float | None = Field(None, gt=0.0, description="Cap of the behaviour importance weight exp(proximal − behaviour) for stale/replayed rollouts (AReaL decoupled loss); null = off.")
@@ -325,6 +326,15 @@ class TrainConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
+        if self.replay.buffer == "exgrpo":  # the authors' run_exgrpo.sh, unless the config says otherwise
+            if self.signals.advantage is None:
+                self.signals.advantage = "dr_grpo"  # algorithm.grpo_use_std=False
+            if "clip" not in self.loss.model_fields_set:
+                self.loss.clip = False  # actor.loss_remove_clip=True
+            if "agg" not in self.loss.model_fields_set:
+                self.loss.agg = "seq-mean-token-sum-norm"  # actor.loss_remove_token_mean=True: Σ tokens / max length
+        if self.replay.buffer == "repo":
+            self.replay.params.setdefault("loss_agg", self.loss.agg)  # RePO's split follows the run's aggregation
         if self.loss.agg == "seq-mean-token-sum-norm" and self.loss.norm_len is None:
             self.loss.norm_len = self.generate.max_tokens
         if self.eval.max_tokens is None:
