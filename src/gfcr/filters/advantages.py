@@ -33,7 +33,7 @@ import numpy as np
 
 from gfcr.filters.signals import ADVANTAGES, seed_grpo_advantages
 from gfcr.filters.teacher import TeacherKL
-from gfcr.filters.treerl import SCALINGS, tree_advantages_for
+from gfcr.filters.treerl import OVERALL_NORMS, SCALINGS, tree_advantages_for
 from gfcr.records import Rollout
 
 Advantage = float | np.ndarray
@@ -88,17 +88,20 @@ class SeedGRPO:
 
 
 class TreeRL:
-    """TreeRL per-token advantages of one tree (``scaling``: ``reference`` or ``segment``)."""
+    """TreeRL per-token advantages of one tree (``scaling``: ``reference`` or ``segment``;
+    ``overall_norm``: ``none``, TreeRL's script, or ``token``, its token-mean shift)."""
 
-    def __init__(self, scaling: str = "reference"):
+    def __init__(self, scaling: str = "reference", overall_norm: str = "none"):
         if scaling not in SCALINGS:
             raise ValueError(f"treerl: scaling must be one of {SCALINGS}, got {scaling!r}")
-        self.scaling = scaling
+        if overall_norm not in OVERALL_NORMS:
+            raise ValueError(f"treerl: overall_norm must be one of {OVERALL_NORMS}, got {overall_norm!r}")
+        self.scaling, self.overall_norm = scaling, overall_norm
 
     def __call__(self, rollouts: Sequence[Rollout]) -> list[Advantage]:
         if any(r.group_id != rollouts[0].group_id for r in rollouts):  # a replay-mixed "tree": not a tree
             return [float(np.mean(r.signals.get("advantage", 0.0))) for r in rollouts]
-        tok = tree_advantages_for(rollouts, self.scaling)  # type: ignore[arg-type]
+        tok = tree_advantages_for(rollouts, self.scaling, self.overall_norm)  # type: ignore[arg-type]
         return [tok[r.rollout_id] for r in rollouts]
 
 
