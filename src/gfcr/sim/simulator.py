@@ -590,3 +590,24 @@ def format_table(report: dict[str, Any]) -> str:
             f"{r['solve_rate_at_budget']:.3f} | {r['wall_time_proxy']:.3g} |"
         )
     return "\n".join(rows)
+
+
+def long_tail(cfg: SimConfig, budgets: Sequence[int | None], steps: int = 50, seed: int | None = None) -> dict[str, Any]:
+    """Partial rollouts against full ones in this world's length model (Kimi k1.5; gfcr.control.partial).
+
+    Each step starts ``train_prompts`` uniformly drawn prompts × ``group_size`` responses with the
+    world's log-normal lengths (wrong answers longer, capped at ``len_max``) at the initial solve
+    probabilities (no learning: only lengths matter here); every arm sees the same lengths.
+    :func:`gfcr.control.partial.long_tail_schedule` then runs them with each ``budget`` (``None`` =
+    full rollouts). Returns, per arm, the step wall time (the longest new segment, in tokens), the
+    decode slot-tokens left idle while a step waits for its longest member, completions and lag.
+    """
+    from gfcr.control.partial import long_tail_schedule
+
+    world = World(cfg)
+    rng = np.random.default_rng(cfg.seed if seed is None else seed)
+    lengths = []
+    for _ in range(steps):
+        idx = rng.integers(0, cfg.n_prompts, size=cfg.train_prompts)
+        lengths.append(world.generate(idx, cfg.group_size, rng)[1].ravel())
+    return {("full" if b is None else f"partial_{b}"): long_tail_schedule(lengths, b).to_dict() for b in budgets}

@@ -111,6 +111,7 @@ class TrainGenerateConfig(StrictModel):
     max_batch: int = Field(32, ge=1, description="Most sequences decoded together.")
     repeat_ngram: int = Field(0, ge=0, description="Early exit on repetition (gfcr.control.groups.EarlyExit's rule, Kimi k1.5-style): stop a rollout, finish_reason 'abort', once its last repeat_ngram tokens have occurred repeat_max times; saves the tokens a degenerate loop would burn up to max_tokens. 0 = off. hf engine and gfcr serve.")
     repeat_max: int = Field(4, ge=2, description="Occurrences of the trailing n-gram that stop a rollout (with repeat_ngram > 0).")
+    partial_budget: int | None = Field(None, ge=1, description="Partial rollouts (Kimi k1.5, gfcr.control.partial): most new tokens per rollout per step; a rollout cut by this budget below max_tokens is carried into the next step and continued from its own tokens (its segments keep their behaviour log-probs and per-token policy versions, meta.token_versions); its group trains in the step its last member finishes. null = off (every rollout runs to max_tokens in its step). Group topology only.")
 
     @model_validator(mode="before")
     @classmethod
@@ -379,6 +380,9 @@ class TrainConfig(StrictModel):
             raise ValueError(f"verify.reward_source {self.verify.reward_source!r} reads the env's own verdict, which "
                              "only multi-turn episodes have: set generate.topology: multi_turn, or reward_source: verifier")
         g = self.generate
+        if g.partial_budget is not None and g.topology.name != "group":
+            raise ValueError(f"generate.partial_budget continues single rollouts from their tokens; topology "
+                             f"{g.topology.name!r} shapes its rollouts itself: use topology group, or partial_budget: null")
         if g.topology.name == "multi_turn" and "env" not in g.topology.model_fields_set:
             from gfcr.generate.envs import ENVS
 
