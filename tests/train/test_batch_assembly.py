@@ -302,3 +302,54 @@ def test_exgrpo_alone_follows_the_authors_script(tiny_dir, tmp_path):
     over = {"replay.buffer": "exgrpo", "signals.advantage": "grpo", "loss.clip": True, "loss.agg": "token-mean"}
     c = load_config(None, {"model": tiny_dir} | over)  # what the config names stays
     assert (c.signals.advantage, c.loss.clip, c.loss.agg) == ("grpo", True, "token-mean")
+
+
+def test_starpo_s_keeps_the_highest_std_groups_in_the_loop(tiny_dir, tmp_path):
+    """StarPO-S (RAGEN's _filter_rollout): 4 groups, ratio 0.5 → int(2) groups by unbiased reward std:
+    [1,0,1,0] (0.577) and [0,0,0,1] (0.5; ties with [1,0,0,0] go to the earlier group); the all-equal
+    group is dropped. Both kept groups keep their own GRPO advantages."""
+    from gfcr.control.policies import starpo_s_keep
+
+    assert starpo_s_keep([[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1], [1, 0, 0, 0]], 0.5) == [0, 2]
+    assert starpo_s_keep([[1, 0, 1, 0], [1, 1, 1, 1]], 0.5, "std_rev") == [1]
+    assert starpo_s_keep([[1, 0], [1, 1], [0, 0]], 0.25) == []  # int(0.75) = 0, as RAGEN's topk(0)
+    t = _run(tiny_dir, tmp_path, n_train=4, **{"control.group": "starpo_s", "control.group_params": {"ratio": 0.5},
+                                               "generate.prompts_per_step": 4})
+    sc = Script(t, {0: [[[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1], [1, 0, 0, 0]]]})
+    row = t.step(0)
+    (b,) = sc.batches
+    assert len(b["ids"]) == 8 and row["starpo_kept_groups"] == 2.0
+    np.testing.assert_allclose(adv(b), [0.866, -0.866, 0.866, -0.866, -0.5, -0.5, -0.5, 1.5], atol=1e-3)
+    kept = {r.rollout_id: r.meta["trained"] for r in t.store.rollouts()}
+    assert sum(kept.values()) == 8 and len(kept) == 16
+    t.close()
+
+
+def test_a_pairwise_judge_reaches_the_update(tiny_dir, tmp_path, monkeypatch):
+    """signals.advantage judge: an all-correct group [1, 1, 1, 1] has no GRPO signal; a pairwise judge
+    (here: the higher sample index wins) orders it: win rates [0, 1/3, 2/3, 1] → GRPO of 0.5·s."""
+    import gfcr.filters.pairwise as pw
+
+    monkeypatch.setattr(pw, "_index_judge", lambda p, a, b: float(a > b), raising=False)
+    t = _run(tiny_dir, tmp_path, **{"signals.advantage": "judge", "signals.advantage_params": {
+        "mode": "pairwise", "judge": "gfcr.filters.pairwise:_index_judge", "weight": 0.5}})
+    sc = Script(t, {0: [[[1, 1, 1, 1]]]})
+    for i in range(4):  # completions "a0" < "a1" < ... so the judge prefers the later sample
+        sc.answers[f"{t.train_prompts[0].prompt_id}-0-0-{i}"] = str(i)
+    real = sc.generate
+
+    def gen(*a):
+        gs = real(*a)
+        for g in gs:
+            for r in g:
+                r.messages[-1].content = f"a{r.sample_index}"
+        return gs
+
+    t.generate_groups = gen
+    t.step(0)
+    (b,) = sc.batches
+    s = np.array([0, 1 / 3, 2 / 3, 1.0])
+    np.testing.assert_allclose(adv(b), (s - s.mean()) / (s.std(ddof=1) * 0.5 + 1e-6) * 0.5, atol=1e-4)
+    stored = {r.sample_index: r.signals["judge_pairwise"] for r in t.store.rollouts()}
+    assert stored == pytest.approx({0: 0.0, 1: 1 / 3, 2: 2 / 3, 3: 1.0})
+    t.close()

@@ -204,7 +204,7 @@ class AdaptThinkConfig(StrictModel):
 
 
 class SignalsConfig(StrictModel):
-    advantage: Literal["grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward"] | None = Field(None, description="Group advantage estimator (gfcr.filters.advantages): grpo (mean/std), dr_grpo (mean only), rloo (leave-one-out), seed_grpo (mean-centred, scaled by semantic entropy), treerl (per-token TreeRL values of a tree), reward (the reward itself: AdaptThink). null: treerl for the tree topology, reward with adapt_think, else grpo.")
+    advantage: Literal["grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward", "judge"] | None = Field(None, description="Group advantage estimator (gfcr.filters.advantages): grpo (mean/std), dr_grpo (mean only), rloo (leave-one-out), seed_grpo (mean-centred, scaled by semantic entropy), treerl (per-token TreeRL values of a tree), reward (the reward itself: AdaptThink), judge (GRPO of reward + weight x a pairwise or listwise judge's score in the group; params mode, judge, weight, base). null: treerl for the tree topology, reward with adapt_think, else grpo.")
     advantage_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the estimator (seed_grpo: alpha, form, estimator, likelihood; treerl: scaling reference|segment).")
     token_terms: list[TokenTermConfig] = Field(default_factory=list, description="Per-token terms added to every advantage (e.g. a distillation signal); empty = none.")
     prm: PRMConfig | None = Field(None, description="Process score added to the reward (gfcr.filters.reward): null = off.")
