@@ -5,7 +5,7 @@
 
 Two parts, each timed (wall and CPU seconds) with the load average recorded:
 
-1. **Simulator** (``gfcr.sim.simulator.long_tail``): the simulated world's response lengths
+1. **Simulator** (``gfcr.sim.long_tail.long_tail``): the simulated world's response lengths
    (64 prompts × 8 responses per step, log-normal, wrong answers 1.5× longer, capped at 2048) run
    step by step full or with a per-step budget. Reports the step wall time in decode steps (the
    longest new segment: a synchronous batch waits for it) and the decode slot-tokens left idle
@@ -39,7 +39,8 @@ def _cpu() -> float:
 
 
 def simulator(steps: int, budgets: list[int | None], seeds: list[int]) -> dict:
-    from gfcr.sim.simulator import SimConfig, long_tail
+    from gfcr.sim.long_tail import long_tail
+    from gfcr.sim.simulator import SimConfig
 
     t0, c0 = time.perf_counter(), _cpu()
     runs = [long_tail(SimConfig(seed=s), budgets, steps=steps) for s in seeds]

@@ -197,7 +197,8 @@ def test_simulator_and_loop_assemble_the_same_batch(tiny_dir, tmp_path, buffer):
 
 
 def test_long_tail_partial_rollouts_cut_the_wait_for_the_longest():
-    from gfcr.sim.simulator import SimConfig, long_tail
+    from gfcr.sim.long_tail import long_tail
+    from gfcr.sim.simulator import SimConfig
 
     cfg = SimConfig(n_prompts=50, train_prompts=8, group_size=4, len_max=2048)
     out = long_tail(cfg, [None, 256], steps=10)

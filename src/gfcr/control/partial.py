@@ -30,13 +30,16 @@ repetitive rollouts early (``generate.repeat_ngram``, a separate option).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from gfcr.records import GENERATED, Rollout
+
+#: the caller's continuation: (rollouts, max new tokens each) -> per rollout (token ids, logprobs, finish reason)
+Continue = Callable[[Sequence[Rollout], Sequence[int]], Sequence[tuple[Any, Any, str]]]
 
 
 def token_versions(meta: dict[str, Any], n_generated: int, default: int = 0) -> np.ndarray:
@@ -96,19 +99,16 @@ class PartialPool:
             (self.held.append(list(g)) if any(self.unfinished(r) for r in g) else done.append(list(g)))
         return done
 
-    def resume(self, engine: Any, params: Any, version: int, step: int, seed: int = 0) -> list[list[Rollout]]:
-        """Continue every held group's unfinished members by up to ``budget`` tokens (one engine call);
-        return the groups that are now complete (their rollouts re-stamped ``step``), keep the others."""
-        from gfcr.generate.engines.base import GenRequest
-
+    def resume(self, cont: Continue, version: int, step: int) -> list[list[Rollout]]:
+        """Continue every held group's unfinished members by up to ``budget`` tokens (one ``cont`` call:
+        the rollouts and each one's token allowance → per rollout ``(token_ids, logprobs, finish_reason)``,
+        the caller's engine call); return the groups that are now complete (their rollouts re-stamped
+        ``step``), keep the others."""
         todo = [r for g in self.held for r in g if self.unfinished(r)]
         if todo:
-            reqs = [GenRequest(prompt_ids=[int(t) for t in r.token_ids],
-                               params=params.model_copy(update={"n": 1, "seed": seed + 7919 * i,
-                                                                "max_tokens": min(self.budget, self.max_tokens - r.n_generated)}))
-                    for i, r in enumerate(todo)]
-            for r, (res,) in zip(todo, engine.generate(reqs), strict=True):
-                extend(r, np.asarray(res.token_ids), np.asarray(res.logprobs), res.finish_reason, version)
+            outs = cont(todo, [min(self.budget, self.max_tokens - r.n_generated) for r in todo])
+            for r, (ids, lps, finish) in zip(todo, outs, strict=True):
+                extend(r, np.asarray(ids), np.asarray(lps), finish, version)
         done, keep, moved = [], [], {id(r) for r in todo}
         for g in self.held:
             for r in g:

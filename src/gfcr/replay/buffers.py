@@ -46,12 +46,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from gfcr.records import GENERATED, Rollout
+from gfcr.records import Rollout
 from gfcr.replay.maths import (  # noqa: F401  (re-exported: the buffers' pure maths)
     exgrpo_bucket_weight,
     is_correct,
     max_variance_subset,
     mean_token_nll,
+    n_loss_tokens,
+    repo_set_weights,
     shape_importance,
     split_advantages,
     stage_rng,
@@ -262,7 +264,7 @@ class RePO(_PerPromptCache):
     terms together are one mean over every row: ``pooled``, the default (4 fresh + 3 replayed
     rows weigh 1/7 each). Under ``loss_type: bnpo`` (token-mean) each term is a mean over its
     own tokens (L1681–1682): ``split`` gives that, each set averaged over its own rows (the
-    run's seq-mean aggregations) or tokens (``loss_agg = token-mean``) and the two added, the
+    run's seq-mean aggregations) or tokens (the run's ``loss.agg: token-mean``) and the two added, the
     paper's ``J_on + λ·J_off``: 4 fresh + 3 replayed rows weigh 1/4 and 1/3. It is done with
     the rows' loss weights (:func:`repo_set_weights`), exact when the step's batch is one
     mini-batch (``optim.mini_batch: null``, the default).
@@ -273,7 +275,7 @@ class RePO(_PerPromptCache):
 
     def __init__(self, strategy: str = "highest", num_replays: int = 8, max_cache_size: int = 16,
                  min_cache_to_replay: int = 16, adv_norm_mode: str = "split", off_policy_loss_coef: float = 1.0,
-                 loss_sets: str = "pooled", loss_agg: str = "seq-mean-token-mean"):
+                 loss_sets: str = "pooled"):
         if strategy not in self.STRATEGIES:
             raise ValueError(f"RePO: strategy must be one of {self.STRATEGIES}, got {strategy!r}")
         if min_cache_to_replay > max_cache_size:
@@ -285,7 +287,8 @@ class RePO(_PerPromptCache):
         if loss_sets not in ("pooled", "split"):
             raise ValueError(f"RePO: loss_sets must be 'pooled' or 'split', got {loss_sets!r}")
         self.adv_norm_mode, self.off_policy_loss_coef = adv_norm_mode, off_policy_loss_coef
-        self.loss_sets, self.loss_agg = loss_sets, loss_agg
+        self.loss_sets = loss_sets
+        self.loss_agg = "seq-mean-token-mean"  # the run's loss.agg (the loop sets it): rows or tokens for split
         super().__init__(max_cache_size)
 
     def mix(self, groups: Sequence[Sequence[Rollout]], step: int, rng: np.random.Generator, estimator: Estimator,
@@ -309,7 +312,7 @@ class RePO(_PerPromptCache):
             out += [TrainItem(r, float(a), self.off_policy_loss_coef, None, rgid, True, step - int(r.step))
                     for r, a in zip(reps, a_off, strict=True)]
         if self.loss_sets == "split":
-            sizes = [_n_generated(it.rollout) if self.loss_agg == "token-mean" else 1.0 for it in out]
+            sizes = [n_loss_tokens(it.rollout) if self.loss_agg == "token-mean" else 1.0 for it in out]
             for it, w in zip(out, repo_set_weights([it.replayed for it in out], sizes, self.off_policy_loss_coef),
                              strict=True):
                 it.weight = float(w)
@@ -352,33 +355,6 @@ class RePO(_PerPromptCache):
 
     def advantages(self, on_rewards: Sequence[float], off_rewards: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
         return split_advantages(on_rewards, off_rewards, self.adv_norm_mode)
-
-
-def _n_generated(r: Rollout) -> float:
-    """Generated tokens of a rollout that take a loss (the first token never does)."""
-    return float(np.count_nonzero(np.asarray(r.token_role)[1:] == GENERATED))
-
-
-def repo_set_weights(replayed: Sequence[bool], sizes: Sequence[float], coef: float = 1.0) -> np.ndarray:
-    """Loss weights that turn one mean over a batch into RePO's two means added (``split``).
-
-    ``replayed`` (N,) marks the off-policy rows, ``sizes`` (N,) each row's share of the batch's
-    denominator (1 per row for the seq-mean aggregations, its loss tokens for token-mean). The
-    batch mean ``Σ_i w_i·ℓ_i / Σ sizes`` then equals ``Σ_on ℓ_i / Σ_on sizes + coef·Σ_off ℓ_i /
-    Σ_off sizes``: ``w = S/S_on`` on fresh rows, ``coef·S/S_off`` on replayed rows (a set that is
-    empty gets no weight to rescale). Shapes: (N,), (N,) -> (N,).
-    Example: 4 fresh + 3 replayed rows, sizes 1 -> [7/4]*4 + [7/3]*3, i.e. per-row weights
-    1/4 and 1/3 of the loss instead of 1/7 each.
-    """
-    off = np.asarray(replayed, dtype=bool)
-    n = np.asarray(sizes, dtype=np.float64)
-    total, s_on, s_off = n.sum(), n[~off].sum(), n[off].sum()
-    w = np.ones(len(off))
-    if s_on > 0:
-        w[~off] = total / s_on
-    if s_off > 0:
-        w[off] = coef * total / s_off
-    return w
 
 
 class ExGRPO(_Buffer):

@@ -22,7 +22,7 @@ splits the batch's B·G responses by each prompt's Beta posterior); ``repo`` and
 real :class:`~gfcr.replay.buffers.RePO` / :class:`~gfcr.replay.buffers.ExGRPO` buffers). The replay
 controls build minimal rollout records and assemble the batch with the same calls as
 ``gfcr train`` (:meth:`_Run.assemble`: ``ReplayBuffer.reserve`` before generation,
-``ReplayBuffer.mix`` with the GRPO estimator and the ``(seed, step, "replay")`` generator after it,
+``ReplayBuffer.mix`` with the loop's estimator and the ``(seed, step, "replay")`` generator after it,
 ``add`` after the step), so a simulated batch is the loop's batch for the same groups. Replay in
 this world: a batch group (by its normalisation group) with a non-zero advantage learns like a
 fresh group, times ``replay_decay ** lag`` when it holds replayed responses.
@@ -350,10 +350,12 @@ class _Run:
                         np.ones(len(batch)), int(sum(b[2].sum() for b in batch)), len(batch) * g)
 
     def assemble(self, groups: list[list[Rollout]]) -> list[TrainItem]:
-        """The loop's batch assembly: ``buffer.mix`` with the GRPO estimator and the step's replay generator."""
+        """The loop's batch assembly: ``buffer.mix`` with the run's estimator (GRPO; Dr.GRPO for ExGRPO, as
+        ``replay.buffer: exgrpo`` defaults to) and the step's replay generator."""
         from gfcr.filters.advantages import make_estimator
 
-        return self.buffer.mix(groups, self.step, stage_rng(self.cfg.seed, self.step, "replay"), make_estimator("grpo"))
+        est = make_estimator("dr_grpo" if self.strat.control == "exgrpo" else "grpo")
+        return self.buffer.mix(groups, self.step, stage_rng(self.cfg.seed, self.step, "replay"), est)
 
     def trained(self, items: list[TrainItem], train_tokens: int) -> _Trained:
         """Effective batch groups (a non-zero advantage) → the world's learning step."""
@@ -590,24 +592,3 @@ def format_table(report: dict[str, Any]) -> str:
             f"{r['solve_rate_at_budget']:.3f} | {r['wall_time_proxy']:.3g} |"
         )
     return "\n".join(rows)
-
-
-def long_tail(cfg: SimConfig, budgets: Sequence[int | None], steps: int = 50, seed: int | None = None) -> dict[str, Any]:
-    """Partial rollouts against full ones in this world's length model (Kimi k1.5; gfcr.control.partial).
-
-    Each step starts ``train_prompts`` uniformly drawn prompts × ``group_size`` responses with the
-    world's log-normal lengths (wrong answers longer, capped at ``len_max``) at the initial solve
-    probabilities (no learning: only lengths matter here); every arm sees the same lengths.
-    :func:`gfcr.control.partial.long_tail_schedule` then runs them with each ``budget`` (``None`` =
-    full rollouts). Returns, per arm, the step wall time (the longest new segment, in tokens), the
-    decode slot-tokens left idle while a step waits for its longest member, completions and lag.
-    """
-    from gfcr.control.partial import long_tail_schedule
-
-    world = World(cfg)
-    rng = np.random.default_rng(cfg.seed if seed is None else seed)
-    lengths = []
-    for _ in range(steps):
-        idx = rng.integers(0, cfg.n_prompts, size=cfg.train_prompts)
-        lengths.append(world.generate(idx, cfg.group_size, rng)[1].ravel())
-    return {("full" if b is None else f"partial_{b}"): long_tail_schedule(lengths, b).to_dict() for b in budgets}

@@ -327,6 +327,11 @@ class TrainConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
+        """Defaults that depend on other sections, then the cross-section rules, in the order they build on each other.
+
+        Long because: each rule is two to four lines over several sections; split apart they would
+        lose the order they must run in.
+        """
         if self.replay.buffer == "exgrpo":  # the authors' run_exgrpo.sh, unless the config says otherwise
             if self.signals.advantage is None:
                 self.signals.advantage = "dr_grpo"  # algorithm.grpo_use_std=False
@@ -334,8 +339,6 @@ class TrainConfig(StrictModel):
                 self.loss.clip = False  # actor.loss_remove_clip=True
             if "agg" not in self.loss.model_fields_set:
                 self.loss.agg = "seq-mean-token-sum-norm"  # actor.loss_remove_token_mean=True: Σ tokens / max length
-        if self.replay.buffer == "repo":
-            self.replay.params.setdefault("loss_agg", self.loss.agg)  # RePO's split follows the run's aggregation
         if self.loss.agg == "seq-mean-token-sum-norm" and self.loss.norm_len is None:
             self.loss.norm_len = self.generate.max_tokens
         if self.eval.max_tokens is None:

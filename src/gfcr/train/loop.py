@@ -154,6 +154,8 @@ class TrainingRun:
         self.policy = make_group_policy(c.group, c.decide_on, **c.group_params)
         self.decide = self.policy.decide
         self.buffer = make_buffer(cfg.replay.buffer, **cfg.replay.params) if cfg.replay.buffer else None
+        if hasattr(self.buffer, "loss_agg"):
+            self.buffer.loss_agg = cfg.loss.agg  # RePO's split averages rows or, under token-mean, tokens
         from gfcr.control.partial import PartialPool
 
         g = cfg.generate
@@ -247,8 +249,21 @@ class TrainingRun:
         if self.partial is None:
             return list(groups.values())
         now = version_number(self.policy_version, step)  # partial rollouts: hold the unfinished, finish the held
-        held = self.partial.resume(self.engine, params, now, step, seed=self.cfg.seed * 1000 + 10 * step) if rnd == 0 else []
+        held = self.partial.resume(self._continuation(params, step), now, step) if rnd == 0 else []
         return held + self.partial.admit(list(groups.values()), now)
+
+    def _continuation(self, params: Any, step: int) -> Any:
+        """Partial rollouts' engine call: each rollout continued from its own tokens (one request each)."""
+        from gfcr.generate.engines.base import GenRequest
+
+        def cont(rollouts: list[Rollout], allow: list[int]) -> list[tuple[Any, Any, str]]:
+            seed = self.cfg.seed * 1000 + 10 * step
+            reqs = [GenRequest(prompt_ids=[int(t) for t in r.token_ids],
+                               params=params.model_copy(update={"n": 1, "seed": seed + 7919 * i, "max_tokens": a}))
+                    for i, (r, a) in enumerate(zip(rollouts, allow, strict=True))]
+            return [(res.token_ids, res.logprobs, res.finish_reason) for (res,) in self.engine.generate(reqs)]
+
+        return cont
 
     def verify(self, groups: list[list[Rollout]]) -> None:
         """Verdict (``verified``, evidence, ``signals["correctness"]``: the verdict's score, or a multi_turn
