@@ -260,10 +260,10 @@ class RePO(_PerPromptCache):
     L1669–1700) computes ``on_loss = _aggregate(ℓ, on_mask)`` and ``off_loss = _aggregate(ℓ,
     off_mask)`` and adds them, ``loss = on_loss + off_policy_loss_coef·off_loss``. Under
     ``loss_type: grpo`` (the authors' script) ``_aggregate`` is ``seq_loss.mean()`` over *all* B
-    rows of the micro-batch (L1677–1679: rows outside the mask give 0 but count), so the two
+    rows of the micro-batch (L1679–1681: rows outside the mask give 0 but count), so the two
     terms together are one mean over every row: ``pooled``, the default (4 fresh + 3 replayed
     rows weigh 1/7 each). Under ``loss_type: bnpo`` (token-mean) each term is a mean over its
-    own tokens (L1681–1682): ``split`` gives that, each set averaged over its own rows (the
+    own tokens (L1683–1684): ``split`` gives that, each set averaged over its own rows (the
     run's seq-mean aggregations) or tokens (the run's ``loss.agg: token-mean``) and the two added, the
     paper's ``J_on + λ·J_off``: 4 fresh + 3 replayed rows weigh 1/4 and 1/3. It is done with
     the rows' loss weights (:func:`repo_set_weights`), exact when the step's batch is one
