@@ -80,7 +80,9 @@ def main() -> None:
     evals: dict[str, Any] = {"base": stage("eval_base", lambda: _evaluate("default", prompts, args.k, args.seed))}
     over: dict[str, Any] = {"steps": args.steps, "output_dir": args.output_dir, "eval.before": False,
                             "eval.after": False, "seed": args.seed}
-    if args.teacher != "sharpened":
+    if args.teacher == "sharpened":  # the offline teacher of the measured runs: the base model at T = 0.5
+        over |= {"distill.teachers": [{"name": "sharpened-self", "model": "default", "temperature": 0.5}]}
+    else:
         over |= {"distill.teachers": [{"name": "rl-teacher", "model": args.teacher, "temperature": 1.0}]}
     res = stage("opd_train", lambda: train(load_config(args.config, over), progress=True))
     ckpts = sorted((Path(res.run_dir) / "checkpoints").glob("step_*"))

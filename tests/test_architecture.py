@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "filters": set(),
     "control": set(),
     "replay": set(),
-    "generate": {"store", "tasks", "filters", "models"},
+    "generate": {"store", "tasks", "filters", "models", "replay"},
     "evaluate": {"filters", "generate", "models", "tasks"},
     "sim": {"control", "replay", "filters"},
     "scale": {"store", "tasks", "filters", "generate", "models"},

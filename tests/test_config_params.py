@@ -43,7 +43,7 @@ TRAIN_CASES = {
     "buffer": (
         {"replay.buffer": "repo", "replay.params": {"num_replay": 2}},
         "replay.params: unknown key 'num_replay' for buffer 'repo'; allowed: strategy, num_replays, max_cache_size, "
-        "min_cache_to_replay, adv_norm_mode, off_policy_loss_coef",
+        "min_cache_to_replay, adv_norm_mode, off_policy_loss_coef, loss_sets",
         {"replay.buffer": "repo", "replay.params": {"num_replays": "many"}},
         "replay.params.num_replays: input should be a valid integer, unable to parse string as an integer, got "
         "'many' for buffer 'repo'"),

@@ -21,7 +21,7 @@ def test_estimators_by_hand():
     assert make_estimator("reward")(g) == [1.0, 0.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="unknown advantage estimator 'gpro'"):
         make_estimator("gpro")
-    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward"}
+    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward", "judge"}
 
 
 def test_seed_grpo_reads_the_verifiers_answer_as_the_cluster():

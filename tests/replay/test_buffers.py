@@ -151,3 +151,26 @@ def test_rebuild_from_store_equals_live_state(tmp_path, name):
     rebuilt = make_buffer(name, **params)
     n = rebuilt.rebuild(RolloutStore.open(tmp_path / "s"), run="run")
     assert n == 48 and rebuilt.state_dict() == before
+
+
+def test_repo_split_gives_replay_half_the_gradient_at_the_authors_sizes():
+    """8 prompts × 8 fresh, one prompt with 8 cached replays: pooled (RePO's loss_type grpo) gives the
+    replays 8/72 = 11% of the loss weight; split (J_on + J_off, loss_type bnpo) gives them 50%."""
+    from gfcr.replay.buffers import repo_set_weights
+
+    def share(**kw):
+        b = RePO(strategy="recent", num_replays=8, max_cache_size=8, min_cache_to_replay=8, **kw)
+        b.add(group("p0", 0, [1, 0, 0, 0, 1, 0, 0, 0]))
+        groups = [group(f"p{j}", 1, [1, 0, 1, 0, 0, 0, 0, 1]) for j in range(8)]
+        items = b.mix(groups, 1, np.random.default_rng(0), lambda g: [0.0] * len(g))
+        assert len(items) == 72 and sum(it.replayed for it in items) == 8
+        w = np.array([it.weight for it in items])
+        return w[[it.replayed for it in items]].sum() / w.sum()
+
+    assert share() == pytest.approx(8 / 72)
+    assert share(loss_sets="split") == pytest.approx(0.5)
+    np.testing.assert_allclose(repo_set_weights([0, 0, 0, 0, 1, 1, 1], [1] * 7), [7 / 4] * 4 + [7 / 3] * 3)
+    # token-mean: each set over its own tokens (rows of 2 and 6 tokens): fresh 8/2, replayed 0.5·8/6
+    np.testing.assert_allclose(repo_set_weights([0, 1], [2, 6], 0.5), [4.0, 8 / 12])
+    with pytest.raises(ValueError, match="loss_sets"):
+        RePO(loss_sets="both")

@@ -173,3 +173,60 @@ def test_cli_retrieve_indexes_and_queries(tmp_path):
     assert res.exit_code == 2 and "no gfcr store" in res.output
     res = run(app, ["retrieve", str(tmp_path / "s"), "x", "--embed", "magic"])
     assert res.exit_code == 2 and "unknown embedder 'magic'" in res.output
+
+
+def _solved_store(tmp_path):
+    from gfcr.store import RolloutStore
+
+    store = RolloutStore.open(tmp_path / "src", create=True)
+    rs = [solved("add1", "what is 12 + 7 ?"), solved("add2", "what is 15 + 9 ?"),
+          solved("cap", "name the capital city of france"), solved("bad", "what is 12 + 8 ?", ok=False)]
+    rs[0].messages[1].content, rs[1].messages[1].content = "12 + 7 = 19. Answer: 19", "15 + 9 = 24. Answer: 24"
+    store.append(rs)
+    return store
+
+
+def test_retrieval_seeder_puts_the_nearest_solved_cases_before_the_question(tmp_path):
+    from gfcr.records import Prompt
+    from gfcr.replay.retrieval import RetrievalSeeder
+
+    def make_prompt(pid, messages):
+        return Prompt(prompt_id=pid, task="arith", messages=messages, answer="21")
+
+    store = _solved_store(tmp_path)
+    seeder = RetrievalSeeder(store, k=2)
+    p = make_prompt("new", messages=[{"role": "user", "content": "what is 12 + 9 ?"}])
+    (q,) = seeder.seed([p])
+    assert [m.role for m in q.messages] == ["user", "assistant", "user", "assistant", "user"]
+    v = HashEmbedding()(["what is 12 + 9 ?", "what is 12 + 7 ?", "what is 15 + 9 ?"])
+    assert v[0] @ v[2] > v[0] @ v[1]  # the hash embedding puts 15 + 9 nearer: it is the nearest seed
+    # the nearest sits last, next to the question; the unsolved 12 + 8 is never a seed
+    assert [m.content for m in q.messages] == ["what is 12 + 7 ?", "12 + 7 = 19. Answer: 19",
+                                                "what is 15 + 9 ?", "15 + 9 = 24. Answer: 24", "what is 12 + 9 ?"]
+    assert q.meta["retrieved"] == ["add2-0", "add1-0"] and (q.prompt_id, q.answer) == (p.prompt_id, p.answer)
+    assert p.messages[0].content == "what is 12 + 9 ?" and len(p.messages) == 1  # the original is untouched
+    (same,) = seeder.seed([make_prompt("add1", messages=[{"role": "user", "content": "what is 12 + 7 ?"}])])
+    assert "add1-0" not in same.meta["retrieved"]  # a prompt never sees its own solution
+    far = RetrievalSeeder(store, k=2, max_distance=0.0).seed([p])[0]
+    assert far is p  # nothing within distance 0: the prompt as it is
+
+
+def test_gfcr_generate_retrieve_option_feeds_the_seeds_to_the_engine(tmp_path, tiny_dir):
+    from gfcr.generate.run import GenerateConfig, run_generate
+    from gfcr.store import RolloutStore
+
+    src = _solved_store(tmp_path)
+    cfg = GenerateConfig.model_validate({
+        "store": str(tmp_path / "out"), "tasks": {"name": "arith", "params": {"n": 2, "level": 1}},
+        "engine": {"name": "hf", "args": {"model": tiny_dir}}, "topology": {"name": "group", "k": 2},
+        "sampling": {"max_tokens": 3}, "retrieve": {"store": str(src.path), "k": 1}})
+    run_generate(cfg, progress=False)
+    rs = RolloutStore.open(tmp_path / "out").rollouts()
+    assert len(rs) == 4
+    for r in rs:
+        assert len(r.meta["retrieved"]) == 1 and [m.role for m in r.messages] == ["user", "assistant", "user", "assistant"]
+        seed_answer = r.messages[1].content
+        from transformers import AutoTokenizer
+
+        ctx = AutoTokenizer.from_pretrained(tiny_dir).decode(r.token_ids[r.token_role == 0])
+        assert seed_answer in ctx  # the seed reached the engine's context tokens

@@ -194,3 +194,15 @@ def test_simulator_and_loop_assemble_the_same_batch(tiny_dir, tmp_path, buffer):
                      it.replayed) for it in b]
     assert any(it.replayed for it in a), "the example must exercise replay"
     t.close()
+
+
+def test_long_tail_partial_rollouts_cut_the_wait_for_the_longest():
+    from gfcr.sim.long_tail import long_tail
+    from gfcr.sim.simulator import SimConfig
+
+    cfg = SimConfig(n_prompts=50, train_prompts=8, group_size=4, len_max=2048)
+    out = long_tail(cfg, [None, 256], steps=10)
+    full, part = out["full"], out["partial_256"]
+    assert full["generated"] > 0 and part["step_wall_max"] <= 256 < full["step_wall_max"]
+    assert part["idle_share"] < full["idle_share"] and part["lag_mean"] > 0 == full["lag_mean"]
+    assert full["carried"] == 0 and full["completed"] == 10 * 8 * 4

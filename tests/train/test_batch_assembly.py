@@ -249,3 +249,107 @@ def test_a_registered_token_term_reaches_the_update(tiny_dir, tmp_path, monkeypa
     for a, base in zip(b["adv"], [1.5, -0.5, -0.5, -0.5], strict=True):
         assert a.shape == (4,) and a[-1] == pytest.approx(base + 1.0, abs=1e-5) and a[-2] == pytest.approx(base, abs=1e-5)
     t.close()
+
+
+def _repo(tiny_dir, tmp_path, **params):
+    return _run(tiny_dir, tmp_path, **{"replay.buffer": "repo", "replay.params": {
+        "strategy": "recent", "num_replays": 3, "max_cache_size": 4, "min_cache_to_replay": 4} | params})
+
+
+def test_repo_split_averages_fresh_and_replayed_rows_apart(tiny_dir, tmp_path):
+    """RePO's two losses (``loss_sets: split``): 4 fresh + 3 replayed rows weigh 1/4 and 1/3 of the loss
+    (the batch mean divides by 7 rows, so the weights are 7/4 and 7/3); ``pooled`` (RePO's loss_type grpo,
+    the default) keeps 1/7 each. The loss the update computes is the sum of the two means."""
+    import torch
+
+    from gfcr.train.losses import aggregate
+
+    t = _repo(tiny_dir, tmp_path, loss_sets="split")
+    sc = Script(t, {0: [[[1, 0, 0, 0]]], 1: [[[1, 1, 0, 0]]]})
+    t.step(0)
+    t.step(1)
+    b = sc.batches[1]
+    n = len(b["w"])
+    assert n == 7 and [r.step for r in b["rollouts"]] == [1] * 4 + [0] * 3
+    np.testing.assert_allclose(np.array(b["w"]) / n, [0.25] * 4 + [1 / 3] * 3)
+    per_row = torch.tensor([[1.0], [2.0], [3.0], [4.0], [10.0], [20.0], [30.0]])  # one loss value per row
+    loss = aggregate(per_row * torch.tensor(b["w"])[:, None], torch.ones(7, 1), "seq-mean-token-mean")
+    assert float(loss) == pytest.approx(np.mean([1, 2, 3, 4]) + np.mean([10, 20, 30]))
+    t.close()
+    t = _repo(tiny_dir, tmp_path)
+    assert t.buffer.loss_sets == "pooled"
+    sc = Script(t, {0: [[[1, 0, 0, 0]]], 1: [[[1, 1, 0, 0]]]})
+    t.step(0)
+    t.step(1)
+    assert sc.batches[1]["w"] == [1.0] * 7  # one mean over the 7 rows: 1/7 each
+    t.close()
+
+
+def test_exgrpo_alone_follows_the_authors_script(tiny_dir, tmp_path):
+    """``replay.buffer: exgrpo`` alone: Dr.GRPO advantage (grpo_use_std=False), no clip
+    (loss_remove_clip=True), Σ tokens / max length (loss_remove_token_mean=True); the mixed group
+    [0, 0, 0 | 1] trains at [−0.25, −0.25, −0.25, +0.75], not GRPO's [−0.5, −0.5, −0.5, +1.5]."""
+    t = _run(tiny_dir, tmp_path, **{"replay.buffer": "exgrpo", "generate.prompts_per_step": 2})
+    c = t.cfg
+    assert (c.signals.advantage, c.loss.clip, c.loss.agg, c.loss.norm_len) == ("dr_grpo", False, "seq-mean-token-sum-norm", 4)
+    sc = Script(t, {0: [[[1, 0, 0, 0]]], 1: [[[1, 1, 0, 0]]], 2: [[[1, 1, 0, 0]]], 3: [[[0, 0, 0]]]})
+    for s in range(4):
+        t.step(s)
+    b = sc.batches[3]
+    assert b["shaping"] == [None, None, None, 0.1]
+    assert adv(b) == pytest.approx([-0.25, -0.25, -0.25, 0.75])
+    t.close()
+    over = {"replay.buffer": "exgrpo", "signals.advantage": "grpo", "loss.clip": True, "loss.agg": "token-mean"}
+    c = load_config(None, {"model": tiny_dir} | over)  # what the config names stays
+    assert (c.signals.advantage, c.loss.clip, c.loss.agg) == ("grpo", True, "token-mean")
+
+
+def test_starpo_s_keeps_the_highest_std_groups_in_the_loop(tiny_dir, tmp_path):
+    """StarPO-S (RAGEN's _filter_rollout): 4 groups, ratio 0.5 → int(2) groups by unbiased reward std:
+    [1,0,1,0] (0.577) and [0,0,0,1] (0.5; ties with [1,0,0,0] go to the earlier group); the all-equal
+    group is dropped. Both kept groups keep their own GRPO advantages."""
+    from gfcr.control.policies import starpo_s_keep
+
+    assert starpo_s_keep([[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1], [1, 0, 0, 0]], 0.5) == [0, 2]
+    assert starpo_s_keep([[1, 0, 1, 0], [1, 1, 1, 1]], 0.5, "std_rev") == [1]
+    assert starpo_s_keep([[1, 0], [1, 1], [0, 0]], 0.25) == []  # int(0.75) = 0, as RAGEN's topk(0)
+    t = _run(tiny_dir, tmp_path, n_train=4, **{"control.group": "starpo_s", "control.group_params": {"ratio": 0.5},
+                                               "generate.prompts_per_step": 4})
+    sc = Script(t, {0: [[[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1], [1, 0, 0, 0]]]})
+    row = t.step(0)
+    (b,) = sc.batches
+    assert len(b["ids"]) == 8 and row["starpo_kept_groups"] == 2.0
+    np.testing.assert_allclose(adv(b), [0.866, -0.866, 0.866, -0.866, -0.5, -0.5, -0.5, 1.5], atol=1e-3)
+    kept = {r.rollout_id: r.meta["trained"] for r in t.store.rollouts()}
+    assert sum(kept.values()) == 8 and len(kept) == 16
+    t.close()
+
+
+def test_a_pairwise_judge_reaches_the_update(tiny_dir, tmp_path, monkeypatch):
+    """signals.advantage judge: an all-correct group [1, 1, 1, 1] has no GRPO signal; a pairwise judge
+    (here: the higher sample index wins) orders it: win rates [0, 1/3, 2/3, 1] → GRPO of 0.5·s."""
+    import gfcr.filters.pairwise as pw
+
+    monkeypatch.setattr(pw, "_index_judge", lambda p, a, b: float(a > b), raising=False)
+    t = _run(tiny_dir, tmp_path, **{"signals.advantage": "judge", "signals.advantage_params": {
+        "mode": "pairwise", "judge": "gfcr.filters.pairwise:_index_judge", "weight": 0.5}})
+    sc = Script(t, {0: [[[1, 1, 1, 1]]]})
+    for i in range(4):  # completions "a0" < "a1" < ... so the judge prefers the later sample
+        sc.answers[f"{t.train_prompts[0].prompt_id}-0-0-{i}"] = str(i)
+    real = sc.generate
+
+    def gen(*a):
+        gs = real(*a)
+        for g in gs:
+            for r in g:
+                r.messages[-1].content = f"a{r.sample_index}"
+        return gs
+
+    t.generate_groups = gen
+    t.step(0)
+    (b,) = sc.batches
+    s = np.array([0, 1 / 3, 2 / 3, 1.0])
+    np.testing.assert_allclose(adv(b), (s - s.mean()) / (s.std(ddof=1) * 0.5 + 1e-6) * 0.5, atol=1e-4)
+    stored = {r.sample_index: r.signals["judge_pairwise"] for r in t.store.rollouts()}
+    assert stored == pytest.approx({0: 0.0, 1: 1 / 3, 2: 2 / 3, 3: 1.0})
+    t.close()

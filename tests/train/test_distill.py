@@ -202,9 +202,14 @@ def test_distill_config_rules_and_build_teachers(tmp_path):
         DistillConfig(teachers=[{"name": "a"}, {"name": "b"}])
     d = save_tiny(str(tmp_path / "t"), seed=1)
     cfg = DistillConfig(teachers=[{"name": "t", "model": d, "tasks": ["arith"]}, {"name": "u", "model": d}])
-    ts = build_teachers(cfg, tiny_tokenizer(), temperature=0.7)
+    ts = build_teachers(cfg, tiny_tokenizer(), temperature=0.7, top_p=0.9)
     assert ts.for_task("arith").name == "t" and ts.for_task("other").name == "u"
-    assert ts.for_task("arith").temperature == 0.7
+    assert (ts.for_task("arith").temperature, ts.for_task("arith").top_p) == (1.0, 1.0)  # the teacher itself
+    keep = DistillConfig(teachers=[{"name": "t", "model": d, "temperature": "student"}])
+    t = build_teachers(keep, tiny_tokenizer(), temperature=0.7, top_p=0.9).for_task("arith")
+    assert (t.temperature, t.top_p) == (0.7, 0.9)  # the earlier rule, by name
+    with pytest.raises(ValidationError, match="temperature must be in"):
+        DistillConfig(teachers=[{"name": "a", "temperature": 0.0}])
     other = tiny_tokenizer()
     other.add_tokens(["<x>"])
     with pytest.raises(TeacherError, match="teacher 't' has a vocabulary of"):
@@ -228,3 +233,44 @@ def test_openai_teacher_through_gfcr_serve_equals_in_process_teacher():
         served.close()
     for r, want in zip(rs, local, strict=True):
         assert np.allclose(r.meta["teacher"]["logprobs"], want, atol=1e-4)
+
+
+def test_the_loop_scores_the_teacher_at_temperature_1_not_the_students(tiny_dir, tmp_path):
+    """The student samples at T = 0.7; the loop's teacher stage stores log q at T = 1 (log_softmax of the
+    teacher's raw logits), not at 0.7: the target is the teacher's own distribution."""
+    from transformers import AutoModelForCausalLM
+
+    from gfcr.testing import save_tiny
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import TrainingRun, prepare_run
+
+    teacher_dir = save_tiny(str(tmp_path / "teacher"), seed=7)
+    base = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 1, "tensorboard": False,
+            "tasks": [{"name": "arith", "n_train": 1, "n_eval": 0, "params": {"level": 1}}],
+            "generate.k": 2, "generate.prompts_per_step": 1, "generate.max_tokens": 4, "generate.temperature": 0.7,
+            "signals.entropy": False, "distill": {"teachers": [{"name": "t7", "model": teacher_dir}]}}
+    m = AutoModelForCausalLM.from_pretrained(teacher_dir).eval()
+
+    def log_q(r, temp):
+        with torch.no_grad():
+            logits = m(torch.as_tensor(r.token_ids[None].astype(np.int64))).logits[0] / temp
+        lp = torch.log_softmax(logits[:-1], -1).gather(-1, torch.as_tensor(r.token_ids[1:, None].astype(np.int64)))[:, 0]
+        P = int((r.token_role == 0).sum())
+        return lp[P - 1:].numpy()
+
+    for temp, want_t in ((None, 1.0), ("student", 0.7)):
+        over = base if temp is None else base | {"distill": {"teachers": [{"name": "t7", "model": teacher_dir,
+                                                                           "temperature": temp}]}}
+        cfg = load_config(None, over)
+        d, _ = prepare_run(cfg, run_dir=tmp_path / f"r{want_t}")
+        t = TrainingRun(cfg, d, False, progress=False)
+        t.setup()
+        t._end = 1
+        t.step(0)
+        rs = t.store.rollouts()
+        assert rs and all(r.sampling.get("temperature", 0.7) == 0.7 for r in rs)
+        for r in rs:
+            got = np.asarray(r.meta["teacher"]["logprobs"])
+            assert np.allclose(got, log_q(r, want_t), atol=1e-4)
+            assert not np.allclose(got, log_q(r, 1.7 - want_t), atol=1e-3)  # and not the other temperature
+        t.close()

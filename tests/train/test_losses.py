@@ -203,3 +203,16 @@ def test_masked_nll_hand_worked_and_masked_tokens_get_no_gradient():
     loss.backward()
     assert n.item() == 1 and loss.item() == pytest.approx(math.log(4), rel=1e-5)
     assert torch.all(logits.grad[0, 0] == 0) and torch.all(logits.grad[0, 2] == 0)  # only target 2 (logits 1) counts
+
+
+def test_unclipped_loss_keeps_the_gradient_outside_the_clip_range():
+    """loss.clip false (ExGRPO's loss_remove_clip): with ratio 2 and A > 0 the clipped loss has no
+    gradient; the unclipped −A·ratio keeps d/dlogp = −A·ratio."""
+    logp = torch.tensor([[0.0, math.log(2.0)]], requires_grad=True)
+    args = (torch.zeros(1, 2), torch.tensor([1.0]), torch.tensor([[0, 1]]))
+    policy_gradient_loss(logp, *args, clip_low=0.2, clip_high=0.2).loss.backward()
+    assert float(logp.grad[0, 1]) == 0.0
+    logp.grad = None
+    out = policy_gradient_loss(logp, *args, clip_low=float("inf"), clip_high=float("inf"))
+    out.loss.backward()
+    assert float(logp.grad[0, 1]) == pytest.approx(-2.0) and out.clip_frac == 0

@@ -23,6 +23,8 @@ name                   rule
 ``ar3po``              AR3PO's adaptive rollout (arXiv 2509.25808): ``stages`` rounds of
                        ``per_stage`` samples, a prompt stops being sampled once one is correct; its
                        stages form one group
+``starpo_s``           RAGEN's StarPO-S (arXiv 2504.20073): one round, keep the ``int(ratio·n)`` groups
+                       with the highest reward std (``kind: std``; ``std_rev`` the lowest)
 =====================  ===============================================================================
 
 Table :data:`GROUP_POLICIES`; factory :func:`make_group_policy`.
@@ -209,12 +211,54 @@ class AR3POPolicy(_Stateless):
                                                 "samples_per_prompt": float(np.mean([len(g) for g in groups]))})
 
 
+def starpo_s_keep(rewards: Sequence[Sequence[float]], ratio: float = 0.25, kind: str = "std") -> list[int]:
+    """StarPO-S trajectory filtering: indices of the ``int(ratio · n_groups)`` groups with the highest
+    (``std``) or lowest (``std_rev``) unbiased reward std, highest first (ties: the earlier group).
+
+    RAGEN-AI/RAGEN ``ragen/trainer/agent_trainer.py`` ``_filter_rollout`` (L461–500):
+    ``in_group_std = rm_scores.std(-1)`` (torch: unbiased), ``top_groups = in_group_std.topk(int(ratio ·
+    num_groups))``; ``ratio = 1`` keeps every group; ``config/base.yaml``: ratio 0.25, type std.
+    Shapes: n_groups lists of K → list. Example: rewards [[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1],
+    [1, 0, 0, 0]], ratio 0.5 → stds [0.577, 0, 0.5, 0.5] → [0, 2].
+    """
+    if kind not in ("std", "std_rev"):
+        raise ValueError(f"StarPO-S: kind must be 'std' or 'std_rev', got {kind!r}")
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"StarPO-S: ratio must be in (0, 1], got {ratio}")
+    n = len(rewards)
+    if ratio == 1.0:
+        return list(range(n))
+    std = np.array([np.std(g, ddof=1) if len(g) > 1 else 0.0 for g in rewards])
+    order = np.argsort(-std if kind == "std" else std, kind="stable")
+    return [int(i) for i in order[: int(ratio * n)]]
+
+
+class StarPOSPolicy(_Stateless):
+    """StarPO-S (RAGEN, arXiv 2504.20073) variance filtering for multi-turn (or any) groups: one round of
+    ``n`` prompts × K, then only the ``int(ratio · n)`` groups whose trajectory rewards vary most
+    (:func:`starpo_s_keep`) train. Reads the trajectory reward (``rollout.reward``, RAGEN's summed
+    ``rm_scores``), not ``decide_on``. Departure: RAGEN filters env groups that share one seed; here a
+    group is a prompt's K episodes, the same thing under the multi_turn topology."""
+
+    def __init__(self, ratio: float = 0.25, kind: str = "std", decide_on: str = "accuracy"):
+        starpo_s_keep([], ratio, kind)  # checks the parameters
+        self.ratio, self.kind = ratio, kind
+        self.decide = decider(decide_on)
+
+    def collect(self, sampler: Sampler, n_prompts: int, k: int) -> Collected:
+        pids = sampler.select(n_prompts)
+        groups = sampler.generate(pids, {p: k for p in pids})
+        keep = starpo_s_keep([[float(r.reward) for r in g] for g in groups], self.ratio, self.kind)
+        return Collected(groups, [groups[i] for i in sorted(keep)], {"starpo_kept_groups": float(len(keep))})
+
+
 GROUP_POLICIES: dict[str, Callable[..., Any]] = {
     "single": SingleRound,
     "adaptive_k": AdaptiveKPolicy,
     "dynamic_sampling": DynamicSamplingPolicy,
     "gfpo": GFPOPolicy,
     "ar3po": AR3POPolicy,
+    "starpo_s": StarPOSPolicy,
 }
 
 

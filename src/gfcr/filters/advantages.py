@@ -13,6 +13,7 @@ name                    rule (maths in :mod:`gfcr.filters.signals` / :mod:`gfcr.
 ``seed_grpo``           (r − mean) · f(α · SE / log G)               SEED-GRPO, arXiv 2505.12346
 ``treerl``              per-token TreeRL values of the tree          TreeRL, arXiv 2506.11902
 ``reward``              the reward itself (no baseline)              AdaptThink's "naive" advantage
+``judge``               GRPO of reward + w · pairwise/listwise score  gfcr.filters.pairwise
 ======================  ==========================================================================
 
 **Per-token terms.** :func:`with_token_terms` adds ``Σ coef · term(rollout)`` (each term a float
@@ -33,7 +34,7 @@ import numpy as np
 
 from gfcr.filters.signals import ADVANTAGES, seed_grpo_advantages
 from gfcr.filters.teacher import TeacherKL
-from gfcr.filters.treerl import SCALINGS, tree_advantages_for
+from gfcr.filters.treerl import OVERALL_NORMS, SCALINGS, tree_advantages_for
 from gfcr.records import Rollout
 
 Advantage = float | np.ndarray
@@ -88,18 +89,56 @@ class SeedGRPO:
 
 
 class TreeRL:
-    """TreeRL per-token advantages of one tree (``scaling``: ``reference`` or ``segment``)."""
+    """TreeRL per-token advantages of one tree (``scaling``: ``reference`` or ``segment``;
+    ``overall_norm``: ``none``, TreeRL's script, or ``token``, its token-mean shift)."""
 
-    def __init__(self, scaling: str = "reference"):
+    def __init__(self, scaling: str = "reference", overall_norm: str = "none"):
         if scaling not in SCALINGS:
             raise ValueError(f"treerl: scaling must be one of {SCALINGS}, got {scaling!r}")
-        self.scaling = scaling
+        if overall_norm not in OVERALL_NORMS:
+            raise ValueError(f"treerl: overall_norm must be one of {OVERALL_NORMS}, got {overall_norm!r}")
+        self.scaling, self.overall_norm = scaling, overall_norm
 
     def __call__(self, rollouts: Sequence[Rollout]) -> list[Advantage]:
         if any(r.group_id != rollouts[0].group_id for r in rollouts):  # a replay-mixed "tree": not a tree
             return [float(np.mean(r.signals.get("advantage", 0.0))) for r in rollouts]
-        tok = tree_advantages_for(rollouts, self.scaling)  # type: ignore[arg-type]
+        tok = tree_advantages_for(rollouts, self.scaling, self.overall_norm)  # type: ignore[arg-type]
         return [tok[r.rollout_id] for r in rollouts]
+
+
+class JudgeAdvantage:
+    """GRPO over ``reward + weight · s``, ``s`` a pairwise or listwise judge's scores of the group
+    (:mod:`gfcr.filters.pairwise`; written to ``signals["judge_<mode>"]``).
+
+    ``judge``: a :class:`gfcr.filters.judge.JudgeConfig` mapping (an OpenAI-compatible judge), or
+    ``"pkg.mod:fn"`` naming a ``Compare`` (pairwise) / ``Rank`` (listwise) callable. A group is judged
+    once (its scores are memoised by rollout ids: the loop asks for a group's advantage twice).
+    Example: rewards [1, 1, 0, 0], pairwise win rates [1, 1/3, 2/3, 0], weight 0.5 → GRPO of
+    [1.5, 1.167, 0.333, 0].
+    """
+
+    def __init__(self, mode: str = "pairwise", judge: dict[str, Any] | str | None = None, weight: float = 0.5,
+                 base: str = "grpo"):
+        from gfcr.config import resolve_object
+        from gfcr.filters.pairwise import llm_compare, llm_rank
+
+        if mode not in ("pairwise", "listwise"):
+            raise ValueError(f"judge: mode must be 'pairwise' or 'listwise', got {mode!r}")
+        if judge is None:
+            raise ValueError("judge: give judge: {base_url, model, ...} (an OpenAI-compatible judge) or 'pkg.mod:fn'")
+        self.mode, self.weight, self.base = mode, float(weight), ADVANTAGES[base]
+        self.judge = (resolve_object(judge, kind="judge") if isinstance(judge, str)
+                      else (llm_compare if mode == "pairwise" else llm_rank)(judge))
+        self._memo: dict[tuple[str, ...], np.ndarray] = {}
+
+    def __call__(self, rollouts: Sequence[Rollout]) -> list[Advantage]:
+        from gfcr.filters.pairwise import group_scores
+
+        key = tuple(r.rollout_id for r in rollouts)
+        if key not in self._memo:
+            self._memo = {key: group_scores(rollouts, self.mode, self.judge)}  # keep only the latest group
+        s = self._memo[key]
+        return [float(a) for a in self.base([r.reward + self.weight * v for r, v in zip(rollouts, s, strict=True)])]
 
 
 def _reward(rollouts: Sequence[Rollout]) -> list[Advantage]:
@@ -113,6 +152,7 @@ ESTIMATORS: dict[str, Callable[..., GroupAdvantage]] = {
     "seed_grpo": SeedGRPO,
     "treerl": TreeRL,
     "reward": lambda: _reward,
+    "judge": JudgeAdvantage,
 }
 
 

@@ -140,6 +140,16 @@ class TopologyConfig(StrictModel):
         return {k: getattr(self, k) for k in TOPOLOGY_KEYS[self.name]}
 
 
+class RetrieveConfig(StrictModel):
+    """Retrieval-guided generation (:class:`gfcr.replay.retrieval.RetrievalSeeder`): each prompt gets the
+    ``k`` nearest solved prompts of a store, with one verified solution each, as in-context examples."""
+
+    store: str | None = Field(None, description="Store whose solved rollouts are retrieved (default: the run's own store, as it is when the run starts).")
+    k: int = Field(2, ge=1, description="Solved cases per prompt (nearest first, placed nearest last before the question).")
+    embed: str = Field("hash", description="Embedder name (hash: no model, surface overlap; minilm: paraphrases) or pkg.mod:obj.")
+    max_distance: float | None = Field(None, ge=0.0, description="Drop neighbours farther than this cosine distance (null: keep the k nearest).")
+
+
 class GenerateConfig(StrictModel):
     """One generation run into a store."""
 
@@ -153,6 +163,7 @@ class GenerateConfig(StrictModel):
     topology: TopologyConfig = Field(default_factory=TopologyConfig, description="Topology.")
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=96),
                                      description="Sampling params (n is set by the topology).")
+    retrieve: RetrieveConfig | None = Field(None, description="Retrieval-guided generation: solved cases of a store as in-context seeds before each prompt (rollouts record them in meta.retrieved); null = off.")
 
     @model_validator(mode="before")
     @classmethod
@@ -210,6 +221,13 @@ def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = Tr
     topo = build_topology(config.topology, config.sampling, config.seed)
     store = RolloutStore.open(config.store, create=True)
     store.upsert_prompts(prompts)
+    seeder = None
+    if config.retrieve is not None:
+        from gfcr.replay.retrieval import RetrievalSeeder
+
+        rc = config.retrieve
+        src = store if rc.store is None else RolloutStore.open(rc.store)
+        seeder = RetrievalSeeder(src, k=rc.k, embed=rc.embed, max_distance=rc.max_distance)
     run_dir = Path(config.store) / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run_dir / f"generate-step{config.step}.yaml"
@@ -221,9 +239,13 @@ def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = Tr
         task = bar.add_task(f"generate {config.topology.name}", total=len(prompts), tps="")
         for i in range(0, len(prompts), config.batch_prompts):
             batch = prompts[i : i + config.batch_prompts]
-            rollouts = topo.generate(engine, batch, run_id=run_id, step=config.step)
+            seeded = seeder.seed(batch) if seeder is not None else batch
+            rollouts = topo.generate(engine, seeded, run_id=run_id, step=config.step)
+            retrieved = {p.prompt_id: p.meta.get("retrieved") for p in seeded}
             for r in rollouts:
                 r.meta.setdefault("config", str(cfg_path.relative_to(config.store)))
+                if seeder is not None:
+                    r.meta["retrieved"] = retrieved.get(r.prompt_id) or []
             store.append(rollouts)
             n_rollouts += len(rollouts)
             n_gen += sum(r.n_generated for r in rollouts)

@@ -52,6 +52,8 @@ from gfcr.replay.maths import (  # noqa: F401  (re-exported: the buffers' pure m
     is_correct,
     max_variance_subset,
     mean_token_nll,
+    n_loss_tokens,
+    repo_set_weights,
     shape_importance,
     split_advantages,
     stage_rng,
@@ -253,13 +255,27 @@ class RePO(_PerPromptCache):
     k-subset, :func:`max_variance_subset`). Advantages of replayed samples are normalised apart
     from the fresh ones (:func:`split_advantages`, ``adv_norm_mode``). Defaults are the authors'
     run script (highest, 8 replays, cache 16/16, split).
+
+    Loss aggregation (``loss_sets``): RePO's ``compute_loss`` (``src/replay_grpo_trainer.py``
+    L1669–1700) computes ``on_loss = _aggregate(ℓ, on_mask)`` and ``off_loss = _aggregate(ℓ,
+    off_mask)`` and adds them, ``loss = on_loss + off_policy_loss_coef·off_loss``. Under
+    ``loss_type: grpo`` (the authors' script) ``_aggregate`` is ``seq_loss.mean()`` over *all* B
+    rows of the micro-batch (L1679–1681: rows outside the mask give 0 but count), so the two
+    terms together are one mean over every row: ``pooled``, the default (4 fresh + 3 replayed
+    rows weigh 1/7 each). Under ``loss_type: bnpo`` (token-mean) each term is a mean over its
+    own tokens (L1683–1684): ``split`` gives that, each set averaged over its own rows (the
+    run's seq-mean aggregations) or tokens (the run's ``loss.agg: token-mean``) and the two added, the
+    paper's ``J_on + λ·J_off``: 4 fresh + 3 replayed rows weigh 1/4 and 1/3. It is done with
+    the rows' loss weights (:func:`repo_set_weights`), exact when the step's batch is one
+    mini-batch (``optim.mini_batch: null``, the default).
     """
 
     key = "repo"
     STRATEGIES = ("random", "highest", "recent", "variance")
 
     def __init__(self, strategy: str = "highest", num_replays: int = 8, max_cache_size: int = 16,
-                 min_cache_to_replay: int = 16, adv_norm_mode: str = "split", off_policy_loss_coef: float = 1.0):
+                 min_cache_to_replay: int = 16, adv_norm_mode: str = "split", off_policy_loss_coef: float = 1.0,
+                 loss_sets: str = "pooled"):
         if strategy not in self.STRATEGIES:
             raise ValueError(f"RePO: strategy must be one of {self.STRATEGIES}, got {strategy!r}")
         if min_cache_to_replay > max_cache_size:
@@ -268,7 +284,11 @@ class RePO(_PerPromptCache):
             raise ValueError(f"RePO: adv_norm_mode must be 'split' or 'mixed', got {adv_norm_mode!r}")
         self.strategy, self.num_replays = strategy, num_replays
         self.max_cache_size, self.min_cache_to_replay = max_cache_size, min_cache_to_replay
+        if loss_sets not in ("pooled", "split"):
+            raise ValueError(f"RePO: loss_sets must be 'pooled' or 'split', got {loss_sets!r}")
         self.adv_norm_mode, self.off_policy_loss_coef = adv_norm_mode, off_policy_loss_coef
+        self.loss_sets = loss_sets
+        self.loss_agg = "seq-mean-token-mean"  # the run's loss.agg (the loop sets it): rows or tokens for split
         super().__init__(max_cache_size)
 
     def mix(self, groups: Sequence[Sequence[Rollout]], step: int, rng: np.random.Generator, estimator: Estimator,
@@ -291,6 +311,11 @@ class RePO(_PerPromptCache):
             rgid = f"{gid}#replay" if self.adv_norm_mode == "split" else gid
             out += [TrainItem(r, float(a), self.off_policy_loss_coef, None, rgid, True, step - int(r.step))
                     for r, a in zip(reps, a_off, strict=True)]
+        if self.loss_sets == "split":
+            sizes = [n_loss_tokens(it.rollout) if self.loss_agg == "token-mean" else 1.0 for it in out]
+            for it, w in zip(out, repo_set_weights([it.replayed for it in out], sizes, self.off_policy_loss_coef),
+                             strict=True):
+                it.weight = float(w)
         return out
 
     def add(self, rollouts: Iterable[Rollout]) -> None:
@@ -330,7 +355,6 @@ class RePO(_PerPromptCache):
 
     def advantages(self, on_rewards: Sequence[float], off_rewards: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
         return split_advantages(on_rewards, off_rewards, self.adv_norm_mode)
-
 
 
 class ExGRPO(_Buffer):

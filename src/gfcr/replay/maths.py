@@ -93,3 +93,30 @@ def is_correct(rollout: Rollout, threshold: float = 0.5) -> bool:
     if rollout.verified is not None:
         return bool(rollout.verified)
     return float(rollout.reward) >= threshold
+
+
+def n_loss_tokens(r: Rollout) -> float:
+    """Generated tokens of a rollout that take a loss (the first token never does)."""
+    return float(np.count_nonzero(np.asarray(r.token_role)[1:] == GENERATED))
+
+
+def repo_set_weights(replayed: Sequence[bool], sizes: Sequence[float], coef: float = 1.0) -> np.ndarray:
+    """Loss weights that turn one mean over a batch into RePO's two means added (``split``).
+
+    ``replayed`` (N,) marks the off-policy rows, ``sizes`` (N,) each row's share of the batch's
+    denominator (1 per row for the seq-mean aggregations, its loss tokens for token-mean). The
+    batch mean ``Σ_i w_i·ℓ_i / Σ sizes`` then equals ``Σ_on ℓ_i / Σ_on sizes + coef·Σ_off ℓ_i /
+    Σ_off sizes``: ``w = S/S_on`` on fresh rows, ``coef·S/S_off`` on replayed rows (a set that is
+    empty gets no weight to rescale). Shapes: (N,), (N,) -> (N,).
+    Example: 4 fresh + 3 replayed rows, sizes 1 -> [7/4]*4 + [7/3]*3, i.e. per-row weights
+    1/4 and 1/3 of the loss instead of 1/7 each.
+    """
+    off = np.asarray(replayed, dtype=bool)
+    n = np.asarray(sizes, dtype=np.float64)
+    total, s_on, s_off = n.sum(), n[~off].sum(), n[off].sum()
+    w = np.ones(len(off))
+    if s_on > 0:
+        w[~off] = total / s_on
+    if s_off > 0:
+        w[off] = coef * total / s_off
+    return w

@@ -319,3 +319,69 @@ def _lit(s: str) -> str:
 
 def _in(col: str, values: Sequence[str]) -> str:
     return f"{col} IN ({', '.join(_lit(v) for v in values)})"
+
+
+def seeded_prompt(prompt: Any, seeds: Sequence[tuple[str, str]], ids: Sequence[str] = ()) -> Any:
+    """``prompt`` with solved cases as earlier turns: ``[user q_1, assistant a_1, ..., <its own messages>]``.
+
+    ``seeds``: ``(question, solution)`` pairs, nearest first (they are placed nearest *last*, next to
+    the question); ``ids``: the seeds' rollout ids, recorded in ``meta["retrieved"]``. The prompt id,
+    answer and tests stay, so verification and the store's prompt table are unchanged.
+    Example: seeds ``[("q 2 + 2", "Answer: 4")]`` before ``user "q 3 + 4"`` → three messages.
+    """
+    from dataclasses import replace
+
+    from gfcr.records import Message
+
+    turns = [m for q, a in reversed(list(seeds)) for m in (Message("user", q), Message("assistant", a))]
+    return replace(prompt, messages=turns + list(prompt.messages), meta=dict(prompt.meta) | {"retrieved": list(ids)})
+
+
+class RetrievalSeeder:
+    """Retrieval-guided generation (Generate's ``retrieve`` option): the survey's most direct use of
+    a rollout store. For each prompt, the ``k`` nearest *solved* prompts of ``store`` (by embedding of
+    the prompt text, :class:`Retrieval`; the prompt itself excluded) and one verified solution of
+    each become in-context examples before the question (:func:`seeded_prompt`).
+
+    The index (``<store>/retrieval.lance``) is brought up to date with the store's solved rollouts
+    on construction (already indexed ids are skipped). ``max_distance`` drops neighbours farther
+    than that cosine distance (None: keep the k nearest). A seed's question is its rollout's last
+    user turn and its solution the final assistant turn, so seeds of seeded rollouts do not nest.
+    No single paper's rule: the survey names "retrieved solved cases as in-context seeds or
+    prefixes"; this is the in-context form.
+    """
+
+    def __init__(self, store: Any, k: int = 2, embed: Embedder | str | None = None, max_distance: float | None = None,
+                 where: str | None = None):
+        if k < 1:
+            raise ValueError(f"retrieve: k must be >= 1, got {k}")
+        self.store, self.k, self.max_distance = store, k, max_distance
+        self.index = Retrieval.for_store(store, embed=embed)
+        self.index.add(store.rollouts(where=where) if where else store.rollouts())
+
+    def seeds(self, prompt: Any) -> list[tuple[str, str, str]]:
+        """``(rollout_id, question, solution)`` of the prompt's nearest solved cases, nearest first."""
+        from gfcr.records import table_to_rollouts
+
+        text = "\n".join(m.content for m in prompt.messages if m.role == "user")
+        near = [n for n in self.index.nearest(text, self.k, exclude_prompt=prompt.prompt_id)
+                if self.max_distance is None or n.distance <= self.max_distance]
+        if not near:
+            return []
+        by_id = {r.rollout_id: r for r in table_to_rollouts(self.store.get([n.rollout_id for n in near]))}
+        out = []
+        for n in near:
+            r = by_id[n.rollout_id]
+            users = [m.content for m in r.messages if m.role == "user"]
+            answers = [m.content for m in r.messages if m.role == "assistant"]
+            if users and answers:
+                out.append((n.rollout_id, users[-1], answers[-1]))
+        return out
+
+    def seed(self, prompts: Sequence[Any]) -> list[Any]:
+        """Every prompt with its seeds (a prompt with no solved neighbour is returned as it is)."""
+        out = []
+        for p in prompts:
+            s = self.seeds(p)
+            out.append(seeded_prompt(p, [(q, a) for _, q, a in s], [i for i, _, _ in s]) if s else p)
+        return out

@@ -22,7 +22,7 @@ splits the batch's B·G responses by each prompt's Beta posterior); ``repo`` and
 real :class:`~gfcr.replay.buffers.RePO` / :class:`~gfcr.replay.buffers.ExGRPO` buffers). The replay
 controls build minimal rollout records and assemble the batch with the same calls as
 ``gfcr train`` (:meth:`_Run.assemble`: ``ReplayBuffer.reserve`` before generation,
-``ReplayBuffer.mix`` with the GRPO estimator and the ``(seed, step, "replay")`` generator after it,
+``ReplayBuffer.mix`` with the loop's estimator and the ``(seed, step, "replay")`` generator after it,
 ``add`` after the step), so a simulated batch is the loop's batch for the same groups. Replay in
 this world: a batch group (by its normalisation group) with a non-zero advantage learns like a
 fresh group, times ``replay_decay ** lag`` when it holds replayed responses.
@@ -350,10 +350,12 @@ class _Run:
                         np.ones(len(batch)), int(sum(b[2].sum() for b in batch)), len(batch) * g)
 
     def assemble(self, groups: list[list[Rollout]]) -> list[TrainItem]:
-        """The loop's batch assembly: ``buffer.mix`` with the GRPO estimator and the step's replay generator."""
+        """The loop's batch assembly: ``buffer.mix`` with the run's estimator (GRPO; Dr.GRPO for ExGRPO, as
+        ``replay.buffer: exgrpo`` defaults to) and the step's replay generator."""
         from gfcr.filters.advantages import make_estimator
 
-        return self.buffer.mix(groups, self.step, stage_rng(self.cfg.seed, self.step, "replay"), make_estimator("grpo"))
+        est = make_estimator("dr_grpo" if self.strat.control == "exgrpo" else "grpo")
+        return self.buffer.mix(groups, self.step, stage_rng(self.cfg.seed, self.step, "replay"), est)
 
     def trained(self, items: list[TrainItem], train_tokens: int) -> _Trained:
         """Effective batch groups (a non-zero advantage) → the world's learning step."""

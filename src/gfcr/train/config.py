@@ -111,6 +111,7 @@ class TrainGenerateConfig(StrictModel):
     max_batch: int = Field(32, ge=1, description="Most sequences decoded together.")
     repeat_ngram: int = Field(0, ge=0, description="Early exit on repetition (gfcr.control.groups.EarlyExit's rule, Kimi k1.5-style): stop a rollout, finish_reason 'abort', once its last repeat_ngram tokens have occurred repeat_max times; saves the tokens a degenerate loop would burn up to max_tokens. 0 = off. hf engine and gfcr serve.")
     repeat_max: int = Field(4, ge=2, description="Occurrences of the trailing n-gram that stop a rollout (with repeat_ngram > 0).")
+    partial_budget: int | None = Field(None, ge=1, description="Partial rollouts (Kimi k1.5, gfcr.control.partial): most new tokens per rollout per step; a rollout cut by this budget below max_tokens is carried into the next step and continued from its own tokens (its segments keep their behaviour log-probs and per-token policy versions, meta.token_versions); its group trains in the step its last member finishes. null = off (every rollout runs to max_tokens in its step). Group topology only.")
 
     @model_validator(mode="before")
     @classmethod
@@ -203,7 +204,7 @@ class AdaptThinkConfig(StrictModel):
 
 
 class SignalsConfig(StrictModel):
-    advantage: Literal["grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward"] | None = Field(None, description="Group advantage estimator (gfcr.filters.advantages): grpo (mean/std), dr_grpo (mean only), rloo (leave-one-out), seed_grpo (mean-centred, scaled by semantic entropy), treerl (per-token TreeRL values of a tree), reward (the reward itself: AdaptThink). null: treerl for the tree topology, reward with adapt_think, else grpo.")
+    advantage: Literal["grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward", "judge"] | None = Field(None, description="Group advantage estimator (gfcr.filters.advantages): grpo (mean/std), dr_grpo (mean only), rloo (leave-one-out), seed_grpo (mean-centred, scaled by semantic entropy), treerl (per-token TreeRL values of a tree), reward (the reward itself: AdaptThink), judge (GRPO of reward + weight x a pairwise or listwise judge's score in the group; params mode, judge, weight, base). null: treerl for the tree topology, reward with adapt_think, else grpo.")
     advantage_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the estimator (seed_grpo: alpha, form, estimator, likelihood; treerl: scaling reference|segment).")
     token_terms: list[TokenTermConfig] = Field(default_factory=list, description="Per-token terms added to every advantage (e.g. a distillation signal); empty = none.")
     prm: PRMConfig | None = Field(None, description="Process score added to the reward (gfcr.filters.reward): null = off.")
@@ -272,6 +273,7 @@ class LossConfig(StrictModel):
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field("seq-mean-token-mean", description="Loss aggregation: token-mean (DAPO), seq-mean-token-mean (GRPO), seq-mean-token-sum-norm (Dr.GRPO).")
     clip_low: float = Field(0.2, ge=0.0, le=1.0, description="Lower clip range ε_low of the importance ratio.")
     clip_high: float = Field(0.2, ge=0.0, le=10.0, description="Upper clip range ε_high (DAPO clip-higher uses 0.28).")
+    clip: bool = Field(True, description="Clip the importance ratio to [1 − clip_low, 1 + clip_high] (PPO/GRPO). false: the unclipped −A·ratio (ExGRPO's loss_remove_clip, the default with replay.buffer exgrpo).")
     norm_len: int | None = Field(None, ge=1, description="Constant length for seq-mean-token-sum-norm (default: generate.max_tokens).")
     kl_coef: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the initial (reference) policy; 0 = no reference model.")
     tis_cap: float | None = Field(None, gt=0.0, description="Cap of the behaviour importance weight exp(proximal − behaviour) for stale/replayed rollouts (AReaL decoupled loss); null = off.")
@@ -325,6 +327,18 @@ class TrainConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
+        """Defaults that depend on other sections, then the cross-section rules, in the order they build on each other.
+
+        Long because: each rule is two to four lines over several sections; split apart they would
+        lose the order they must run in.
+        """
+        if self.replay.buffer == "exgrpo":  # the authors' run_exgrpo.sh, unless the config says otherwise
+            if self.signals.advantage is None:
+                self.signals.advantage = "dr_grpo"  # algorithm.grpo_use_std=False
+            if "clip" not in self.loss.model_fields_set:
+                self.loss.clip = False  # actor.loss_remove_clip=True
+            if "agg" not in self.loss.model_fields_set:
+                self.loss.agg = "seq-mean-token-sum-norm"  # actor.loss_remove_token_mean=True: Σ tokens / max length
         if self.loss.agg == "seq-mean-token-sum-norm" and self.loss.norm_len is None:
             self.loss.norm_len = self.generate.max_tokens
         if self.eval.max_tokens is None:
@@ -369,6 +383,9 @@ class TrainConfig(StrictModel):
             raise ValueError(f"verify.reward_source {self.verify.reward_source!r} reads the env's own verdict, which "
                              "only multi-turn episodes have: set generate.topology: multi_turn, or reward_source: verifier")
         g = self.generate
+        if g.partial_budget is not None and g.topology.name != "group":
+            raise ValueError(f"generate.partial_budget continues single rollouts from their tokens; topology "
+                             f"{g.topology.name!r} shapes its rollouts itself: use topology group, or partial_budget: null")
         if g.topology.name == "multi_turn" and "env" not in g.topology.model_fields_set:
             from gfcr.generate.envs import ENVS
 

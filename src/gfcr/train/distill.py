@@ -39,9 +39,13 @@ token alignment, which this module does not do.)
 Departures:
 
 * The behaviour log-probs ``log p(x_t)`` are those stored with the rollout (the sampling policy
-  after temperature and top-p). The teacher is scored at the same temperature and top-p, so at
-  temperature 1 (the setting the reference code uses) this is the reverse KL to the teacher itself;
-  at another temperature it is the KL between the two tempered distributions.
+  after temperature and top-p). The teacher is scored at temperature 1 with top-p 1 by default,
+  its own distribution, as the reference code (``incorporate_kl_penalty`` takes the teacher's
+  log-probs of the sampled tokens as the teacher model gives them), so the target is the teacher
+  itself whatever the student's sampling temperature; at a student temperature ≠ 1 the student
+  side is its tempered sampling distribution (what it sampled from). ``temperature: student``
+  (per teacher) keeps the earlier rule: the teacher scored at the student's temperature and
+  top-p, i.e. the KL between the two tempered distributions.
 * Per-token teacher log-probs are stored on the rollout as ``meta["teacher"] = {"name", "logprobs"}``
   (one float per *generated* token, in order) with the scalar signals ``teacher_kl`` (mean of
   ``log p − log q`` over generated tokens) and ``teacher_logp`` (mean ``log q``), so ROSS and Diagnose
@@ -271,11 +275,13 @@ class TeacherConfig(StrictModel):
     base_url: str | None = Field(None, description="openai: the server's /v1 URL (e.g. http://127.0.0.1:8000/v1).")
     tokenizer: str | None = Field(None, description="openai: a local path to the teacher's tokenizer, checked against the student's (the API cannot show it). hf: defaults to the model's.")
     tasks: list[str] = Field(default_factory=list, description="Tasks this teacher scores (MOPD). Empty: the default teacher for every task no other teacher claims.")
-    temperature: float | None = Field(None, gt=0.0, le=5.0, description="Temperature the teacher is scored at; default: the student's sampling temperature (at 1.0 the sampled-token estimate is the reverse KL to the teacher itself).")
+    temperature: float | Literal["student"] = Field(1.0, description="Temperature the teacher is scored at (top-p 1): 1.0, the default, is the teacher's own distribution (the reference code's target); 'student' scores it at the student's sampling temperature and top-p (the KL between two tempered distributions, gfcr's earlier default).")
     dtype: str = Field("float32", description="hf: weights dtype of the teacher.")
 
     @model_validator(mode="after")
     def _check(self) -> TeacherConfig:
+        if self.temperature != "student" and not 0.0 < float(self.temperature) <= 5.0:
+            raise ValueError(f"teacher {self.name!r}: temperature must be in (0, 5] or 'student', got {self.temperature}")
         if self.engine == "openai" and not self.base_url:
             raise ValueError(f"teacher {self.name!r}: engine 'openai' needs base_url")
         return self
@@ -308,13 +314,16 @@ class DistillConfig(StrictModel):
 def build_teachers(cfg: DistillConfig, student_tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,
                    device: str = "cpu") -> TeacherSet:
     """Load the configured teachers (each its own frozen copy, so training never moves a teacher,
-    even one loaded from the student's own path) and check each tokenizer against the student's."""
+    even one loaded from the student's own path) and check each tokenizer against the student's.
+    ``temperature`` / ``top_p`` are the student's sampling ones, used by a teacher whose
+    ``temperature`` is ``student``; the others are scored at their own temperature and top-p 1."""
     by_task: dict[str, Teacher] = {}
     default: Teacher | None = None
     for tc in cfg.teachers:
-        t_temp = tc.temperature if tc.temperature is not None else temperature
+        student = tc.temperature == "student"
+        t_temp, t_top_p = (temperature, top_p) if student else (float(tc.temperature), 1.0)
         if tc.engine == "hf":
-            teacher: Any = HFTeacher(tc.model, tc.tokenizer, name=tc.name, temperature=t_temp, top_p=top_p,
+            teacher: Any = HFTeacher(tc.model, tc.tokenizer, name=tc.name, temperature=t_temp, top_p=t_top_p,
                                      device=device, dtype=tc.dtype)
         else:
             teacher = OpenAITeacher(str(tc.base_url), model=tc.model, name=tc.name, tokenizer=tc.tokenizer)

@@ -154,6 +154,12 @@ class TrainingRun:
         self.policy = make_group_policy(c.group, c.decide_on, **c.group_params)
         self.decide = self.policy.decide
         self.buffer = make_buffer(cfg.replay.buffer, **cfg.replay.params) if cfg.replay.buffer else None
+        if hasattr(self.buffer, "loss_agg"):
+            self.buffer.loss_agg = cfg.loss.agg  # RePO's split averages rows or, under token-mean, tokens
+        from gfcr.control.partial import PartialPool
+
+        g = cfg.generate
+        self.partial = PartialPool(g.partial_budget, g.max_tokens) if g.partial_budget else None
         self.staleness = None
         if c.staleness_eta is not None:
             from gfcr.control.groups import StalenessBound
@@ -223,7 +229,8 @@ class TrainingRun:
         from gfcr.generate.run import build_topology
 
         g = self.cfg.generate
-        params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens,
+        cap = g.max_tokens if self.partial is None else min(g.max_tokens, self.partial.budget)  # Kimi's per-step budget
+        params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=cap,
                                 repeat_ngram=g.repeat_ngram, repeat_max=g.repeat_max)
         mine = dist.shard(prompt_ids)  # data parallel: each rank samples its share, every rank gets all
         rs: list[Rollout] = []
@@ -239,7 +246,24 @@ class TrainingRun:
             if rnd:
                 r.group_id = f"{r.group_id}#r{rnd}"
             groups.setdefault(r.group_id, []).append(r)
-        return list(groups.values())
+        if self.partial is None:
+            return list(groups.values())
+        now = version_number(self.policy_version, step)  # partial rollouts: hold the unfinished, finish the held
+        held = self.partial.resume(self._continuation(params, step), now, step) if rnd == 0 else []
+        return held + self.partial.admit(list(groups.values()), now)
+
+    def _continuation(self, params: Any, step: int) -> Any:
+        """Partial rollouts' engine call: each rollout continued from its own tokens (one request each)."""
+        from gfcr.generate.engines.base import GenRequest
+
+        def cont(rollouts: list[Rollout], allow: list[int]) -> list[tuple[Any, Any, str]]:
+            seed = self.cfg.seed * 1000 + 10 * step
+            reqs = [GenRequest(prompt_ids=[int(t) for t in r.token_ids],
+                               params=params.model_copy(update={"n": 1, "seed": seed + 7919 * i, "max_tokens": a}))
+                    for i, (r, a) in enumerate(zip(rollouts, allow, strict=True))]
+            return [(res.token_ids, res.logprobs, res.finish_reason) for (res,) in self.engine.generate(reqs)]
+
+        return cont
 
     def verify(self, groups: list[list[Rollout]]) -> None:
         """Verdict (``verified``, evidence, ``signals["correctness"]``: the verdict's score, or a multi_turn
@@ -334,6 +358,8 @@ class TrainingRun:
         stored = self._stored(step)
         col = self.policy.collect(StepSampler(self, step, timer, stored), cfg.generate.prompts_per_step, cfg.generate.k)
         info = dict(col.info) | ({"reused_rollouts": float(sum(map(len, stored.values())))} if stored else {})
+        if self.partial is not None:
+            info |= {"partial_held_groups": float(len(self.partial.held)), "partial_held_tokens": float(self.partial.held_tokens())}
         with timer("replay"):
             items = self._batch(col.kept, step)
             fresh = [it for it in items if not it.replayed]

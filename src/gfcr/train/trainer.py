@@ -273,8 +273,8 @@ class PolicyTrainer:
                 batch.behaviour_logp[sl].to(dev),
                 batch.advantages[sl].to(dev),
                 m,
-                clip_low=lc.clip_low,
-                clip_high=lc.clip_high,
+                clip_low=lc.clip_low if lc.clip else float("inf"),  # inf: the clamp is the identity (no clip)
+                clip_high=lc.clip_high if lc.clip else float("inf"),
                 agg=lc.agg,
                 norm_len=lc.norm_len,
                 n_tokens=n_tok,
