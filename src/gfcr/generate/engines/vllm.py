@@ -58,8 +58,17 @@ class VLLMEngine:
     def load_weights(self, weights: Any, policy_version: str | None = None) -> None:
         """Load a state dict (HF names, any dtype/device) or a model's weights into the running vLLM model."""
         sd = weights.state_dict() if hasattr(weights, "state_dict") else weights
-        target = vllm_model(self.llm)
-        target.load_weights(weights=((k, v.detach()) for k, v in sd.items()))
+        target = vllm_model(self.llm)  # in this process (weight_sync=True), or a clear error
+        pairs = [(k, v.detach()) for k, v in sd.items()]
+        workers = (_MODEL_PATHS[0][:3], _MODEL_PATHS[1][:4])  # llm_engine.model_executor.driver_worker[.worker]
+        if any(callable(getattr(_walk(self.llm, w), "reload_weights", None)) for w in workers):
+            # vLLM's in-place reload: restores each layer to checkpoint form, loads, re-runs the
+            # after-loading processing (CPU kernels repack linear weights into new tensors at load, so a
+            # second plain ``model.load_weights`` fails: "'Parameter' object has no attribute
+            # 'weight_loader'"). vllm/model_executor/model_loader/reload/inplace.py, reload_weights.
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": pairs, "is_checkpoint_format": True})
+        else:  # older vLLM: the model's own loader
+            target.load_weights(weights=iter(pairs))
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if callable(reset):
             reset()
@@ -164,6 +173,14 @@ _MODEL_PATHS = (
     ("llm_engine", "model_executor", "driver_worker", "model_runner", "model"),
     ("llm_engine", "model_executor", "driver_worker", "worker", "model_runner", "model"),
 )
+
+
+def _walk(obj: Any, path: tuple[str, ...]) -> Any:
+    for attr in path:
+        obj = getattr(obj, attr, None)
+        if obj is None:
+            return None
+    return obj
 
 
 def vllm_model(llm: Any) -> Any:
