@@ -215,3 +215,87 @@ def test_gfcr_eval_and_generate_take_engine_vllm(vllm_tiny, tmp_path):
     rows = list(RolloutStore.open(tmp_path / "st").rollouts())
     assert len(rows) == 6 and all(len(r.token_ids) > 0 for r in rows)
     assert {r.meta.get("logprobs_mode") for r in rows} <= {"processed", None}
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM's own OpenAI server (loopback) as the sampler of gfcr train: engine openai, sync vllm_reload
+# ---------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def vllm_server(vllm_tiny, tmp_path):
+    """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1 in dev mode, processed log-probs."""
+    import time
+
+    import httpx
+
+    port = _free_port()
+    log = open(tmp_path / "vllm-server.log", "w")  # noqa: SIM115 - closed below
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(vllm_tiny),
+                             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+                             "--dtype", "float32", "--max-model-len", "256", "--enforce-eager",
+                             "--logprobs-mode", "processed_logprobs"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            if proc.poll() is not None:
+                raise AssertionError("vLLM server exited:\n" + (tmp_path / "vllm-server.log").read_text()[-3000:])
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(1)
+        else:
+            raise AssertionError("vLLM server did not answer /health in 600 s")
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_gfcr_train_on_vllms_openai_server_reloads_the_new_weights(vllm_tiny, vllm_server, tmp_path):
+    """Step 1's rollouts come from the server after the push of step 0's update: their log-probs must be
+    the teacher-forced ones of step 0's checkpoint, not of the initial weights."""
+    import yaml
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from gfcr.generate.engines.hf import teacher_forced_logprobs
+    from gfcr.store import RolloutStore
+
+    cfg = {"model": str(vllm_tiny), "output_dir": str(tmp_path / "runs"), "steps": 2, "seed": 3, "tensorboard": False,
+           "tasks": [{"name": "arith", "n_train": 4, "n_eval": 0, "params": {"level": 1}}],
+           "generate": {"engine": "openai", "sync": "vllm_reload", "k": 2, "prompts_per_step": 2, "max_tokens": 8,
+                        "temperature": 1.0, "engine_params": {"base_url": vllm_server + "/v1", "model": "tiny"}},
+           "optim": {"lr": 0.05}, "checkpoint": {"every": 1, "keep_last": 3}, "signals": {"entropy": False}}
+    path = tmp_path / "openai-vllm.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    _gfcr("train", path, "--run-dir", tmp_path / "run", "--no-progress", cwd=tmp_path)
+    metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1]
+    rows = [r for r in RolloutStore.open(tmp_path / "run" / "store").rollouts() if r.step == 1]
+    assert rows and all(r.policy_version == metrics[0]["policy_version"] for r in rows)
+    new = AutoModelForCausalLM.from_pretrained(vllm_tiny, dtype=torch.float32)
+    old = AutoModelForCausalLM.from_pretrained(vllm_tiny, dtype=torch.float32)
+    new.load_state_dict(load_file(str(tmp_path / "run" / "checkpoints" / "step_000000" / "model.safetensors")), strict=False)
+    moved = 0.0
+    for r in rows:
+        full = np.concatenate([r.prompt_ids, r.token_ids])
+        ref = teacher_forced_logprobs(new, full, len(r.prompt_ids), 1.0)
+        np.testing.assert_allclose(r.logprobs, ref, atol=LOGPROB_ATOL)
+        moved = max(moved, float(np.max(np.abs(ref - teacher_forced_logprobs(old, full, len(r.prompt_ids), 1.0)))))
+    assert moved > 4 * LOGPROB_ATOL  # step 0's update moved the log-probs more than the tolerance
