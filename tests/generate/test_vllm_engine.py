@@ -122,8 +122,8 @@ def test_load_weights_then_logprobs_follow_the_new_weights_with_no_stale_prefix_
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, t in new.named_parameters():
-            if "layers." in name and name.endswith("proj.weight"):
-                t.add_(torch.randn(t.shape, generator=g) * 0.02)
+            if ("layers." in name and name.endswith("proj.weight")) or name.endswith("embed_tokens.weight"):
+                t.add_(torch.randn(t.shape, generator=g) * 0.02)  # the embedding is tied to the LM head
     try:
         veng.load_weights(new.state_dict(), policy_version="s1-test")
         assert veng.policy_version == "s1-test"
@@ -222,6 +222,22 @@ def test_gfcr_eval_and_generate_take_engine_vllm(vllm_tiny, tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def vllm_tiny_untied(tmp_path_factory):
+    """As ``vllm_tiny`` with its own LM head: vLLM's in-place reload keeps a tied LM head's old weights
+    (vllm/model_executor/model_loader/reload/__init__.py, limitation 2; see docs/generate.md)."""
+    from gfcr.testing import tiny_model, tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("vtiny_untied") / "model"
+    tok = tiny_tokenizer()
+    m = tiny_model(tok, hidden=256, layers=2)
+    m.config.tie_word_embeddings = False
+    m.lm_head.weight = torch.nn.Parameter(m.model.embed_tokens.weight.detach().clone())
+    m.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
 def _free_port() -> int:
     import socket
 
@@ -231,7 +247,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def vllm_server(vllm_tiny, tmp_path):
+def vllm_server(vllm_tiny_untied, tmp_path):
     """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1 in dev mode, processed log-probs."""
     import time
 
@@ -240,7 +256,7 @@ def vllm_server(vllm_tiny, tmp_path):
     port = _free_port()
     log = open(tmp_path / "vllm-server.log", "w")  # noqa: SIM115 - closed below
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_CPU_KVCACHE_SPACE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(vllm_tiny),
+    proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(vllm_tiny_untied),
                              "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
                              "--dtype", "float32", "--max-model-len", "256", "--enforce-eager",
                              "--logprobs-mode", "processed_logprobs"], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -267,35 +283,56 @@ def vllm_server(vllm_tiny, tmp_path):
         log.close()
 
 
-def test_gfcr_train_on_vllms_openai_server_reloads_the_new_weights(vllm_tiny, vllm_server, tmp_path):
+class _LastTokenParity:
+    """Passes when the last sampled token id is even: a random tiny model then gets mixed groups (so
+    step 0 really updates the weights)."""
+
+    name = "last_token_parity"
+    version = "test"
+
+    def verify(self, completion, answer=None, tests=None, **context):
+        from gfcr.filters.verifiers import Verdict
+
+        ok = int(context["rollout"].token_ids[-1]) % 2 == 0
+        return Verdict(passed=ok, score=float(ok), evidence={})
+
+
+def test_gfcr_train_on_vllms_openai_server_reloads_the_new_weights(vllm_tiny_untied, vllm_server, tmp_path,
+                                                                  monkeypatch):
     """Step 1's rollouts come from the server after the push of step 0's update: their log-probs must be
     the teacher-forced ones of step 0's checkpoint, not of the initial weights."""
-    import yaml
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
+    from gfcr.filters import verifiers
     from gfcr.generate.engines.hf import teacher_forced_logprobs
     from gfcr.store import RolloutStore
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import train
 
-    cfg = {"model": str(vllm_tiny), "output_dir": str(tmp_path / "runs"), "steps": 2, "seed": 3, "tensorboard": False,
-           "tasks": [{"name": "arith", "n_train": 4, "n_eval": 0, "params": {"level": 1}}],
-           "generate": {"engine": "openai", "sync": "vllm_reload", "k": 2, "prompts_per_step": 2, "max_tokens": 8,
-                        "temperature": 1.0, "engine_params": {"base_url": vllm_server + "/v1", "model": "tiny"}},
-           "optim": {"lr": 0.05}, "checkpoint": {"every": 1, "keep_last": 3}, "signals": {"entropy": False}}
-    path = tmp_path / "openai-vllm.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    _gfcr("train", path, "--run-dir", tmp_path / "run", "--no-progress", cwd=tmp_path)
+    monkeypatch.setitem(verifiers.VERIFIERS, _LastTokenParity.name, _LastTokenParity)
+    cfg = load_config(None, {
+        "model": str(vllm_tiny_untied), "output_dir": str(tmp_path / "runs"), "steps": 2, "seed": 3, "tensorboard": False,
+        "tasks": [{"name": "arith", "n_train": 4, "n_eval": 0, "params": {"level": 1}}],
+        "generate.engine": "openai", "generate.sync": "vllm_reload", "generate.k": 6, "generate.prompts_per_step": 2,
+        "generate.max_tokens": 8, "generate.temperature": 1.0,
+        "generate.engine_params": {"base_url": vllm_server + "/v1", "model": "tiny"},
+        "verify.verifier": _LastTokenParity.name, "optim.lr": 0.05, "checkpoint.every": 1, "checkpoint.keep_last": 3,
+        "signals.entropy": False})
+    train(cfg, run_dir=tmp_path / "run", progress=False)
     metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1]
     rows = [r for r in RolloutStore.open(tmp_path / "run" / "store").rollouts() if r.step == 1]
     assert rows and all(r.policy_version == metrics[0]["policy_version"] for r in rows)
-    new = AutoModelForCausalLM.from_pretrained(vllm_tiny, dtype=torch.float32)
-    old = AutoModelForCausalLM.from_pretrained(vllm_tiny, dtype=torch.float32)
+    new = AutoModelForCausalLM.from_pretrained(vllm_tiny_untied, dtype=torch.float32)
+    old = AutoModelForCausalLM.from_pretrained(vllm_tiny_untied, dtype=torch.float32)
     new.load_state_dict(load_file(str(tmp_path / "run" / "checkpoints" / "step_000000" / "model.safetensors")), strict=False)
     moved = 0.0
-    for r in rows:
-        full = np.concatenate([r.prompt_ids, r.token_ids])
-        ref = teacher_forced_logprobs(new, full, len(r.prompt_ids), 1.0)
-        np.testing.assert_allclose(r.logprobs, ref, atol=LOGPROB_ATOL)
-        moved = max(moved, float(np.max(np.abs(ref - teacher_forced_logprobs(old, full, len(r.prompt_ids), 1.0)))))
+    for r in rows:  # a stored rollout: prompt then completion tokens, role 0 then 1, log-probs aligned
+        full, role = np.asarray(r.token_ids), np.asarray(r.token_role)
+        n_prompt = int(np.argmax(role != 0))
+        assert n_prompt > 0 and (role[n_prompt:] != 0).all()
+        ref = teacher_forced_logprobs(new, full, n_prompt, 1.0)
+        np.testing.assert_allclose(np.asarray(r.logprobs)[n_prompt:], ref, atol=LOGPROB_ATOL)
+        moved = max(moved, float(np.max(np.abs(ref - teacher_forced_logprobs(old, full, n_prompt, 1.0)))))
     assert moved > 4 * LOGPROB_ATOL  # step 0's update moved the log-probs more than the tolerance
