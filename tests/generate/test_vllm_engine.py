@@ -224,8 +224,9 @@ def test_gfcr_eval_and_generate_take_engine_vllm(vllm_tiny, tmp_path):
 
 @pytest.fixture(scope="module")
 def vllm_tiny_untied(tmp_path_factory):
-    """As ``vllm_tiny`` with its own LM head: vLLM's in-place reload keeps a tied LM head's old weights
-    (vllm/model_executor/model_loader/reload/__init__.py, limitation 2; see docs/generate.md)."""
+    """As ``vllm_tiny`` with its own LM head: through vLLM's server, a reload of the tied tiny model was
+    seen to leave log-probs of the old weights (vLLM's reload lists tied parameters as a limitation,
+    vllm/model_executor/model_loader/reload/__init__.py; see docs/generate.md)."""
     from gfcr.testing import tiny_model, tiny_tokenizer
 
     path = tmp_path_factory.mktemp("vtiny_untied") / "model"

@@ -67,7 +67,6 @@ class VLLMEngine:
             # second plain ``model.load_weights`` fails: "'Parameter' object has no attribute
             # 'weight_loader'"). vllm/model_executor/model_loader/reload/inplace.py, reload_weights.
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": pairs, "is_checkpoint_format": True})
-            retie_lm_head(target)
         else:  # older vLLM: the model's own loader
             target.load_weights(weights=iter(pairs))
         reset = getattr(self.llm, "reset_prefix_cache", None)
@@ -174,32 +173,6 @@ _MODEL_PATHS = (
     ("llm_engine", "model_executor", "driver_worker", "model_runner", "model"),
     ("llm_engine", "model_executor", "driver_worker", "worker", "model_runner", "model"),
 )
-
-
-def retie_lm_head(model: Any) -> bool:
-    """After vLLM's in-place reload, point a tied LM head at the reloaded input embedding again.
-
-    vLLM's layerwise reload gives each layer new tensors; a tied LM head has no tensor of its own in
-    the checkpoint, so it is "Failed to load" and gets its *old* kernel tensors back
-    (``vllm/model_executor/model_loader/reload/layerwise.py``, ``finalize_layerwise_reload``; the
-    module's limitation 2: "Tied parameters will only reflect processing from one of the parent
-    layers"): the logits would keep the old embedding. This re-ties ``lm_head.weight`` to
-    ``model.embed_tokens.weight`` and re-runs the head's after-loading processing (on CPU:
-    ``dispatch_cpu_unquantized_gemm``, which packs a copy and leaves the weight as it is). Returns
-    whether it re-tied anything.
-    """
-    cfg = getattr(model, "config", None)
-    lm = getattr(model, "lm_head", None)
-    emb = getattr(getattr(model, "model", None), "embed_tokens", None)
-    if not getattr(cfg, "tie_word_embeddings", False) or lm is None or emb is None:
-        return False
-    if getattr(lm, "weight", None) is emb.weight:
-        return False
-    lm.weight = emb.weight
-    method = getattr(lm, "quant_method", None)
-    if method is not None and callable(getattr(method, "process_weights_after_loading", None)):
-        method.process_weights_after_loading(lm)
-    return True
 
 
 def _walk(obj: Any, path: tuple[str, ...]) -> Any:
