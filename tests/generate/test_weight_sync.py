@@ -1,6 +1,6 @@
 """Weight sync (gfcr.generate.sync): checked all-or-nothing loads, the copy and http syncs, gfcr serve's
 weights route, and the vLLM engine's side of the contract (on a stand-in object graph; the real vLLM
-run is tests/generate/test_vllm_engine.py, GPU only)."""
+run is tests/generate/test_vllm_engine.py, in .venv-vllm: make test-vllm)."""
 
 from __future__ import annotations
 
@@ -148,6 +148,21 @@ def test_http_sync_swaps_the_served_weights(tok, tmp_path):
         r = got[0][0]
         ref = teacher_forced_logprobs(trainer, np.concatenate([ids, r.token_ids]), len(ids), 1.0)
         np.testing.assert_allclose(r.logprobs, ref, atol=1e-4)  # the server now samples from the trainer's weights
+
+
+def test_vllm_reload_sync_against_a_server_without_vllms_dev_routes_fails_clearly(tok, tmp_path):
+    """``vllm_reload`` needs vLLM's dev-mode routes; gfcr serve has none: one clear error, version kept.
+    (Against a real vLLM server: tests/generate/test_vllm_engine.py.)"""
+    from gfcr.generate.engines.openai import OpenAIEngine
+
+    served = HFEngine(tiny_model(tok, seed=0), tok, policy_version="base")
+    with serve_in_thread(served, model_name="tiny") as url:
+        client = OpenAIEngine(url, "tiny", tokenizer=tok, policy_version="unsynced")
+        with pytest.raises(WeightSyncError, match="VLLM_SERVER_DEV_MODE=1"):
+            make_sync("vllm_reload", client, folder=tmp_path / "sync").push(_perturbed(tok), "s1-xyz")
+        assert client.policy_version == "unsynced"
+    with pytest.raises(WeightSyncError, match="openai engine"):
+        make_sync("vllm_reload", served, folder=tmp_path / "sync")
 
 
 def test_weights_route_is_off_by_default_and_guarded(tok, tmp_path):

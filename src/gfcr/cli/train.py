@@ -79,7 +79,9 @@ def eval_cmd(
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature for pass@k.")] = 0.7,
     no_greedy: Annotated[bool, typer.Option("--no-greedy", help="Skip greedy pass@1.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed for prompts and sampling.")] = 0,
-    device: Annotated[str, typer.Option("--device", help="torch device.")] = "cpu",
+    device: Annotated[str, typer.Option("--device", help="torch device (hf engine).")] = "cpu",
+    engine_name: Annotated[str, typer.Option("--engine", help="Engine: hf (transformers) or vllm (offline vllm.LLM; make vllm).")] = "hf",
+    engine_arg: Annotated[list[str] | None, typer.Option("--engine-arg", help="Engine argument KEY=VALUE (repeatable), e.g. max_model_len=1024 for vllm.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the JSON result here (default: stdout).")] = None,
     env: Annotated[str | None, typer.Option("--env", help="Evaluate multi-turn episodes against this env (calculator, python or pkg.module:Class) instead of single answers.")] = None,
     max_turns: Annotated[int, typer.Option("--max-turns", help="With --env: most policy turns per episode (--max-tokens is per turn).")] = 4,
@@ -123,7 +125,18 @@ def eval_cmd(
         typer.echo(f"note: {note}", err=True)
     if not prompts:
         fail("no prompts to evaluate")
-    engine = HFEngine(None if model == "default" else model, device=device)
+    if engine_name not in ("hf", "vllm"):
+        fail(f"--engine {engine_name!r}: choose hf or vllm")
+    eargs = parse_sets(engine_arg, option="--engine-arg")
+    if engine_name == "vllm":
+        from gfcr.generate.engines import make_engine
+
+        try:
+            engine = make_engine("vllm", model=None if model == "default" else model, **eargs)
+        except ImportError as e:
+            fail(f"--engine vllm: {e}")
+    else:
+        engine = HFEngine(None if model == "default" else model, device=device, **eargs)
     if env is not None:
         res = evaluate_episodes(engine, prompts, env=env, max_turns=max_turns, obs_role=obs_role, k=k,
                                 verifier=verify, reward_source=reward_source, env_weight=env_weight,

@@ -13,6 +13,10 @@ each update (or every ``every`` updates) the trainer pushes its weights and the 
 ``http``       :class:`HTTPSync`: a ``gfcr serve --allow-weight-updates`` server, in another process or on
                another machine with a shared filesystem: the trainer writes one safetensors file and asks the
                server to load it (``POST /gfcr/weights``); the server swaps weights between requests.
+``vllm_reload`` :class:`VLLMReloadSync`: vLLM's own OpenAI server (``python -m vllm.entrypoints.openai.api_server``
+               started with ``VLLM_SERVER_DEV_MODE=1``): the trainer saves an HF checkpoint folder and asks
+               the server to reload it in place (``POST /collective_rpc`` ``reload_weights``), then
+               resets its prefix cache (``POST /reset_prefix_cache``).
 =============  ===========================================================================================
 
 Loading is all-or-nothing: names and shapes are checked against the engine's model before a single
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-SYNC_METHODS = ("in_place", "copy", "http")
+SYNC_METHODS = ("in_place", "copy", "http", "vllm_reload")
 
 #: The route of ``gfcr serve`` that loads new weights (enabled by ``--allow-weight-updates``).
 WEIGHTS_ROUTE = "/gfcr/weights"
@@ -239,6 +243,70 @@ class HTTPSync:
         return SyncReport(policy_version, size, time.perf_counter() - t0, self.method)
 
 
+class VLLMReloadSync:
+    """Push to a vLLM OpenAI server (dev mode) at the openai engine's ``base_url`` through a checkpoint folder.
+
+    vLLM has no weight-file route of its own outside dev mode; with ``VLLM_SERVER_DEV_MODE=1`` its server
+    exposes ``POST /collective_rpc`` (``vllm/entrypoints/serve/dev/rpc/api_router.py``: a worker method
+    name plus string kwargs) and ``POST /reset_prefix_cache`` (``serve/dev/cache/api_router.py``). The
+    worker method ``reload_weights(weights_path=...)`` (``vllm/v1/worker/gpu_worker.py``; the CPU worker
+    inherits it) reloads every layer in place from the folder's safetensors
+    (``vllm/model_executor/model_loader/reload/inplace.py``). The prefix cache is then reset, so no KV
+    computed with the old weights is served. Each push writes a new folder ``push-<n>`` (HF
+    ``save_pretrained``: tied tensors once, as vLLM's loader expects) and removes the previous one
+    after the server has loaded the new one. Dev mode also opens other admin routes: loopback only.
+    Departure from ``http``: vLLM does not report a policy version back; the engine's version is set
+    once both calls answered 200.
+    """
+
+    method = "vllm_reload"
+
+    def __init__(self, engine: Any, folder: str | os.PathLike[str], timeout_s: float = 600.0):
+        base = getattr(engine, "base_url", None)
+        if not base:
+            raise WeightSyncError("vllm_reload sync needs the openai engine (with base_url) of a vLLM server")
+        self.engine = engine
+        self.root = base.rstrip("/").removesuffix("/v1")
+        self.folder = Path(folder)
+        self.timeout_s = timeout_s
+        self._n = 0
+        self._last: Path | None = None
+
+    def _post(self, route: str, **kw: Any) -> Any:
+        import httpx
+
+        url = self.root + route
+        try:
+            resp = httpx.post(url, timeout=self.timeout_s, **kw)
+        except httpx.TransportError as e:
+            raise WeightSyncError(f"POST {url} failed: {type(e).__name__}: {e}") from e
+        if resp.status_code == 404:
+            raise WeightSyncError(f"{url} not found: start vLLM's server with VLLM_SERVER_DEV_MODE=1")
+        if resp.status_code != 200:
+            raise WeightSyncError(f"POST {url} -> HTTP {resp.status_code}: {resp.text[:500]}")
+        return resp
+
+    def push(self, model: Any, policy_version: str) -> SyncReport:
+        import shutil
+
+        t0 = time.perf_counter()
+        path = (self.folder / f"push-{self._n}").resolve()
+        self._n += 1
+        if path.exists():
+            shutil.rmtree(path)
+        model.save_pretrained(str(path), safe_serialization=True)
+        size = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+        self._post("/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+        ok = self._post("/reset_prefix_cache", params={"reset_running_requests": "true"}).json().get("success")
+        if not ok:
+            raise WeightSyncError(f"{self.root}/reset_prefix_cache answered success=false: KV of the old weights may remain")
+        if self._last is not None and self._last != path:
+            shutil.rmtree(self._last, ignore_errors=True)
+        self._last = path
+        self.engine.set_policy_version(policy_version)
+        return SyncReport(policy_version, size, time.perf_counter() - t0, self.method)
+
+
 def make_sync(method: str, engine: Any, folder: str | os.PathLike[str] | None = None,
               admin_token: str | None = None) -> WeightSync:
     """The sync ``method`` (``in_place``, ``copy``, ``http``) for ``engine``."""
@@ -250,4 +318,8 @@ def make_sync(method: str, engine: Any, folder: str | os.PathLike[str] | None = 
         if folder is None:
             raise WeightSyncError("http sync needs a folder for the weights file")
         return HTTPSync(engine, folder, admin_token=admin_token)
+    if method == "vllm_reload":
+        if folder is None:
+            raise WeightSyncError("vllm_reload sync needs a folder for the checkpoint")
+        return VLLMReloadSync(engine, folder)
     raise WeightSyncError(f"unknown weight sync {method!r}; choose one of {list(SYNC_METHODS)}")

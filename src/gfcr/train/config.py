@@ -101,7 +101,7 @@ class TrainGenerateConfig(StrictModel):
     the training step adds (prompts per step, sampling, weight sync)."""
 
     engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig, description="The engine (gfcr.generate.run.EngineConfig): `engine: hf` with `engine_params: {...}`, or `engine: {name: hf, args: {...}}`.")
-    sync: Literal["auto", "in_place", "copy", "http"] = Field("auto", description="How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: nothing moves), 'copy' (an engine with its own weights loads the state dict: hf copy, vllm, ray actors), 'http' (POST to gfcr serve). 'auto': in_place for hf, copy for vllm and ray, http for openai.")
+    sync: Literal["auto", "in_place", "copy", "http", "vllm_reload"] = Field("auto", description="How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: nothing moves), 'copy' (an engine with its own weights loads the state dict: hf copy, vllm, ray actors), 'http' (POST to gfcr serve), 'vllm_reload' (openai engine on vLLM's own server in dev mode: reload_weights from a checkpoint folder, then reset its prefix cache). 'auto': in_place for hf, copy for vllm and ray, http for openai.")
     sync_every: int = Field(1, ge=1, description="Push weights to the engine every N updates (N > 1: rollouts up to N-1 updates stale, recorded in policy_version; the truncated-IS/clipped ratio corrects them). The last step always pushes. Needs sync 'copy' or 'http'.")
     topology: TrainTopologyConfig = Field(default_factory=TrainTopologyConfig, description="Rollout topology (gfcr.generate.run.TopologyConfig): 'group' (k samples per prompt, group advantages), 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac, no_fork_after goes in params; k does not apply) or 'multi_turn' (k policy-env episodes per prompt, group advantages on the policy's tokens only; env, max_turns and obs_role go in params, max_tokens is per turn). Written `topology: NAME`, `k: K`, `params: {...}`, or `topology: {name: NAME, k: K, ...}`.")
     prompts_per_step: int = Field(4, ge=1, description="Prompts selected per training step.")
@@ -394,7 +394,7 @@ class TrainConfig(StrictModel):
         engine = g.engine.name
         if g.sync == "auto":
             g.sync = {"hf": "in_place", "vllm": "copy", "openai": "http", "ray": "copy"}[engine]
-        allowed = {"hf": ("in_place", "copy"), "vllm": ("copy",), "openai": ("http",), "ray": ("copy",)}[engine]
+        allowed = {"hf": ("in_place", "copy"), "vllm": ("copy",), "openai": ("http", "vllm_reload"), "ray": ("copy",)}[engine]
         if g.sync not in allowed:
             raise ValueError(f"generate.sync {g.sync!r} does not work with engine {engine!r}; use one of {list(allowed)}")
         if g.repeat_ngram and engine == "vllm":

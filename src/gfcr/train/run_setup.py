@@ -106,7 +106,7 @@ def check_supported(cfg: TrainConfig) -> None:
     if cfg.generate.topology.name == "multi_turn":
         check_multi_turn(cfg.generate.topology.env)
     engine = cfg.generate.engine.name
-    needs = {"vllm": "pip install 'gfcr[vllm]' on a GPU machine (or use engine: hf)", "ray": "pip install 'gfcr[ray]'"}
+    needs = {"vllm": "pip install 'gfcr[vllm]' on a GPU machine, `make vllm` on CPU (or use engine: hf)", "ray": "pip install 'gfcr[ray]'"}
     if engine in needs:
         import importlib.util
 

@@ -5,7 +5,7 @@ name       class
 =========  =====================================================================
 ``hf``     :class:`HFEngine` (transformers, CPU/GPU, exact behaviour log-probs)
 ``openai`` :class:`OpenAIEngine` (any OpenAI-compatible server, e.g. ``gfcr serve``)
-``vllm``   :class:`VLLMEngine` (offline ``vllm.LLM``; extra ``gfcr[vllm]``, GPU)
+``vllm``   :class:`VLLMEngine` (offline ``vllm.LLM``; extra ``gfcr[vllm]`` on GPU, ``make vllm`` on CPU)
 =========  =====================================================================
 
 Engines of rooms above Generate (``ray``: :class:`gfcr.scale.engine.RayEngine`) are not listed

