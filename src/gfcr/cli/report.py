@@ -69,7 +69,7 @@ def view(
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
-        loopback = host == "localhost"
+        loopback = host.lower().rstrip(".") == "localhost"
     if not loopback:
         typer.echo(f"warning: listening on {host}: anyone who can reach it can read every rollout in {store}", err=True)
     app = create_app(store, tokenizer=tokenizer,

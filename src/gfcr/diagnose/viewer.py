@@ -42,6 +42,8 @@ STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; ch
 LIST_COLUMNS = ["rollout_id", "run_id", "step", "prompt_id", "group_id", "sample_index", "task", "reward",
                 "verified", "finish_reason", "cost"]
 MAX_TOKENS_SHOWN = 4000
+MAX_INT = 2**63 - 1  # the largest step / offset a query may name (the store's int64 columns)
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
                                "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -60,6 +62,32 @@ def load_static() -> dict[str, tuple[bytes, str]]:
     if "index.html" not in out:
         raise RuntimeError("gfcr.diagnose/static/index.html is missing from the installed package; reinstall gfcr")
     return out
+
+
+def host_allowed(header: str | None, allowed: list[str] | tuple[str, ...]) -> bool:
+    """Does a ``Host`` header name one of ``allowed`` (host names or IP literals, brackets optional)?
+
+    The header must be exactly ``name`` or ``name:port`` (port all digits), or ``[v6]`` /
+    ``[v6]:port``; names compare case-insensitively and with one trailing dot dropped (the
+    fully-qualified form ``localhost.`` names the same host). Anything else is refused.
+
+    Example: allowed ["localhost", "::1"]: "localhost:8765", "LOCALHOST.", "[::1]:80" → True;
+    "localhost.evil.example", "localhost..", "[::1]evil.example", "[::1]:", "" → False.
+    """
+    if not header:
+        return False
+    h = header.strip().lower()
+    if h.startswith("["):
+        end = h.find("]")
+        name, rest = (h[1:end], h[end + 1:]) if end > 0 else ("", "x")
+    else:
+        name, _, port = h.partition(":")
+        rest = ":" + port if _ else ""
+    if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+        return False
+    if name.endswith("."):
+        name = name[:-1]
+    return bool(name) and name in {a.lower().strip("[]") for a in allowed}
 
 
 def _jsonable(x: Any) -> Any:
@@ -160,6 +188,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     route is a few lines, and moving them out would hand that state to every one.
     """
     from fastapi import FastAPI, HTTPException, Query
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
 
     from gfcr.store import RolloutStore
@@ -169,15 +198,21 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     tok, tok_info = resolve_tokenizer(store, tokenizer)
 
     app = FastAPI(title="gfcr viewer", docs_url=None, redoc_url=None, openapi_url=None)
-    if allowed_hosts is not None:
-        from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=[h.strip("[]") for h in allowed_hosts] +
-                           [f"[{h.strip('[]')}]" for h in allowed_hosts if ":" in h])
+    @app.exception_handler(RequestValidationError)
+    async def _bad_query(request: Any, exc: RequestValidationError) -> JSONResponse:
+        err = exc.errors()[0] if exc.errors() else {"loc": ("query",), "msg": "invalid request"}
+        where = ".".join(str(x) for x in err.get("loc", ())[1:]) or "request"
+        return JSONResponse({"detail": f"bad value for {where!r}: {err.get('msg', 'invalid')}"}, status_code=400)
 
     @app.middleware("http")
     async def _headers(request: Any, call_next: Any) -> Any:
-        resp = await call_next(request)
+        if allowed_hosts is not None and not host_allowed(request.headers.get("host"), allowed_hosts):
+            resp: Any = JSONResponse({"detail": f"Invalid host header {request.headers.get('host')!r}: this viewer "
+                                                f"only answers requests addressed to {', '.join(allowed_hosts)}"},
+                                     status_code=400)
+        else:
+            resp = await call_next(request)
         for k, v in SECURITY_HEADERS.items():
             resp.headers[k] = v
         return resp
@@ -214,30 +249,30 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     @app.get("/api/rollouts")
     def list_rollouts(
         run: str | None = None,
-        step_min: int | None = Query(None, ge=0),
-        step_max: int | None = Query(None, ge=0),
+        step_min: int | None = Query(None, ge=0, le=MAX_INT),
+        step_max: int | None = Query(None, ge=0, le=MAX_INT),
         reward_min: float | None = None,
         reward_max: float | None = None,
         verified: bool | None = None,
         prompt: str | None = None,
         task: str | None = None,
         finish: str | None = None,
-        offset: int = Query(0, ge=0),
+        offset: int = Query(0, ge=0, le=MAX_INT),
         limit: int = Query(50, ge=1, le=200),
     ) -> JSONResponse:
         where = []
         for v, op in ((reward_min, ">="), (reward_max, "<=")):
             if v is not None:
                 if not np.isfinite(v):
-                    raise HTTPException(422, "reward bounds must be finite numbers")
+                    raise HTTPException(400, "reward bounds must be finite numbers")
                 where.append(f"reward {op} {float(v)!r}")
         if finish is not None:
             if finish not in FINISH_REASONS:
-                raise HTTPException(422, f"finish must be one of {list(FINISH_REASONS)}")
+                raise HTTPException(400, f"finish must be one of {list(FINISH_REASONS)}")
             where.append(f"finish_reason = '{finish}'")
         steps = None
         if step_min is not None or step_max is not None:
-            steps = (step_min or 0, step_max if step_max is not None else 2**62)
+            steps = (step_min or 0, step_max if step_max is not None else MAX_INT)
         t = store.scan(run=run or None, steps=steps, verified=verified, prompt_ids=[prompt] if prompt else None,
                        task=task or None, where=" AND ".join(where) or None, columns=LIST_COLUMNS)
         total = t.num_rows
@@ -311,4 +346,4 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     return app
 
 
-__all__ = ["create_app", "load_static", "prompt_text", "resolve_tokenizer", "role_runs", "store_model"]
+__all__ = ["LOOPBACK_NAMES", "create_app", "host_allowed", "load_static", "prompt_text", "resolve_tokenizer", "role_runs", "store_model"]
