@@ -73,7 +73,7 @@ def audit(r: Rollout, spans: list[tuple[int, int, str]], status: str = "kept", t
     )
 
 
-PATHOLOGIES = ("zero_reward", "reward_hacking", "length_inflation", "signal_noise", "compute_waste",
+PATHOLOGIES = ("zero_reward", "reward_hacking", "length_inflation", "truncation", "signal_noise", "compute_waste",
                "long_tail", "replay_staleness", "entropy_collapse")
 
 
@@ -106,7 +106,8 @@ def simulate_run(kind: str, steps: int = 6, groups: int = 4, k: int = 4) -> list
                 gen_len = 20 + (10 * t if kind == "length_inflation" else 0) + i
                 if kind == "long_tail" and gi == 0 and i == 0:
                     gen_len = 200  # one straggler per step holds the batch ten times as long
-                out.append(rollout(run, t, f"p{gi}", r, gen_len=gen_len, verified=v, sample_index=i,
+                finish = "length" if kind == "truncation" and i < 2 else "stop"
+                out.append(rollout(run, t, f"p{gi}", r, gen_len=gen_len, verified=v, sample_index=i, finish=finish,
                                    signals={"advantage": adv, "entropy": ent}, logprob=-ent))
         lag, iw = (8.0, 0.2) if kind == "replay_staleness" else (1.0, 1.0)
         out.append(rollout(run, t, "p0", 1.0, verified=True, meta={"generated_at_step": max(0, t - 1)},

@@ -118,10 +118,17 @@ def _findings_html(findings: list[Finding]) -> str:
     for f in findings:
         ev = ", ".join(f"{_e(k)} = {_fmt(v)}" for k, v in f.evidence.items())
         lev = "".join(f"<li>{_e(x)}</li>" for x in f.levers)
+        rows = ""
+        if f.rows:
+            cols = list(f.rows[0])
+            rows = ('<details class="evidence"><summary>evidence: the steps judged</summary><div class="scroll"><table>'
+                    + "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in cols) + "</tr>"
+                    + "".join("<tr>" + "".join(f"<td>{_e(_fmt(r[c]))}</td>" for c in cols) + "</tr>" for r in f.rows)
+                    + "</table></div></details>")
         items.append(
             f'<div class="finding {_e(f.severity)}" data-detector="{_e(f.detector)}"><b>{_e(f.title)}</b> '
             f'<span class="muted">run {_e(f.run_id)} · {_e(f.severity)}</span><br>{_e(f.message)}<br>'
-            f'<span class="muted">{ev}</span><br><b>Module:</b> {_e(f.module)}<br><b>Levers to try:</b><ul>{lev}</ul></div>'
+            f'<span class="muted">{ev}</span>{rows}<b>Module:</b> {_e(f.module)}<br><b>Levers to try:</b><ul>{lev}</ul></div>'
         )
     return "".join(items)
 
