@@ -133,6 +133,33 @@ def _findings_html(findings: list[Finding]) -> str:
     return "".join(items)
 
 
+def _health_html(health: Any) -> str:
+    """The health checks' section: per check, the count and the rollouts with their evidence."""
+    from gfcr.diagnose.health import CHECKS, TITLES
+
+    if health is None:
+        return '<p class="muted" id="no-health">Health checks not run.</p>'
+    head = "<tr><th>check</th><th>rollouts</th><th>checked</th><th>note</th></tr>"
+    rows = "".join(
+        f'<tr data-check="{_e(c)}"><td>{_e(TITLES[c])}</td><td>{health.counts[c]}</td><td>{health.checked[c]}</td>'
+        f"<td>{_e(health.skipped.get(c, ''))}</td></tr>" for c in CHECKS)
+    out = [f'<table id="health-counts">{head}{rows}</table>']
+    for c in CHECKS:
+        items = [i for i in health.issues if i.check == c]
+        if not items:
+            continue
+        li = "".join(f'<li data-rollout="{_e(i.rollout_id)}"><code>{_e(i.rollout_id)}</code> run {_e(i.run_id)} step '
+                     f'{i.step}: {_e(i.message)}<br><span class="muted">{_e(json.dumps(i.evidence, sort_keys=True)[:400])}'
+                     "</span></li>" for i in items)
+        more = health.counts[c] - len(items)
+        extra = f'<p class="muted">and {more} more</p>' if more > 0 else ""
+        out.append(f'<div class="finding warning" data-check="{_e(c)}"><b>{_e(TITLES[c])}</b> '
+                   f'<span class="muted">{health.counts[c]} rollout(s)</span><ul>{li}</ul>{extra}</div>')
+    if health.clean:
+        out.append('<p id="health-clean">No health issue in the checked rollouts.</p>')
+    return "".join(out)
+
+
 def _metrics_table(metrics: pa.Table) -> str:
     cols = ["run_id", "step", "n_rollouts", "reward_mean", "verified_rate", "zero_var_share", "waste_share",
             "len_mean", "len_p95", "len_max", "tail_time_share", "trunc_rate", "entropy_mean", "nll_mean",
@@ -263,10 +290,19 @@ def _samples(store: Any, run: str | None, n: int) -> str:
 
 
 def build_report(store: Any, run: str | None = None, metrics_config: MetricsConfig | None = None,
-                 detector_config: DetectorConfig | None = None, samples_per_bucket: int = 3) -> str:
-    """The report as one HTML string (see the module docstring)."""
-    metrics = step_metrics(store, run=run, config=metrics_config)
-    findings = detect(metrics, detector_config)
+                 detector_config: DetectorConfig | None = None, samples_per_bucket: int = 3,
+                 metrics: pa.Table | None = None, findings: list[Finding] | None = None, health: Any = None) -> str:
+    """The report as one HTML string (see the module docstring). ``metrics``, ``findings`` and
+    ``health`` (a :class:`gfcr.diagnose.health.HealthReport`) are computed here when not given, so a
+    caller that also prints them computes them once."""
+    if metrics is None:
+        metrics = step_metrics(store, run=run, config=metrics_config)
+    if findings is None:
+        findings = detect(metrics, detector_config)
+    if health is None:
+        from gfcr.diagnose.health import run_health_checks
+
+        health = run_health_checks(store, run=run)
     title = f"gfcr report — {run}" if run else "gfcr report"
     n_roll = int(pc.sum(metrics.column("n_rollouts")).as_py() or 0) if metrics.num_rows else 0
     runs = sorted(set(metrics.column("run_id").to_pylist()))
@@ -276,6 +312,7 @@ def build_report(store: Any, run: str | None = None, metrics_config: MetricsConf
         f'<p class="muted">store {_e(store.path)} · {len(runs)} run(s): {_e(", ".join(runs))} · '
         f"{metrics.num_rows} step(s) · {n_roll} rollouts · generated {now}</p>",
         '<h2 id="findings">Findings</h2>', _findings_html(findings),
+        '<h2 id="health">Rollout health</h2>', _health_html(health),
         '<h2 id="plots">Metrics over steps</h2>', _charts(metrics),
         '<h2 id="ross">ROSS audits</h2>', _ross_tables(store, run),
         '<h2 id="samples">Sample rollouts</h2>', _samples(store, run, samples_per_bucket),

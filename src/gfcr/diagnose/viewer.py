@@ -90,13 +90,14 @@ def host_allowed(header: str | None, allowed: list[str] | tuple[str, ...]) -> bo
     return bool(name) and name in {a.lower().strip("[]") for a in allowed}
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
+    """``x`` with non-finite floats as None and datetimes as ISO strings (JSON without NaN)."""
     if isinstance(x, float) and not np.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
+        return {k: jsonable(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if hasattr(x, "isoformat"):
         return x.isoformat()
     return x
@@ -293,7 +294,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
                 cost = r.pop("cost")
                 r["gen_tokens"] = int(sm) if n else int(cost["gen_tokens"])
                 r["prompt_text"] = prompt_text(msgs)
-                items.append(_jsonable(r))
+                items.append(jsonable(r))
         return JSONResponse({"total": total, "offset": offset, "limit": limit, "items": items})
 
     @app.get("/api/rollouts/{rollout_id}")
@@ -341,9 +342,9 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             audits=audits,
             siblings=siblings,
         )
-        return JSONResponse(_jsonable(row))
+        return JSONResponse(jsonable(row))
 
     return app
 
 
-__all__ = ["LOOPBACK_NAMES", "create_app", "host_allowed", "load_static", "prompt_text", "resolve_tokenizer", "role_runs", "store_model"]
+__all__ = ["LOOPBACK_NAMES", "create_app", "host_allowed", "jsonable", "load_static", "prompt_text", "resolve_tokenizer", "role_runs", "store_model"]
