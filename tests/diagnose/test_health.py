@@ -54,6 +54,21 @@ def test_runaway_hand_worked():
     assert runaway(np.arange(12), role, "length", ngram=3, min_repeats=4) is None  # at the cap, no repeat
 
 
+def test_tail_repeats_matches_the_exact_count():
+    from gfcr.control.groups import tail_ngram_count
+    from gfcr.diagnose.health import tail_repeats
+
+    gen = np.array([1, 2, 1, 2, 1, 2, 5, 6, 7])
+    row = np.array([0] * 6 + [1] * 3)
+    assert tail_repeats(gen, row, 3, 2).tolist() == [3, 1, 0]  # row 2 has no tokens
+    rng = np.random.default_rng(0)
+    rows = [rng.integers(0, 3, rng.integers(0, 40)) for _ in range(200)]  # small alphabet: many repeats
+    flat = np.concatenate(rows)
+    idx = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
+    for n in (1, 3, 5):
+        assert tail_repeats(flat, idx, len(rows), n).tolist() == [tail_ngram_count(r, n) for r in rows]
+
+
 def test_turn_checks_hand_worked():
     assert empty_turns([{"role": "user", "content": "q"}, {"role": "assistant", "content": "  "}]) == [
         {"turn": 1, "role": "assistant", "problem": "empty content, no tool call"}]
@@ -218,7 +233,7 @@ def test_quiet_on_the_clean_fixture_dumps(store, tmp_path):
     store.append(rs)
     r = run_health_checks(store)
     assert r.clean, [(i.check, i.run_id, i.message) for i in r.issues]
-    assert r.checked["runaway"] == store.count() and r.checked["empty_turn"] > 0 and r.checked["logprob_mismatch"] == 6
+    assert r.checked["runaway"] == store.count(where="tokens_source <> 'none'") and r.checked["empty_turn"] > 0 and r.checked["logprob_mismatch"] == 6
     assert "token_text_mismatch" in r.skipped
 
 

@@ -27,8 +27,10 @@ the numbers), never a verdict on whether an answer is correct:
   corrects (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
   training"); the thresholds are ours.
 
-The scan reads only the columns a check needs, in batches (``batch_size`` rows), so memory stays
-bounded; ``max_issues`` caps the evidence kept per check (the counts stay exact).
+The scan reads only the columns the checks need, in batches (``batch_size`` rows), so memory stays
+bounded; each batch is screened column-wise and only flagged rows reach Python; ``max_issues`` caps
+the evidence kept per check (the counts stay exact); the token/text check decodes at most
+``max_decode`` rows.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field
 
 from gfcr.config import StrictModel
@@ -65,7 +68,8 @@ class HealthConfig(StrictModel):
     max_gap_mean: float = Field(0.1, gt=0, description="logprob_mismatch: mean |sampler − trainer| log-prob (nats) over generated tokens")
     max_gap: float = Field(2.0, gt=0, description="logprob_mismatch: or any one token's |gap| (nats)")
     max_issues: int = Field(50, ge=0, description="evidence kept per check (the counts are exact)")
-    batch_size: int = Field(20_000, ge=1, description="rows read per batch")
+    batch_size: int = Field(50_000, ge=1, description="rows read per batch")
+    max_decode: int = Field(5_000, ge=0, description="token/text check: decode at most this many rows (decoding is the slow part)")
 
 
 @dataclass
@@ -121,9 +125,11 @@ def runaway(token_ids: np.ndarray, token_role: np.ndarray, finish_reason: str | 
     if finish_reason != "length":
         return None
     gen = np.asarray(token_ids)[np.asarray(token_role) == 1]
-    n = min(ngram, max(1, len(gen) // min_repeats))
+    n = ngram
+    if len(gen) < n * min_repeats:
+        return None
     reps = tail_ngram_count(gen, n)
-    if reps < min_repeats or n < 1 or len(gen) < n * min_repeats:
+    if reps < min_repeats:
         return None
     return {"repeats": int(reps), "ngram": int(n), "tail": gen[-n:].tolist(), "gen_tokens": int(len(gen))}
 
@@ -257,9 +263,55 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+def _flat(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """A list column's flat values, each value's row, and each row's length."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    return pc.list_flatten(arr), np.repeat(np.arange(len(arr)), lengths), lengths
+
+
+def tail_repeats(gen: np.ndarray, row: np.ndarray, n_rows: int, n: int, seed: int = 0) -> np.ndarray:
+    """Per row, how often its last ``n``-gram occurs among its tokens (0 for rows shorter than n).
+
+    ``gen`` ``[M]``: the generated tokens of many rows, flat; ``row`` ``[M]``: each token's row
+    (non-decreasing). Vectorised :func:`gfcr.control.groups.tail_ngram_count`: every n-gram gets a
+    random-weight 64-bit hash (``Σ w_t·x_(j+t)`` mod 2⁶⁴); a row counts its windows whose hash equals
+    its tail window's (a collision is ~2⁻⁶⁴; flagged rows are re-counted exactly by the caller).
+    Example: gen [1, 2, 1, 2, 1, 2 | 5, 6, 7], row [0]*6 + [1]*3, n 2 → [3, 1].
+    """
+    out = np.zeros(n_rows, np.int64)
+    m = len(gen)
+    if m < n:
+        return out
+    w = np.random.default_rng(seed).integers(1, 2**63, n, dtype=np.uint64) | np.uint64(1)
+    x = gen.astype(np.uint64)
+    k = m - n + 1
+    h = np.zeros(k, np.uint64)
+    with np.errstate(over="ignore"):
+        for t in range(n):
+            h += w[t] * x[t:t + k]
+    valid = row[:k] == row[n - 1:]
+    ends = np.flatnonzero(np.r_[row[1:] != row[:-1], True])  # last token of each present row
+    starts_tail = ends - (n - 1)
+    ok = (starts_tail >= 0) & (row[np.maximum(starts_tail, 0)] == row[ends])
+    tail_h = np.zeros(n_rows, np.uint64)
+    has_tail = np.zeros(n_rows, bool)
+    tail_h[row[ends[ok]]] = h[starts_tail[ok]]
+    has_tail[row[ends[ok]]] = True
+    r = row[:k]
+    hit = valid & has_tail[r] & (h == tail_h[r])
+    out += np.bincount(r[hit], minlength=n_rows)
+    return out
+
+
 def run_health_checks(store: Any, run: str | None = None, tokenizer: Any | None = None,
                       config: HealthConfig | None = None, decode: bool = True) -> HealthReport:
     """Run every check over the store's rollouts (one run with ``run``), in batches.
+
+    Each batch is screened column-wise (numpy / Arrow compute: generated-token counts, repeated
+    tails, turn roles and contents, tool-call presence, log-prob sources in ``meta``); only the
+    rows a screen flags go through the per-record functions above, for their evidence. The token/
+    text check decodes at most ``max_decode`` rows (``checked`` says how many).
 
     ``tokenizer``: an HF tokenizer or a path/name; None uses the store's own model when its files
     are on this machine (never downloads). ``decode=False`` skips the token/text check.
@@ -270,6 +322,7 @@ def run_health_checks(store: Any, run: str | None = None, tokenizer: Any | None 
     counts = dict.fromkeys(CHECKS, 0)
     checked = dict.fromkeys(CHECKS, 0)
     issues: list[HealthIssue] = []
+    kept = dict.fromkeys(CHECKS, 0)
     skipped: dict[str, str] = {}
     tok = None
     if decode:
@@ -282,62 +335,99 @@ def run_health_checks(store: Any, run: str | None = None, tokenizer: Any | None 
 
     def add(check: str, row: dict[str, Any], message: str, evidence: dict[str, Any]) -> None:
         counts[check] += 1
-        if sum(i.check == check for i in issues) < cfg.max_issues:
+        if kept[check] < cfg.max_issues:
+            kept[check] += 1
             issues.append(HealthIssue(check, row["rollout_id"], row["run_id"], int(row["step"]), message, evidence))
+
+    def rows(t: pa.Table, idx: np.ndarray) -> list[dict[str, Any]]:
+        return t.take(pa.array(idx, pa.int64())).to_pylist() if len(idx) else []
 
     flt = None if run is None else f"run_id = {_quote(run)}"
     n_pairs = 0
     for batch in store.dataset("rollouts").to_batches(columns=COLUMNS, filter=flt, batch_size=cfg.batch_size):
-        for row in pa.Table.from_batches([batch]).to_pylist():
-            ids = np.asarray(row["token_ids"], np.int64)
-            role = np.asarray(row["token_role"], np.int8)
-            msgs = row["messages"] or []
-            has_tokens = len(ids) > 0
-            for c in ("runaway", "zero_completion") if has_tokens or msgs else ():
-                checked[c] += 1
-            if has_tokens:
-                ev = runaway(ids, role, row["finish_reason"], cfg.ngram, cfg.min_repeats)
+        t = pa.Table.from_batches([batch])
+        n = t.num_rows
+        role_v, role_row, n_tok = _flat(t.column("token_role"))
+        gen_mask = role_v.to_numpy(zero_copy_only=False) == 1
+        n_gen = np.bincount(role_row[gen_mask], minlength=n)
+        msg_v, msg_row, n_msg = _flat(t.column("messages"))
+        m_role = pc.struct_field(msg_v, "role").to_numpy(zero_copy_only=False)
+        m_content = pc.fill_null(pc.struct_field(msg_v, "content"), "")
+        m_calls = pc.fill_null(pc.struct_field(msg_v, "tool_calls"), "")
+        has_calls = pc.greater(pc.utf8_length(m_calls), 0).to_numpy(zero_copy_only=False)
+        blank = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(m_content)), 0).to_numpy(zero_copy_only=False)
+        is_asst = m_role == "assistant"
+        n_asst = np.bincount(msg_row[is_asst], minlength=n)
+        n_asst_text = np.bincount(msg_row[is_asst & ~blank], minlength=n)
+        n_blank = np.bincount(msg_row[blank & ~has_calls], minlength=n)
+        n_calls = np.bincount(msg_row[has_calls & is_asst], minlength=n)
+        has_tokens, has_msgs = n_tok > 0, n_msg > 0
+        checked["runaway"] += int(has_tokens.sum())
+        checked["zero_completion"] += int((has_tokens | has_msgs).sum())
+        checked["empty_turn"] += int(has_msgs.sum())
+        checked["tool_no_observation"] += int(has_msgs.sum())
+
+        # runaway: at the cap, long enough, tail n-gram repeated (screened by hash, re-counted exactly)
+        cap = pc.fill_null(pc.equal(t.column("finish_reason"), "length"), False).to_numpy(zero_copy_only=False)
+        cand = cap & (n_gen >= cfg.ngram * cfg.min_repeats)
+        if cand.any():
+            ids_v, _, _ = _flat(t.column("token_ids"))
+            ids_np = ids_v.to_numpy(zero_copy_only=False)
+            sel = gen_mask & cand[role_row]
+            reps = tail_repeats(ids_np[sel], role_row[sel], n, cfg.ngram)
+            for r in rows(t, np.flatnonzero(cand & (reps >= cfg.min_repeats))):
+                ev = runaway(np.asarray(r["token_ids"]), np.asarray(r["token_role"]), r["finish_reason"],
+                             cfg.ngram, cfg.min_repeats)
                 if ev:
-                    add("runaway", row, f"stopped at the length cap after {ev['gen_tokens']} tokens, its last "
-                                        f"{ev['ngram']}-gram repeated {ev['repeats']} times", ev)
-                if not (role == 1).any():
-                    add("zero_completion", row, f"{len(ids)} tokens, none generated (token_role has no 1)",
-                        {"tokens": int(len(ids)), "gen_tokens": 0})
-            elif not any((m.get("content") or "").strip() for m in msgs if m.get("role") == "assistant"):
-                add("zero_completion", row, "a token-less row with no assistant text", {"tokens": 0, "assistant_chars": 0})
-            if msgs:  # a row imported without text (tokens only, no tokenizer) has no turns to judge
-                checked["empty_turn"] += 1
-                checked["tool_no_observation"] += 1
-            for e in empty_turns(msgs) if msgs else ():
-                add("empty_turn", row, f"turn {e['turn']} ({e['role']}): {e['problem']}" if e["turn"] is not None
+                    add("runaway", r, f"stopped at the length cap after {ev['gen_tokens']} tokens, its last "
+                                      f"{ev['ngram']}-gram repeated {ev['repeats']} times", ev)
+        for r in rows(t, np.flatnonzero((has_tokens & (n_gen == 0)) | (~has_tokens & has_msgs & (n_asst_text == 0)))):
+            if r["token_ids"]:
+                add("zero_completion", r, f"{len(r['token_ids'])} tokens, none generated (token_role has no 1)",
+                    {"tokens": len(r["token_ids"]), "gen_tokens": 0})
+            else:
+                add("zero_completion", r, "a token-less row with no assistant text", {"tokens": 0, "assistant_chars": 0})
+        # turns: rows with messages but no assistant turn, or a blank turn without a tool call
+        for r in rows(t, np.flatnonzero(has_msgs & ((n_asst == 0) | (n_blank > 0)))):
+            for e in empty_turns(r["messages"]):
+                add("empty_turn", r, f"turn {e['turn']} ({e['role']}): {e['problem']}" if e["turn"] is not None
                     else "no assistant turn in the episode", e)
-            for e in unanswered_tool_calls(msgs):
-                add("tool_no_observation", row, f"assistant turn {e['turn']} made {e['calls']} tool call(s); "
-                                                f"{e['observations']} observation(s) follow it", e)
-            if tok is not None and has_tokens and row["tokens_source"] != "none" and msgs:
+        for r in rows(t, np.flatnonzero(n_calls > 0)):
+            for e in unanswered_tool_calls(r["messages"]):
+                add("tool_no_observation", r, f"assistant turn {e['turn']} made {e['calls']} tool call(s); "
+                                              f"{e['observations']} observation(s) follow it", e)
+        if tok is not None and checked["token_text_mismatch"] < cfg.max_decode:
+            ok = has_tokens & has_msgs & (n_gen > 0) & pc.not_equal(t.column("tokens_source"), "none").to_numpy(
+                zero_copy_only=False)
+            idx = np.flatnonzero(ok)[: cfg.max_decode - checked["token_text_mismatch"]]
+            for r in rows(t, idx):
                 checked["token_text_mismatch"] += 1
-                ev = decode_mismatch(tok, ids, role, msgs)
+                ev = decode_mismatch(tok, np.asarray(r["token_ids"]), np.asarray(r["token_role"]), r["messages"])
                 if ev:
-                    add("token_text_mismatch", row, f"generated tokens {ev['tokens'][0]}–{ev['tokens'][1]} decode to "
-                                                    f"{ev['decoded'][:60]!r}, not found in the stored text", ev)
-            meta_s = row["meta"] or ""
-            if has_tokens and ("trainer_logprobs" in meta_s or "old_log_probs" in meta_s):
-                try:
-                    meta = json.loads(meta_s)
-                except json.JSONDecodeError:
-                    meta = {}
-                tl = trainer_logprobs(meta if isinstance(meta, dict) else {}, len(ids))
-                if tl is not None:
-                    n_pairs += 1
-                    checked["logprob_mismatch"] += 1
-                    g = logprob_gap(np.asarray(row["logprobs"], float), tl, role)
-                    if g and (g["gap_mean"] >= cfg.max_gap_mean or g["gap_max"] >= cfg.max_gap):
-                        add("logprob_mismatch", row, f"sampler and trainer log-probs differ by {g['gap_mean']:.3f} "
-                                                     f"nats/token on average, {g['gap_max']:.2f} at token {g['at']}", g)
+                    add("token_text_mismatch", r, f"generated tokens {ev['tokens'][0]}–{ev['tokens'][1]} decode to "
+                                                  f"{ev['decoded'][:60]!r}, not found in the stored text", ev)
+        meta = pc.fill_null(t.column("meta"), "")
+        lp_cand = pc.or_(pc.match_substring(meta, "trainer_logprobs"), pc.match_substring(meta, "old_log_probs"))
+        for r in rows(t, np.flatnonzero(lp_cand.to_numpy(zero_copy_only=False) & has_tokens)):
+            try:
+                mt = json.loads(r["meta"])
+            except json.JSONDecodeError:
+                continue
+            tl = trainer_logprobs(mt if isinstance(mt, dict) else {}, len(r["token_ids"]))
+            if tl is None:
+                continue
+            n_pairs += 1
+            checked["logprob_mismatch"] += 1
+            g = logprob_gap(np.asarray(r["logprobs"], float), tl, np.asarray(r["token_role"]))
+            if g and (g["gap_mean"] >= cfg.max_gap_mean or g["gap_max"] >= cfg.max_gap):
+                add("logprob_mismatch", r, f"sampler and trainer log-probs differ by {g['gap_mean']:.3f} "
+                                           f"nats/token on average, {g['gap_max']:.2f} at token {g['at']}", g)
     if n_pairs == 0:
         skipped["logprob_mismatch"] = "no rollout stores both sampler and trainer log-probs"
+    if tok is not None and checked["token_text_mismatch"] >= cfg.max_decode:
+        skipped["token_text_mismatch"] = f"decoded the first {cfg.max_decode} rows with tokens and text only (max_decode)"
     return HealthReport(counts, checked, issues, skipped)
 
 
 __all__ = ["CHECKS", "HealthConfig", "HealthIssue", "HealthReport", "decode_mismatch", "empty_turns",
-           "logprob_gap", "run_health_checks", "runaway", "trainer_logprobs", "unanswered_tool_calls"]
+           "logprob_gap", "run_health_checks", "runaway", "tail_repeats", "trainer_logprobs", "unanswered_tool_calls"]

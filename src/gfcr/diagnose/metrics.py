@@ -241,14 +241,23 @@ def _meta_walk(table: pa.Table, replayed: np.ndarray, lag: np.ndarray, iw: np.nd
     from ``generated_at_step`` where a replayed row has no staleness signal."""
     n = table.num_rows
     steps = table.column("step").to_numpy()
-    runs = table.column("run_id").to_pylist()
-    metas = table.column("meta").to_pylist()
+    meta_col = pc.fill_null(table.column("meta"), "")
+    # only rows whose meta names a key read here, or that are replayed copies, reach Python
+    hit = replayed.copy()
+    for key in ('"trained"', "generated_at_step", "replayed_at_step"):
+        hit |= pc.match_substring(meta_col, key).to_numpy(zero_copy_only=False)
+    todo = np.flatnonzero(hit)
+    sub = table.select(["run_id", "meta"]).take(pa.array(todo, pa.int64()))
+    runs_sub = sub.column("run_id").to_pylist()
+    metas_sub = sub.column("meta").to_pylist()
     trained = np.full(n, np.nan)
     ev_run: list[str] = []
     ev_step: list[int] = []
     ev_lag: list[float] = []
     ev_iw: list[float] = []
-    for i, m in enumerate(metas):
+    runs = dict(zip(todo.tolist(), runs_sub, strict=True))
+    for i, m in zip(todo.tolist(), metas_sub, strict=True):
+        m = m or ""
         if '"trained"' in m:
             t = _json_obj(m).get("trained")
             if isinstance(t, bool):

@@ -209,23 +209,27 @@ def _ross_tables(store: Any, run: str | None) -> str:
 
 
 def _pick(store: Any, run: str | None, n: int) -> dict[str, list[str]]:
-    """Rollout ids per bucket: best, worst, truncated, most-masked."""
-    t = store.scan(run=run, columns=["rollout_id", "reward", "finish_reason", "signals"])
-    if t.num_rows == 0:
+    """Rollout ids per bucket: best, worst, truncated, most-masked — top-n queries (DuckDB over the
+    store), never the whole id list in Python."""
+    where = "" if run is None else "WHERE run_id = '" + run.replace("'", "''") + "'"
+    and_ = "AND" if where else "WHERE"
+    n = int(n)
+
+    def ids(q: str) -> list[str]:
+        return store.sql(q).column("rollout_id").to_pylist()
+
+    best = ids(f"SELECT rollout_id FROM rollouts {where} ORDER BY reward DESC, rollout_id LIMIT {n}")
+    if not best:
         return {}
-    ids = np.asarray(t.column("rollout_id").to_pylist(), dtype=object)
-    reward = t.column("reward").to_numpy()
-    order = np.lexsort((ids.astype(str), -reward))
-    out = {"best": ids[order[:n]].tolist(), "worst": ids[order[::-1][:n]].tolist()}
-    trunc = np.nonzero(pc.equal(t.column("finish_reason"), "length").to_numpy(zero_copy_only=False))[0]
-    out["truncated"] = ids[trunc[:n]].tolist()
-    audits = store.audits(rollout_ids=ids.tolist()) if len(ids) <= 5000 else store.audits()
-    if audits.num_rows:
-        idset = set(ids.tolist())
-        rows = [a for a in audits.select(["rollout_id", "ter", "status"]).to_pylist()
-                if a["rollout_id"] in idset and a["ter"] is not None and a["ter"] > 0]
-        rows.sort(key=lambda a: (-a["ter"], a["rollout_id"]))
-        out["most-masked"] = list(dict.fromkeys(a["rollout_id"] for a in rows))[:n]
+    out = {"best": best,
+           "worst": ids(f"SELECT rollout_id FROM rollouts {where} ORDER BY reward ASC, rollout_id DESC LIMIT {n}"),
+           "truncated": ids(f"SELECT rollout_id FROM rollouts {where} {and_} finish_reason = 'length' "
+                            f"ORDER BY step, rollout_id LIMIT {n}")}
+    scope = "" if run is None else f"AND rollout_id IN (SELECT rollout_id FROM rollouts {where})"
+    masked = ids(f"SELECT rollout_id, max(ter) AS t FROM audits WHERE ter > 0 {scope} GROUP BY rollout_id "
+                 f"ORDER BY t DESC, rollout_id LIMIT {n}")
+    if masked or store.count("audits"):
+        out["most-masked"] = masked
     return out
 
 

@@ -12,7 +12,9 @@ JSON API:
   tokenizer the token strip is decoded with (``tokenizer``: ``name``, ``source``, ``note``).
 * ``GET /api/rollouts`` — filters ``run``, ``step_min``, ``step_max``, ``reward_min``,
   ``reward_max``, ``verified``, ``prompt``, ``task``, ``finish``; paging ``offset``, ``limit``
-  (≤ 200); sorted by run, step, prompt, sample index. Returns ``{total, offset, limit, items}``;
+  (≤ 200); sorted by run, step, prompt, sample index. With run/step filters only, the page is
+  planned on a per-step index (:mod:`gfcr.diagnose.paging`, built once per store version) and
+  only the steps it shows are read; other filters are one pushed-down filtered scan. Returns ``{total, offset, limit, items}``;
   each item carries the prompt's text (``prompt_text``, its last user turn, cut to 200 characters).
 * ``GET /api/rollouts/{rollout_id}`` — one rollout: turns, tokens (each decoded with the store's
   tokenizer), verifier evidence, signals, its group's siblings, and each ROSS audit with its
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from gfcr.diagnose.paging import SORT_KEYS, read_page, select_steps, step_index
 from gfcr.diagnose.spans import segments
 from gfcr.records import FINISH_REASONS, assistant_text
 
@@ -197,6 +200,15 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     store = RolloutStore.open(store_path)  # raises a StoreError naming the problem if it is not a store
     static = load_static()
     tok, tok_info = resolve_tokenizer(store, tokenizer)
+    cache: dict[str, Any] = {"version": None}
+
+    def current() -> tuple[Any, pa.Table, dict[str, Any]]:
+        """The rollouts dataset at its latest version, its per-step index and per-version facts
+        (built once per version: an append moves the version and the next request rebuilds)."""
+        ds = store.dataset("rollouts")
+        if cache["version"] != ds.version:
+            cache.update(version=ds.version, index=step_index(ds), facts={})
+        return ds, cache["index"], cache["facts"]
 
     app = FastAPI(title="gfcr viewer", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -238,11 +250,17 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
 
     @app.get("/api/summary")
     def summary() -> JSONResponse:
-        runs = store.sql(
-            "SELECT run_id, min(step) AS step_min, max(step) AS step_max, count(*) AS rollouts "
-            "FROM rollouts GROUP BY run_id ORDER BY run_id"
-        ).to_pylist()
-        tasks = store.sql("SELECT DISTINCT task FROM rollouts ORDER BY task").column("task").to_pylist() if runs else []
+        _, index, facts = current()
+        runs = []
+        if index.num_rows:
+            g = index.group_by("run_id").aggregate([("step", "min"), ("step", "max"), ("n", "sum")])
+            g = g.take(pc.sort_indices(g, sort_keys=[("run_id", "ascending")]))
+            runs = [{"run_id": r["run_id"], "step_min": r["step_min"], "step_max": r["step_max"], "rollouts": r["n_sum"]}
+                    for r in g.to_pylist()]
+        if "tasks" not in facts:
+            facts["tasks"] = store.sql("SELECT DISTINCT task FROM rollouts ORDER BY task").column("task").to_pylist() \
+                if runs else []
+        tasks = facts["tasks"]
         judges = store.sql("SELECT judge, count(*) AS n FROM audits GROUP BY judge ORDER BY judge").to_pylist()
         return JSONResponse({"store": str(store.path), "runs": runs, "tasks": tasks,
                              "finish_reasons": list(FINISH_REASONS), "judges": judges, "tokenizer": tok_info})
@@ -271,19 +289,23 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             if finish not in FINISH_REASONS:
                 raise HTTPException(400, f"finish must be one of {list(FINISH_REASONS)}")
             where.append(f"finish_reason = '{finish}'")
-        steps = None
-        if step_min is not None or step_max is not None:
-            steps = (step_min or 0, step_max if step_max is not None else MAX_INT)
-        t = store.scan(run=run or None, steps=steps, verified=verified, prompt_ids=[prompt] if prompt else None,
-                       task=task or None, where=" AND ".join(where) or None, columns=LIST_COLUMNS)
-        total = t.num_rows
-        if total:
-            idx = pc.sort_indices(t, sort_keys=[("run_id", "ascending"), ("step", "ascending"),
-                                                ("prompt_id", "ascending"), ("sample_index", "ascending"),
-                                                ("rollout_id", "ascending")])
-            t = t.take(idx).slice(offset, limit)
+        ds, index, _ = current()
+        if not where and verified is None and not prompt and not task:
+            # run / step filters only: the per-step index plans the page; only its steps are read
+            sel = select_steps(index, run or None, step_min, step_max)
+            total = int(pc.sum(sel.column("n")).as_py() or 0)
+            t = read_page(ds, sel, offset, limit, LIST_COLUMNS) if offset < total else None
+        else:  # other filters: one pushed-down filtered scan, sorted
+            steps = None
+            if step_min is not None or step_max is not None:
+                steps = (step_min or 0, step_max if step_max is not None else MAX_INT)
+            t = store.scan(run=run or None, steps=steps, verified=verified, prompt_ids=[prompt] if prompt else None,
+                           task=task or None, where=" AND ".join(where) or None, columns=LIST_COLUMNS)
+            total = t.num_rows
+            if total:
+                t = t.take(pc.sort_indices(t, sort_keys=SORT_KEYS)).slice(offset, limit)
         items = []
-        page = t.to_pylist() if total else []
+        page = t.to_pylist() if total and t is not None else []
         if page:  # generated-token counts and prompt text for this page only (token_role is the truth)
             extra = store.get([r["rollout_id"] for r in page], columns=["token_role", "messages"])
             roles = extra.column("token_role")
