@@ -137,19 +137,19 @@ def scale(sizes: list[int], samples: int, baseline_max: int) -> None:
         with tempfile.TemporaryDirectory() as d:
             store, w_build, _ = _timed(lambda n=n, d=d: scale_store(Path(d) / "s", n))
             client = TestClient(create_app(store.path))
-            (r, w_first, c_first) = _timed(lambda: client.get("/api/rollouts", params={"limit": 50}))
+            (r, w_first, c_first) = _timed(lambda c=client: c.get("/api/rollouts", params={"limit": 50}))
             assert r.status_code == 200 and r.json()["total"] == n
             pages, cpus, base, base_cpu = [], [], [], []
             for _ in range(samples):  # arms alternated; a fresh offset each sample
                 off = int(rng.integers(0, n - 50))
-                r, w, c = _timed(lambda off=off: client.get("/api/rollouts", params={"offset": off, "limit": 50}))
+                r, w, c = _timed(lambda off=off, cl=client: cl.get("/api/rollouts", params={"offset": off, "limit": 50}))
                 assert r.status_code == 200 and len(r.json()["items"]) == 50
                 pages.append(w), cpus.append(c)
                 if n <= baseline_max:
-                    b, w, c = _timed(lambda off=off: full_scan_page(store, off))
+                    b, w, c = _timed(lambda off=off, st=store: full_scan_page(st, off))
                     assert b.column("rollout_id").to_pylist() == [i["rollout_id"] for i in r.json()["items"]]
                     base.append(w), base_cpu.append(c)
-            html, w_rep, c_rep = _timed(lambda: build_report(store))
+            html, w_rep, c_rep = _timed(lambda st=store: build_report(st))
             med = statistics.median
             row = {"n": n, "build_s": w_build, "first_page_s": w_first, "first_page_cpu_s": c_first,
                    "page_ms": 1000 * med(pages), "page_cpu_ms": 1000 * med(cpus),

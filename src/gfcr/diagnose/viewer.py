@@ -202,7 +202,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     tok, tok_info = resolve_tokenizer(store, tokenizer)
     cache: dict[str, Any] = {"version": None}
 
-    def current() -> tuple[Any, pa.Table, dict[str, Any]]:
+    def current() -> tuple[Any, Any, dict[str, Any]]:
         """The rollouts dataset at its latest version, its per-step index and per-version facts
         (built once per version: an append moves the version and the next request rebuilds)."""
         ds = store.dataset("rollouts")
