@@ -123,7 +123,7 @@ def full_scan_page(store: RolloutStore, offset: int, limit: int = 50):  # noqa: 
     return t.take(pc.sort_indices(t, sort_keys=SORT_KEYS)).slice(offset, limit)
 
 
-def scale(sizes: list[int], samples: int, baseline_max: int) -> None:
+def scale(sizes: list[int], samples: int, baseline_max: int, report_max: int) -> None:
     import os
 
     from fastapi.testclient import TestClient
@@ -149,7 +149,7 @@ def scale(sizes: list[int], samples: int, baseline_max: int) -> None:
                     b, w, c = _timed(lambda off=off, st=store: full_scan_page(st, off))
                     assert b.column("rollout_id").to_pylist() == [i["rollout_id"] for i in r.json()["items"]]
                     base.append(w), base_cpu.append(c)
-            html, w_rep, c_rep = _timed(lambda st=store: build_report(st))
+            html, w_rep, c_rep = _timed(lambda st=store: build_report(st)) if n <= report_max else ("", None, None)
             med = statistics.median
             row = {"n": n, "build_s": w_build, "first_page_s": w_first, "first_page_cpu_s": c_first,
                    "page_ms": 1000 * med(pages), "page_cpu_ms": 1000 * med(cpus),
@@ -164,8 +164,9 @@ def scale(sizes: list[int], samples: int, baseline_max: int) -> None:
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         fs = f"{r['full_scan_ms']:.0f} ms" if r["full_scan_ms"] is not None else "not run"
+        rep = f"{r['report_s']:.2f} s | {r['report_cpu_s']:.2f} s" if r["report_s"] is not None else "not run | –"
         print(f"| {r['n']:,} | {r['page_ms']:.0f} ms | {r['page_cpu_ms']:.0f} ms | {fs} | {r['first_page_s']:.2f} s | "
-              f"{r['report_s']:.2f} s | {r['report_cpu_s']:.2f} s |")
+              f"{rep} |")
 
 
 def main() -> None:
@@ -173,13 +174,14 @@ def main() -> None:
     ap.add_argument("--scale", type=str, default=None, help="comma-separated store sizes for the scale run")
     ap.add_argument("--samples", type=int, default=7, help="scale run: list pages timed per size")
     ap.add_argument("--baseline-max", type=int, default=1_000_000, help="scale run: largest size given the full-scan arm")
+    ap.add_argument("--report-max", type=int, default=10_000_000, help="scale run: largest size whose report is timed")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
     a = ap.parse_args()
     if a.scale:
-        scale([int(x) for x in a.scale.split(",")], a.samples, a.baseline_max)
+        scale([int(x) for x in a.scale.split(",")], a.samples, a.baseline_max, a.report_max)
         return
     with tempfile.TemporaryDirectory() as d:
         store = RolloutStore.open(Path(d) / "store", create=True)

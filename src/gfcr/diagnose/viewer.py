@@ -168,6 +168,86 @@ def resolve_tokenizer(store: Any, tokenizer: Any | None) -> tuple[Any | None, di
                               "as ids (start with --tokenizer to decode)"}
 
 
+def token_overlays(ids: list[int], role: list[int], logprobs: list[float], signals: dict[str, float],
+                   meta: dict[str, Any], audit: dict[str, Any] | None, pieces: list[str | None],
+                   assistant: str, limit: int = MAX_TOKENS_SHOWN) -> dict[str, Any]:
+    """Per-token series for the token strip's overlays, each ``[min(T, limit)]`` or None when the
+    store does not hold it, with a note per overlay saying where it came from.
+
+    * ``logprob`` — the behaviour (sampler) log-prob of each generated token (None on context);
+    * ``entropy`` — ``meta["token_entropy"]`` when stored, else the surprisal −log p of the sampled
+      token (a one-sample estimate of the entropy at that position; the note says which);
+    * ``gap`` — trainer − sampler log-prob (:func:`gfcr.diagnose.health.trainer_logprobs`);
+    * ``advantage`` — per-token advantages kept from a verl batch, else ``signals["advantage"]``
+      on every generated token;
+    * ``loss_mask`` — ``token_role`` (1: in the policy loss);
+    * ``ross_mask`` / ``ross_category`` — the latest kept audit's mask, and for each excluded
+      generated token the category of the excluded span it lies in (located through the decoded
+      pieces' character offsets in the assistant text; "excluded" when the tokens are not decoded
+      or a piece is not found).
+
+    Example: role [0, 1], logprobs [0, -0.5], signals {"advantage": 1.0}, no audit →
+    logprob [None, -0.5], entropy [None, 0.5], advantage [None, 1.0], loss_mask [0, 1], gap None.
+    """
+    from gfcr.diagnose.health import trainer_logprobs
+
+    n = min(len(ids), limit)
+    gen = [r == 1 for r in role[:n]]
+    notes: dict[str, str] = {}
+    out: dict[str, Any] = {"loss_mask": [int(r) for r in role[:n]]}
+    out["logprob"] = [float(x) if g else None for x, g in zip(logprobs[:n], gen, strict=True)]
+    te = meta.get("token_entropy")
+    if isinstance(te, list) and len(te) == len(ids):
+        out["entropy"] = [float(x) if g else None for x, g in zip(te[:n], gen, strict=True)]
+        notes["entropy"] = "per-token entropy stored with the rollout (meta.token_entropy)"
+    else:
+        out["entropy"] = [-float(x) if g else None for x, g in zip(logprobs[:n], gen, strict=True)]
+        notes["entropy"] = "per-token entropy not stored: −log p of the sampled token (a one-sample estimate)"
+    tl = trainer_logprobs(meta, len(ids))
+    out["gap"] = None if tl is None else [float(t - b) if g else None
+                                           for t, b, g in zip(tl[:n], logprobs[:n], gen, strict=True)]
+    notes["gap"] = "trainer − sampler log-prob" if tl is not None else "the store holds no trainer log-probs for this rollout"
+    adv = None
+    v = meta.get("verl") if isinstance(meta.get("verl"), dict) else None
+    if v and isinstance((v.get("per_token") or {}).get("advantages"), list):
+        a = list(v["per_token"]["advantages"])
+        if (v.get("layout") or {}).get("advantages") == "response":
+            a = [0.0] * int(v.get("n_prompt", 0)) + a
+        if len(a) == len(ids):
+            adv = [float(x) if g else None for x, g in zip(a[:n], gen, strict=True)]
+            notes["advantage"] = "per-token advantages of the verl batch"
+    if adv is None and isinstance(signals.get("advantage"), int | float):
+        adv = [float(signals["advantage"]) if g else None for g in gen]
+        notes["advantage"] = "the rollout's advantage (signals.advantage), on every generated token"
+    out["advantage"] = adv
+    if adv is None:
+        notes["advantage"] = "no advantage stored"
+    out["ross_mask"], out["ross_category"] = None, None
+    if audit is not None and audit.get("status") == "kept" and len(audit.get("mask") or []) >= n:
+        mask = [int(m) for m in audit["mask"][:n]]
+        cats: list[str | None] = [None] * n
+        pos = 0
+        for i in range(n):
+            piece = pieces[i] if i < len(pieces) else None
+            at = -1
+            if gen[i] and piece:
+                at = assistant.find(piece, pos)
+                if at >= 0:
+                    pos = at + len(piece)
+            if gen[i] and mask[i] == 0:
+                cats[i] = "excluded"
+                for sp in audit.get("excluded") or []:
+                    if at >= 0 and sp["start"] < at + len(piece or "") and at < sp["end"]:
+                        cats[i] = sp["category"]
+                        break
+        out["ross_mask"], out["ross_category"] = mask, cats
+        notes["ross_mask"] = f"audit {audit.get('judge')}@{audit.get('judge_version')}"
+    else:
+        notes["ross_mask"] = "no kept ROSS audit"
+    out["notes"] = notes
+    return out
+
+
 def prompt_text(messages: list[dict[str, Any]], limit: int = 200) -> str:
     """The prompt as a list shows it: the last user turn before the first assistant turn (else the
     first turn), whitespace collapsed, cut to ``limit`` characters."""
@@ -327,12 +407,13 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             raise HTTPException(404, f"no rollout {rollout_id!r} in this store") from None
         role = row.pop("token_role")
         ids = row.pop("token_ids")
-        row.pop("logprobs")
+        lps = row.pop("logprobs")
         for k in ("verifier", "sampling", "meta"):
             row[k] = _loads(row[k])
         row["signals"] = dict(row["signals"])
         text = assistant_text(row["messages"])
         audits = []
+        kept_masks: list[list[int]] = []
         for a in sorted(store.audits(rollout_ids=[rollout_id]).to_pylist(), key=lambda a: a["created_at"]):
             mask = a.pop("mask")
             kept = a["status"] == "kept"
@@ -340,6 +421,8 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             a["segments"] = [s.to_dict() for s in segments(text, spans, kept)]
             a["supervised_tokens"] = int(sum(m for m, r in zip(mask, role, strict=False) if r == 1))
             a["mask"] = mask[:MAX_TOKENS_SHOWN]
+            if kept:
+                kept_masks.append(mask)
             audits.append(a)
         sib = store.scan(run=row["run_id"], steps=(row["step"], row["step"]), prompt_ids=[row["prompt_id"]],
                          columns=["rollout_id", "group_id", "sample_index", "reward", "verified", "finish_reason"])
@@ -348,6 +431,9 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
         tokens = []
         shown = ids[:MAX_TOKENS_SHOWN]
         pieces = [tok.decode([i]) for i in shown] if tok is not None else [None] * len(shown)
+        kept = [a for a in audits if a["status"] == "kept"]
+        overlays = token_overlays(ids, role, lps, row["signals"], row["meta"] if isinstance(row["meta"], dict) else {},
+                                  {**kept[-1], "mask": kept_masks[-1]} if kept else None, pieces, text)
         for i, (tid, r, piece) in enumerate(zip(shown, role, pieces, strict=False)):
             tokens.append({"i": i, "id": tid, "role": r, "text": piece})
         row.update(
@@ -363,10 +449,11 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             tokenizer=tok_info,
             audits=audits,
             siblings=siblings,
+            overlays=overlays,
         )
         return JSONResponse(jsonable(row))
 
     return app
 
 
-__all__ = ["LOOPBACK_NAMES", "create_app", "host_allowed", "jsonable", "load_static", "prompt_text", "resolve_tokenizer", "role_runs", "store_model"]
+__all__ = ["LOOPBACK_NAMES", "create_app", "host_allowed", "jsonable", "load_static", "token_overlays", "prompt_text", "resolve_tokenizer", "role_runs", "store_model"]
