@@ -134,7 +134,7 @@ def scale(sizes: list[int], samples: int, baseline_max: int, report_max: int) ->
     print(f"load before: {os.getloadavg()}")
     rows = []
     for n in sizes:
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("GFCR_BENCH_TMP")) as d:
             store, w_build, _ = _timed(lambda n=n, d=d: scale_store(Path(d) / "s", n))
             client = TestClient(create_app(store.path))
             (r, w_first, c_first) = _timed(lambda c=client: c.get("/api/rollouts", params={"limit": 50}))

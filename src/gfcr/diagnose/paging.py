@@ -4,8 +4,9 @@
 per (run, step): the row count and the first and last row positions holding it. A list page sorted
 by (run, step, prompt, sample, id) then needs only the steps its rows fall in
 (:func:`plan_page`), and each step's rows are read by position range
-(``to_table(offset, limit)``, which Lance answers from the fragments holding those rows), so a
-page costs the size of the steps it shows, not of the store. Stores are appended step by step, so
+(``to_table(offset, limit)``, which Lance answers from the fragments holding those rows; only the
+five sort-key columns), then the page's own rows are taken by position, so a page costs the sort
+keys of the steps it shows, not the store. Stores are appended step by step, so
 a step's rows sit together; when they do not (a step's span is over ``max_spread`` × its count),
 that step is read with a pushed-down filter instead.
 
@@ -21,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+KEY_COLUMNS = ["run_id", "step", "prompt_id", "sample_index", "rollout_id"]
 SORT_KEYS = [("run_id", "ascending"), ("step", "ascending"), ("prompt_id", "ascending"),
              ("sample_index", "ascending"), ("rollout_id", "ascending")]
 
@@ -91,8 +93,15 @@ def read_page(ds: Any, steps: pa.Table, offset: int, limit: int, columns: list[s
         run, step = steps.column("run_id")[i].as_py(), int(steps.column("step")[i].as_py())
         n, lo, hi = int(counts[i]), int(steps.column("lo")[i].as_py()), int(steps.column("hi")[i].as_py())
         if hi - lo + 1 <= max_spread * n:
-            t = ds.to_table(columns=columns, offset=lo, limit=hi - lo + 1)
-            t = t.filter(pc.and_(pc.equal(t.column("run_id"), run), pc.equal(t.column("step"), step)))
+            # the step's sort keys only, by position range; then the page's rows by position
+            keys = ds.to_table(columns=KEY_COLUMNS, offset=lo, limit=hi - lo + 1)
+            keys = keys.append_column("_pos", pa.array(np.arange(lo, lo + keys.num_rows), pa.int64()))
+            keys = keys.filter(pc.and_(pc.equal(keys.column("run_id"), run), pc.equal(keys.column("step"), step)))
+            keys = keys.take(pc.sort_indices(keys, sort_keys=SORT_KEYS)).slice(skip, take)
+            pos = keys.column("_pos").to_numpy()
+            got = ds.take(pos.tolist(), columns=columns)  # rows come back in the order asked
+            parts.append(got)
+            continue
         else:
             q = "'" + run.replace("'", "''") + "'"
             t = ds.to_table(columns=columns, filter=f"run_id = {q} AND step = {step}")
