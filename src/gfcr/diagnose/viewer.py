@@ -374,7 +374,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             # run / step filters only: the per-step index plans the page; only its steps are read
             sel = select_steps(index, run or None, step_min, step_max)
             total = int(pc.sum(sel.column("n")).as_py() or 0)
-            t = read_page(ds, sel, offset, limit, LIST_COLUMNS) if offset < total else None
+            t = read_page(ds, sel, offset, limit, LIST_COLUMNS + ["token_role", "messages"]) if offset < total else None
         else:  # other filters: one pushed-down filtered scan, sorted
             steps = None
             if step_min is not None or step_max is not None:
@@ -385,9 +385,10 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             if total:
                 t = t.take(pc.sort_indices(t, sort_keys=SORT_KEYS)).slice(offset, limit)
         items = []
-        page = t.to_pylist() if total and t is not None else []
+        page = t.select(LIST_COLUMNS).to_pylist() if total and t is not None else []
         if page:  # generated-token counts and prompt text for this page only (token_role is the truth)
-            extra = store.get([r["rollout_id"] for r in page], columns=["token_role", "messages"])
+            extra = t if "token_role" in t.column_names else store.get([r["rollout_id"] for r in page],
+                                                                       columns=["token_role", "messages"])
             roles = extra.column("token_role")
             gen = pc.list_value_length(roles).to_pylist()
             flat = pc.list_flatten(roles).to_numpy(zero_copy_only=False).astype(np.int64)
