@@ -7,6 +7,18 @@ same synthetic store; then the HTML report end to end.
 
 Goal: step_metrics >= 3x faster than the object-loop baseline, and the two agree on the numbers
 they both compute (mean reward, zero-variance share, waste share, mean length, truncation rate).
+
+Scale (``--scale 100000,1000000,10000000``): stores of that many rows (16 tokens each, 500
+steps, groups of 8; built as Arrow tables in 1M-row appends) timing, per size:
+
+* the viewer's list page (``GET /api/rollouts``, 50 rows, the app in process): the first request
+  after the store changed (it builds the per-step index), then pages at random offsets (median of
+  fresh samples, each a new offset), alternated with the full-scan baseline (every row's list
+  columns read and sorted, what the viewer did before);
+* ``gfcr report``'s work: metrics once, findings, health checks, the HTML (``build_report``).
+
+Goals (issue 27): list page <= 200 ms and report <= 5 s at 10M rows. Wall and CPU seconds, the
+machine's load average before and after.
 """
 
 from __future__ import annotations
@@ -69,13 +81,108 @@ def baseline(store: RolloutStore) -> dict[int, dict[str, float]]:
     return out
 
 
+def scale_store(path: Path, n: int, tokens: int = 16, steps: int = 500, k: int = 8, chunk: int = 1_000_000):
+    """A store of ``n`` rows over ``steps`` training steps built from a 10,000-row template (made by
+    the project's own record writer) with fresh ids, groups and steps per copy: 1M-row appends."""
+    per_step = max(k, n // steps)
+    import pyarrow as pa
+
+    from gfcr.records import rollouts_to_table
+
+    base = rollouts_to_table(make_rollouts(10_000, 1, k, tokens, seed=1))
+    store = RolloutStore.open(path, create=True)
+    done = 0
+    while done < n:
+        m = min(chunk, n - done)
+        reps = -(-m // base.num_rows)
+        t = pa.concat_tables([base] * reps).slice(0, m)
+        pos = np.arange(done, done + m)
+        t = t.set_column(t.schema.get_field_index("rollout_id"), "rollout_id", pa.array([f"r{i:09d}" for i in pos]))
+        t = t.set_column(t.schema.get_field_index("group_id"), "group_id", pa.array([f"g{i // k}" for i in pos]))
+        t = t.set_column(t.schema.get_field_index("prompt_id"), "prompt_id", pa.array([f"p{i // k % 5000}" for i in pos]))
+        t = t.set_column(t.schema.get_field_index("step"), "step", pa.array(pos // per_step, pa.int64()))
+        store.append(t, check_existing=False)
+        done += m
+    return store
+
+
+def _timed(fn):  # noqa: ANN001, ANN202
+    w, c = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - w, time.process_time() - c
+
+
+def full_scan_page(store: RolloutStore, offset: int, limit: int = 50):  # noqa: ANN201
+    """The baseline list page: every row's list columns read and sorted, then sliced."""
+    import pyarrow.compute as pc
+
+    from gfcr.diagnose.paging import SORT_KEYS
+    from gfcr.diagnose.viewer import LIST_COLUMNS
+
+    t = store.scan(columns=LIST_COLUMNS)
+    return t.take(pc.sort_indices(t, sort_keys=SORT_KEYS)).slice(offset, limit)
+
+
+def scale(sizes: list[int], samples: int, baseline_max: int, report_max: int) -> None:
+    import os
+
+    from fastapi.testclient import TestClient
+
+    from gfcr.diagnose.viewer import create_app
+
+    rng = np.random.default_rng(0)
+    print(f"load before: {os.getloadavg()}")
+    rows = []
+    for n in sizes:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("GFCR_BENCH_TMP")) as d:
+            store, w_build, _ = _timed(lambda n=n, d=d: scale_store(Path(d) / "s", n))
+            client = TestClient(create_app(store.path))
+            (r, w_first, c_first) = _timed(lambda c=client: c.get("/api/rollouts", params={"limit": 50}))
+            assert r.status_code == 200 and r.json()["total"] == n
+            pages, cpus, base, base_cpu = [], [], [], []
+            for _ in range(samples):  # arms alternated; a fresh offset each sample
+                off = int(rng.integers(0, n - 50))
+                r, w, c = _timed(lambda off=off, cl=client: cl.get("/api/rollouts", params={"offset": off, "limit": 50}))
+                assert r.status_code == 200 and len(r.json()["items"]) == 50
+                pages.append(w), cpus.append(c)
+                if n <= baseline_max:
+                    b, w, c = _timed(lambda off=off, st=store: full_scan_page(st, off))
+                    assert b.column("rollout_id").to_pylist() == [i["rollout_id"] for i in r.json()["items"]]
+                    base.append(w), base_cpu.append(c)
+            html, w_rep, c_rep = _timed(lambda st=store: build_report(st)) if n <= report_max else ("", None, None)
+            med = statistics.median
+            row = {"n": n, "build_s": w_build, "first_page_s": w_first, "first_page_cpu_s": c_first,
+                   "page_ms": 1000 * med(pages), "page_cpu_ms": 1000 * med(cpus),
+                   "full_scan_ms": 1000 * med(base) if base else None,
+                   "full_scan_cpu_ms": 1000 * med(base_cpu) if base else None,
+                   "report_s": w_rep, "report_cpu_s": c_rep, "report_kib": len(html) / 1024,
+                   "load": os.getloadavg()}
+            rows.append(row)
+            print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+    print(f"load after: {os.getloadavg()}")
+    print("| rows | list page (median) | CPU | full-scan page | first page (builds the index) | report | report CPU |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        fs = f"{r['full_scan_ms']:.0f} ms" if r["full_scan_ms"] is not None else "not run"
+        rep = f"{r['report_s']:.2f} s | {r['report_cpu_s']:.2f} s" if r["report_s"] is not None else "not run | –"
+        print(f"| {r['n']:,} | {r['page_ms']:.0f} ms | {r['page_cpu_ms']:.0f} ms | {fs} | {r['first_page_s']:.2f} s | "
+              f"{rep} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--scale", type=str, default=None, help="comma-separated store sizes for the scale run")
+    ap.add_argument("--samples", type=int, default=7, help="scale run: list pages timed per size")
+    ap.add_argument("--baseline-max", type=int, default=1_000_000, help="scale run: largest size given the full-scan arm")
+    ap.add_argument("--report-max", type=int, default=10_000_000, help="scale run: largest size whose report is timed")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
     a = ap.parse_args()
+    if a.scale:
+        scale([int(x) for x in a.scale.split(",")], a.samples, a.baseline_max, a.report_max)
+        return
     with tempfile.TemporaryDirectory() as d:
         store = RolloutStore.open(Path(d) / "store", create=True)
         rs = make_rollouts(a.n, a.steps, a.k, a.tokens)

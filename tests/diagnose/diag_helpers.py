@@ -73,7 +73,7 @@ def audit(r: Rollout, spans: list[tuple[int, int, str]], status: str = "kept", t
     )
 
 
-PATHOLOGIES = ("zero_reward", "reward_hacking", "length_inflation", "signal_noise", "compute_waste",
+PATHOLOGIES = ("zero_reward", "reward_hacking", "length_inflation", "truncation", "signal_noise", "compute_waste",
                "long_tail", "replay_staleness", "entropy_collapse")
 
 
@@ -106,7 +106,8 @@ def simulate_run(kind: str, steps: int = 6, groups: int = 4, k: int = 4) -> list
                 gen_len = 20 + (10 * t if kind == "length_inflation" else 0) + i
                 if kind == "long_tail" and gi == 0 and i == 0:
                     gen_len = 200  # one straggler per step holds the batch ten times as long
-                out.append(rollout(run, t, f"p{gi}", r, gen_len=gen_len, verified=v, sample_index=i,
+                finish = "length" if kind == "truncation" and i < 2 else "stop"
+                out.append(rollout(run, t, f"p{gi}", r, gen_len=gen_len, verified=v, sample_index=i, finish=finish,
                                    signals={"advantage": adv, "entropy": ent}, logprob=-ent))
         lag, iw = (8.0, 0.2) if kind == "replay_staleness" else (1.0, 1.0)
         out.append(rollout(run, t, "p0", 1.0, verified=True, meta={"generated_at_step": max(0, t - 1)},
@@ -168,12 +169,15 @@ def _solution(a: int, b: int, right: bool, detour: bool, long: bool) -> str:
     return "\n".join(lines)
 
 
-def showcase_store(path: Any, tokenizer_dir: str, steps: int = 10, prompts: int = 4, k: int = 4) -> Any:
+def showcase_store(path: Any, tokenizer_dir: str, steps: int = 10, prompts: int = 4, k: int = 4,
+                   run_id: str = "grpo-sums", seed: int = 7) -> Any:
     """A store that looks like a short GRPO run on two-digit sums, for the browser test and the docs'
     screenshots: real token ids from the tiny tokenizer saved in ``tokenizer_dir`` (recorded as the
     store's model in ``sampling.model``), partial credit for a near miss, DAPO-style dropped groups
     (``meta.trained``), a straggler now and then, one replayed copy per step and rule-judge audits
-    (with excluded detours) on some passing rollouts."""
+    (with excluded detours) on some passing rollouts. The trainer's recomputed log-probs
+    (``meta.trainer_logprobs``, within 0.05 nats of the sampler's) ride along for the gap overlay.
+    A second call with another ``run_id`` on the same path adds a second run."""
     import random
 
     from transformers import AutoTokenizer
@@ -182,7 +186,7 @@ def showcase_store(path: Any, tokenizer_dir: str, steps: int = 10, prompts: int 
     from gfcr.store import RolloutStore
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    rng = random.Random(7)
+    rng = random.Random(seed)
     store = RolloutStore.open(path, create=True)
     rows: list[Rollout] = []
     audits: list[Audit] = []
@@ -206,7 +210,7 @@ def showcase_store(path: Any, tokenizer_dir: str, steps: int = 10, prompts: int 
                 lp = [0.0] * len(prompt_ids) + [-0.2 - 0.8 * rng.random() for _ in gen]
                 reward = 1.0 if right else (0.3 if detour else 0.0)  # partial credit for a worked check
                 group_rows.append(Rollout(
-                    run_id="grpo-sums", prompt_id=f"sum-{a}-{b}", group_id=f"sum-{a}-{b}@{t}", step=t, sample_index=i,
+                    run_id=run_id, prompt_id=f"sum-{a}-{b}", group_id=f"sum-{a}-{b}@{t}", step=t, sample_index=i,
                     task="arith", token_ids=np.asarray(ids, np.int32), token_role=np.asarray(role, np.uint8),
                     logprobs=np.asarray(lp, np.float32), policy_version=f"s{t}",
                     messages=[Message("user", user), Message("assistant", text)], reward=reward, verified=right,
@@ -219,7 +223,9 @@ def showcase_store(path: Any, tokenizer_dir: str, steps: int = 10, prompts: int 
             keep = max(rewards) - min(rewards) > 1e-9
             for r in group_rows:
                 r.signals["advantage"] = r.reward - mean
-                r.meta = {"trained": keep}
+                lp = np.asarray(r.logprobs, float)
+                gap = np.where(np.asarray(r.token_role) == 1, [0.05 * (rng.random() - 0.5) for _ in lp], 0.0)
+                r.meta = {"trained": keep, "trainer_logprobs": np.minimum(lp + gap, 0.0).round(4).tolist()}
                 if r.verified and "First try" in r.completion and len(audits) < 12:
                     text = r.completion
                     a0 = text.index("First try")
@@ -237,7 +243,7 @@ def showcase_store(path: Any, tokenizer_dir: str, steps: int = 10, prompts: int 
                                         ter=n_out / len(gen_idx)))
             rows += group_rows
         src = rows[-1]
-        rows.append(Rollout(**{**src.__dict__, "rollout_id": f"replay-{t}", "step": t + 1 if t + 1 < steps else t,
+        rows.append(Rollout(**{**src.__dict__, "rollout_id": f"replay-{run_id}-{t}", "step": t + 1 if t + 1 < steps else t,
                                "signals": {"replayed": 1.0, "staleness": 1.0 + t % 3, "importance_weight": 0.9},
                                "meta": {"generated_at_step": t}}))
     store.append(rows)

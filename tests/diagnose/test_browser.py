@@ -243,3 +243,88 @@ def test_viewer_filters_and_escapes(small_server, browser):
     assert '"exact"' in page.inner_text("#verifier")
     assert errors == []
     page.close()
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    from gfcr.testing import tiny_tokenizer
+
+    d = tmp_path_factory.mktemp("two-runs")
+    tiny_tokenizer().save_pretrained(str(d / "tokenizer"))
+    showcase_store(d / "store", str(d / "tokenizer"))
+    store = showcase_store(d / "store", str(d / "tokenizer"), run_id="grpo-sums-b", seed=11)
+    srv, th, url = _serve(store.path)
+    yield store, url
+    srv.should_exit = True
+    th.join(timeout=10)
+
+
+def _overlay_shot(page, tmp: Path, name: str) -> None:
+    out = _shot(page, tmp, name)
+    if os.environ.get("GFCR_DOCS_SCREENSHOTS") == "1":
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out, DOCS_IMG / f"{name}.png")
+
+
+def test_viewer_overlays_slider_and_two_runs(two_runs, browser, tmp_path):
+    """Issue 27 item 3: each overlay colours the token strip from the stored per-token values (the
+    ROSS mask with each excluded token's category), the step slider lists one step, and two runs
+    show side by side; no console errors, no overflow at 1280 px."""
+    from playwright.sync_api import expect
+
+    store, url = two_runs
+    page = browser.new_page()
+    errors = _watch(page)
+    page.goto(url)
+    expect(page.locator("#rollouts tbody tr")).to_have_count(25)
+    # the step slider: one run, step 4 only
+    page.select_option("#f-run", "grpo-sums")
+    page.locator("#f-step").fill("4")
+    expect(page.locator("#f-step-value")).to_have_text("step 4")
+    n4 = store.count(where="run_id = 'grpo-sums' AND step = 4")
+    expect(page.locator("#page-info")).to_have_text(f"1–{min(25, n4)} of {n4}")
+    steps = page.locator("#rollouts tbody tr td:nth-child(2)").all_text_contents()
+    assert set(steps) == {"4"}
+    # an audited rollout, compared with the other run at the same step
+    a = store.sql("SELECT a.rollout_id, r.step, r.prompt_id FROM audits a JOIN rollouts r USING (rollout_id) "
+                  "WHERE r.run_id = 'grpo-sums' ORDER BY r.step LIMIT 1").to_pylist()[0]
+    page.select_option("#f-run-b", "grpo-sums-b")
+    page.goto(url + f"#rollout={a['rollout_id']}")
+    page.wait_for_selector("#detail-pane.compare [data-side=b] #token-strip")
+    left, right = page.locator("[data-side=a]"), page.locator("[data-side=b]")
+    expect(left.locator("h2").first).to_have_text(f"Rollout {a['rollout_id']}")
+    assert f"run grpo-sums-b · step {a['step']}" in right.locator(".muted").first.inner_text()
+    for side in (left, right):
+        strip = side.locator("#token-strip")
+        sw, cw = strip.evaluate("(e) => [e.scrollWidth, e.clientWidth]")
+        assert sw <= cw + 1, "token strip runs past its column"
+    _no_horizontal_overflow(page)
+    _overlay_shot(page, tmp_path, "viewer-compare")
+    d = store.get([a["rollout_id"]]).to_pylist()[0]
+    n_gen = sum(d["token_role"])
+    # each numeric overlay: every generated token shaded, the value in its tooltip
+    for name in ("logprob", "entropy", "gap", "advantage"):
+        left.locator(f"button.ov-btn[data-overlay={name}]").click()
+        shaded = left.locator("#token-strip .ov-v")
+        expect(shaded).to_have_count(n_gen)
+        assert name in (shaded.first.get_attribute("title") or "")
+        assert left.locator(f".legend[data-overlay={name}]").count() == 1
+    # logprob tooltips carry the stored values
+    left.locator("button.ov-btn[data-overlay=logprob]").click()
+    first_gen = d["token_role"].index(1)
+    tip = left.locator(f"#token-strip span[data-i='{first_gen}']").get_attribute("title")
+    assert f"logprob {d['logprobs'][first_gen]:.3f}" in tip
+    # loss mask, then the ROSS mask with the excluded span's category on its tokens
+    left.locator("button.ov-btn[data-overlay=loss_mask]").click()
+    expect(left.locator("#token-strip .ov-in")).to_have_count(n_gen)
+    left.locator("button.ov-btn[data-overlay=ross_mask]").click()
+    excl = left.locator("#token-strip .ov-excl")
+    (au,) = [x for x in store.audits(rollout_ids=[a["rollout_id"]]).to_pylist()]
+    n_out = sum(1 for m, r in zip(au["mask"], d["token_role"], strict=True) if r == 1 and m == 0)
+    assert n_out > 0 and excl.count() == n_out
+    assert left.locator("#token-strip .cat-corrected_mistake").count() >= n_out - 1
+    assert "excluded: corrected_mistake" in (left.locator("#token-strip .cat-corrected_mistake").first.get_attribute("title") or "")
+    _no_horizontal_overflow(page)
+    _overlay_shot(page, tmp_path, "viewer-overlays")
+    assert errors == []
+    page.close()

@@ -179,3 +179,24 @@ def test_demo_stage_writes_report_and_prints_path(store, tmp_path):
     path = d.outputs["report"]
     assert path.exists() and path.read_text().startswith("<!DOCTYPE html>")
     assert str(path.resolve()) in printed[-1]
+
+
+def test_cli_report_computes_the_metrics_once(tmp_path, monkeypatch):
+    """`gfcr report` used to compute step_metrics twice (once for the page, once for the printout)."""
+    import gfcr.diagnose.metrics as M
+    import gfcr.diagnose.report as R
+
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    store.append(simulate_run("length_inflation"))
+    calls = []
+    real = M.step_metrics
+
+    def counting(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(M, "step_metrics", counting)
+    monkeypatch.setattr(R, "step_metrics", counting)
+    res = CliRunner().invoke(app, ["report", str(store.path), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    assert "Length inflation" in res.output and len(calls) == 1

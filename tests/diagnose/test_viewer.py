@@ -86,7 +86,7 @@ def test_paging_is_stable_and_complete(viewer):
                                     {"reward_min": "abc"}, {"step_min": -2}, {"verified": "maybe"}])
 def test_bad_params_are_rejected(viewer, params):
     client, _, _ = viewer
-    assert client.get("/api/rollouts", params=params).status_code == 422
+    assert client.get("/api/rollouts", params=params).status_code == 400
 
 
 def test_detail_with_audit_segments(viewer):

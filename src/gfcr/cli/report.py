@@ -1,4 +1,5 @@
-"""``gfcr report`` (the HTML report, :mod:`gfcr.diagnose.report`) and ``gfcr view`` (the read-only
+"""``gfcr report`` (the HTML report, :mod:`gfcr.diagnose.report`), ``gfcr diagnose`` (findings and
+rollout health on the terminal, :mod:`gfcr.diagnose.health`) and ``gfcr view`` (the read-only
 browser, :mod:`gfcr.diagnose.viewer`)."""
 
 from __future__ import annotations
@@ -38,21 +39,75 @@ def report(
     config: Annotated[Path | None, typer.Option("--config", help="YAML with 'metrics:' and 'detectors:' thresholds")] = None,
     samples: Annotated[int, typer.Option("--samples", min=0, help="sample rollouts per bucket")] = 3,
     force: Annotated[bool, typer.Option("--force", help="replace --out if it exists")] = False,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name for the token/text check")] = None,
 ) -> None:
-    """Write a self-contained HTML report: metrics over steps, detector findings, ROSS tables, samples."""
-    from gfcr.diagnose.detectors import detect
-    from gfcr.diagnose.metrics import step_metrics
+    """Write a self-contained HTML report: metrics over steps, detector findings, rollout health, ROSS
+    tables, samples."""
     from gfcr.diagnose.report import write_report
     from gfcr.store import RolloutStore
 
     mcfg, dcfg = _load_configs(config)
     st = RolloutStore.open(store)
+    if out.exists() and not force:
+        fail(f"{out} exists; choose another --out or pass --force to replace it")
+    metrics, findings, health = _diagnose(st, run, mcfg, dcfg, tokenizer)
     path = write_report(st, out, run=run, overwrite=force, metrics_config=mcfg, detector_config=dcfg,
-                        samples_per_bucket=samples)
-    findings = detect(step_metrics(st, run=run, config=mcfg), dcfg)
+                        samples_per_bucket=samples, metrics=metrics, findings=findings, health=health)
+    _print(findings, health)
+    typer.echo(str(path.resolve()))
+
+
+def _diagnose(st, run, mcfg, dcfg, tokenizer):  # noqa: ANN001, ANN202 - (metrics, findings, HealthReport)
+    """Metrics (once), findings and health checks for ``report`` and ``diagnose``."""
+    from gfcr.diagnose.detectors import detect
+    from gfcr.diagnose.health import run_health_checks
+    from gfcr.diagnose.metrics import step_metrics
+
+    if run is not None and not st.count(where="run_id = '" + run.replace("'", "''") + "'"):
+        runs = sorted(set(st.scan(columns=["run_id"]).column("run_id").to_pylist()))
+        fail(f"no rollouts for run {run!r} in {st.path}; runs in the store: {runs}")
+    metrics = step_metrics(st, run=run, config=mcfg)
+    return metrics, detect(metrics, dcfg), run_health_checks(st, run=run, tokenizer=tokenizer)
+
+
+def _print(findings, health) -> None:  # noqa: ANN001
+    from gfcr.diagnose.health import CHECKS, TITLES
+
     for f in findings:
         typer.echo(f"[{f.severity}] {f.run_id}: {f.title} — {f.message}")
-    typer.echo(str(path.resolve()))
+    for c in CHECKS:
+        if health.counts[c]:
+            typer.echo(f"[health] {TITLES[c]}: {health.counts[c]} of {health.checked[c]} rollouts")
+            for i in [i for i in health.issues if i.check == c][:5]:
+                typer.echo(f"    {i.rollout_id} (run {i.run_id}, step {i.step}): {i.message}")
+    for c, why in health.skipped.items():
+        typer.echo(f"[health] {TITLES[c]}: skipped — {why}")
+
+
+def diagnose(
+    store: Annotated[Path, typer.Argument(help="path of the rollout store")],
+    run: Annotated[str | None, typer.Option("--run", help="only this run (default: every run in the store)")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML with 'metrics:' and 'detectors:' thresholds")] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name for the token/text check")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print findings and health as JSON")] = False,
+) -> None:
+    """Print the detector findings and the rollout health checks (each with its evidence)."""
+    import json
+
+    from gfcr.store import RolloutStore
+
+    mcfg, dcfg = _load_configs(config)
+    st = RolloutStore.open(store)
+    _, findings, health = _diagnose(st, run, mcfg, dcfg, tokenizer)
+    if as_json:
+        from gfcr.diagnose.viewer import jsonable
+
+        typer.echo(json.dumps(jsonable({"findings": [f.to_dict() for f in findings], "health": health.to_dict()}),
+                              default=str, allow_nan=False))
+        return
+    _print(findings, health)
+    if not findings and health.clean:
+        typer.echo("no finding, no health issue")
 
 
 def view(
@@ -69,7 +124,7 @@ def view(
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
-        loopback = host == "localhost"
+        loopback = host.lower().rstrip(".") == "localhost"
     if not loopback:
         typer.echo(f"warning: listening on {host}: anyone who can reach it can read every rollout in {store}", err=True)
     app = create_app(store, tokenizer=tokenizer,
@@ -81,4 +136,5 @@ def view(
 def register(app: typer.Typer) -> None:
     """Add ``gfcr report`` and ``gfcr view`` to the top-level app."""
     app.command("report")(report)
+    app.command("diagnose")(diagnose)
     app.command("view")(view)

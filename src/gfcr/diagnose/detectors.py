@@ -9,6 +9,14 @@ pathology → lever mapping here is our synthesis from the methods' papers, cite
 Rules look at the last ``window`` steps (a mean over them) unless they are about a trend, which is
 fitted over the whole run. A detector with too little data (fewer steps than it needs, or the
 metric is null throughout, e.g. no replayed rows) stays quiet.
+
+A detector fires only on the evidence it names, and the finding carries that evidence: ``rows``,
+the per-step values of the metrics it read (:attr:`reads`) over the steps it judged. So a store
+with no verdicts gets no success-rate finding (``zero_reward`` reads ``verified_rate`` only);
+rewards nothing scored (no verdict, empty verifier record: what ``gfcr generate`` writes without a
+verifier) are not read as zero-variance waste or noise; a length finding needs the length to have
+grown; truncation is its own finding, judged on the 95% lower confidence bound of its rate (one
+truncated answer of four is not a 20% truncation rate).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ class Finding:
     levers: list[str]
     evidence: dict[str, float] = field(default_factory=dict)
     severity: str = "warning"  # "warning" or "critical" (value at least twice past the threshold)
+    rows: list[dict[str, float | None]] = field(default_factory=list)  # per judged step: step + the metrics read
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,6 +63,29 @@ def _head_mean(x: np.ndarray, window: int) -> float:
     head = np.asarray(x, float)
     head = head[np.isfinite(head)][:window]
     return float(head.mean()) if len(head) else float("nan")
+
+
+def wilson_lower(k: float, n: float, z: float = 1.96) -> float:
+    """Lower end of the Wilson score interval of a rate ``k / n`` (95% for z = 1.96; Wilson 1927).
+
+    Example: k = 1, n = 4 → 0.046 (the point rate 0.25 is one answer of four); k = 21, n = 48 → 0.307.
+    n = 0 → nan.
+    """
+    if n <= 0:
+        return float("nan")
+    p = k / n
+    z2 = z * z
+    centre = p + z2 / (2 * n)
+    half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return float((centre - half) / (1 + z2 / n))
+
+
+def _scored_tail(s: Series, key: str, window: int) -> np.ndarray:
+    """``s[key]`` with steps whose rewards nothing scored (``scored_share`` 0) set to nan."""
+    x = np.asarray(s[key], float).copy()
+    sc = np.asarray(s.get("scored_share", np.ones_like(x)), float)
+    x[~(sc > 0)] = np.nan
+    return x
 
 
 def _severity(value: float, threshold: float, higher_is_worse: bool = True) -> str:
@@ -79,9 +111,12 @@ class RewardHackingConfig(_Base):
 
 
 class LengthInflationConfig(_Base):
-    max_growth: float = Field(0.5, ge=0, description="fires when mean generated length grows by this fraction over the run (fitted line)")
+    max_growth: float = Field(0.5, gt=0, description="fires when mean generated length grows by this fraction over the run (fitted line)")
     min_steps: int = Field(4, ge=2, description="steps needed before the trend is judged")
-    max_trunc_rate: float = Field(0.2, ge=0, le=1, description="or when the truncation rate reaches this")
+
+
+class TruncationConfig(_Base):
+    max_trunc_rate: float = Field(0.2, gt=0, le=1, description="fires when the 95% lower confidence bound of the truncation rate over the window reaches this")
 
 
 class SignalNoiseConfig(_Base):
@@ -115,6 +150,7 @@ class DetectorConfig(StrictModel):
     zero_reward: ZeroRewardConfig = Field(default_factory=ZeroRewardConfig, description="zero-reward mode")
     reward_hacking: RewardHackingConfig = Field(default_factory=RewardHackingConfig, description="reward hacking")
     length_inflation: LengthInflationConfig = Field(default_factory=LengthInflationConfig, description="length inflation")
+    truncation: TruncationConfig = Field(default_factory=TruncationConfig, description="truncation at the length cap")
     signal_noise: SignalNoiseConfig = Field(default_factory=SignalNoiseConfig, description="signal noise")
     compute_waste: ComputeWasteConfig = Field(default_factory=ComputeWasteConfig, description="compute waste")
     long_tail: LongTailConfig = Field(default_factory=LongTailConfig, description="long-tail generation")
@@ -130,8 +166,11 @@ class DetectorConfig(StrictModel):
 class ZeroRewardMode:
     """Zero-reward mode: the policy almost never succeeds, so groups are all-wrong and carry no signal.
 
-    Rule: success rate (verified rate, else mean reward) over the window ≤ ``max_success``, or
-    all-wrong group share ≥ ``min_all_wrong_share``. Levers from AR3PO (arXiv 2509.25808: staged
+    Rule, judged only on steps whose rollouts carry verdicts (``n_verdicts`` > 0; without verdicts
+    there is no success rate to speak of, and a mean reward of 0 from a run with no verifier is no
+    evidence): success rate (the verified rate) over the window ≤ ``max_success``, or all-wrong
+    group share ≥ ``min_all_wrong_share``. Departure from the earlier rule: the mean reward no
+    longer stands in for the success rate. Levers from AR3PO (arXiv 2509.25808: staged
     sampling, reuse of earlier correct responses), RePO (arXiv 2506.09340, replay of past
     successes) and GRESO (arXiv 2506.02177) / VADE (arXiv 2511.18902; skip prompts predicted to be
     zero-variance).
@@ -147,17 +186,19 @@ class ZeroRewardMode:
         "partial-credit or format reward alongside the strict verifier",
     ]
 
+    reads = ("n_verdicts", "verified_rate", "all_wrong_share")
+
     def detect(self, run: str, s: Series, cfg: ZeroRewardConfig) -> Finding | None:
-        succ_series = s["verified_rate"] if np.isfinite(s["verified_rate"]).any() else s["reward_mean"]
-        succ = _tail_mean(succ_series, cfg.window)
-        wrong = _tail_mean(s["all_wrong_share"], cfg.window)
+        judged = np.asarray(s["n_verdicts"], float) > 0
+        succ = _tail_mean(np.where(judged, s["verified_rate"], np.nan), cfg.window)
+        wrong = _tail_mean(np.where(judged, s["all_wrong_share"], np.nan), cfg.window)
         low = np.isfinite(succ) and succ <= cfg.max_success
         many = np.isfinite(wrong) and wrong >= cfg.min_all_wrong_share
         if not (low or many):
             return None
         return Finding(
             self.name, run, "Zero-reward mode",
-            f"success rate {succ:.2f} and all-wrong group share {wrong:.2f} over the last {cfg.window} steps: "
+            f"verified rate {succ:.2f} and all-wrong group share {wrong:.2f} over the last {cfg.window} steps: "
             "most groups have no correct answer, so their advantages are zero.",
             self.module, self.levers, {"success_rate": succ, "all_wrong_share": wrong},
             "critical" if low and many else "warning",
@@ -186,6 +227,8 @@ class RewardHacking:
         "verify by execution (code sandbox, env verifier) instead of a learned/lenient reward",
     ]
 
+    reads = ("n_verdicts", "hack_rate", "verified_rate", "reward_mean")
+
     def detect(self, run: str, s: Series, cfg: RewardHackingConfig) -> Finding | None:
         rate = _tail_mean(s["hack_rate"], cfg.window)
         if not (np.isfinite(rate) and rate >= cfg.max_disagreement):
@@ -199,10 +242,11 @@ class RewardHacking:
 
 
 class LengthInflation:
-    """Length inflation: generated length grows over the run, or answers hit the length cap.
+    """Length inflation: generated length grows over the run.
 
-    Rule: relative growth of the fitted mean-length line ≥ ``max_growth`` (needs ``min_steps``), or
-    truncation rate over the window ≥ ``max_trunc_rate``. Levers: DAPO overlong shaping (arXiv
+    Rule: relative growth of the fitted mean-length line ≥ ``max_growth`` (needs ``min_steps``).
+    Truncation is :class:`Truncation`'s finding: a run whose answers hit the cap while their length
+    falls has no length inflation (the earlier rule fired "grew −25%" on 44% truncation). Levers: DAPO overlong shaping (arXiv
     2503.14476), ShorterBetter (arXiv 2504.21370), GFPO (arXiv 2508.09726), Dr. GRPO's
     length-unbiased loss (arXiv 2503.20783).
     """
@@ -217,24 +261,57 @@ class LengthInflation:
         "raise max_tokens only if truncated answers are otherwise correct",
     ]
 
+    reads = ("len_mean", "len_p95", "n_rollouts")
+    trend = True
+
     def detect(self, run: str, s: Series, cfg: LengthInflationConfig) -> Finding | None:
         steps, lens = s["step"], s["len_mean"]
-        ok = np.isfinite(lens)
+        ok = np.isfinite(lens) & (lens > 0)
         growth = relative_growth(steps[ok], lens[ok]) if ok.sum() >= cfg.min_steps else float("nan")
-        trunc = _tail_mean(s["trunc_rate"], cfg.window)
-        grows = np.isfinite(growth) and growth >= cfg.max_growth
-        cut = np.isfinite(trunc) and trunc >= cfg.max_trunc_rate
-        if not (grows or cut):
+        if not (np.isfinite(growth) and growth >= cfg.max_growth):
             return None
-        parts = []
-        if np.isfinite(growth):
-            parts.append(f"mean generated length grew {growth:+.0%} over the run")
-        if np.isfinite(trunc):
-            parts.append(f"{trunc:.0%} of answers were truncated in the last {cfg.window} steps")
-        sev = "critical" if grows and cut else (
-            _severity(growth, cfg.max_growth) if grows else _severity(trunc, cfg.max_trunc_rate))
-        return Finding(self.name, run, "Length inflation", "; ".join(parts) + ".", self.module, self.levers,
-                       {"length_growth": growth, "trunc_rate": trunc}, sev)
+        first, last = float(lens[ok][0]), float(lens[ok][-1])
+        return Finding(self.name, run, "Length inflation",
+                       f"mean generated length grew {growth:+.0%} over the run (fitted line; {first:.0f} → "
+                       f"{last:.0f} tokens, first to last step).", self.module, self.levers,
+                       {"length_growth": growth, "len_first": first, "len_last": last},
+                       _severity(growth, cfg.max_growth))
+
+
+class Truncation:
+    """Truncation: answers stop at the length cap (``finish_reason = "length"``).
+
+    Rule: over the window, the Wilson 95% lower bound of truncated ÷ rollouts ≥
+    ``max_trunc_rate`` (:func:`wilson_lower`: a rate judged on few rollouts needs more of them
+    truncated). Truncated answers carry no final answer, so a strict verifier fails them whatever
+    their reasoning. Levers: DAPO's overlong filtering and soft overlong punishment (arXiv
+    2503.14476), a larger budget when truncated answers are otherwise on track, the repetition
+    early exit against runaway generation.
+    """
+
+    name = "truncation"
+    module = "Generate (max_tokens) + Filter (overlong shaping)"
+    levers = [
+        "raise max_tokens if truncated answers were on track (look at the truncated bucket in the report)",
+        "DAPO overlong filtering: mask truncated samples out of the loss",
+        "DAPO soft overlong punishment, so answers learn to finish inside the budget",
+        "early exit on repetition (control early_exit) if the truncated answers loop",
+    ]
+    reads = ("n_rollouts", "n_truncated", "trunc_rate")
+
+    def detect(self, run: str, s: Series, cfg: TruncationConfig) -> Finding | None:
+        n = np.nan_to_num(np.asarray(s["n_rollouts"], float)[-cfg.window:])
+        k = np.nan_to_num(np.asarray(s["n_truncated"], float)[-cfg.window:])
+        if n.sum() <= 0:
+            return None
+        rate, low = float(k.sum() / n.sum()), wilson_lower(float(k.sum()), float(n.sum()))
+        if not low >= cfg.max_trunc_rate:
+            return None
+        return Finding(self.name, run, "Truncation",
+                       f"{int(k.sum())} of {int(n.sum())} answers ({rate:.0%}; at least {low:.0%} at 95% confidence) "
+                       f"stopped at the length cap in the last {cfg.window} steps.", self.module, self.levers,
+                       {"trunc_rate": rate, "trunc_rate_low95": low, "n_truncated": float(k.sum())},
+                       _severity(rate, cfg.max_trunc_rate))
 
 
 class SignalNoise:
@@ -261,9 +338,11 @@ class SignalNoise:
         "ExGRPO: replay only the lowest-entropy correct trajectory",
     ]
 
+    reads = ("adv_disagreement", "low_std_share", "scored_share")
+
     def detect(self, run: str, s: Series, cfg: SignalNoiseConfig) -> Finding | None:
         dis = _tail_mean(s["adv_disagreement"], cfg.window)
-        low = _tail_mean(s["low_std_share"], cfg.window)
+        low = _tail_mean(_scored_tail(s, "low_std_share", cfg.window), cfg.window)
         a = np.isfinite(dis) and dis >= cfg.max_adv_disagreement
         b = np.isfinite(low) and low >= cfg.max_low_std_share
         if not (a or b):
@@ -282,7 +361,9 @@ class SignalNoise:
 class ComputeWaste:
     """Compute waste: generated tokens in groups whose advantage is zero teach nothing.
 
-    Rule: over the window, wasted tokens ÷ generated tokens ≥ ``max_waste``. Levers: GRESO
+    Rule: over the window, wasted tokens ÷ generated tokens ≥ ``max_waste``, on steps whose
+    rewards were scored (``scored_share`` > 0: rewards that no verifier gave are all 0.0, and
+    equal, without meaning a thing). Levers: GRESO
     (arXiv 2506.02177) and VADE (arXiv 2511.18902) skip predicted zero-variance prompts; DAPO dynamic sampling
     (arXiv 2503.14476) refills the batch; AR3PO (arXiv 2509.25808) samples in stages; adaptive K.
     """
@@ -296,8 +377,10 @@ class ComputeWaste:
         "adaptive K: fewer samples for prompts that are always solved or never solved",
     ]
 
+    reads = ("waste_share", "zero_var_share", "gen_tokens", "wasted_tokens", "scored_share")
+
     def detect(self, run: str, s: Series, cfg: ComputeWasteConfig) -> Finding | None:
-        waste = _tail_mean(s["waste_share"], cfg.window)
+        waste = _tail_mean(_scored_tail(s, "waste_share", cfg.window), cfg.window)
         if not (np.isfinite(waste) and waste >= cfg.max_waste):
             return None
         zv = _tail_mean(s["zero_var_share"], cfg.window)
@@ -335,6 +418,8 @@ class LongTail:
         "system levers the survey names: speculative decoding (ReSpec), long-tail load balancing and "
         "dynamic parallelism (DAS, TLT, EARL), similar-sample reuse (Seer)",
     ]
+
+    reads = ("n_rollouts", "tail_time_share", "tail_token_share", "tail_timed", "len_max", "len_mean")
 
     def detect(self, run: str, s: Series, cfg: LongTailConfig) -> Finding | None:
         ok = np.asarray(s["n_rollouts"], float) >= cfg.min_rollouts
@@ -374,6 +459,8 @@ class ReplayStaleness:
         "smaller replay buffer or shorter window; lower the replay ratio",
         "ExGRPO weight shaping f(w) = w / (w + 0.1) for replayed trajectories",
     ]
+
+    reads = ("n_replayed", "staleness_mean", "iw_mean", "iw_max")
 
     def detect(self, run: str, s: Series, cfg: ReplayStalenessConfig) -> Finding | None:
         lag = _tail_mean(s["staleness_mean"], cfg.window)
@@ -417,6 +504,9 @@ class EntropyCollapse:
         "select prompts / tokens by entropy (high-entropy forking tokens)",
     ]
 
+    reads = ("entropy_mean", "nll_mean")
+    trend = True
+
     def detect(self, run: str, s: Series, cfg: EntropyCollapseConfig) -> Finding | None:
         ent = s["entropy_mean"] if np.isfinite(s["entropy_mean"]).sum() >= cfg.min_steps else s["nll_mean"]
         if np.isfinite(ent).sum() < cfg.min_steps:
@@ -434,13 +524,33 @@ class EntropyCollapse:
 #: detector name → instance, in the order findings are reported
 DETECTORS = {
     d.name: d
-    for d in (ZeroRewardMode(), RewardHacking(), LengthInflation(), SignalNoise(), ComputeWaste(), LongTail(),
-              ReplayStaleness(), EntropyCollapse())
+    for d in (ZeroRewardMode(), RewardHacking(), LengthInflation(), Truncation(), SignalNoise(), ComputeWaste(),
+              LongTail(), ReplayStaleness(), EntropyCollapse())
 }
 
 
+def evidence_rows(s: Series, reads: tuple[str, ...], window: int | None) -> list[dict[str, float | None]]:
+    """The per-step rows a rule judged: ``step`` and each metric in ``reads`` (nan → None), over the
+    last ``window`` steps (None: every step, for a trend).
+
+    Example: s = {"step": [0, 1, 2], "x": [0.1, nan, 0.3]}, reads ("x",), window 2 →
+    [{"step": 1, "x": None}, {"step": 2, "x": 0.3}].
+    """
+    steps = np.asarray(s["step"])
+    sl = slice(None) if window is None else slice(-window, None)
+    out = []
+    for i in range(len(steps))[sl]:
+        row: dict[str, float | None] = {"step": int(steps[i])}
+        for k in reads:
+            v = float(np.asarray(s[k], float)[i]) if k in s else float("nan")
+            row[k] = v if np.isfinite(v) else None
+        out.append(row)
+    return out
+
+
 def detect(metrics: pa.Table, config: DetectorConfig | None = None) -> list[Finding]:
-    """Run every enabled detector on every run of a :func:`step_metrics` table."""
+    """Run every enabled detector on every run of a :func:`step_metrics` table; each finding carries
+    its evidence rows (:func:`evidence_rows`)."""
     cfg = config or DetectorConfig()
     out = []
     for run, series in by_run(metrics).items():
@@ -449,5 +559,6 @@ def detect(metrics: pa.Table, config: DetectorConfig | None = None) -> list[Find
             if c.enabled:
                 f = det.detect(run, series, c)
                 if f is not None:
+                    f.rows = evidence_rows(series, det.reads, None if getattr(det, "trend", False) else c.window)
                     out.append(f)
     return out

@@ -40,13 +40,13 @@ from gfcr.records import EXCLUSION_CATEGORIES
 
 FEATURE_COLUMNS = [
     "rollout_id", "run_id", "step", "group_id", "prompt_id", "reward", "verified", "finish_reason",
-    "token_role", "logprobs", "signals", "meta", "cost",
+    "token_role", "logprobs", "signals", "meta", "cost", "verifier",
 ]
 
 METRIC_COLUMNS = [
-    "run_id", "step", "n_rollouts", "n_groups", "reward_mean", "reward_std", "verified_rate",
+    "run_id", "step", "n_rollouts", "n_groups", "n_verdicts", "scored_share", "reward_mean", "reward_std", "verified_rate",
     "zero_var_share", "all_correct_share", "all_wrong_share", "gen_tokens", "wasted_tokens",
-    "waste_share", "len_mean", "len_p95", "len_max", "trunc_rate", "abort_rate", "tail_time_share", "tail_token_share",
+    "waste_share", "len_mean", "len_p95", "len_max", "n_truncated", "trunc_rate", "abort_rate", "tail_time_share", "tail_token_share",
     "tail_timed", "entropy_mean", "nll_mean", "hack_rate", "adv_disagreement", "low_std_share", "n_kept_groups",
     "n_dropped_groups", "n_replayed", "replay_share", "staleness_mean",
     "staleness_max", "iw_mean", "iw_min", "iw_max", "n_audited", "kept_share", "ter_mean",
@@ -124,6 +124,22 @@ def ter_from_mask(mask: np.ndarray, token_role: np.ndarray) -> float:
     return float((np.asarray(mask)[role] == 0).sum() / n)
 
 
+def scored_mask(verified: pa.ChunkedArray | pa.Array, verifier: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Per row: was its reward scored by something (a verdict, or a verifier record)? ``[N]`` bool.
+
+    A rollout generated with no verifier carries reward 0.0 (the record's default), no verdict and
+    an empty verifier record ``{}``: its reward is no evidence of anything. Every importer and
+    verifier writes a non-empty record (at least its ``name``).
+
+    Example: verified [True, None, None], verifier ['{"name": "x"}', '{}', None] → [True, False, False].
+    """
+    has_verdict = pc.is_valid(verified).to_numpy(zero_copy_only=False)
+    v = pc.fill_null(verifier, "")
+    rec = pc.and_(pc.greater(pc.utf8_length(v), 2),
+                  pc.invert(pc.is_in(v, value_set=pa.array(["null", "{ }"])))).to_numpy(zero_copy_only=False)
+    return np.asarray(has_verdict, bool) | np.asarray(rec, bool)
+
+
 def _json_obj(text: str | None) -> dict[str, Any]:
     """A JSON object from ``text``; anything else (invalid, not an object) → ``{}``."""
     try:
@@ -192,6 +208,7 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
     iw = _signal(sig, cfg.iw_key)
 
     trained, events = _meta_walk(table, replayed, lag, iw)
+    scored = scored_mask(table.column("verified"), table.column("verifier"))
     feats = pa.table(
         {
             "rollout_id": table.column("rollout_id"),
@@ -211,6 +228,7 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
             "iw": pa.array(iw, pa.float64(), mask=np.isnan(iw)),
             "latency": pa.array(latency, pa.float64(), mask=~np.isfinite(latency)),
             "trained": pa.array(trained, pa.float64(), mask=np.isnan(trained)),
+            "scored": pa.array(scored, pa.bool_()),
         }
     )
     return feats, events
@@ -223,14 +241,23 @@ def _meta_walk(table: pa.Table, replayed: np.ndarray, lag: np.ndarray, iw: np.nd
     from ``generated_at_step`` where a replayed row has no staleness signal."""
     n = table.num_rows
     steps = table.column("step").to_numpy()
-    runs = table.column("run_id").to_pylist()
-    metas = table.column("meta").to_pylist()
+    meta_col = pc.fill_null(table.column("meta"), "")
+    # only rows whose meta names a key read here, or that are replayed copies, reach Python
+    hit = replayed.copy()
+    for key in ('"trained"', "generated_at_step", "replayed_at_step"):
+        hit |= pc.match_substring(meta_col, key).to_numpy(zero_copy_only=False)
+    todo = np.flatnonzero(hit)
+    sub = table.select(["run_id", "meta"]).take(pa.array(todo, pa.int64()))
+    runs_sub = sub.column("run_id").to_pylist()
+    metas_sub = sub.column("meta").to_pylist()
     trained = np.full(n, np.nan)
     ev_run: list[str] = []
     ev_step: list[int] = []
     ev_lag: list[float] = []
     ev_iw: list[float] = []
-    for i, m in enumerate(metas):
+    runs = dict(zip(todo.tolist(), runs_sub, strict=True))
+    for i, m in zip(todo.tolist(), metas_sub, strict=True):
+        m = m or ""
         if '"trained"' in m:
             t = _json_obj(m).get("trained")
             if isinstance(t, bool):
@@ -392,7 +419,8 @@ def _sql_rollouts(cfg: MetricsConfig) -> str:
             LEFT JOIN gc USING (run_id, step, group_id)
         ),
         r AS (
-            SELECT run_id, step, count(*) AS n_rollouts, avg(reward) AS reward_mean,
+            SELECT run_id, step, count(*) AS n_rollouts, count(verified) AS n_verdicts,
+                   avg(CASE WHEN scored THEN 1.0 ELSE 0.0 END) AS scored_share, avg(reward) AS reward_mean,
                    stddev_pop(reward) AS reward_std,
                    avg(CASE WHEN verified THEN 1.0 WHEN NOT verified THEN 0.0 END) AS verified_rate,
                    sum(gen_len) AS gen_tokens, avg(gen_len) AS len_mean,
@@ -400,6 +428,7 @@ def _sql_rollouts(cfg: MetricsConfig) -> str:
                    quantile_cont(gen_len, {q_tail}) AS len_q,
                    count(latency) AS n_lat, count(DISTINCT latency) AS n_lat_distinct,
                    max(latency) AS lat_max, quantile_cont(latency, {q_tail}) AS lat_q,
+                   count(*) FILTER (WHERE finish_reason = 'length') AS n_truncated,
                    avg(CASE WHEN finish_reason = 'length' THEN 1.0 ELSE 0.0 END) AS trunc_rate,
                    avg(CASE WHEN finish_reason = 'abort' THEN 1.0 ELSE 0.0 END) AS abort_rate,
                    avg(entropy) AS entropy_mean, avg(nll_mean) AS nll_mean,
@@ -450,13 +479,15 @@ def _sql_select() -> str:
     timed = "(r.n_lat = r.n_rollouts AND r.n_lat_distinct >= greatest(3, r.n_rollouts / 2) AND r.lat_max > 0)"
     return f"""
         SELECT s.run_id, s.step, coalesce(r.n_rollouts, 0)::BIGINT AS n_rollouts,
-               coalesce(gs.n_groups, 0)::BIGINT AS n_groups, r.reward_mean, r.reward_std, r.verified_rate,
+               coalesce(gs.n_groups, 0)::BIGINT AS n_groups, coalesce(r.n_verdicts, 0)::BIGINT AS n_verdicts,
+               r.scored_share, r.reward_mean, r.reward_std, r.verified_rate,
                gs.n_zero::DOUBLE / nullif(gs.n_groups, 0) AS zero_var_share,
                gs.n_all_correct::DOUBLE / nullif(gs.n_groups, 0) AS all_correct_share,
                gs.n_all_wrong::DOUBLE / nullif(gs.n_groups, 0) AS all_wrong_share,
                coalesce(r.gen_tokens, 0)::BIGINT AS gen_tokens, coalesce(gs.wasted, 0)::BIGINT AS wasted_tokens,
                gs.wasted::DOUBLE / nullif(r.gen_tokens, 0) AS waste_share,
-               r.len_mean, r.len_p95, r.len_max::DOUBLE AS len_max, r.trunc_rate, r.abort_rate,
+               r.len_mean, r.len_p95, r.len_max::DOUBLE AS len_max, coalesce(r.n_truncated, 0)::BIGINT AS n_truncated,
+               r.trunc_rate, r.abort_rate,
                CASE WHEN {timed} THEN (r.lat_max - r.lat_q) / r.lat_max
                     WHEN r.len_max > 0 THEN (r.len_max - r.len_q) / r.len_max END AS tail_time_share,
                tail.tail_tokens::DOUBLE / nullif(r.gen_tokens, 0) AS tail_token_share,

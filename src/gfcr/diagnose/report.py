@@ -118,12 +118,46 @@ def _findings_html(findings: list[Finding]) -> str:
     for f in findings:
         ev = ", ".join(f"{_e(k)} = {_fmt(v)}" for k, v in f.evidence.items())
         lev = "".join(f"<li>{_e(x)}</li>" for x in f.levers)
+        rows = ""
+        if f.rows:
+            cols = list(f.rows[0])
+            rows = ('<details class="evidence"><summary>evidence: the steps judged</summary><div class="scroll"><table>'
+                    + "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in cols) + "</tr>"
+                    + "".join("<tr>" + "".join(f"<td>{_e(_fmt(r[c]))}</td>" for c in cols) + "</tr>" for r in f.rows)
+                    + "</table></div></details>")
         items.append(
             f'<div class="finding {_e(f.severity)}" data-detector="{_e(f.detector)}"><b>{_e(f.title)}</b> '
             f'<span class="muted">run {_e(f.run_id)} · {_e(f.severity)}</span><br>{_e(f.message)}<br>'
-            f'<span class="muted">{ev}</span><br><b>Module:</b> {_e(f.module)}<br><b>Levers to try:</b><ul>{lev}</ul></div>'
+            f'<span class="muted">{ev}</span>{rows}<b>Module:</b> {_e(f.module)}<br><b>Levers to try:</b><ul>{lev}</ul></div>'
         )
     return "".join(items)
+
+
+def _health_html(health: Any) -> str:
+    """The health checks' section: per check, the count and the rollouts with their evidence."""
+    from gfcr.diagnose.health import CHECKS, TITLES
+
+    if health is None:
+        return '<p class="muted" id="no-health">Health checks not run.</p>'
+    head = "<tr><th>check</th><th>rollouts</th><th>checked</th><th>note</th></tr>"
+    rows = "".join(
+        f'<tr data-check="{_e(c)}"><td>{_e(TITLES[c])}</td><td>{health.counts[c]}</td><td>{health.checked[c]}</td>'
+        f"<td>{_e(health.skipped.get(c, ''))}</td></tr>" for c in CHECKS)
+    out = [f'<table id="health-counts">{head}{rows}</table>']
+    for c in CHECKS:
+        items = [i for i in health.issues if i.check == c]
+        if not items:
+            continue
+        li = "".join(f'<li data-rollout="{_e(i.rollout_id)}"><code>{_e(i.rollout_id)}</code> run {_e(i.run_id)} step '
+                     f'{i.step}: {_e(i.message)}<br><span class="muted">{_e(json.dumps(i.evidence, sort_keys=True)[:400])}'
+                     "</span></li>" for i in items)
+        more = health.counts[c] - len(items)
+        extra = f'<p class="muted">and {more} more</p>' if more > 0 else ""
+        out.append(f'<div class="finding warning" data-check="{_e(c)}"><b>{_e(TITLES[c])}</b> '
+                   f'<span class="muted">{health.counts[c]} rollout(s)</span><ul>{li}</ul>{extra}</div>')
+    if health.clean:
+        out.append('<p id="health-clean">No health issue in the checked rollouts.</p>')
+    return "".join(out)
 
 
 def _metrics_table(metrics: pa.Table) -> str:
@@ -175,23 +209,27 @@ def _ross_tables(store: Any, run: str | None) -> str:
 
 
 def _pick(store: Any, run: str | None, n: int) -> dict[str, list[str]]:
-    """Rollout ids per bucket: best, worst, truncated, most-masked."""
-    t = store.scan(run=run, columns=["rollout_id", "reward", "finish_reason", "signals"])
-    if t.num_rows == 0:
+    """Rollout ids per bucket: best, worst, truncated, most-masked — top-n queries (DuckDB over the
+    store), never the whole id list in Python."""
+    where = "" if run is None else "WHERE run_id = '" + run.replace("'", "''") + "'"
+    and_ = "AND" if where else "WHERE"
+    n = int(n)
+
+    def ids(q: str) -> list[str]:
+        return store.sql(q).column("rollout_id").to_pylist()
+
+    best = ids(f"SELECT rollout_id FROM rollouts {where} ORDER BY reward DESC, rollout_id LIMIT {n}")
+    if not best:
         return {}
-    ids = np.asarray(t.column("rollout_id").to_pylist(), dtype=object)
-    reward = t.column("reward").to_numpy()
-    order = np.lexsort((ids.astype(str), -reward))
-    out = {"best": ids[order[:n]].tolist(), "worst": ids[order[::-1][:n]].tolist()}
-    trunc = np.nonzero(pc.equal(t.column("finish_reason"), "length").to_numpy(zero_copy_only=False))[0]
-    out["truncated"] = ids[trunc[:n]].tolist()
-    audits = store.audits(rollout_ids=ids.tolist()) if len(ids) <= 5000 else store.audits()
-    if audits.num_rows:
-        idset = set(ids.tolist())
-        rows = [a for a in audits.select(["rollout_id", "ter", "status"]).to_pylist()
-                if a["rollout_id"] in idset and a["ter"] is not None and a["ter"] > 0]
-        rows.sort(key=lambda a: (-a["ter"], a["rollout_id"]))
-        out["most-masked"] = list(dict.fromkeys(a["rollout_id"] for a in rows))[:n]
+    out = {"best": best,
+           "worst": ids(f"SELECT rollout_id FROM rollouts {where} ORDER BY reward ASC, rollout_id DESC LIMIT {n}"),
+           "truncated": ids(f"SELECT rollout_id FROM rollouts {where} {and_} finish_reason = 'length' "
+                            f"ORDER BY step, rollout_id LIMIT {n}")}
+    scope = "" if run is None else f"AND rollout_id IN (SELECT rollout_id FROM rollouts {where})"
+    masked = ids(f"SELECT rollout_id, max(ter) AS t FROM audits WHERE ter > 0 {scope} GROUP BY rollout_id "
+                 f"ORDER BY t DESC, rollout_id LIMIT {n}")
+    if masked or store.count("audits"):
+        out["most-masked"] = masked
     return out
 
 
@@ -256,10 +294,19 @@ def _samples(store: Any, run: str | None, n: int) -> str:
 
 
 def build_report(store: Any, run: str | None = None, metrics_config: MetricsConfig | None = None,
-                 detector_config: DetectorConfig | None = None, samples_per_bucket: int = 3) -> str:
-    """The report as one HTML string (see the module docstring)."""
-    metrics = step_metrics(store, run=run, config=metrics_config)
-    findings = detect(metrics, detector_config)
+                 detector_config: DetectorConfig | None = None, samples_per_bucket: int = 3,
+                 metrics: pa.Table | None = None, findings: list[Finding] | None = None, health: Any = None) -> str:
+    """The report as one HTML string (see the module docstring). ``metrics``, ``findings`` and
+    ``health`` (a :class:`gfcr.diagnose.health.HealthReport`) are computed here when not given, so a
+    caller that also prints them computes them once."""
+    if metrics is None:
+        metrics = step_metrics(store, run=run, config=metrics_config)
+    if findings is None:
+        findings = detect(metrics, detector_config)
+    if health is None:
+        from gfcr.diagnose.health import run_health_checks
+
+        health = run_health_checks(store, run=run)
     title = f"gfcr report — {run}" if run else "gfcr report"
     n_roll = int(pc.sum(metrics.column("n_rollouts")).as_py() or 0) if metrics.num_rows else 0
     runs = sorted(set(metrics.column("run_id").to_pylist()))
@@ -269,6 +316,7 @@ def build_report(store: Any, run: str | None = None, metrics_config: MetricsConf
         f'<p class="muted">store {_e(store.path)} · {len(runs)} run(s): {_e(", ".join(runs))} · '
         f"{metrics.num_rows} step(s) · {n_roll} rollouts · generated {now}</p>",
         '<h2 id="findings">Findings</h2>', _findings_html(findings),
+        '<h2 id="health">Rollout health</h2>', _health_html(health),
         '<h2 id="plots">Metrics over steps</h2>', _charts(metrics),
         '<h2 id="ross">ROSS audits</h2>', _ross_tables(store, run),
         '<h2 id="samples">Sample rollouts</h2>', _samples(store, run, samples_per_bucket),

@@ -12,7 +12,9 @@ JSON API:
   tokenizer the token strip is decoded with (``tokenizer``: ``name``, ``source``, ``note``).
 * ``GET /api/rollouts`` — filters ``run``, ``step_min``, ``step_max``, ``reward_min``,
   ``reward_max``, ``verified``, ``prompt``, ``task``, ``finish``; paging ``offset``, ``limit``
-  (≤ 200); sorted by run, step, prompt, sample index. Returns ``{total, offset, limit, items}``;
+  (≤ 200); sorted by run, step, prompt, sample index. With run/step filters only, the page is
+  planned on a per-step index (:mod:`gfcr.diagnose.paging`, built once per store version) and
+  only the steps it shows are read; other filters are one pushed-down filtered scan. Returns ``{total, offset, limit, items}``;
   each item carries the prompt's text (``prompt_text``, its last user turn, cut to 200 characters).
 * ``GET /api/rollouts/{rollout_id}`` — one rollout: turns, tokens (each decoded with the store's
   tokenizer), verifier evidence, signals, its group's siblings, and each ROSS audit with its
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from gfcr.diagnose.paging import SORT_KEYS, read_page, select_steps, step_index
 from gfcr.diagnose.spans import segments
 from gfcr.records import FINISH_REASONS, assistant_text
 
@@ -42,6 +45,8 @@ STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; ch
 LIST_COLUMNS = ["rollout_id", "run_id", "step", "prompt_id", "group_id", "sample_index", "task", "reward",
                 "verified", "finish_reason", "cost"]
 MAX_TOKENS_SHOWN = 4000
+MAX_INT = 2**63 - 1  # the largest step / offset a query may name (the store's int64 columns)
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
                                "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -62,13 +67,40 @@ def load_static() -> dict[str, tuple[bytes, str]]:
     return out
 
 
-def _jsonable(x: Any) -> Any:
+def host_allowed(header: str | None, allowed: list[str] | tuple[str, ...]) -> bool:
+    """Does a ``Host`` header name one of ``allowed`` (host names or IP literals, brackets optional)?
+
+    The header must be exactly ``name`` or ``name:port`` (port all digits), or ``[v6]`` /
+    ``[v6]:port``; names compare case-insensitively and with one trailing dot dropped (the
+    fully-qualified form ``localhost.`` names the same host). Anything else is refused.
+
+    Example: allowed ["localhost", "::1"]: "localhost:8765", "LOCALHOST.", "[::1]:80" → True;
+    "localhost.evil.example", "localhost..", "[::1]evil.example", "[::1]:", "" → False.
+    """
+    if not header:
+        return False
+    h = header.strip().lower()
+    if h.startswith("["):
+        end = h.find("]")
+        name, rest = (h[1:end], h[end + 1:]) if end > 0 else ("", "x")
+    else:
+        name, _, port = h.partition(":")
+        rest = ":" + port if _ else ""
+    if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+        return False
+    if name.endswith("."):
+        name = name[:-1]
+    return bool(name) and name in {a.lower().strip("[]") for a in allowed}
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` with non-finite floats as None and datetimes as ISO strings (JSON without NaN)."""
     if isinstance(x, float) and not np.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
+        return {k: jsonable(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if hasattr(x, "isoformat"):
         return x.isoformat()
     return x
@@ -136,6 +168,86 @@ def resolve_tokenizer(store: Any, tokenizer: Any | None) -> tuple[Any | None, di
                               "as ids (start with --tokenizer to decode)"}
 
 
+def token_overlays(ids: list[int], role: list[int], logprobs: list[float], signals: dict[str, float],
+                   meta: dict[str, Any], audit: dict[str, Any] | None, pieces: list[str | None],
+                   assistant: str, limit: int = MAX_TOKENS_SHOWN) -> dict[str, Any]:
+    """Per-token series for the token strip's overlays, each ``[min(T, limit)]`` or None when the
+    store does not hold it, with a note per overlay saying where it came from.
+
+    * ``logprob`` — the behaviour (sampler) log-prob of each generated token (None on context);
+    * ``entropy`` — ``meta["token_entropy"]`` when stored, else the surprisal −log p of the sampled
+      token (a one-sample estimate of the entropy at that position; the note says which);
+    * ``gap`` — trainer − sampler log-prob (:func:`gfcr.diagnose.health.trainer_logprobs`);
+    * ``advantage`` — per-token advantages kept from a verl batch, else ``signals["advantage"]``
+      on every generated token;
+    * ``loss_mask`` — ``token_role`` (1: in the policy loss);
+    * ``ross_mask`` / ``ross_category`` — the latest kept audit's mask, and for each excluded
+      generated token the category of the excluded span it lies in (located through the decoded
+      pieces' character offsets in the assistant text; "excluded" when the tokens are not decoded
+      or a piece is not found).
+
+    Example: role [0, 1], logprobs [0, -0.5], signals {"advantage": 1.0}, no audit →
+    logprob [None, -0.5], entropy [None, 0.5], advantage [None, 1.0], loss_mask [0, 1], gap None.
+    """
+    from gfcr.diagnose.health import trainer_logprobs
+
+    n = min(len(ids), limit)
+    gen = [r == 1 for r in role[:n]]
+    notes: dict[str, str] = {}
+    out: dict[str, Any] = {"loss_mask": [int(r) for r in role[:n]]}
+    out["logprob"] = [float(x) if g else None for x, g in zip(logprobs[:n], gen, strict=True)]
+    te = meta.get("token_entropy")
+    if isinstance(te, list) and len(te) == len(ids):
+        out["entropy"] = [float(x) if g else None for x, g in zip(te[:n], gen, strict=True)]
+        notes["entropy"] = "per-token entropy stored with the rollout (meta.token_entropy)"
+    else:
+        out["entropy"] = [-float(x) if g else None for x, g in zip(logprobs[:n], gen, strict=True)]
+        notes["entropy"] = "per-token entropy not stored: −log p of the sampled token (a one-sample estimate)"
+    tl = trainer_logprobs(meta, len(ids))
+    out["gap"] = None if tl is None else [float(t - b) if g else None
+                                           for t, b, g in zip(tl[:n], logprobs[:n], gen, strict=True)]
+    notes["gap"] = "trainer − sampler log-prob" if tl is not None else "the store holds no trainer log-probs for this rollout"
+    adv = None
+    v = meta.get("verl") if isinstance(meta.get("verl"), dict) else None
+    if v and isinstance((v.get("per_token") or {}).get("advantages"), list):
+        a = list(v["per_token"]["advantages"])
+        if (v.get("layout") or {}).get("advantages") == "response":
+            a = [0.0] * int(v.get("n_prompt", 0)) + a
+        if len(a) == len(ids):
+            adv = [float(x) if g else None for x, g in zip(a[:n], gen, strict=True)]
+            notes["advantage"] = "per-token advantages of the verl batch"
+    if adv is None and isinstance(signals.get("advantage"), int | float):
+        adv = [float(signals["advantage"]) if g else None for g in gen]
+        notes["advantage"] = "the rollout's advantage (signals.advantage), on every generated token"
+    out["advantage"] = adv
+    if adv is None:
+        notes["advantage"] = "no advantage stored"
+    out["ross_mask"], out["ross_category"] = None, None
+    if audit is not None and audit.get("status") == "kept" and len(audit.get("mask") or []) >= n:
+        mask = [int(m) for m in audit["mask"][:n]]
+        cats: list[str | None] = [None] * n
+        pos = 0
+        for i in range(n):
+            piece = pieces[i] if i < len(pieces) else None
+            at = -1
+            if gen[i] and piece:
+                at = assistant.find(piece, pos)
+                if at >= 0:
+                    pos = at + len(piece)
+            if gen[i] and mask[i] == 0:
+                cats[i] = "excluded"
+                for sp in audit.get("excluded") or []:
+                    if at >= 0 and sp["start"] < at + len(piece or "") and at < sp["end"]:
+                        cats[i] = sp["category"]
+                        break
+        out["ross_mask"], out["ross_category"] = mask, cats
+        notes["ross_mask"] = f"audit {audit.get('judge')}@{audit.get('judge_version')}"
+    else:
+        notes["ross_mask"] = "no kept ROSS audit"
+    out["notes"] = notes
+    return out
+
+
 def prompt_text(messages: list[dict[str, Any]], limit: int = 200) -> str:
     """The prompt as a list shows it: the last user turn before the first assistant turn (else the
     first turn), whitespace collapsed, cut to ``limit`` characters."""
@@ -160,6 +272,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     route is a few lines, and moving them out would hand that state to every one.
     """
     from fastapi import FastAPI, HTTPException, Query
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
 
     from gfcr.store import RolloutStore
@@ -167,17 +280,32 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     store = RolloutStore.open(store_path)  # raises a StoreError naming the problem if it is not a store
     static = load_static()
     tok, tok_info = resolve_tokenizer(store, tokenizer)
+    cache: dict[str, Any] = {"version": None}
+
+    def current() -> tuple[Any, Any, dict[str, Any]]:
+        """The rollouts dataset at its latest version, its per-step index and per-version facts
+        (built once per version: an append moves the version and the next request rebuilds)."""
+        ds = store.dataset("rollouts")
+        if cache["version"] != ds.version:
+            cache.update(version=ds.version, index=step_index(ds), facts={})
+        return ds, cache["index"], cache["facts"]
 
     app = FastAPI(title="gfcr viewer", docs_url=None, redoc_url=None, openapi_url=None)
-    if allowed_hosts is not None:
-        from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=[h.strip("[]") for h in allowed_hosts] +
-                           [f"[{h.strip('[]')}]" for h in allowed_hosts if ":" in h])
+    @app.exception_handler(RequestValidationError)
+    async def _bad_query(request: Any, exc: RequestValidationError) -> JSONResponse:
+        err = exc.errors()[0] if exc.errors() else {"loc": ("query",), "msg": "invalid request"}
+        where = ".".join(str(x) for x in err.get("loc", ())[1:]) or "request"
+        return JSONResponse({"detail": f"bad value for {where!r}: {err.get('msg', 'invalid')}"}, status_code=400)
 
     @app.middleware("http")
     async def _headers(request: Any, call_next: Any) -> Any:
-        resp = await call_next(request)
+        if allowed_hosts is not None and not host_allowed(request.headers.get("host"), allowed_hosts):
+            resp: Any = JSONResponse({"detail": f"Invalid host header {request.headers.get('host')!r}: this viewer "
+                                                f"only answers requests addressed to {', '.join(allowed_hosts)}"},
+                                     status_code=400)
+        else:
+            resp = await call_next(request)
         for k, v in SECURITY_HEADERS.items():
             resp.headers[k] = v
         return resp
@@ -202,11 +330,17 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
 
     @app.get("/api/summary")
     def summary() -> JSONResponse:
-        runs = store.sql(
-            "SELECT run_id, min(step) AS step_min, max(step) AS step_max, count(*) AS rollouts "
-            "FROM rollouts GROUP BY run_id ORDER BY run_id"
-        ).to_pylist()
-        tasks = store.sql("SELECT DISTINCT task FROM rollouts ORDER BY task").column("task").to_pylist() if runs else []
+        _, index, facts = current()
+        runs = []
+        if index.num_rows:
+            g = index.group_by("run_id").aggregate([("step", "min"), ("step", "max"), ("n", "sum")])
+            g = g.take(pc.sort_indices(g, sort_keys=[("run_id", "ascending")]))
+            runs = [{"run_id": r["run_id"], "step_min": r["step_min"], "step_max": r["step_max"], "rollouts": r["n_sum"]}
+                    for r in g.to_pylist()]
+        if "tasks" not in facts:
+            facts["tasks"] = store.sql("SELECT DISTINCT task FROM rollouts ORDER BY task").column("task").to_pylist() \
+                if runs else []
+        tasks = facts["tasks"]
         judges = store.sql("SELECT judge, count(*) AS n FROM audits GROUP BY judge ORDER BY judge").to_pylist()
         return JSONResponse({"store": str(store.path), "runs": runs, "tasks": tasks,
                              "finish_reasons": list(FINISH_REASONS), "judges": judges, "tokenizer": tok_info})
@@ -214,42 +348,47 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     @app.get("/api/rollouts")
     def list_rollouts(
         run: str | None = None,
-        step_min: int | None = Query(None, ge=0),
-        step_max: int | None = Query(None, ge=0),
+        step_min: int | None = Query(None, ge=0, le=MAX_INT),
+        step_max: int | None = Query(None, ge=0, le=MAX_INT),
         reward_min: float | None = None,
         reward_max: float | None = None,
         verified: bool | None = None,
         prompt: str | None = None,
         task: str | None = None,
         finish: str | None = None,
-        offset: int = Query(0, ge=0),
+        offset: int = Query(0, ge=0, le=MAX_INT),
         limit: int = Query(50, ge=1, le=200),
     ) -> JSONResponse:
         where = []
         for v, op in ((reward_min, ">="), (reward_max, "<=")):
             if v is not None:
                 if not np.isfinite(v):
-                    raise HTTPException(422, "reward bounds must be finite numbers")
+                    raise HTTPException(400, "reward bounds must be finite numbers")
                 where.append(f"reward {op} {float(v)!r}")
         if finish is not None:
             if finish not in FINISH_REASONS:
-                raise HTTPException(422, f"finish must be one of {list(FINISH_REASONS)}")
+                raise HTTPException(400, f"finish must be one of {list(FINISH_REASONS)}")
             where.append(f"finish_reason = '{finish}'")
-        steps = None
-        if step_min is not None or step_max is not None:
-            steps = (step_min or 0, step_max if step_max is not None else 2**62)
-        t = store.scan(run=run or None, steps=steps, verified=verified, prompt_ids=[prompt] if prompt else None,
-                       task=task or None, where=" AND ".join(where) or None, columns=LIST_COLUMNS)
-        total = t.num_rows
-        if total:
-            idx = pc.sort_indices(t, sort_keys=[("run_id", "ascending"), ("step", "ascending"),
-                                                ("prompt_id", "ascending"), ("sample_index", "ascending"),
-                                                ("rollout_id", "ascending")])
-            t = t.take(idx).slice(offset, limit)
+        ds, index, _ = current()
+        if not where and verified is None and not prompt and not task:
+            # run / step filters only: the per-step index plans the page; only its steps are read
+            sel = select_steps(index, run or None, step_min, step_max)
+            total = int(pc.sum(sel.column("n")).as_py() or 0)
+            t = read_page(ds, sel, offset, limit, LIST_COLUMNS + ["token_role", "messages"]) if offset < total else None
+        else:  # other filters: one pushed-down filtered scan, sorted
+            steps = None
+            if step_min is not None or step_max is not None:
+                steps = (step_min or 0, step_max if step_max is not None else MAX_INT)
+            t = store.scan(run=run or None, steps=steps, verified=verified, prompt_ids=[prompt] if prompt else None,
+                           task=task or None, where=" AND ".join(where) or None, columns=LIST_COLUMNS)
+            total = t.num_rows
+            if total:
+                t = t.take(pc.sort_indices(t, sort_keys=SORT_KEYS)).slice(offset, limit)
         items = []
-        page = t.to_pylist() if total else []
+        page = t.select(LIST_COLUMNS).to_pylist() if total and t is not None else []
         if page:  # generated-token counts and prompt text for this page only (token_role is the truth)
-            extra = store.get([r["rollout_id"] for r in page], columns=["token_role", "messages"])
+            extra = t if "token_role" in t.column_names else store.get([r["rollout_id"] for r in page],
+                                                                       columns=["token_role", "messages"])
             roles = extra.column("token_role")
             gen = pc.list_value_length(roles).to_pylist()
             flat = pc.list_flatten(roles).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -258,7 +397,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
                 cost = r.pop("cost")
                 r["gen_tokens"] = int(sm) if n else int(cost["gen_tokens"])
                 r["prompt_text"] = prompt_text(msgs)
-                items.append(_jsonable(r))
+                items.append(jsonable(r))
         return JSONResponse({"total": total, "offset": offset, "limit": limit, "items": items})
 
     @app.get("/api/rollouts/{rollout_id}")
@@ -269,12 +408,13 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             raise HTTPException(404, f"no rollout {rollout_id!r} in this store") from None
         role = row.pop("token_role")
         ids = row.pop("token_ids")
-        row.pop("logprobs")
+        lps = row.pop("logprobs")
         for k in ("verifier", "sampling", "meta"):
             row[k] = _loads(row[k])
         row["signals"] = dict(row["signals"])
         text = assistant_text(row["messages"])
         audits = []
+        kept_masks: list[list[int]] = []
         for a in sorted(store.audits(rollout_ids=[rollout_id]).to_pylist(), key=lambda a: a["created_at"]):
             mask = a.pop("mask")
             kept = a["status"] == "kept"
@@ -282,6 +422,8 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             a["segments"] = [s.to_dict() for s in segments(text, spans, kept)]
             a["supervised_tokens"] = int(sum(m for m, r in zip(mask, role, strict=False) if r == 1))
             a["mask"] = mask[:MAX_TOKENS_SHOWN]
+            if kept:
+                kept_masks.append(mask)
             audits.append(a)
         sib = store.scan(run=row["run_id"], steps=(row["step"], row["step"]), prompt_ids=[row["prompt_id"]],
                          columns=["rollout_id", "group_id", "sample_index", "reward", "verified", "finish_reason"])
@@ -290,6 +432,9 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
         tokens = []
         shown = ids[:MAX_TOKENS_SHOWN]
         pieces = [tok.decode([i]) for i in shown] if tok is not None else [None] * len(shown)
+        kept = [a for a in audits if a["status"] == "kept"]
+        overlays = token_overlays(ids, role, lps, row["signals"], row["meta"] if isinstance(row["meta"], dict) else {},
+                                  {**kept[-1], "mask": kept_masks[-1]} if kept else None, pieces, text)
         for i, (tid, r, piece) in enumerate(zip(shown, role, pieces, strict=False)):
             tokens.append({"i": i, "id": tid, "role": r, "text": piece})
         row.update(
@@ -305,10 +450,11 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             tokenizer=tok_info,
             audits=audits,
             siblings=siblings,
+            overlays=overlays,
         )
-        return JSONResponse(_jsonable(row))
+        return JSONResponse(jsonable(row))
 
     return app
 
 
-__all__ = ["create_app", "load_static", "prompt_text", "resolve_tokenizer", "role_runs", "store_model"]
+__all__ = ["LOOPBACK_NAMES", "create_app", "host_allowed", "jsonable", "load_static", "token_overlays", "prompt_text", "resolve_tokenizer", "role_runs", "store_model"]

@@ -1,6 +1,9 @@
 // gfcr viewer: every string from the store is inserted with textContent, never as HTML.
 "use strict";
-const state = { offset: 0, limit: 25, total: 0, selected: null };
+const state = { offset: 0, limit: 25, total: 0, selected: null, runs: [], overlay: "role" };
+const OVERLAYS = [["role", "supervision"], ["logprob", "log-prob"], ["entropy", "entropy"], ["gap", "trainer − sampler"],
+  ["advantage", "advantage"], ["loss_mask", "loss mask"], ["ross_mask", "ROSS mask"]];
+const CATEGORIES = ["corrected_mistake", "redundant_exploration", "abandoned_attempt", "incorrect_claim", "other"];
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -24,6 +27,10 @@ async function getJSON(url) {
 function query() {
   const p = new URLSearchParams();
   for (const inp of document.querySelectorAll("#filters [name]")) if (inp.value !== "") p.set(inp.name, inp.value);
+  if (document.getElementById("f-step-on").checked) {
+    const v = document.getElementById("f-step").value;
+    p.set("step_min", v); p.set("step_max", v);
+  }
   p.set("offset", state.offset); p.set("limit", state.limit);
   return p;
 }
@@ -36,7 +43,13 @@ async function loadSummary() {
   tk.textContent = t.note ? t.note : `tokens decoded with ${t.name}${t.source === "store" ? " (the store's model)" : ""}`;
   tk.className = t.note ? "note warn" : "note";
   const run = document.getElementById("f-run");
-  for (const r of s.runs) run.append(el("option", { value: r.run_id, text: `${r.run_id} (${r.rollouts})` }));
+  const runB = document.getElementById("f-run-b");
+  state.runs = s.runs;
+  for (const r of s.runs) {
+    run.append(el("option", { value: r.run_id, text: `${r.run_id} (${r.rollouts})` }));
+    runB.append(el("option", { value: r.run_id, text: r.run_id }));
+  }
+  sliderBounds();
   const fin = document.getElementById("f-finish");
   for (const f of s.finish_reasons) fin.append(el("option", { value: f, text: f }));
 }
@@ -63,6 +76,19 @@ async function loadList() {
   document.getElementById("next").disabled = last >= state.total;
 }
 
+function sliderBounds() {
+  // the step slider spans the selected run's steps (all runs' when none is selected)
+  const sel = document.getElementById("f-run").value;
+  const runs = state.runs.filter((r) => !sel || r.run_id === sel);
+  const sl = document.getElementById("f-step");
+  if (!runs.length) { sl.disabled = true; return; }
+  sl.min = String(Math.min(...runs.map((r) => r.step_min)));
+  sl.max = String(Math.max(...runs.map((r) => r.step_max)));
+  if (Number(sl.value) < Number(sl.min) || Number(sl.value) > Number(sl.max)) sl.value = sl.min;
+  sl.disabled = false;
+  document.getElementById("f-step-value").textContent = document.getElementById("f-step-on").checked ? `step ${sl.value}` : "off";
+}
+
 function segmentsNode(segs) {
   const pre = el("pre", { class: "assistant" });
   for (const s of segs) {
@@ -78,22 +104,68 @@ function tokenText(piece) {
   return piece.replace(/\n/g, "↵").replace(/\t/g, "⇥").replace(/^ /, "·").replace(/ $/, "·") || "∅";
 }
 
-function tokensNode(d, audit) {
+function bucket(v, lo, hi) {
+  // a value's shade: 0..7 over [lo, hi]
+  if (hi <= lo) return 4;
+  return Math.max(0, Math.min(7, Math.floor(((v - lo) / (hi - lo)) * 8)));
+}
+
+function overlayRange(name, vals) {
+  const xs = vals.filter((v) => v !== null && v !== undefined);
+  if (!xs.length) return [0, 0];
+  if (name === "gap" || name === "advantage") { const m = Math.max(...xs.map(Math.abs)) || 1; return [-m, m]; }
+  return [Math.min(...xs), Math.max(...xs)];
+}
+
+function tokensNode(d, audit, overlay) {
   const kept = audit && audit.status === "kept";
-  const legend = el("div", { class: "legend" }, el("span", { class: "tok tok-ctx", text: "context" }));
-  if (kept) legend.append(el("span", { class: "tok tok-gen tok-sup", text: "generated, supervised" }),
-    el("span", { class: "tok tok-gen tok-unsup", text: "generated, excluded from supervision" }));
-  else legend.append(el("span", { class: "tok tok-gen", text: "generated (no kept audit)" }));
+  const ov = d.overlays || {};
+  const vals = overlay === "role" ? null : ov[overlay];
+  const legend = el("div", { class: "legend", "data-overlay": overlay }, el("span", { class: "tok tok-ctx", text: "context" }));
+  if (overlay === "role") {
+    if (kept) legend.append(el("span", { class: "tok tok-gen tok-sup", text: "generated, supervised" }),
+      el("span", { class: "tok tok-gen tok-unsup", text: "generated, excluded from supervision" }));
+    else legend.append(el("span", { class: "tok tok-gen", text: "generated (no kept audit)" }));
+  } else if (overlay === "ross_mask" || overlay === "loss_mask") {
+    legend.append(el("span", { class: "tok ov-in", text: overlay === "loss_mask" ? "in the loss" : "supervised" }),
+      el("span", { class: "tok ov-out", text: overlay === "loss_mask" ? "not in the loss" : "excluded (no category)" }));
+    if (overlay === "ross_mask") for (const c of CATEGORIES) legend.append(el("span", { class: `tok cat-${c}`, text: c }));
+  } else if (vals) {
+    const [lo, hi] = overlayRange(overlay, vals);
+    legend.append(el("span", { class: "tok ov-b0", text: fmt(lo) }), el("span", { class: "tok ov-b4", text: "…" }),
+      el("span", { class: "tok ov-b7", text: fmt(hi) }));
+  }
+  const note = (ov.notes && ov.notes[overlay]) || (overlay !== "role" && !vals ? "not stored for this rollout" : null);
   const box = el("div", { class: "tokens", id: "token-strip" });
+  const [lo, hi] = vals ? overlayRange(overlay, vals) : [0, 0];
   for (const t of d.tokens) {
     let cls = t.role === 1 ? "tok tok-gen" : "tok tok-ctx";
-    if (kept && t.role === 1) cls += audit.mask[t.i] === 0 ? " tok-unsup" : " tok-sup";
-    const what = t.role === 1 ? (kept ? (audit.mask[t.i] === 0 ? "generated, excluded" : "generated, supervised") : "generated") : "context";
-    box.append(el("span", { class: cls, title: `#${t.i} · id ${t.id} · ${what}`, text: d.decoded ? tokenText(t.text) : String(t.id) }));
+    let what = t.role === 1 ? (kept ? (audit.mask[t.i] === 0 ? "generated, excluded" : "generated, supervised") : "generated") : "context";
+    if (overlay === "role") {
+      if (kept && t.role === 1) cls += audit.mask[t.i] === 0 ? " tok-unsup" : " tok-sup";
+    } else if (vals && overlay === "ross_mask") {
+      const cat = ov.ross_category ? ov.ross_category[t.i] : null;
+      if (t.role === 1) cls = "tok " + (vals[t.i] === 1 ? "ov-in" : cat && cat !== "excluded" ? `cat-${cat} tok-unsup` : "ov-out");
+      what = t.role === 1 ? (vals[t.i] === 1 ? "supervised" : `excluded: ${cat || "excluded"}`) : "context";
+      if (cat) cls += " ov-excl";
+    } else if (vals && overlay === "loss_mask") {
+      cls = "tok " + (vals[t.i] === 1 ? "ov-in" : "ov-out");
+      what = vals[t.i] === 1 ? "in the loss" : "not in the loss";
+    } else if (vals && vals[t.i] !== null && vals[t.i] !== undefined) {
+      cls = `tok ov-v ov-b${bucket(vals[t.i], lo, hi)}`;
+      what = `${overlay} ${fmt(vals[t.i])}`;
+    }
+    box.append(el("span", { class: cls, "data-i": String(t.i), title: `#${t.i} · id ${t.id} · ${what}`, text: d.decoded ? tokenText(t.text) : String(t.id) }));
   }
   if (d.tokens_truncated) box.append(el("span", { class: "muted", text: ` … (first ${d.tokens.length} of ${d.n_tokens})` }));
-  const note = d.decoded ? null : el("p", { class: "note warn", text: (d.tokenizer && d.tokenizer.note) || "tokens shown as ids" });
-  return el("div", {}, legend, note, box);
+  const tnote = d.decoded ? null : el("p", { class: "note warn", text: (d.tokenizer && d.tokenizer.note) || "tokens shown as ids" });
+  const picker = el("div", { class: "overlay-picker" }, el("span", { class: "muted", text: "overlay: " }));
+  for (const [k, label] of OVERLAYS) {
+    const b = el("button", { type: "button", class: k === overlay ? "ov-btn on" : "ov-btn", "data-overlay": k, text: label });
+    if (k !== "role" && !ov[k]) b.disabled = true;
+    picker.append(b);
+  }
+  return el("div", { class: "token-view" }, picker, legend, note ? el("p", { class: "muted ov-note", text: note }) : null, tnote, box);
 }
 
 function siblingsNode(d) {
@@ -115,15 +187,47 @@ function hashId() {
   return m ? decodeURIComponent(m[1]) : null;
 }
 
+async function compareWith(d) {
+  // the same prompt at the same step in the other run, else that run's first rollout at the step
+  const runB = document.getElementById("f-run-b").value;
+  if (!runB || runB === d.run_id) return null;
+  const base = `/api/rollouts?run=${encodeURIComponent(runB)}&step_min=${d.step}&step_max=${d.step}&limit=1`;
+  let hit = await getJSON(base + `&prompt=${encodeURIComponent(d.prompt_id)}`);
+  if (!hit.items.length) hit = await getJSON(base);
+  if (!hit.items.length) return { missing: `run ${runB} has no rollout at step ${d.step}` };
+  return getJSON("/api/rollouts/" + encodeURIComponent(hit.items[0].rollout_id));
+}
+
+function detailNode(d, side) {
+  const col = el("div", { class: "detail-col", "data-side": side, "data-id": d.rollout_id });
+  col.append(...detailNodes(d));
+  return col;
+}
+
 async function openRollout(id, tr) {
   const pane = document.getElementById("detail-pane");
   document.querySelectorAll("#rollouts tr.selected").forEach((x) => x.classList.remove("selected"));
   if (tr) tr.classList.add("selected");
   if (!tr) { const row = document.querySelector(`#rollouts tr[data-id="${CSS.escape(id)}"]`); if (row) row.classList.add("selected"); }
-  let d;
-  try { d = await getJSON("/api/rollouts/" + encodeURIComponent(id)); }
+  let d, other;
+  try { d = await getJSON("/api/rollouts/" + encodeURIComponent(id)); other = await compareWith(d); }
   catch (e) { pane.replaceChildren(el("p", { class: "err", text: e.message })); return; }
   if (location.hash !== `#rollout=${encodeURIComponent(id)}`) history.replaceState(null, "", `#rollout=${encodeURIComponent(id)}`);
+  state.shown = [d, other];
+  renderDetail();
+}
+
+function renderDetail() {
+  const pane = document.getElementById("detail-pane");
+  const [d, other] = state.shown || [];
+  if (!d) return;
+  if (!other) { pane.className = ""; pane.replaceChildren(...detailNodes(d)); return; }
+  pane.className = "compare";
+  pane.replaceChildren(detailNode(d, "a"), other.missing ? el("div", { class: "detail-col", "data-side": "b" },
+    el("p", { class: "muted", text: other.missing })) : detailNode(other, "b"));
+}
+
+function detailNodes(d) {
   const audit = d.audits.length ? d.audits[d.audits.length - 1] : null;
   const nodes = [
     el("h2", { text: `Rollout ${d.rollout_id}` }),
@@ -149,10 +253,10 @@ async function openRollout(id, tr) {
     nodes.push(el("div", { class: "audit" }, el("b", { text: `${a.judge}@${a.judge_version}: ${a.status}` }),
       el("span", { class: "muted", text: ` TER ${fmt(a.ter)} · ${a.supervised_tokens} supervised tokens${a.reason ? " · " + a.reason : ""}` }), ul));
   }
-  nodes.push(el("h2", { text: `Tokens (${d.n_context} context, ${d.n_generated} generated)` }), tokensNode(d, audit));
+  nodes.push(el("h2", { text: `Tokens (${d.n_context} context, ${d.n_generated} generated)` }), tokensNode(d, audit, state.overlay));
   nodes.push(el("h2", { text: "Verifier evidence" }), el("pre", { id: "verifier", text: JSON.stringify(d.verifier, null, 1) }));
   nodes.push(el("h2", { text: "Signals" }), el("pre", { text: JSON.stringify(d.signals, null, 1) }));
-  pane.replaceChildren(...nodes);
+  return nodes;
 }
 
 document.addEventListener("DOMContentLoaded", async () => {
@@ -161,8 +265,18 @@ document.addEventListener("DOMContentLoaded", async () => {
   document.getElementById("next").addEventListener("click", () => { state.offset += state.limit; loadList(); });
   document.getElementById("detail-pane").addEventListener("click", (ev) => {
     const a = ev.target.closest("a.sibling");
-    if (a) { ev.preventDefault(); openRollout(a.dataset.id, null); }
+    if (a) { ev.preventDefault(); openRollout(a.dataset.id, null); return; }
+    const b = ev.target.closest("button.ov-btn");
+    if (b && !b.disabled) { state.overlay = b.dataset.overlay; renderDetail(); }
   });
+  const slider = document.getElementById("f-step");
+  slider.addEventListener("input", () => {
+    document.getElementById("f-step-on").checked = true;
+    sliderBounds(); state.offset = 0; loadList();
+  });
+  document.getElementById("f-step-on").addEventListener("change", () => { sliderBounds(); state.offset = 0; loadList(); });
+  document.getElementById("f-run").addEventListener("change", () => sliderBounds());
+  document.getElementById("f-run-b").addEventListener("change", () => { if (state.shown && state.shown[0]) openRollout(state.shown[0].rollout_id, null); });
   window.addEventListener("hashchange", () => { const id = hashId(); if (id) openRollout(id, null); });
   try { await loadSummary(); } catch (e) { document.getElementById("store").textContent = e.message; }
   await loadList();
