@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "evaluate": {"filters", "generate", "models", "tasks"},
     "sim": {"control", "replay", "filters"},
     "scale": {"store", "tasks", "filters", "generate", "models"},
-    "diagnose": {"store"},
+    "diagnose": {"store", "control"},
     "train": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "scale"},
     "ross": {"store", "tasks", "filters", "generate", "evaluate", "models", "train"},
     "integrations": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "train"},

@@ -13,21 +13,41 @@ from gfcr.filters.judge import EQUIVALENCE, JudgeClient, JudgeConfig
 FIELDS = {"question": "1/2 + 1/4?", "output": "... so \\boxed{0.75}", "reference": "3/4"}
 
 
+class _RecordingTokenizer:
+    """The engine's tokenizer, recording every conversation passed to its chat template."""
+
+    def __init__(self, tok, conversations):
+        self._tok, self._conversations = tok, conversations
+
+    def apply_chat_template(self, messages, *a, **kw):
+        self._conversations.append([dict(m) for m in messages])
+        return self._tok.apply_chat_template(messages, *a, **kw)
+
+    def __call__(self, *a, **kw):
+        return self._tok(*a, **kw)
+
+    def __len__(self):
+        return len(self._tok)
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+
 class RecordingEngine:
-    """Delegates to an HF engine and records every chat conversation the server templated."""
+    """Delegates to an HF engine and records every chat conversation the server templated (the server
+    renders chats through the tokenizer's chat template, as vLLM does)."""
 
     def __init__(self, engine):
         self.inner = engine
-        self.tokenizer = engine.tokenizer
         self.conversations: list[list[dict]] = []
+        self.tokenizer = _RecordingTokenizer(engine.tokenizer, self.conversations)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
     @property
     def policy_version(self) -> str:
         return self.inner.policy_version
-
-    def encode_messages(self, messages, add_generation_prompt=True):
-        self.conversations.append([dict(m) for m in messages])
-        return self.inner.encode_messages(messages, add_generation_prompt)
 
     def generate(self, requests):
         return self.inner.generate(requests)

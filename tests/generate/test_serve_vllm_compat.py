@@ -88,7 +88,7 @@ def _teacher_logits(model, ids):
 
 
 def test_parse_hermes_tool_calls_hand_worked():
-    from gfcr.generate.serve_api import parse_hermes_tool_calls
+    from gfcr.generate.serve_chat import parse_hermes_tool_calls
 
     content, calls = parse_hermes_tool_calls(REPLY)
     assert content == "Let me add."

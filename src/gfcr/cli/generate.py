@@ -120,7 +120,7 @@ def serve_cmd(
     if allow_weight_updates and host not in ("127.0.0.1", "localhost", "::1") and not admin_token:
         fail("--allow-weight-updates on a non-loopback address needs --admin-token "
              "(or GFCR_SERVE_ADMIN_TOKEN): anyone who can reach the port could swap the weights")
-    from gfcr.generate.serve_api import TOOL_PARSERS
+    from gfcr.generate.serve_chat import TOOL_PARSERS
 
     if tool_call_parser is not None and tool_call_parser not in TOOL_PARSERS:
         fail(f"--tool-call-parser {tool_call_parser!r} is not known (known: {', '.join(sorted(TOOL_PARSERS))})")

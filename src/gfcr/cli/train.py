@@ -90,7 +90,9 @@ def eval_cmd(
     env_weight: Annotated[float, typer.Option("--env-weight", help="With --env and --reward-source weighted: the env's weight in [0, 1].")] = 0.5,
 ) -> None:
     """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON).
-    With --env, each sample is a whole policy-env episode (as in multi_turn training)."""
+    With --env, each sample is a whole policy-env episode (as in multi_turn training).
+
+    Long because: most of it is the option list, one typed line per option, as every command."""
     from gfcr.evaluate import EvalConfig, eval_prompts, evaluate_episodes, evaluate_model, resolve_verifier
     from gfcr.generate.engines.hf import HFEngine
     from gfcr.generate.envs import REWARD_SOURCES, make_env

@@ -308,6 +308,8 @@ def run_health_checks(store: Any, run: str | None = None, tokenizer: Any | None 
                       config: HealthConfig | None = None, decode: bool = True) -> HealthReport:
     """Run every check over the store's rollouts (one run with ``run``), in batches.
 
+    Long because: one pass per batch, whose flattened columns every check's screen shares.
+
     Each batch is screened column-wise (numpy / Arrow compute: generated-token counts, repeated
     tails, turn roles and contents, tool-call presence, log-prob sources in ``meta``); only the
     rows a screen flags go through the per-record functions above, for their evidence. The token/
