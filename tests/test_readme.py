@@ -118,6 +118,8 @@ RULES: dict[str, tuple[str, object]] = {
                                "before": "add_solved_rollouts"}),
     "gfcr simulate": ("tiny", {}),
     "gfcr report": ("tiny", {}),
+    "gfcr diagnose": ("tiny", {}),
+    "gfcr store check": ("tiny", {}),
     "gfcr view": ("tiny", {"server": "/api/summary", "add": ["--port", "{port}"]}),
     "gfcr scale verify": ("tiny", {"replace": {"4": "1"}}),
 }
