@@ -54,6 +54,26 @@ def _msgs(q):
     return [{"role": "user", "content": q}]
 
 
+def test_vllm_sampling_extras_reach_vllm_and_equal_the_hf_engines(engines):
+    """``min_tokens`` + ``ignore_eos`` and ``repetition_penalty`` (the extras ``gfcr serve`` takes) are
+    passed to vLLM: greedy under them gives the hf engine's tokens, and they change the tokens."""
+    from gfcr.generate.engines import GenRequest, SamplingParams
+
+    veng, heng = engines
+    ids = [heng.encode_messages(_msgs(q)) for q in QUESTIONS[:4]]
+    plain = SamplingParams(n=1, temperature=0.0, max_tokens=24)
+    extra = SamplingParams(n=1, temperature=0.0, max_tokens=24, min_tokens=24, ignore_eos=True, repetition_penalty=1.5)
+    out = {}
+    for name, p in (("plain", plain), ("extra", extra)):
+        reqs = [GenRequest(prompt_ids=i, params=p) for i in ids]
+        out[name] = ([r[0].token_ids.tolist() for r in veng.generate(reqs)],
+                     [r[0].token_ids.tolist() for r in heng.generate(reqs)])
+    v_extra, h_extra = out["extra"]
+    assert all(len(t) == 24 for t in v_extra)  # min_tokens = max_tokens and ignore_eos: never stops early
+    assert v_extra != out["plain"][0]  # the penalty changed the greedy tokens
+    assert sum(a == b for a, b in zip(v_extra, h_extra, strict=True)) >= 3  # both engines apply it alike
+
+
 def test_greedy_tokens_equal_the_hf_engines_up_to_near_ties(engines):
     from gfcr.generate.engines import GenRequest, SamplingParams
 

@@ -100,6 +100,8 @@ class VLLMEngine:
                 stop_token_ids=p.stop_token_ids or None, seed=p.seed, logprobs=p.top_logprobs,
                 skip_special_tokens=True, top_k=p.top_k or -1, frequency_penalty=p.frequency_penalty,
                 presence_penalty=p.presence_penalty, logit_bias=dict(p.logit_bias) or None,
+                min_p=p.min_p, repetition_penalty=p.repetition_penalty, min_tokens=p.min_tokens,
+                ignore_eos=p.ignore_eos,
             ))
         t0 = time.perf_counter()
         outs = self.llm.generate(prompts, sps, use_tqdm=False)
