@@ -17,10 +17,10 @@ from gfcr.generate.serve_api import (
     APIError,
     DeltaText,
     ServeLimits,
-    chat_messages,
     cut_at_stop,
     resolve_max_tokens,
 )
+from gfcr.generate.serve_chat import chat_messages
 
 MSGS = [{"role": "user", "content": "What is 3 + 4?"}]
 

@@ -288,7 +288,7 @@ def test_sdk_no_op_fields_are_accepted_and_change_nothing(client):
 
 
 def test_render_chat_hand_worked(ttok):
-    from gfcr.generate.serve_api import render_chat
+    from gfcr.generate.serve_chat import render_chat
 
     ids = render_chat(ttok, [{"role": "user", "content": "hi"}])
     assert ttok.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
