@@ -42,6 +42,23 @@ class WeightSyncError(RuntimeError):
     """Weights could not be moved into the engine; the engine keeps its previous weights."""
 
 
+def post_checked(url: str, not_found_hint: str, timeout_s: float, **kw: Any) -> Any:
+    """``httpx.post(url, **kw)`` for a weight-sync route: a transport error, a 404 (with
+    ``not_found_hint``: how to start a server that has the route) or any other non-200 answer is a
+    :class:`WeightSyncError` naming the URL; returns the response."""
+    import httpx
+
+    try:
+        resp = httpx.post(url, timeout=timeout_s, **kw)
+    except httpx.TransportError as e:
+        raise WeightSyncError(f"POST {url} failed: {type(e).__name__}: {e}") from e
+    if resp.status_code == 404:
+        raise WeightSyncError(f"{url} not found: {not_found_hint}")
+    if resp.status_code != 200:
+        raise WeightSyncError(f"POST {url} -> HTTP {resp.status_code}: {resp.text[:500]}")
+    return resp
+
+
 @dataclass
 class SyncReport:
     """What one push did: the version now served, bytes moved, wall seconds."""
@@ -221,21 +238,13 @@ class HTTPSync:
         self.timeout_s = timeout_s
 
     def push(self, model: Any, policy_version: str) -> SyncReport:
-        import httpx
 
         t0 = time.perf_counter()
         path = (self.folder / "weights.safetensors").resolve()
         size = write_safetensors(model, path)
         headers = {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
-        try:
-            resp = httpx.post(self.url, json={"path": str(path), "policy_version": policy_version},
-                              headers=headers, timeout=self.timeout_s)
-        except httpx.TransportError as e:
-            raise WeightSyncError(f"POST {self.url} failed: {type(e).__name__}: {e}") from e
-        if resp.status_code == 404:
-            raise WeightSyncError(f"{self.url} not found: start the server with `gfcr serve --allow-weight-updates`")
-        if resp.status_code != 200:
-            raise WeightSyncError(f"POST {self.url} -> HTTP {resp.status_code}: {resp.text[:500]}")
+        resp = post_checked(self.url, "start the server with `gfcr serve --allow-weight-updates`", self.timeout_s,
+                            json={"path": str(path), "policy_version": policy_version}, headers=headers)
         served = resp.json().get("policy_version")
         if served != policy_version:
             raise WeightSyncError(f"the server reports policy_version {served!r} after loading {policy_version!r}")
@@ -273,18 +282,7 @@ class VLLMReloadSync:
         self._last: Path | None = None
 
     def _post(self, route: str, **kw: Any) -> Any:
-        import httpx
-
-        url = self.root + route
-        try:
-            resp = httpx.post(url, timeout=self.timeout_s, **kw)
-        except httpx.TransportError as e:
-            raise WeightSyncError(f"POST {url} failed: {type(e).__name__}: {e}") from e
-        if resp.status_code == 404:
-            raise WeightSyncError(f"{url} not found: start vLLM's server with VLLM_SERVER_DEV_MODE=1")
-        if resp.status_code != 200:
-            raise WeightSyncError(f"POST {url} -> HTTP {resp.status_code}: {resp.text[:500]}")
-        return resp
+        return post_checked(self.root + route, "start vLLM's server with VLLM_SERVER_DEV_MODE=1", self.timeout_s, **kw)
 
     def push(self, model: Any, policy_version: str) -> SyncReport:
         import shutil
