@@ -237,6 +237,26 @@ def test_daemon_cannot_outlive_the_run(guard):
     # the guard fixture asserts no process carrying the marker survives
 
 
+def test_daemon_cannot_outlive_a_timed_out_run(guard):
+    """The kill path: the program is still running at its wall limit while its daemon is alive.
+    The run must not return until the daemon is gone (before, killing only the launcher's group
+    left the namespace to an asynchronous parent-death signal: seen in CI under load, and in 3 of
+    10 runs in one trial here; rare on an idle machine, so this test cannot always catch it)."""
+    code = textwrap.dedent(f"""
+    import os, sys, time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(30)  # {guard}'])
+        os._exit(0)
+    time.sleep(30)
+    """)
+    for _ in range(6):
+        r = run_python(code, config=LIMITS.model_copy(update={"wall_s": 1}))
+        assert r.timed_out and r.details["timed_out_in"] == "run", r
+        assert _procs_with(guard) == [], "a daemon outlived the timed-out run"
+
+
 def test_kills_its_parent_and_everything_it_can(guard):
     me = os.getpid()
     code = f"""

@@ -439,7 +439,26 @@ def _wait_started(proc: subprocess.Popen, ready_r: int, t0: float, budget: float
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the run's whole process group and reap the launcher."""
+    """SIGKILL the run and everything it started, and return only once it is all gone.
+
+    Under bwrap or unshare the launcher's child is the init of the run's PID namespace: killing it
+    makes the kernel kill every process in the namespace (daemons that left the process group
+    included) before that init is released. Killing only the launcher's process group would leave
+    that to the parent-death signal, which arrives asynchronously: a daemon could then still be
+    alive for a moment after this returned (seen under load). So the launcher is stopped first (it
+    cannot start another child meanwhile), its children are killed, the group is killed, and the
+    children are waited for.
+    """
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        pass
+    kids = _children(proc.pid)
+    for pid in kids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -448,3 +467,43 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:  # pragma: no cover - a SIGKILLed child always exits
         pass
+    _wait_released(kids, timeout_s=5.0)
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid``, read from /proc (empty where /proc cannot say)."""
+    kids: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids += [int(x) for x in f.read().split()]
+        return kids
+    except (OSError, ValueError):
+        pass
+    try:  # kernels without the children file: scan every process's parent
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                            kids.append(int(d))
+                except (OSError, ValueError, IndexError):
+                    pass
+    except OSError:
+        pass
+    return kids
+
+
+def _wait_released(pids: list[int], timeout_s: float) -> None:
+    """Wait until each of ``pids`` has exited (gone, or a zombie: a PID namespace's init becomes a
+    zombie only after every other process in its namespace has been released)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                        break
+            except (OSError, IndexError):
+                break
+            time.sleep(0.005)
