@@ -273,3 +273,20 @@ def test_unreachable_llm_judge_records_error_not_discard(tmp_path, tok):
     judge = make_judge("llm", base_url=f"http://127.0.0.1:{port}/v1", model="gone")
     s = audit_rollouts(store, select_rollouts(store), judge, tok)
     assert s.status == {"error": 1} and "ConnectionError" in next(iter(s.reasons))
+
+
+@pytest.mark.parametrize(("text", "gold", "kept_want"), [
+    # two of the demo store's verified rollouts (runs of `gfcr demo`): the chatter after the sum
+    # only repeats the number; version 4 kept it, since the verifier's last-number reading lay in it
+    ("51 + 89 = 140\n\nI added the numbers 140 to the original equation.", "140", "51 + 89 = 140\n\n"),
+    ("3 + 6 = 9\n\nThe final answer is N, which is 9.", "9", "3 + 6 = 9\n\n"),
+    # an answer line still ends the solution and stays kept, in either form
+    ("3 + 6 = 9. So the answer is 9.\nI am sure 9 is right.", "9", "3 + 6 = 9. So the answer is 9.\n"),
+    ("3 + 6 = 9\nAnswer: 9", "9", "3 + 6 = 9\nAnswer: 9"),
+])
+def test_arith_steps_excludes_chatter_after_the_derived_answer(tok, text, gold, kept_want):
+    r = make_rollout(tok, "q", text, gold=gold)
+    dec, err, raws, _, _ = judge_rollout(r, None, ArithSteps())
+    assert err is None and dec.status == "kept", raws
+    kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k)
+    assert kept == kept_want

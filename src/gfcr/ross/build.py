@@ -80,8 +80,15 @@ def build_dataset(store: Any, out_dir: str | Path, judge: str, judge_version: st
     table = pa.Table.from_pylist(rows, schema=schema)
     pq.write_table(table, out / "data.parquet")
     import datasets
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
-    datasets.Dataset(table).save_to_disk(str(out / "hf"))
+    quiet = are_progress_bars_disabled()
+    disable_progress_bars()  # a few rows: its "Saving the dataset" bars only clutter the pipeline's log
+    try:
+        datasets.Dataset(table).save_to_disk(str(out / "hf"))
+    finally:
+        if not quiet:
+            enable_progress_bars()
     res = BuildResult(out, len(rows), int(sum(sum(r["loss_mask"]) for r in rows)),
                       int(sum(r["n_generated"] for r in rows)), dropped)
     (out / "build.json").write_text(json.dumps({"judge": judge, "judge_version": judge_version, "no_mask": no_mask,

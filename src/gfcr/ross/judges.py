@@ -113,11 +113,13 @@ class ArithSteps:
     doubt word ("Oops. ", "Wait, that's wrong: "), are excluded with the mistake. Departure: the
     paper's judge is an LLM reading meaning; this one only sees arithmetic claims, repeats,
     position and a short list of doubt words. Version 2: claims beyond ``a op b = c`` (version 1
-    saw only those); version 3: the discard rule; version 4: doubt filler excluded.
+    saw only those); version 3: the discard rule; version 4: doubt filler excluded; version 5:
+    without an answer line, the answer is stated where a correct claim first reaches it, so a
+    later unit that only repeats the number is excluded as chatter after the answer.
     """
 
     name = "arith-steps"
-    version = "4"
+    version = "5"
     mode = "select-keep"
 
     def respond(self, request: JudgeRequest, feedback: str | None = None) -> JudgeReply:
@@ -206,13 +208,27 @@ class ArithSteps:
 
     @staticmethod
     def _final_unit(request: JudgeRequest) -> int | None:
+        """The unit that states the final answer: the first answer line ("Answer: 9", "the answer
+        is 9"); else the first unit with a correct claim stating it ("3 + 6 = 9": the derivation
+        ends there, and a later unit that only repeats the number, such as "I added the numbers 140
+        to the original equation.", is chatter after the answer); else the unit holding the
+        answer's last mention (the verifier's last-number reading)."""
         ans = (request.answer or "").strip()
         if not ans:
             return None
-        line = re.compile(r"answer\s*[:：]\s*\**\s*" + re.escape(ans) + r"(?![\w]|\.\d)", re.IGNORECASE)
+        line = re.compile(r"answer\s*(?:[:：=]|\bis\b)\s*\**\s*" + re.escape(ans) + r"(?![\w]|\.\d)", re.IGNORECASE)
         for u in request.units:
             if line.search(u.text):
                 return u.number
+        try:
+            value = float(ans.replace(",", ""))
+        except ValueError:
+            value = None
+        if value is not None:
+            for u in request.units:
+                if any(c.correct and abs(c.stated - value) <= 1e-9 * max(1.0, abs(value))
+                       for c in find_claims(request.text, u.start, u.end)):
+                    return u.number
         hits = answer_positions(request.text, ans)
         if not hits:
             return None

@@ -288,6 +288,25 @@ def stage_analyze(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any) ->
     return out
 
 
+def identical_supervision(build: dict) -> list[str]:
+    """The ROSS variants whose build supervised exactly what positive SFT did (the judge excluded
+    nothing): same rows, and as many supervised tokens as positive SFT, which supervises every
+    generated token. Their models then equal positive SFT's, and a comparison with it is empty.
+
+    >>> identical_supervision({"positive_sft": {"rows": 6, "supervised_tokens": 85},
+    ...                        "ross": {"rows": 6, "supervised_tokens": 85}})
+    ['ross']
+    >>> identical_supervision({"positive_sft": {"rows": 6, "supervised_tokens": 85},
+    ...                        "ross": {"rows": 6, "supervised_tokens": 70}})
+    []
+    """
+    pos = build.get("positive_sft")
+    if not isinstance(pos, dict):
+        return []
+    return [k for k, v in build.items() if k != "positive_sft" and k.startswith("ross") and isinstance(v, dict)
+            and v.get("rows") == pos.get("rows") and v.get("supervised_tokens") == pos.get("supervised_tokens")]
+
+
 def render_report(run: RossRun) -> str:
     """The comparison table (with paired tests) plus the analyses, as Markdown."""
     from gfcr.ross.evaluation import comparison_table
@@ -295,6 +314,11 @@ def render_report(run: RossRun) -> str:
     parts = ["## ROSS comparison (held-out, % with 95% bootstrap CIs over prompts)", ""]
     if "evaluate" in run.results:
         parts.append(comparison_table(run.results["evaluate"]))
+    same = identical_supervision(run.results.get("build", {}))
+    if same:
+        parts += ["", f"Note: {' and '.join(same)} supervised exactly the rows and tokens positive_sft did (the judge "
+                      "dropped and masked nothing), so they trained the same model: their comparison with it is "
+                      "empty, not a result about the mask."]
     an = run.results.get("analyze", {})
     if an.get("ter_by_step"):
         parts += ["", "### TER per step (token-pooled) and its moving average vs policy entropy", "",
