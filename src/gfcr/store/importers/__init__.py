@@ -8,7 +8,7 @@ first), and a store-wide lock makes two racing imports of the same dump store ea
 :func:`follow` polls a dump folder a trainer keeps writing.
 
 Formats (the per-framework modules say exactly which fields map where; docs/store.md has tables):
-``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, ``atropos``, and
+``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, ``atropos``, ``nemo-gym``, and
 gfcr's own ``jsonl`` / ``parquet`` (:mod:`gfcr.store.export`).
 """
 
@@ -32,6 +32,7 @@ from gfcr.store.importers import (
     atropos,
     columnar,
     native,
+    nemo_gym,
     open_instruct,
     prime_rl,
     roll,
@@ -55,7 +56,7 @@ __all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "exp
 _MODULES: dict[str, ModuleType] = {
     "verl": verl, "trl": trl, "areal": areal, "prime-rl": prime_rl, "slime": slime, "roll": roll,
     "skyrl": skyrl, "open-instruct": open_instruct, "atif": atif,
-    "atropos": atropos,
+    "atropos": atropos, "nemo-gym": nemo_gym,
 }
 FORMATS: dict[str, Callable[..., ImportResult]] = {
     **{k: m.parse for k, m in _MODULES.items()}, "jsonl": native.parse_jsonl, "parquet": native.parse_parquet,
