@@ -476,10 +476,8 @@ class RolloutStore:
         """Set several state keys in one commit."""
         self._writable()
         now = utcnow()
-        t = pa.Table.from_pylist(
-            [{"key": k, "value": json.dumps(v, sort_keys=True), "updated_at": now} for k, v in values.items()],
-            schema=STATE_SCHEMA)
-        self._merge("state", t, "key")
+        rows = [{"key": k, "value": json.dumps(v, sort_keys=True), "updated_at": now} for k, v in values.items()]
+        self._merge("state", pa.Table.from_pylist(rows, schema=STATE_SCHEMA), "key")
 
     # --- audits -----------------------------------------------------------------------------
     def upsert_audits(self, audits: Iterable[Audit] | pa.Table) -> int:

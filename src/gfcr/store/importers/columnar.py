@@ -203,7 +203,9 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     Columnar throughout: ids hashed straight from the Arrow buffers (:func:`sha1_ids`), the JSON
     text of ``meta`` and ``verifier`` joined by Arrow from per-column JSON (:func:`json_text`,
     :func:`_float_reprs`), prompts dictionary-encoded; Python runs once per row only for the SHA-1
-    call. Long because: one column per rollout-schema field, each built vectorised in the schema's
+    call.
+
+    Long because: one column per rollout-schema field, each built vectorised in the schema's
     order; splitting it would pass a dozen intermediate arrays between functions."""
     n = t.num_rows
     names = t.column_names
@@ -340,7 +342,10 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
     kept for phase 2 up to ``hold_bytes`` (256 MiB of Arrow data by default; the latest file's
     always): a dump beyond it is read twice, so memory stays bounded by about 2 × ``hold_bytes``
     (or one file, if larger) plus the one file being mapped. Returns (written, skipped, how each file went: ``unchanged`` |
-    ``columnar`` | ``rows: <why>``); an unchanged file counts its recorded rows as skipped."""
+    ``columnar`` | ``rows: <why>``); an unchanged file counts its recorded rows as skipped.
+
+    Long because: the two phases (check every file, then write) share the plan, the held tables and
+    the write batch, which one function keeps in one place."""
     plan: list[tuple[Path, str, dict[str, Any], Any]] = []
     held: dict[Path, tuple[pa.Table, np.ndarray]] = {}
     held_bytes = 0
