@@ -6,13 +6,15 @@ pyarrow's own JSON reader on the same files (the floor), the row path, and a re-
 
 Arms, each run in a fresh subprocess (so peak memory is its own: ``ru_maxrss`` minus the RSS after
 imports), in turns every round with the order rotating, so machine load hits them alike:
-- ``pyarrow``: ``pyarrow.json.read_json`` of every file (no mapping, no store): the reference;
+- ``pyarrow``: ``pyarrow.json.read_json`` of every file (no mapping, no store): the issue's reference;
+- ``pyarrow+lance``: the same read, each file's table (the dump's own columns) appended to a Lance
+  dataset: the floor a columnar import cannot beat (read the file with pyarrow, write Lance);
 - ``columnar``: ``import_rollouts(store, "verl", ...)`` into a new store (Arrow in, one append per file);
 - ``rows``: the same with ``columnar=False`` (a Rollout object per line, the earlier path);
 - ``reimport``: the columnar import of the same, unchanged dump into the store it already fills
   (every file skipped by size + mtime, unread).
 Reported per arm: medians over rounds of wall and CPU seconds (this process and its threads), rows/s,
-MB/s, peak memory above baseline; the ratio columnar / pyarrow; ``os.getloadavg()`` before and after
+MB/s, peak memory above baseline; the ratios of columnar to pyarrow and to pyarrow+lance; ``os.getloadavg()`` before and after
 each sample. Goal (issue 26): >= 100k rows/s and >= 0.4x pyarrow's JSON read.
 """
 
@@ -59,12 +61,17 @@ def arm(name: str, dump: str, store_path: str) -> dict:
 
     base = _rss_now()
     files = sorted(Path(dump).glob("*.jsonl"))
-    store = RolloutStore.open(store_path, create=True) if name != "pyarrow" else None
+    store = RolloutStore.open(store_path, create=True) if not name.startswith("pyarrow") else None
     t0, c0 = time.perf_counter(), time.process_time()
-    if name == "pyarrow":
+    if name in ("pyarrow", "pyarrow+lance"):
+        import lance
+
         n = 0
         for f in files:
-            n += pj.read_json(f).num_rows
+            t = pj.read_json(f)
+            n += t.num_rows
+            if name == "pyarrow+lance":
+                lance.write_dataset(t, store_path + ".lance", mode="append")
     else:
         res = import_rollouts(store, "verl", [dump], run_id="bench", columnar=name != "rows")
         n = res.written + res.skipped
@@ -95,7 +102,7 @@ def main() -> None:
     try:
         dump = tmp / "dump"
         size = write_dump(dump, a.rows, a.files)
-        arms = ["pyarrow", "columnar", "reimport"] + ([] if a.no_rows_arm else ["rows"])
+        arms = ["pyarrow", "pyarrow+lance", "columnar", "reimport"] + ([] if a.no_rows_arm else ["rows"])
         samples: dict[str, list[dict]] = {k: [] for k in arms}
         for r in range(a.rounds):
             order = arms[r % len(arms):] + arms[:r % len(arms)]
@@ -107,7 +114,7 @@ def main() -> None:
                 s["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
                 samples[name].append(s)
                 print(json.dumps(s), flush=True)
-            for x in tmp.glob(f"*-{r}"):
+            for x in tmp.glob(f"*-{r}*"):
                 shutil.rmtree(x, ignore_errors=True)
         mb = size / 2**20
         print(f"\ndump: {a.rows} rows in {a.files} files, {mb:.1f} MB; rounds: {a.rounds}; medians")
@@ -123,6 +130,11 @@ def main() -> None:
             print(f"| {name} | {w:.2f} | {c:.2f} | {a.rows / w:,.0f} | {mb / w:.1f} | {p:.0f} | "
                   f"{min(loads):.1f}-{max(loads):.1f} |")
         ratio = med["pyarrow"] / med["columnar"]
+        floor = med["pyarrow+lance"] / med["columnar"]
+        cpu = {k: statistics.median(x["cpu_s"] for x in ss) for k, ss in samples.items()}
+        print(f"columnar / (pyarrow read + Lance write): {floor:.2f}x by wall, "
+              f"{cpu['pyarrow+lance'] / cpu['columnar']:.2f}x by CPU; columnar / pyarrow read by CPU: "
+              f"{cpu['pyarrow'] / cpu['columnar']:.2f}x")
         print(f"\ncolumnar = {a.rows / med['columnar']:,.0f} rows/s = {ratio:.2f}x pyarrow's JSON read "
               f"(goal >= 100,000 rows/s and >= 0.4x): {'met' if a.rows / med['columnar'] >= 1e5 and ratio >= 0.4 else 'not met'}")
     finally:

@@ -189,3 +189,27 @@ def test_plugin_patches_the_trainer_when_verl_loads_it(tmp_path):
     if out.returncode != 0 and last.startswith("ModuleNotFoundError"):
         pytest.skip(f"verl's trainer does not import here: {last}")
     assert out.stdout.strip().splitlines()[-1] == "True", out.stderr[-2000:]
+
+
+def test_nan_log_prob_is_unknown_not_zero(store):
+    """verl's NaN log-prob (no value for that token) is stored as unknown: the row's
+    ``logprobs_from`` null, the position listed, null in the stored JSON, NaN again on the way back."""
+    batch, doc = stand_in()
+    t = batch.batch
+    P = t["prompts"].shape[1]
+    real = t["attention_mask"][0].bool().numpy()
+    gen = np.flatnonzero(t["response_mask"][0].numpy().astype(bool) & real[P:])
+    j = int(gen[1])  # a generated, real response position of row 0
+    t["rollout_log_probs"][0, j] = float("nan")
+    rs, ps = dataproto_to_rollouts(batch, "nan-run", reward_extra_info=doc["reward_extra_info"])
+    pos = int(real[:P].sum()) + int(real[P:][:j].sum())  # that token's index in token_ids
+    r0 = rs[0]
+    assert r0.meta["logprobs_from"] is None and r0.meta["logprobs_unknown"] == [pos]
+    assert rs[1].meta["logprobs_from"] == "rollout_log_probs" and "logprobs_unknown" not in rs[1].meta
+    store.upsert_prompts(ps)
+    store.append(rs)
+    raw = json.loads(store.get([r0.rollout_id], columns=["meta"]).column("meta")[0].as_py())
+    lp_real = raw["verl"]["per_token"]["rollout_log_probs"]
+    assert lp_real[int(real[P:][:j].sum())] is None and None not in lp_real[:int(real[P:][:j].sum())]
+    back = rollouts_to_batch(store.rollouts(run="nan-run"))["tensors"]["rollout_log_probs"]
+    assert np.isnan(back[0, j]) and np.isfinite(np.delete(back[0], j)).all()

@@ -304,6 +304,8 @@ def test_open_instruct_groups_are_per_run_and_sample_index_is_within_the_group(s
     ("open-instruct", "open_instruct", {}),
     ("atropos", "atropos/groups.jsonl", {}),
     ("atif", "atif/trajectory.json", {}),
+    ("nemo-gym", "nemo_gym", {}),
+    ("art", "art", {}),
 ])
 def test_the_same_dump_under_two_runs_shares_no_rollout_or_group_id(store, fmt, path, kw):
     """group_id was built from prompt and step alone (verl, TRL, prime-rl, slime, AReaL, ...): two

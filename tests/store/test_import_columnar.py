@@ -92,3 +92,31 @@ def test_files_the_arrow_mapping_cannot_match_go_through_the_row_path(tmp_path):
     a, b, ra, rb = _both(tmp_path, [str(d)])
     assert rb.how[str(d / "1.jsonl")].startswith("rows:")
     assert _rows(a) == _rows(b) and [r["verified"] for r in _rows(b)] in ([True, None], [None, True])
+
+
+def _varied(d: Path) -> Path:
+    """Three step files sharing prompts, with text JSON must escape, scores of every float form and
+    integer request ids / numeric gts: the values the vectorised JSON and id code must get exact."""
+    d.mkdir(parents=True, exist_ok=True)
+    scores = [0.1, -0.0, 1e-7, 3, 2.5e20, -1.0, 0.0]
+    for step in (1, 2, 3):
+        with open(d / f"{step}.jsonl", "w") as fh:
+            for i in range(40):
+                fh.write(json.dumps({"input": f"q{i % 5} é ✓ \u2028 \t\"quoted\"", "output": f"a{i}\x7f\\n{step}",
+                                     "gts": [i % 5, str(i % 5), 1.5][step - 1], "score": scores[i % 7], "step": step,
+                                     "acc": i % 2 == 0, "pred": ["plain", "tab\there", "ü", "\x01"][i % 4],
+                                     "request_id": i if step == 2 else f"r{i}"}) + "\n")
+    return d
+
+
+@pytest.mark.parametrize("hold", [0, 256 << 20])
+def test_columnar_equals_rows_on_escapes_float_forms_and_shared_prompts(tmp_path, hold):
+    # hold 0: every file its own write batch; the default: the three files in one append
+    a, b, ra, rb = _both(tmp_path, [str(_varied(tmp_path / "dump"))], hold_bytes=hold)
+    assert set(rb.how.values()) == {"columnar"} and ra.written == rb.written == 120
+    assert _rows(a) == _rows(b)
+    pa_ = sorted((p.prompt_id, p.answer, [m.to_dict() for m in p.messages]) for p in a.prompts())
+    assert pa_ == sorted((p.prompt_id, p.answer, [m.to_dict() for m in p.messages]) for p in b.prompts())
+    assert len(pa_) == 5
+    again = import_rollouts(b, "verl", [str(tmp_path / "dump")], run_id="v")
+    assert again.written == 0 and again.skipped == 120 and b.count() == 120

@@ -83,7 +83,7 @@ def _csv(v: str | None) -> list[str] | None:
 def import_(
     path: StorePath,
     files: Annotated[list[Path], typer.Argument(help="Files or directories to import.")],
-    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | slime | roll | skyrl | open-instruct | atif | atropos | jsonl | parquet")],
+    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | slime | roll | skyrl | open-instruct | atif | atropos | nemo-gym | art | jsonl | parquet")],
     run: Annotated[str | None, typer.Option(help="run_id for the imported rows (default import-FORMAT).")] = None,
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer (HF name or dir) to retokenize text-only formats.")

@@ -18,7 +18,11 @@ Read against verl 0.9.1 (``verl/protocol.py``, ``verl/trainer/ppo/ray_trainer.py
 Mapping into a rollout row: ``token_ids`` = the real prompt tokens then the real response tokens;
 ``token_role`` = 0 on the prompt, ``response_mask`` on the response; ``logprobs`` =
 ``rollout_log_probs`` (behaviour) when present, else ``old_log_probs``, on role-1 tokens (0 elsewhere;
-``meta["logprobs_from"]`` names the source); ``reward`` = the sum of ``token_level_rewards``;
+``meta["logprobs_from"]`` names the source). A NaN there is an unknown log-prob, never 0: the row's
+``meta["logprobs_from"]`` is then null (its log-probs are not the source's; the ``logprobs``
+column cannot hold a null, so it has 0 at those positions), ``meta["logprobs_unknown"]`` lists the
+positions (in ``token_ids``), and the NaN is kept as null in ``meta["verl"]["per_token"]`` (read
+back as NaN by :func:`rollouts_to_batch`); ``reward`` = the sum of ``token_level_rewards``;
 ``signals["advantage"]`` = the mean advantage over role-1 tokens, ``signals["score"]`` = the sum of
 ``token_level_scores``; ``verified`` = verl's ``acc`` reward-extra value when given (else null), read as the importer reads it
 (:func:`gfcr.store.importers.verl.verdict_of`: a bool as is, a number ``> 0`` correct, since verl's
@@ -137,11 +141,14 @@ def dataproto_to_rollouts(batch: Any, run_id: str, global_steps: int | None = No
         p_ids, r_ids = prompts[i][preal].astype(np.int32), responses[i][rreal].astype(np.int32)
         role = (t["response_mask"][i][rreal] != 0).astype(np.int8)
         real = {"full": am[i] != 0, "response": rreal, "prompt": preal}
-        per_token = {k: _np(t[k][i][real[lay]]).tolist() for k, lay in per_token_fields.items()}
+        per_token = {k: _nan_null(_np(t[k][i][real[lay]]).tolist()) for k, lay in per_token_fields.items()}
         lp = np.zeros(len(r_ids), np.float32)
+        unknown: list[int] = []
         if lp_key is not None:
             v = t[lp_key][i][rreal].astype(np.float32)
-            lp = np.where((role == 1) & np.isfinite(v), np.minimum(v, 0.0), 0.0).astype(np.float32)
+            bad = (role == 1) & np.isnan(v)  # verl's NaN: no log-prob for that token (unknown, not 0)
+            unknown = (np.flatnonzero(bad) + len(p_ids)).tolist()
+            lp = np.where((role == 1) & ~bad, np.minimum(v, 0.0), 0.0).astype(np.float32)
         nti = {k: json_safe(_scalar(v[i])) for k, v in nt.items()}
         ex = {k: json_safe(_scalar(v[i])) for k, v in extra.items()}
         sig = {}
@@ -181,13 +188,20 @@ def dataproto_to_rollouts(batch: Any, run_id: str, global_steps: int | None = No
             verifier={"name": "verl", "reward_extra_info": ex} if ex else {"name": "verl"},
             signals=sig, sampling={"engine": "verl", "temperature": json_safe(meta_info.get("temperature"))},
             cost=Cost(prompt_tokens=len(p_ids), gen_tokens=int(role.sum())), tokens_source="engine",
-            meta={"source": "verl-live", "logprobs_from": lp_key, "verl": {
+            meta={"source": "verl-live", "logprobs_from": None if unknown else lp_key,
+                  **({"logprobs_unknown": unknown} if unknown else {}), "verl": {
                 "row": i, "prompt_width": P, "response_width": R, "pad_token_id": pad_id,
                 "n_prompt": int(preal.sum()), "per_token": per_token, "layout": per_token_fields,
                 "per_row": {k: json_safe(_scalar(t[k][i])) for k in row_fields}, "dtypes": dtypes,
                 "non_tensor": nti, "meta_info": json_safe(meta_info), "skipped": skipped}},
         ))
     return rollouts, list(prompt_recs.values())
+
+
+def _nan_null(v: list[Any]) -> list[Any]:
+    """A per-token list with each NaN (unknown) as None, so the stored JSON says null. Example:
+    ``[-0.5, nan, 0.0]`` → ``[-0.5, None, 0.0]``; ints pass unchanged."""
+    return [None if isinstance(x, float) and x != x else x for x in v]
 
 
 def _pad_id(prompts: np.ndarray, responses: np.ndarray, am: np.ndarray, P: int) -> int | None:

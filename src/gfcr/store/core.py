@@ -470,11 +470,14 @@ class RolloutStore:
         return json.loads(t.column("value")[0].as_py()) if t.num_rows else None
 
     def put_state(self, key: str, value: dict[str, Any]) -> None:
+        self.put_states({key: value})
+
+    def put_states(self, values: dict[str, dict[str, Any]]) -> None:
+        """Set several state keys in one commit."""
         self._writable()
-        t = pa.Table.from_pylist(
-            [{"key": key, "value": json.dumps(value, sort_keys=True), "updated_at": utcnow()}], schema=STATE_SCHEMA
-        )
-        self._merge("state", t, "key")
+        now = utcnow()
+        rows = [{"key": k, "value": json.dumps(v, sort_keys=True), "updated_at": now} for k, v in values.items()]
+        self._merge("state", pa.Table.from_pylist(rows, schema=STATE_SCHEMA), "key")
 
     # --- audits -----------------------------------------------------------------------------
     def upsert_audits(self, audits: Iterable[Audit] | pa.Table) -> int:

@@ -8,7 +8,7 @@ first), and a store-wide lock makes two racing imports of the same dump store ea
 :func:`follow` polls a dump folder a trainer keeps writing.
 
 Formats (the per-framework modules say exactly which fields map where; docs/store.md has tables):
-``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, ``atropos``, and
+``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, ``atropos``, ``nemo-gym``, ``art``, and
 gfcr's own ``jsonl`` / ``parquet`` (:mod:`gfcr.store.export`).
 """
 
@@ -28,10 +28,12 @@ from gfcr.store.core import RolloutStore, StoreError
 from gfcr.store.export import export, refuse_existing, rollout_to_json, write_new_file  # noqa: F401 - re-exported
 from gfcr.store.importers import (
     areal,
+    art,
     atif,
     atropos,
     columnar,
     native,
+    nemo_gym,
     open_instruct,
     prime_rl,
     roll,
@@ -55,7 +57,7 @@ __all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "exp
 _MODULES: dict[str, ModuleType] = {
     "verl": verl, "trl": trl, "areal": areal, "prime-rl": prime_rl, "slime": slime, "roll": roll,
     "skyrl": skyrl, "open-instruct": open_instruct, "atif": atif,
-    "atropos": atropos,
+    "atropos": atropos, "nemo-gym": nemo_gym, "art": art,
 }
 FORMATS: dict[str, Callable[..., ImportResult]] = {
     **{k: m.parse for k, m in _MODULES.items()}, "jsonl": native.parse_jsonl, "parquet": native.parse_parquet,

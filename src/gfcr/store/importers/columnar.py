@@ -1,6 +1,7 @@
 """The columnar import path: a verl ``rollout_data_dir`` JSONL file read as one Arrow table
-(``pyarrow.json``), its columns mapped to the rollout schema with Arrow compute and numpy, one
-append per file; no :class:`~gfcr.records.Rollout` object is built.
+(``pyarrow.json``), its columns mapped to the rollout schema with Arrow compute and numpy (ids hashed from the
+Arrow buffers, JSON text joined by Arrow, prompts dictionary-encoded), consecutive files appended
+together up to a memory budget; no :class:`~gfcr.records.Rollout` object is built.
 
 The rows it writes are the ones the row path (:mod:`gfcr.store.importers.verl`) writes, field for
 field (same ids, same JSON, ``created_at`` aside): the row path stays the reference, and every
@@ -9,14 +10,15 @@ column's, a null where the row path tells null from absent, nested values, a non
 tokenizer to retokenize with). So a malformed file fails with the row path's one line naming file,
 line and field, and nothing is written.
 
-Memory is bounded by one file (its bytes, its Arrow table and the mapped table) beyond a budget of
-Arrow tables kept between the check and the write (256 MiB by default, see :func:`import_files`). A file already
+Memory is bounded by one file (its bytes, its Arrow table and the mapped table) beyond a budget
+(256 MiB by default, see :func:`import_files`) for the Arrow tables kept between the check and the
+write and for the mapped tables of one write batch. A file already
 imported into the same run is skipped by content: its size, mtime and SHA-256 are recorded in the
 store's state table (key ``import-file:verl:{run}:{path}``); an unchanged size and mtime skip it
 without reading it, a changed mtime with the same hash skips it after hashing.
 
-Worked example: a 100k-line verl dump (``bench/import_bench.py``) → 100k rows, one commit per
-file; a second import of the same folder reads nothing (every file skipped by size and mtime).
+Worked example: a 100k-line verl dump in 10 files (``bench/import_bench.py``) → 100k rows in one
+rollout commit, one prompt upsert and one state write; a second import of the same folder reads nothing (every file skipped by size and mtime).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ import pyarrow.json as pj
 
 from gfcr.records.classes import utcnow
 from gfcr.records.schema import COST_TYPE, MESSAGE_TYPE, PROMPT_SCHEMA, ROLLOUT_SCHEMA, TS_TYPE
-from gfcr.store.importers._common import hid
 from gfcr.store.importers.verl import _STD
 
 #: why a file went to the row path instead (the exact mapping needs what Arrow cannot tell apart)
@@ -69,7 +70,7 @@ def _js(v: Any) -> str:
 def _line_numbers(data: bytes, n: int) -> np.ndarray | None:
     """1-based line numbers of the ``n`` rows when the file has no blank line (else None: row path)."""
     nl = data.count(b"\n") - (1 if data.endswith(b"\n") else 0)
-    if nl != n - 1 or b"\n\n" in data or b"\r" in data:
+    if nl != n - 1 or b"\r" in data:  # one row per line: no blank line (pyarrow skips those)
         return None
     return np.arange(1, n + 1)
 
@@ -113,6 +114,83 @@ def check_table(t: pa.Table, verdict_key: str) -> Fallback | None:
     return None
 
 
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+#: a character JSON (``ensure_ascii``) writes as itself, ``"`` and ``\\`` aside: printable ASCII
+_NEEDS_ESCAPE = r'[^ !#-\[\]-~]'
+
+
+def _offsets(a: pa.Array) -> np.ndarray:
+    """The (n + 1,) value offsets of a string array ``a`` (its own slice of the buffer)."""
+    wide = pa.types.is_large_string(a.type)
+    o = np.frombuffer(a.buffers()[1], np.int64 if wide else np.int32)
+    return o[a.offset : a.offset + len(a) + 1]
+
+
+def _strings(chars: np.ndarray) -> pa.Array:
+    """An (n, w) uint8 array of ASCII characters → n strings of width w, no Python per row."""
+    n, w = chars.shape
+    off = pa.py_buffer((np.arange(n + 1, dtype=np.int64) * w).astype(np.int32 if n * w < 2**31 else np.int64))
+    return pa.Array.from_buffers(pa.string() if n * w < 2**31 else pa.large_string(), n,
+                                 [None, off, pa.py_buffer(np.ascontiguousarray(chars).tobytes())])
+
+
+def sha1_ids(texts: pa.Array | pa.ChunkedArray, prefix: str) -> pa.Array:
+    """``prefix + sha1(text.encode()).hexdigest()[:24]`` for each string: :func:`hid`'s id, one
+    hashlib call per row on the Arrow buffer (no Python string built) and the hex done in numpy.
+
+    Shapes: n strings (no nulls) → n strings of ``len(prefix) + 24``. Example: ``["a"]``, ``"p-"`` →
+    ``["p-86f7e437faa5a7fce15d1ddc"]`` (``_common.hid("a")`` is ``86f7e437faa5a7fce15d1ddc``)."""
+    chunks = texts.chunks if isinstance(texts, pa.ChunkedArray) else [texts]
+    digests = []
+    for c in chunks:
+        if len(c) == 0:
+            continue
+        o = _offsets(c).tolist()
+        buf = c.buffers()[2]
+        mv = memoryview(buf) if buf is not None else memoryview(b"")
+        digests.append(b"".join([sha1(mv[a:b]).digest() for a, b in zip(o[:-1], o[1:], strict=False)]))
+    n = sum(len(c) for c in chunks)
+    d = np.frombuffer(b"".join(digests), np.uint8).reshape(n, 20)[:, :12]
+    p = np.frombuffer(prefix.encode(), np.uint8)
+    chars = np.empty((n, len(p) + 24), np.uint8)
+    chars[:, : len(p)] = p
+    chars[:, len(p) :: 2] = _HEX[d >> 4]
+    chars[:, len(p) + 1 :: 2] = _HEX[d & 15]
+    return _strings(chars)
+
+
+def json_text(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``json.dumps(v)`` of each value of a text, bool, integer or null column, vectorised: text
+    that JSON writes as is (printable ASCII without ``"`` or ``\\``) is quoted by Arrow, only the
+    rest goes through Python's encoder; null → ``null``. Example: ``["a", None, "ü"]`` →
+    ``['"a"', 'null', '"\\u00fc"']``; ``[True]`` → ``["true"]``; ``[3]`` → ``["3"]``."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    t = col.type
+    if pa.types.is_null(t):
+        out = pa.nulls(len(col), pa.string())
+    elif pa.types.is_boolean(t):
+        out = pc.if_else(col, "true", "false")
+    elif pa.types.is_integer(t):
+        out = pc.cast(col, pa.string())
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        out = pc.binary_join_element_wise('"', col.cast(pa.string()), '"', "")
+        dirty = pc.fill_null(pc.match_substring_regex(col, _NEEDS_ESCAPE), False)
+        if pc.any(dirty).as_py():
+            fixed = [_q(v) for v in col.filter(dirty).to_pylist()]
+            out = pc.replace_with_mask(out, dirty, pa.array(fixed, pa.string()))
+    else:
+        return pa.array([_js(v) for v in col.to_pylist()], pa.string())
+    return pc.fill_null(out, "null") if col.null_count else out
+
+
+def _float_reprs(x: np.ndarray) -> pa.Array:
+    """``repr(float(v))`` of each value (as ``json.dumps`` writes a finite float), one Python call per
+    distinct value (by its bits, so ``-0.0`` stays itself). Example: ``[1.0, -1.0, 1.0]`` →
+    ``["1.0", "-1.0", "1.0"]``."""
+    bits, inv = np.unique(np.ascontiguousarray(x, np.float64).view(np.int64), return_inverse=True)
+    return pa.array([repr(v) for v in bits.view(np.float64).tolist()], pa.string()).take(pa.array(inv.ravel()))
+
+
 def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.ndarray
               ) -> tuple[pa.Table, pa.Table]:
     """verl dump rows (an Arrow table of the JSON lines, :func:`check_table` passed) → (rollout
@@ -122,15 +200,20 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     the file's line numbers. Example: ``{"input": "q", "output": "a", "score": -1, "step": 3, "acc":
     -1}`` → reward −1.0, verified False, step 3, ``policy_version`` ``step-3``, ``signals`` {acc: −1}.
 
-    Long because: one column per rollout-schema field, each built vectorised in the schema's order;
-    splitting it would pass a dozen intermediate arrays between functions."""
+    Columnar throughout: ids hashed straight from the Arrow buffers (:func:`sha1_ids`), the JSON
+    text of ``meta`` and ``verifier`` joined by Arrow from per-column JSON (:func:`json_text`,
+    :func:`_float_reprs`), prompts dictionary-encoded; Python runs once per row only for the SHA-1
+    call.
+
+    Long because: one column per rollout-schema field, each built vectorised in the schema's
+    order; splitting it would pass a dozen intermediate arrays between functions."""
     n = t.num_rows
     names = t.column_names
     score = t.column("score").cast(pa.float64()).to_numpy()
     step = t.column("step").to_numpy()
     extras = [c for c in names if c not in _STD]
-    inp = t.column("input").to_pylist()
-    out = t.column("output").to_pylist()
+    inp = t.column("input").combine_chunks().cast(pa.string())
+    out = t.column("output").combine_chunks().cast(pa.string())
     # verdict: a bool as is, a number > 0 correct (verdict_of), absent -> null
     if verdict_key in names:
         vt = t.schema.field(verdict_key).type
@@ -142,26 +225,31 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     else:
         verified = pa.nulls(n, pa.bool_())
     # prompts: one id per distinct input (dictionary-encoded), the first row's gts as its answer
-    enc = pc.dictionary_encode(t.column("input")).combine_chunks()
-    uniq = enc.dictionary.to_pylist()
+    enc = pc.dictionary_encode(inp)
+    udict = enc.dictionary.cast(pa.string())
     codes = enc.indices.to_numpy()
-    upid = np.array(["verl-" + hid(u) for u in uniq], dtype=object)
-    pid = upid[codes]
-    first = np.full(len(uniq), -1)
+    nu = len(udict)
+    upid = sha1_ids(udict, "verl-")
+    pid_arr = upid.take(enc.indices)
+    first = np.full(nu, -1)
     first[codes[::-1]] = np.arange(n)[::-1]  # the first row of each input
-    gts = t.column("gts").to_pylist() if "gts" in names else [None] * n
-    nu = len(uniq)
-    answers = [None if (g := gts[first[u]]) is None else (g if isinstance(g, str) else json.dumps(g)) for u in range(nu)]
+    if "gts" in names:
+        gts = t.column("gts").combine_chunks().take(pa.array(first))
+        answers = gts.cast(pa.string()) if pa.types.is_string(gts.type) or pa.types.is_null(gts.type) \
+            else pa.array([None if g is None else (g if isinstance(g, str) else json.dumps(g)) for g in gts.to_pylist()],
+                          pa.string())
+    else:
+        answers = pa.nulls(nu, pa.string())
+    now = np.datetime64(utcnow().replace(tzinfo=None), "us")
     pnul = pa.nulls(nu, pa.string())
     prompts = pa.Table.from_arrays([
-        pa.array(upid.tolist(), pa.string()), pa.array(["verl"] * nu, pa.string()),
+        upid, pa.repeat(pa.scalar("verl"), nu),
         pa.ListArray.from_arrays(pa.array(np.arange(nu + 1, dtype=np.int32)), pa.StructArray.from_arrays(
-            [pa.array(["user"] * nu, pa.string()), enc.dictionary.cast(pa.string()), pnul, pnul], fields=list(MESSAGE_TYPE))),
-        pa.array(answers, pa.string()), pnul, pnul, pa.nulls(nu, pa.float64()), pnul, pa.array(["{}"] * nu, pa.string()),
-        pa.array(np.full(nu, np.datetime64(utcnow().replace(tzinfo=None), "us")), TS_TYPE),
-        pa.array(["{}"] * nu, pa.string())], schema=PROMPT_SCHEMA)
+            [pa.repeat(pa.scalar("user"), nu), udict, pnul, pnul], fields=list(MESSAGE_TYPE))),
+        answers, pnul, pnul, pa.nulls(nu, pa.float64()), pnul, pa.repeat(pa.scalar("{}"), nu),
+        pa.array(np.full(nu, now), TS_TYPE), pa.repeat(pa.scalar("{}"), nu)], schema=PROMPT_SCHEMA)
     # sample_index: the running count of (step, prompt) in line order
-    key = step.astype(np.int64) * (len(uniq) + 1) + codes
+    key = step.astype(np.int64) * (nu + 1) + codes
     order = np.argsort(key, kind="stable")
     ks = key[order]
     starts = np.r_[0, np.flatnonzero(ks[1:] != ks[:-1]) + 1]
@@ -170,49 +258,37 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     sample_index = np.empty(n, np.int64)
     sample_index[order] = cum
     # signals (numeric extras) and meta (every other extra, request_id) as the row path's JSON
-    num_cols = [c for c in extras if _is_number(t.schema.field(c).type)]
-    other_cols = [c for c in extras if c not in num_cols]
-    sig_keys = sorted(num_cols)
-    sig_vals = [t.column(c).cast(pa.float64()).to_numpy() for c in sig_keys]
-    others = {c: t.column(c).to_pylist() for c in other_cols}
-    req = t.column("request_id").to_pylist() if "request_id" in names else [None] * n
-    fname = f.name
-    # the row path's JSON (json.dumps, sort_keys, default separators), written as strings directly
-    ekeys = sorted(other_cols)
-    ecols = [[_js(v) for v in others[c]] for c in ekeys]
-    eprefix = [_q(c) + ": " for c in ekeys]
-    extra_s = ["{" + ", ".join(k + v for k, v in zip(eprefix, vals, strict=True)) + "}" for vals in zip(*ecols, strict=True)] \
-        if ekeys else ["{}"] * n
-    tail = ', "source": "verl"}'
-    head = '{"extra": '
-    fpart = ', "file": ' + _q(fname) + ', "line": '
-    meta = [head + e + fpart + str(ln) + ', "request_id": ' + _js(rq) + tail
-            for e, ln, rq in zip(extra_s, lines.tolist(), req, strict=True)]
-    vk = ', "verdict_key": ' + _q(verdict_key) + "}"
-    verifier = ['{"name": "verl", "score": ' + repr(x) + (vk if v is not None else ', "verdict_key": null}')
-                for x, v in zip(score.tolist(), verified.to_pylist(), strict=True)]
-    pre = f"{run_id}\x1f{fname}\x1f"  # hid(run_id, file, line, input, output), inlined
-    rid = ["verl-" + sha1(f"{pre}{ln}\x1f{a}\x1f{b}".encode()).hexdigest()[:24]
-           for ln, a, b in zip(lines.tolist(), inp, out, strict=True)]
+    # (json.dumps, sort_keys, default separators), joined column by column
+    sig_keys = sorted(c for c in extras if _is_number(t.schema.field(c).type))
+    ekeys = sorted(c for c in extras if c not in sig_keys)
+    line_s = pc.cast(pa.array(lines.astype(np.int64)), pa.string())
+    parts: list[Any] = []
+    for j, c in enumerate(ekeys):
+        parts += [(", " if j else "") + _q(c) + ": ", json_text(t.column(c))]
+    req_s = json_text(t.column("request_id")) if "request_id" in names else "null"
+    meta = pc.binary_join_element_wise('{"extra": {', *parts, '}, "file": ' + _q(f.name) + ', "line": ', line_s,
+                                       ', "request_id": ', req_s, ', "source": "verl"}', "")
+    vk = ', "verdict_key": ' + (_q(verdict_key) if verdict_key in names else "null") + "}"
+    verifier = pc.binary_join_element_wise('{"name": "verl", "score": ', _float_reprs(score), vk, "")
+    # rollout_id = hid(run_id, file, line, input, output)
+    rid = sha1_ids(pc.binary_join_element_wise(f"{run_id}\x1f{f.name}", line_s, inp, out, "\x1f"), "verl-")
     step_s = pc.cast(t.column("step"), pa.string())
-    pid_arr = pa.array(pid.tolist(), pa.string())
     # messages: [user input, assistant output] per row, as one flat struct array with offsets
-    roles = pa.array(["user", "assistant"] * n, pa.string())
-    both = pa.concat_arrays([t.column("input").combine_chunks().cast(pa.string()),
-                             t.column("output").combine_chunks().cast(pa.string())])
     inter = np.empty(2 * n, np.int64)
     inter[0::2], inter[1::2] = np.arange(n), np.arange(n, 2 * n)
-    contents = both.take(pa.array(inter))
+    contents = pa.chunked_array([inp, out]).take(pa.array(inter)).combine_chunks()
+    roles = pa.array(["user", "assistant"], pa.string()).take(pa.array(np.tile(np.array([0, 1], np.int8), n)))
     nul = pa.nulls(2 * n, pa.string())
     msgs = pa.ListArray.from_arrays(pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int32)),
                                     pa.StructArray.from_arrays([roles, contents, nul, nul], fields=list(MESSAGE_TYPE)))
     empty_off = pa.array(np.zeros(n + 1, np.int32))
     sig_off = pa.array((np.arange(n + 1) * len(sig_keys)).astype(np.int32))
-    sig_k = pa.array(np.tile(np.array(sig_keys, dtype=object), n).tolist(), pa.string())
-    sig_v = pa.array(np.stack(sig_vals, axis=1).ravel() if sig_keys else np.zeros(0), pa.float64())
-    const = lambda v, ty: pa.array([v] * n, ty)  # noqa: E731 - a local shorthand
+    sig_k = pa.array(sig_keys, pa.string()).take(pa.array(np.tile(np.arange(len(sig_keys)), n)))
+    sig_v = pa.array(np.stack([t.column(c).cast(pa.float64()).to_numpy() for c in sig_keys], axis=1).ravel()
+                     if sig_keys else np.zeros(0), pa.float64())
+    const = lambda v, ty: pa.repeat(pa.scalar(v, ty), n)  # noqa: E731 - a local shorthand
     cols: dict[str, pa.Array] = {
-        "rollout_id": pa.array(rid, pa.string()),
+        "rollout_id": rid,
         "run_id": const(run_id, pa.string()),
         "step": pa.array(step.astype(np.int64)),
         "policy_version": pc.binary_join_element_wise("step-", step_s, ""),
@@ -229,14 +305,14 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
         "finish_reason": pa.nulls(n, pa.string()),
         "reward": pa.array(score),
         "verified": verified,
-        "verifier": pa.array(verifier, pa.string()),
+        "verifier": verifier,
         "signals": pa.MapArray.from_arrays(sig_off, sig_k, sig_v),
         "sampling": const("{}", pa.string()),
         "cost": pa.StructArray.from_arrays([pa.array(np.zeros(n, np.int64)), pa.array(np.zeros(n, np.int64)),
                                             pa.array(np.zeros(n))], fields=list(COST_TYPE)),
         "tokens_source": const("none", pa.string()),
-        "created_at": pa.array(np.full(n, np.datetime64(utcnow().replace(tzinfo=None), "us")), TS_TYPE),
-        "meta": pa.array(meta, pa.string()),
+        "created_at": pa.array(np.full(n, now), TS_TYPE),
+        "meta": meta,
     }
     cols = {k: (v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v) for k, v in cols.items()}
     return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in ROLLOUT_SCHEMA], schema=ROLLOUT_SCHEMA), prompts
@@ -258,11 +334,18 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
     import into ``run_id`` (size and mtime, else SHA-256), read it as Arrow and check it
     (:func:`check_table`); a file that needs the row path is parsed and validated by ``row_parse``
     (which raises the one-line error). Nothing is written until every file has passed. Phase 2,
-    per file, in reverse order: map, skip stored ids, append in one commit, record the file's
-    signature. The Arrow tables read in phase 1 are kept for phase 2 up to ``hold_bytes`` (256 MiB
-    of Arrow data by default; the latest file's always): a dump beyond it is read twice, so memory
-    stays bounded by max(``hold_bytes``, one file) plus the one file being mapped. Returns (written, skipped, how each file went: ``unchanged`` |
-    ``columnar`` | ``rows: <why>``); an unchanged file counts its recorded rows as skipped."""
+    in file order: map each file (:func:`map_table`) into a write batch of consecutive files up to
+    ``hold_bytes`` of mapped data; per batch, under ``lock``: skip stored ids, upsert the prompts
+    (a prompt in several files gets the latest file's answer, as the row path leaves it), append
+    the rollouts in one commit, then record every file's signature in one state write (a crash
+    between the two leaves rows the next import skips by id). The Arrow tables read in phase 1 are
+    kept for phase 2 up to ``hold_bytes`` (256 MiB of Arrow data by default; the latest file's
+    always): a dump beyond it is read twice, so memory stays bounded by about 2 × ``hold_bytes``
+    (or one file, if larger) plus the one file being mapped. Returns (written, skipped, how each file went: ``unchanged`` |
+    ``columnar`` | ``rows: <why>``); an unchanged file counts its recorded rows as skipped.
+
+    Long because: the two phases (check every file, then write) share the plan, the held tables and
+    the write batch, which one function keeps in one place."""
     plan: list[tuple[Path, str, dict[str, Any], Any]] = []
     held: dict[Path, tuple[pa.Table, np.ndarray]] = {}
     held_bytes = 0
@@ -293,7 +376,34 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
         held_bytes += t.nbytes
     written = skipped = 0
     how: dict[str, str] = {}
-    for f, mode, sig, extra in reversed(plan):
+    batch: list[tuple[Path, dict[str, Any], pa.Table, pa.Table]] = []
+    batch_bytes = 0
+
+    def flush() -> None:  # one prompt upsert, one append and one state write for the batch's files
+        nonlocal written, skipped, batch_bytes
+        if not batch:
+            return
+        table = pa.concat_tables([b[2] for b in batch])
+        prompts = _last_per_id(pa.concat_tables([b[3] for b in batch]))
+        with lock():
+            ids = table.column("rollout_id").to_pylist()
+            have = store.existing_ids(ids)
+            if have:
+                keep = pa.array([r not in have for r in ids])
+                table = table.filter(keep)
+                prompts = prompts.filter(pc.is_in(prompts.column("prompt_id"), table.column("prompt_id")))
+            if table.num_rows:
+                store.upsert_prompts(prompts)
+                store.append(table, source="verl")
+        for _bf, sig, bt, _ in batch:  # each file's rows, new and already stored
+            sig["rows"] = bt.num_rows
+        store.put_states({_state_key(run_id, bf): sig for bf, sig, _, _ in batch})
+        written += table.num_rows
+        skipped += len(have)
+        batch.clear()
+        batch_bytes = 0
+
+    for f, mode, sig, extra in plan:
         how[str(f)] = mode
         if mode == "unchanged":  # its rows were all stored when it was imported
             skipped += int(sig.get("rows", 0))
@@ -301,35 +411,38 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                 store.put_state(_state_key(run_id, f), sig)
             continue
         if mode.startswith("rows"):
+            flush()
             w, s = row_write([extra])
             sig["rows"] = len(extra[2])
+            store.put_state(_state_key(run_id, f), sig)
+            written += w
+            skipped += s
+            continue
+        if f in held:
+            t, lines = held.pop(f)
         else:
-            if f in held:
-                t, lines = held.pop(f)
-            else:
-                data = f.read_bytes()
-                t, lines, why = _read(data)
-                del data
-                if why is not None or check_table(t, verdict_key) is not None:
-                    raise RuntimeError(f"{f}: changed while being imported; run the import again")
-            table, prompts = map_table(t, f, run_id, verdict_key, lines)
-            del t
-            with lock():
-                ids = table.column("rollout_id").to_pylist()
-                have = store.existing_ids(ids)
-                if have:
-                    table = table.filter(pa.array([r not in have for r in ids]))
-                if table.num_rows:
-                    if have:
-                        prompts = prompts.filter(pc.is_in(prompts.column("prompt_id"), table.column("prompt_id")))
-                    store.upsert_prompts(prompts)
-                    store.append(table, source="verl")
-            w, s = table.num_rows, len(have)
-            sig["rows"] = w + s
-        store.put_state(_state_key(run_id, f), sig)
-        written += w
-        skipped += s
+            data = f.read_bytes()
+            t, lines, why = _read(data)
+            del data
+            if why is not None or check_table(t, verdict_key) is not None:
+                raise RuntimeError(f"{f}: changed while being imported; run the import again")
+        table, prompts = map_table(t, f, run_id, verdict_key, lines)
+        del t
+        if batch and batch_bytes + table.nbytes > hold_bytes:
+            flush()
+        batch.append((f, sig, table, prompts))
+        batch_bytes += table.nbytes
+    flush()
     return written, skipped, how
+
+
+def _last_per_id(prompts: pa.Table) -> pa.Table:
+    """The last row of each ``prompt_id`` (as upserting the tables one after another would leave it)."""
+    codes = pc.dictionary_encode(prompts.column("prompt_id")).combine_chunks().indices.to_numpy()
+    if len(np.unique(codes)) == len(codes):
+        return prompts
+    _, first_rev = np.unique(codes[::-1], return_index=True)
+    return prompts.take(pa.array(np.sort(len(codes) - 1 - first_rev)))
 
 
 __all__ = ["check_table", "file_signature", "import_files", "map_table"]
