@@ -163,6 +163,7 @@ class TrainingRun:
 
         g = cfg.generate
         self.partial = PartialPool(g.partial_budget, g.max_tokens) if g.partial_budget else None
+        self._partial_rounds: dict[str, Any] = {}  # this step's returned groups per round (partial_pending.arrow)
         self.staleness = None
         if c.staleness_eta is not None:
             from gfcr.control.groups import StalenessBound
