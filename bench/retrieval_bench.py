@@ -17,7 +17,9 @@ Stages, each timed (wall and CPU seconds), load average at start and end:
    and the share of all-wrong groups (a prompt whose ``--k`` samples are all wrong: no GRPO signal),
    McNemar over prompts.
 
-Writes ``bench/out/retrieval_bench.json`` and prints the table. What it can show: whether seeds move
+Also reported: the share of held-out prompts one of whose seeds solved a prompt with the same
+answer (a seed that hands the answer over rather than the method). Writes
+``bench/out/retrieval_bench.json`` and prints the table. What it can show: whether seeds move
 held-out accuracy and the all-wrong share at this model size; not: anything about training with
 seeds (no update is taken), or about other tasks or embedders.
 """
@@ -95,6 +97,13 @@ def main() -> None:
     ids = sorted(aw_p)
     cmp = {"pass@1": compare_paired(retr, plain, "pass@1"), "greedy_pass@1": compare_paired(retr, plain, "greedy_pass@1"),
            "all_wrong": mcnemar([aw_r[i] for i in ids], [aw_p[i] for i in ids], metric="all_wrong")}
+    # a seed that solved a prompt with the same answer hands the answer over (e.g. 3 + 4 seeding 4 + 3)
+    from gfcr.records import table_to_rollouts
+
+    seed_rs = {r.rollout_id: r for r in table_to_rollouts(src.get(sorted({i for p in seeded for i in p.meta.get("retrieved", [])})))}
+    src_ans = {q.prompt_id: str(q.answer) for q in src.prompts(ids=sorted({r.prompt_id for r in seed_rs.values()}))}
+    same = [any(src_ans.get(seed_rs[i].prompt_id) == str(p.answer) for i in p.meta.get("retrieved", [])) for p in seeded]
+    out["seed_with_the_same_answer_share"] = sum(same) / max(len(same), 1)
     out |= {"notes": notes, "source_rollouts": len(src.rollouts()), "source_solved": solved,
             "seeded_prompts": sum(1 for p in seeded if p.meta.get("retrieved")),
             "plain": {k: m.value for k, m in plain.metrics.items()}, "retrieval": {k: m.value for k, m in retr.metrics.items()},
@@ -102,7 +111,7 @@ def main() -> None:
             "paired": {k: str(v) for k, v in cmp.items()}, "timings": timings, "load_start": load0, "load_end": os.getloadavg()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2, default=str))
-    print(json.dumps({k: out[k] for k in ("source_solved", "seeded_prompts", "plain", "retrieval", "all_wrong_share", "paired",
+    print(json.dumps({k: out[k] for k in ("source_solved", "seeded_prompts", "seed_with_the_same_answer_share", "plain", "retrieval", "all_wrong_share", "paired",
                                           "timings", "load_start", "load_end")}, indent=1, default=str))
 
 

@@ -97,3 +97,59 @@ def test_kill_between_append_and_checkpoint_then_resume_equals_uninterrupted(tin
     assert all(torch.equal(w[k], full[1][k]) for k in w)  # same weights, bit for bit
     assert len({s[2] for s in samples}) == len(samples)
     assert np.mean([bool(s[4]) for s in samples]) > 0  # something was trained
+
+
+def _pool_trace(run_dir, key):
+    """The checkpointed partial-rollout pool: per held rollout (key, tokens, logprobs, token versions)."""
+    from gfcr.control.partial import load_pool
+
+    groups = load_pool(latest_checkpoint(run_dir) / "partial_pool.arrow")
+    return [[(key.get(r.rollout_id, r.group_id.replace(r.run_id, "RUN") + f"/{r.sample_index}"), r.step,
+              r.policy_version, r.token_ids.tolist(), r.logprobs.tolist(), r.meta.get("token_versions"),
+              r.meta.get("partial_steps")) for r in g] for g in groups]
+
+
+def test_partial_rollouts_resume_exactly_with_the_held_pool(tiny_dir, tmp_path, monkeypatch):
+    """generate.partial_budget 2 of max_tokens 6: every rollout spans 3 steps, so every checkpoint holds
+    unfinished groups. A clean stop after step 1 (groups of steps 0 and 1 held) and a kill between step
+    3's append and its checkpoint, then resume: the same tokens, behaviour log-probs, per-token versions
+    and stored rows as an uninterrupted run, each rollout stored once, and the same pool at the end."""
+    monkeypatch.setitem(verifiers.VERIFIERS, LastTokenParity.name, LastTokenParity)
+    cfg = _cfg(tiny_dir, tmp_path, {"steps": 6, "generate.max_tokens": 6, "generate.partial_budget": 2})
+    train(cfg, run_dir=tmp_path / "full", progress=False)
+    full = _trace(tmp_path / "full")
+
+    cut = tmp_path / "cut"
+    train(cfg, run_dir=cut, progress=False, stop_after=2)  # clean stop: the pool holds steps 0 and 1's groups
+    real = loop_mod.save_checkpoint
+
+    def killed(t, step):
+        if step == 3:
+            raise KeyboardInterrupt("killed between append and checkpoint")
+        return real(t, step)
+
+    monkeypatch.setattr(loop_mod, "save_checkpoint", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, resume=cut, progress=False)
+    assert latest_checkpoint(cut).name == "step_000002"
+    n3 = RolloutStore.open(cut / "store").scan(steps=(3, 3), columns=["step"]).num_rows
+    assert n3 > 0, "groups held at the clean stop must complete at step 3 (a lost pool completes none)"
+    monkeypatch.setattr(loop_mod, "save_checkpoint", real)
+    res = train(cfg, resume=cut, progress=False)
+
+    samples, w, selector, _ = _trace(cut)
+    assert len(samples) > 0 and samples == full[0]  # same prompts, tokens, steps, trained flags; each once
+    assert all(torch.equal(w[k], full[1][k]) for k in w)  # same weights, bit for bit
+    assert selector == full[2]
+    store_full = RolloutStore.open(tmp_path / "full" / "store").rollouts()
+    store_cut = RolloutStore.open(cut / "store").rollouts()
+    by = lambda rs: sorted((r.step, r.group_id.replace(r.run_id, "RUN"), r.sample_index, r.logprobs.tolist(),  # noqa: E731
+                            r.meta.get("token_versions"), r.meta.get("started_step")) for r in rs)
+    assert by(store_cut) == by(store_full)  # the behaviour log-probs and versions of every segment
+    assert any(r.meta.get("started_step", r.step) < r.step for r in store_cut)  # rows that crossed the cut
+    pool_cut, pool_full = _pool_trace(cut, {}), _pool_trace(tmp_path / "full", {})
+    assert len(pool_full) > 0 and pool_cut == pool_full  # the held groups at the end: same tokens, versions
+    rows = [json.loads(x) for x in res.metrics_path.read_text().splitlines()]
+    rows_full = [json.loads(x) for x in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in rows] == list(range(6))
+    assert [m["partial_held_tokens"] for m in rows] == [m["partial_held_tokens"] for m in rows_full]

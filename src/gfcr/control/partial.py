@@ -23,15 +23,24 @@ the longest sample of its batch. Here:
 
 Departures: Kimi's budget value and its treatment of old segments in the loss are not in the
 public text (NOT FOUND in the reference); here old segments train with their stored behaviour
-log-probs, like any stale row. The held pool is not checkpointed: a resumed run starts with an
-empty pool (the held partial rollouts are lost; their tokens count as wasted). Kimi also stops
-repetitive rollouts early (``generate.repeat_ngram``, a separate option).
+log-probs, like any stale row. Kimi also stops repetitive rollouts early (``generate.repeat_ngram``,
+a separate option).
+
+Resume: the held pool is saved with every checkpoint (:func:`save_pool`, ``partial_pool.arrow`` in
+the checkpoint folder: the held rollouts bit-exact, with their group boundaries) and restored by
+:func:`load_pool`; before a step's store append the loop also writes the pool after that step and
+the order of the groups it returned (``partial_pending.arrow`` in the run folder), so a run killed
+between append and checkpoint replays that step from the store and continues with the same pool.
+A resumed run then equals an uninterrupted one: same tokens, behaviour log-probs and token versions.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -127,6 +136,50 @@ class PartialPool:
     def held_tokens(self) -> int:
         """Generated tokens of the held (not yet trained) rollouts."""
         return sum(r.n_generated for g in self.held for r in g)
+
+
+POOL_FILE = "partial_pool.arrow"
+PENDING_FILE = "partial_pending.arrow"
+
+
+def save_pool(groups: Sequence[Sequence[Rollout]], path: str | Path, info: dict[str, Any] | None = None) -> Path:
+    """Write held groups to an Arrow IPC file (the rollout schema, bit-exact) with their group sizes and
+    ``info`` (JSON) in the schema metadata; written to a temp name and renamed into place.
+    Example: ``save_pool([[a, b], [c]], p)`` → 3 rows, metadata ``group_sizes = [2, 1]``."""
+    import pyarrow as pa
+
+    from gfcr.records import rollouts_to_table
+
+    path = Path(path)
+    table = rollouts_to_table([r for g in groups for r in g], validate=False)
+    meta = {b"gfcr.group_sizes": json.dumps([len(g) for g in groups]).encode(),
+            b"gfcr.info": json.dumps(info or {}).encode()}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    tmp = path.with_name(f".tmp_{path.name}")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    os.replace(tmp, path)
+    return path
+
+
+def load_pool(path: str | Path, with_info: bool = False) -> Any:
+    """The groups :func:`save_pool` wrote (``list[list[Rollout]]``), and its ``info`` when ``with_info``."""
+    import pyarrow as pa
+
+    from gfcr.records import table_to_rollouts
+
+    with pa.memory_map(str(path), "r") as src:
+        table = pa.ipc.open_file(src).read_all()
+    md = table.schema.metadata or {}
+    sizes = json.loads(md.get(b"gfcr.group_sizes", b"[]"))
+    rs = table_to_rollouts(table)
+    if sum(sizes) != len(rs):
+        raise ValueError(f"{path}: the group sizes cover {sum(sizes)} rollouts, the file holds {len(rs)}")
+    groups, i = [], 0
+    for n in sizes:
+        groups.append(rs[i:i + n])
+        i += n
+    return (groups, json.loads(md.get(b"gfcr.info", b"{}"))) if with_info else groups
 
 
 def extend(r: Rollout, ids: np.ndarray, logprobs: np.ndarray, finish_reason: str, version: int) -> None:

@@ -1,4 +1,5 @@
-"""Run checkpoints: model (safetensors) + tokenizer + optimizer + loop state, renamed into place."""
+"""Run checkpoints: model (safetensors) + tokenizer + optimizer + loop state (+ the held partial-rollout
+pool), renamed into place."""
 
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ def save_checkpoint(t: Any, step: int) -> Path:
         "buffer": t.buffer.state_dict() if t.buffer is not None else None,
         "store_version": t.store.version,
     }
+    if getattr(t, "partial", None) is not None:  # partial rollouts: the held groups, bit-exact
+        from gfcr.control.partial import POOL_FILE, save_pool
+
+        save_pool(t.partial.held, tmp / POOL_FILE)
+        state["partial_held_groups"] = len(t.partial.held)
     (tmp / STATE_FILE).write_text(json.dumps(json_safe(state)))
     if final.exists():
         shutil.rmtree(final)

@@ -54,8 +54,10 @@ Departures:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -309,6 +311,51 @@ class DistillConfig(StrictModel):
         if sum(1 for t in self.teachers if not t.tasks) > 1:
             raise ValueError("at most one teacher may have no tasks (the default teacher)")
         return self
+
+
+def teacher_missing(cfg: DistillConfig, probe: Any = None) -> str | None:
+    """Why a configured hf teacher cannot be loaded here, in one line, or None when all can.
+
+    A local directory or ``default`` is left to :func:`gfcr.models.resolve_model`. A hub name
+    (``org/name``) is fine when the local Hugging Face cache holds its ``config.json``; otherwise,
+    offline (``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE``) it is missing, and online one hub lookup
+    (``probe(name)``, default ``huggingface_hub.model_info`` with a 10 s timeout) must answer. Checked
+    before the run folder is written, so a missing teacher fails at once, not after the student loads
+    and the hub client's retries.
+    Example: ``HuggingFaceTB/SmolLM2-360M-Instruct``, not cached, offline → ``"distill teacher
+    'smollm2-360m' (distill.teachers.0.model): ... download it on a machine with network ..."``.
+    """
+    from gfcr.models import is_default
+
+    for i, tc in enumerate(cfg.teachers):
+        name = tc.model
+        if tc.engine != "hf" or is_default(name) or Path(name).expanduser().exists() or name.count("/") != 1 \
+                or name.startswith(("/", ".", "~")):
+            continue
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            if isinstance(try_to_load_from_cache(name, "config.json"), str):
+                continue
+        except Exception:  # noqa: BLE001  (a malformed name: the hub lookup below says why)
+            pass
+        offline = any(os.environ.get(v, "") not in ("", "0", "false", "False") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+        why = "the Hugging Face hub is switched off (HF_HUB_OFFLINE)" if offline else None
+        if why is None:
+            try:
+                if probe is None:
+                    from huggingface_hub import model_info
+
+                    model_info(name, timeout=10)
+                else:
+                    probe(name)
+            except Exception as e:  # noqa: BLE001  (no network, unknown repo, gated repo: all say the same)
+                why = f"the hub did not answer ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+        if why is not None:
+            return (f"distill teacher {tc.name!r} (distill.teachers.{i}.model): {name} is not in the local Hugging Face "
+                    f"cache and {why}; download it on a machine with network (huggingface-cli download {name} "
+                    f"--local-dir DIR), copy DIR here and pass --set distill.teachers.{i}.model=DIR")
+    return None
 
 
 def build_teachers(cfg: DistillConfig, student_tokenizer: Any, *, temperature: float = 1.0, top_p: float = 1.0,

@@ -27,7 +27,9 @@ AdaptThink's reference accuracies are rebuilt from the store's rollouts of steps
 whose rollouts the store already holds (a crash between append and checkpoint) runs through the
 same stages with a sampler that returns the stored rollouts instead of generating: the selector
 selects (and adapts) exactly as it did, so the resumed run equals an uninterrupted one given the
-seed (tested: same prompts, samples and weights).
+seed (tested: same prompts, samples and weights). With partial rollouts the held pool travels with
+the checkpoint, and a step replayed from the store restores the pool written just before its append
+(gfcr.control.partial).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from gfcr.control.partial import PENDING_FILE, POOL_FILE, load_pool, save_pool
 from gfcr.records import GENERATED, Rollout
 from gfcr.train import dist
 from gfcr.train.checkpoint import STATE_FILE, latest_checkpoint, save_checkpoint
@@ -160,6 +163,7 @@ class TrainingRun:
 
         g = cfg.generate
         self.partial = PartialPool(g.partial_budget, g.max_tokens) if g.partial_budget else None
+        self._partial_rounds: dict[str, Any] = {}  # this step's returned groups per round (partial_pending.arrow)
         self.staleness = None
         if c.staleness_eta is not None:
             from gfcr.control.groups import StalenessBound
@@ -200,6 +204,8 @@ class TrainingRun:
             if opt.exists():
                 self.update.optimizer.load_state_dict(torch.load(opt, weights_only=True))
             self._rebuild(self.start_step - 1)
+            if self.partial is not None and (ckpt / POOL_FILE).exists():  # the held partial rollouts
+                self.partial.held = load_pool(ckpt / POOL_FILE)
         self.sync = make_sync(cfg.generate.sync, self.engine, folder=self.run_dir / "sync",
                               admin_token=os.environ.get("GFCR_SERVE_ADMIN_TOKEN"))
         self.sync.push(self.model, self.policy_version)  # the engine starts from the trainer's weights
@@ -250,7 +256,21 @@ class TrainingRun:
             return list(groups.values())
         now = version_number(self.policy_version, step)  # partial rollouts: hold the unfinished, finish the held
         held = self.partial.resume(self._continuation(params, step), now, step) if rnd == 0 else []
-        return held + self.partial.admit(list(groups.values()), now)
+        out = held + self.partial.admit(list(groups.values()), now)
+        self._partial_rounds[str(rnd)] = {"prompts": list(prompt_ids), "groups": [[r.rollout_id for r in g] for g in out]}
+        return out
+
+    def partial_from_store(self, step: int, rnd: int, prompt_ids: list[str], stored: dict[int, list[Rollout]]) -> list[list[Rollout]]:
+        """Partial rollouts, a step replayed from the store: round ``rnd``'s groups in the order the killed
+        attempt returned them (``partial_pending.arrow``; held groups that completed come first)."""
+        rec = self._partial_rounds.get(str(rnd))
+        by_id = {r.rollout_id: r for rs in stored.values() for r in rs}
+        if rec is None or rec["prompts"] != list(prompt_ids) or any(i not in by_id for g in rec["groups"] for i in g):
+            raise TrainError(f"step {step} round {rnd}: the store's rollouts and the saved partial-rollout pool do not match "
+                             "what the resumed run selects; the run cannot continue exactly (start a new run)")
+        groups = [[by_id[i] for i in g] for g in rec["groups"]]
+        self.reward.seed_ref_accuracy([r for g in groups for r in g])
+        return groups
 
     def _continuation(self, params: Any, step: int) -> Any:
         """Partial rollouts' engine call: each rollout continued from its own tokens (one request each)."""
@@ -356,6 +376,15 @@ class TrainingRun:
         """One training step (the stages of the module docstring); returns its metrics row."""
         cfg, timer, t0 = self.cfg, StageTimer(), time.perf_counter()
         stored = self._stored(step)
+        self._partial_rounds = {}
+        if stored is not None and self.partial is not None:  # killed between append and checkpoint: the pool after it
+            pend = self.run_dir / PENDING_FILE
+            held, info = load_pool(pend, with_info=True) if pend.exists() else ([], {})
+            if info.get("step") != step:
+                raise TrainError(f"step {step}: the store holds its rollouts but {PENDING_FILE} is "
+                                 f"{'missing' if not pend.exists() else 'of step ' + str(info.get('step'))}; "
+                                 "the partial-rollout pool cannot be restored exactly (start a new run)")
+            self.partial.held, self._partial_rounds = held, info["rounds"]
         col = self.policy.collect(StepSampler(self, step, timer, stored), cfg.generate.prompts_per_step, cfg.generate.k)
         info = dict(col.info) | ({"reused_rollouts": float(sum(map(len, stored.values())))} if stored else {})
         if self.partial is not None:
@@ -376,6 +405,8 @@ class TrainingRun:
                     it.rollout.signals["advantage"] = scalar_advantage(it.rollout, it.advantage)
                 for r in (r for g in col.generated for r in g):
                     r.meta["kept"], r.meta["trained"] = r.rollout_id in kept_ids, r.rollout_id in trained_ids
+                if dist.is_main() and self.partial is not None:  # the pool after this step, before its rows land
+                    save_pool(self.partial.held, self.run_dir / PENDING_FILE, {"step": step, "rounds": self._partial_rounds})
                 if dist.is_main():
                     self.store.append([r for g in col.generated for r in g])
         with timer("update"):

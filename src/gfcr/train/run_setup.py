@@ -103,6 +103,12 @@ def reward_composition(cfg: TrainConfig) -> Any:
 
 def check_supported(cfg: TrainConfig) -> None:
     """What only the running machine can answer (config load checked the rest)."""
+    if cfg.distill is not None:
+        from gfcr.train.distill import teacher_missing
+
+        why = teacher_missing(cfg.distill)
+        if why is not None:
+            raise TrainError(why)
     if cfg.generate.topology.name == "multi_turn":
         check_multi_turn(cfg.generate.topology.env)
     engine = cfg.generate.engine.name

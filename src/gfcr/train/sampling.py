@@ -111,6 +111,8 @@ class StepSampler:
         return groups
 
     def _from_store(self, rnd: int, prompt_ids: Sequence[str]) -> list[list[Rollout]]:
+        if getattr(self.run, "partial", None) is not None:
+            return self.run.partial_from_store(self.step, rnd, list(prompt_ids), self.stored)
         rows = self.stored.get(rnd, [])
         by: dict[str, list[Rollout]] = {}
         for r in sorted(rows, key=lambda r: (r.group_id, r.sample_index)):
