@@ -30,7 +30,10 @@ def _verl_line(step: int, i: int) -> str:
                        "step": step, "acc": i % 2 == 1}) + "\n"
 
 
-def test_rerun_imports_only_new_content_one_commit_per_file(store, tmp_path):
+@pytest.mark.parametrize(("hold_bytes", "commits"), [(256 << 20, 1), (1, 2)])
+def test_rerun_imports_only_new_content_one_commit_per_batch(store, tmp_path, hold_bytes, commits):
+    """The columnar path batches consecutive files up to ``hold_bytes`` into one commit; with a
+    tiny budget, each file with new rows is its own commit."""
     d = tmp_path / "dump"
     d.mkdir()
     (d / "1.jsonl").write_text("".join(_verl_line(1, i) for i in range(6)))
@@ -40,11 +43,11 @@ def test_rerun_imports_only_new_content_one_commit_per_file(store, tmp_path):
     with open(d / "1.jsonl", "a") as f:  # the trainer appended to a file and wrote a new one
         f.write("".join(_verl_line(1, i) for i in range(6, 9)))
     (d / "2.jsonl").write_text("".join(_verl_line(2, i) for i in range(4)))
-    second = import_rollouts(store, "verl", [str(d)], run_id="r")
+    second = import_rollouts(store, "verl", [str(d)], run_id="r", hold_bytes=hold_bytes)
     assert (second.written, second.skipped) == (7, 6) and store.count() == 13
-    assert store.version == v1 + 2  # one commit per file with new rows
-    third = import_rollouts(store, "verl", [str(d)], run_id="r")
-    assert (third.written, third.skipped) == (0, 13) and store.version == v1 + 2
+    assert store.version == v1 + commits
+    third = import_rollouts(store, "verl", [str(d)], run_id="r", hold_bytes=hold_bytes)
+    assert (third.written, third.skipped) == (0, 13) and store.version == v1 + commits
     # ids come from content and source position: the same text on another line is another rollout
     assert len(set(store.scan(columns=["rollout_id"]).column(0).to_pylist())) == 13
 
