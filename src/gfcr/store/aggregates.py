@@ -44,8 +44,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from gfcr.store.checks import CHECKS, COLUMNS as CHECK_COLUMNS, HealthConfig, HealthIssue, Tally, screen_batch
-from gfcr.store.stepstats import FEATURE_COLUMNS, METRIC_COLUMNS, MetricsConfig, audit_features, metrics_of, rollout_features
+from gfcr.store.checks import CHECKS, HealthConfig, HealthIssue, Tally, screen_batch
+from gfcr.store.checks import COLUMNS as CHECK_COLUMNS
+from gfcr.store.stepstats import (
+    FEATURE_COLUMNS,
+    METRIC_COLUMNS,
+    MetricsConfig,
+    audit_features,
+    metrics_of,
+    rollout_features,
+)
 
 FILE = "aggregates.parquet"
 FORMAT = 1
