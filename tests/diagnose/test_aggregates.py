@@ -202,3 +202,14 @@ def test_median_of_value_counts_hand_worked():
     assert aggregates._median([{"r": 0.2, "n": 1}]) == 0.2
     assert aggregates._median([]) is None
 
+
+
+def test_the_stores_ngram_count_is_the_early_exits():
+    from gfcr.control.groups import tail_ngram_count as control_count
+    from gfcr.store.checks import tail_ngram_count
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        t = rng.integers(0, 3, int(rng.integers(0, 40)))
+        n = int(rng.integers(1, 6))
+        assert tail_ngram_count(t, n) == control_count(t, n)

@@ -111,6 +111,19 @@ class HealthReport:
 # ---------------------------------------------------------------------------------------------
 
 
+def tail_ngram_count(tokens: np.ndarray, n: int) -> int:
+    """How often the last ``n``-gram of ``tokens`` occurs in ``tokens`` (overlaps counted): the
+    count of the repetition early exit (:func:`gfcr.control.groups.tail_ngram_count`, which the
+    store room may not import; a test checks the two agree).
+
+    Shapes: ``[T]`` → int; 0 when T < n. Example: [1, 2, 1, 2, 1, 2], n = 2 → 3."""
+    t = np.asarray(tokens)
+    if n <= 0 or t.size < n:
+        return 0
+    win = np.lib.stride_tricks.sliding_window_view(t, n)
+    return int(np.count_nonzero(np.all(win == t[-n:], axis=1)))
+
+
 def runaway(token_ids: np.ndarray, token_role: np.ndarray, finish_reason: str | None, ngram: int = 16,
             min_repeats: int = 4) -> dict[str, Any] | None:
     """Evidence of a runaway generation, or None.
@@ -120,8 +133,6 @@ def runaway(token_ids: np.ndarray, token_role: np.ndarray, finish_reason: str | 
     Example: finish "length", generated [5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6, 7], ngram 3, min 4 →
     {"repeats": 4, "ngram": 3, "tail": [5, 6, 7], "gen_tokens": 12}.
     """
-    from gfcr.control.groups import tail_ngram_count
-
     if finish_reason != "length":
         return None
     gen = np.asarray(token_ids)[np.asarray(token_role) == 1]

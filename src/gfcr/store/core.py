@@ -32,12 +32,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import random
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -61,6 +59,7 @@ from gfcr.records import (
 )
 from gfcr.store import aggregates, integrity
 from gfcr.store.integrity import MANIFEST, StoreError  # noqa: F401 - re-exported
+from gfcr.store.integrity import retry_commit as _retry
 from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, sample_rows, take_ids
 from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
 
@@ -77,7 +76,6 @@ TABLES: dict[str, pa.Schema] = {
     "audits": AUDIT_SCHEMA,
     "state": STATE_SCHEMA,
 }
-T = TypeVar("T")
 #: after a write, this many adjacent fragments of one size tier are merged into one (0 = never)
 AUTO_COMPACT = 8
 
@@ -102,23 +100,6 @@ def _in_list(col: str, values: Iterable[Any]) -> str:
     if not vals:
         return "false"
     return f"{col} IN ({', '.join(_quote(v) for v in vals)})"
-
-
-def _is_conflict(e: BaseException) -> bool:
-    msg = str(e).lower()
-    return "conflict" in msg or "retryable" in msg or ("commit" in msg and "retry" in msg)
-
-
-def _retry(fn: Callable[[], T], attempts: int = 20) -> T:
-    """Run ``fn``, retrying Lance commit conflicts with jittered backoff."""
-    for i in range(attempts):
-        try:
-            return fn()
-        except (OSError, RuntimeError, ValueError) as e:
-            if not _is_conflict(e) or i == attempts - 1:
-                raise
-            time.sleep(min(0.5, 0.01 * 2**i) * (0.5 + random.random()))
-    raise AssertionError("unreachable")
 
 
 class RolloutStore:
