@@ -213,3 +213,24 @@ def test_the_stores_ngram_count_is_the_early_exits():
         t = rng.integers(0, 3, int(rng.integers(0, 40)))
         n = int(rng.integers(1, 6))
         assert tail_ngram_count(t, n) == control_count(t, n)
+
+
+def test_report_buckets_and_viewer_summary_from_the_aggregates(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from gfcr.diagnose import report
+    from gfcr.diagnose.viewer import create_app
+
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    for b in _batches():
+        store.append(b)
+    store.upsert_audits([audit(r, [(0, 2, "other")], ter=0.1 * (i + 1)) for i, r in enumerate(_batches()[2][:3])])
+    for run in (None, "mix", "healthy"):
+        for n in (1, 3, 10):
+            assert report._buckets(store, run, n) == report._pick(store, run, n), (run, n)
+    assert report.store_runs(store) == sorted(set(store.scan(columns=["run_id"]).column("run_id").to_pylist()))
+    got = TestClient(create_app(store.path)).get("/api/summary").json()
+    runs = store.sql("SELECT run_id, min(step) AS step_min, max(step) AS step_max, count(*) AS rollouts "
+                     "FROM rollouts GROUP BY run_id ORDER BY run_id").to_pylist()
+    assert got["runs"] == runs
+    assert got["tasks"] == store.sql("SELECT DISTINCT task FROM rollouts ORDER BY task").column("task").to_pylist()

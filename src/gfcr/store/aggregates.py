@@ -556,5 +556,6 @@ def summary(parts: pa.Table) -> tuple[list[dict[str, Any]], list[str]]:
                        parts.column("n_rows").to_pylist(), strict=True):
         o = runs.setdefault(r, {"run_id": r, "step_min": s, "step_max": s, "rollouts": 0})
         o["step_min"], o["step_max"], o["rollouts"] = min(o["step_min"], s), max(o["step_max"], s), o["rollouts"] + n
-    tasks = sorted({t for ts in parts.column("tasks").to_pylist() for t in ts if t is not None})
+    seen = {t for ts in parts.column("tasks").to_pylist() for t in ts}
+    tasks = sorted(t for t in seen if t is not None) + ([None] if None in seen else [])
     return [runs[r] for r in sorted(runs)], tasks
