@@ -87,9 +87,13 @@ def baseline(store: RolloutStore) -> dict[int, dict[str, float]]:
     return out
 
 
-def scale_store(path: Path, n: int, tokens: int = 16, steps: int = 500, k: int = 8, chunk: int = 1_000_000):
+def scale_store(path: Path, n: int, tokens: int = 16, steps: int = 500, k: int = 8, chunk: int = 1_000_000,
+                budget_s: float | None = None):
     """A store of ``n`` rows over ``steps`` training steps built from a 10,000-row template (made by
-    the project's own record writer) with fresh ids, groups and steps per copy: 1M-row appends."""
+    the project's own record writer) with fresh ids, groups and steps per copy: 1M-row appends.
+    An existing store at ``path`` is continued from its row count; ``budget_s``: stop appending
+    once that many seconds have passed (a later call continues)."""
+    t0 = time.perf_counter()
     per_step = max(k, n // steps)
     import pyarrow as pa
 
@@ -97,8 +101,8 @@ def scale_store(path: Path, n: int, tokens: int = 16, steps: int = 500, k: int =
 
     base = rollouts_to_table(make_rollouts(10_000, 1, k, tokens, seed=1))
     store = RolloutStore.open(path, create=True)
-    done = 0
-    while done < n:
+    done = store.count()
+    while done < n and (budget_s is None or time.perf_counter() - t0 < budget_s):
         m = min(chunk, n - done)
         reps = -(-m // base.num_rows)
         t = pa.concat_tables([base] * reps).slice(0, m)
@@ -129,7 +133,8 @@ def full_scan_page(store: RolloutStore, offset: int, limit: int = 50):  # noqa: 
     return t.take(pc.sort_indices(t, sort_keys=SORT_KEYS)).slice(offset, limit)
 
 
-def cached_store(n: int, cache: Path | None) -> tuple[RolloutStore, float | None, tempfile.TemporaryDirectory | None]:
+def cached_store(n: int, cache: Path | None, budget_s: float | None = None
+                 ) -> tuple[RolloutStore, float | None, tempfile.TemporaryDirectory | None]:
     """The scale store of ``n`` rows: built once under ``cache`` (kept between runs; its id index
     built by ``compact()``, as ``gfcr store compact`` does), or in a temporary directory."""
     tmp = None
@@ -138,20 +143,20 @@ def cached_store(n: int, cache: Path | None) -> tuple[RolloutStore, float | None
         path = Path(tmp.name) / "s"
     else:
         path = cache / f"diagnose-scale-{n}"
-        if path.exists() and RolloutStore.open(path).count() == n:
+        if path.exists() and RolloutStore.open(path).count() == n and (path / ".built").exists():
             return RolloutStore.open(path), None, None
-        if path.exists():
-            import shutil
-
-            shutil.rmtree(path)
     t = time.perf_counter()
-    store = scale_store(path, n)
+    store = scale_store(path, n, budget_s=budget_s)
+    if store.count() < n:
+        raise SystemExit(f"{path}: {store.count():,} of {n:,} rows built within --build-budget-s; run again to continue")
     store.compact()
+    if cache is not None:
+        (path / ".built").touch()
     return store, time.perf_counter() - t, tmp
 
 
 def scale(sizes: list[int], samples: int, baseline_max: int, report_max: int, cache: Path | None,
-          report_samples: int) -> None:
+          report_samples: int, budget_s: float | None = None, build_only: bool = False) -> None:
     """Long because: one benchmark per size, its arms alternated, then the table."""
     import os
 
@@ -164,7 +169,10 @@ def scale(sizes: list[int], samples: int, baseline_max: int, report_max: int, ca
     print(f"load before: {os.getloadavg()}")
     rows = []
     for n in sizes:
-        store, w_build, tmp = cached_store(n, cache)
+        store, w_build, tmp = cached_store(n, cache, budget_s)
+        if build_only:
+            print(f"{n:,} rows built at {store.path} ({w_build} s)")
+            continue
         assert aggregates.state(store)[0] == "fresh", aggregates.state(store)
         client = TestClient(create_app(store.path))
         (r, w_first, c_first) = _timed(lambda c=client: c.get("/api/rollouts", params={"limit": 50}))
@@ -227,6 +235,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=7, help="scale run: list pages timed per size")
     ap.add_argument("--baseline-max", type=int, default=1_000_000, help="scale run: largest size given the full-scan arm")
     ap.add_argument("--report-max", type=int, default=10_000_000, help="scale run: largest size whose report is timed")
+    ap.add_argument("--build-budget-s", type=float, default=None, help="scale run: stop building after this long")
+    ap.add_argument("--build-only", action="store_true", help="scale run: build (or continue) the cached stores only")
     ap.add_argument("--report-samples", type=int, default=3, help="scale run: reports timed per size")
     ap.add_argument("--cache", type=Path, default=None,
                     help="scale run: keep the built stores here and reuse them (e.g. ~/.cache/gfcr/bench)")
@@ -237,7 +247,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.scale:
         scale([int(x) for x in a.scale.split(",")], a.samples, a.baseline_max, a.report_max,
-              a.cache.expanduser() if a.cache else None, a.report_samples)
+              a.cache.expanduser() if a.cache else None, a.report_samples, a.build_budget_s, a.build_only)
         return
     with tempfile.TemporaryDirectory() as d:
         store = RolloutStore.open(Path(d) / "store", create=True)
