@@ -234,3 +234,19 @@ def test_report_buckets_and_viewer_summary_from_the_aggregates(tmp_path):
                      "FROM rollouts GROUP BY run_id ORDER BY run_id").to_pylist()
     assert got["runs"] == runs
     assert got["tasks"] == store.sql("SELECT DISTINCT task FROM rollouts ORDER BY task").column("task").to_pylist()
+
+
+def test_the_stores_model_from_the_aggregates(tmp_path):
+    from gfcr.diagnose.viewer import store_model
+
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    rs = group("r", 0, "a", [1.0, 0.0, 1.0], [True, False, True])
+    for r, m in zip(rs, ["m-b", "m-a", "m-b"], strict=True):
+        r.sampling = {"model": m, "temperature": 1.0}
+    store.append(rs)
+    more = group("r", 1, "a", [1.0, 0.0], [True, False])
+    for r in more:
+        r.sampling = {"model": "m-a"}
+    store.append(more)
+    assert store_model(store) == "m-a"  # 3 rows of m-a (over two steps) against 2 of m-b
+    assert (store.path / aggregates.FILE).exists() and aggregates.state(store)[0] == "fresh"

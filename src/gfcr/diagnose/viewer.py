@@ -130,7 +130,13 @@ def role_runs(token_role: list[int]) -> list[dict[str, int]]:
 
 
 def store_model(store: Any) -> str | None:
-    """The model most of the store's rollouts were sampled from (``sampling.model``), or None."""
+    """The model most of the store's rollouts were sampled from (``sampling.model``), or None; from
+    the store's per-step aggregates when it has them (:func:`gfcr.store.aggregates.model`)."""
+    from gfcr.store import aggregates
+
+    parts = aggregates.load(store)
+    if parts is not None:
+        return aggregates.model(parts)
     try:
         rows = store.sql(
             "SELECT json_extract_string(sampling, '$.model') AS m, count(*) AS n FROM rollouts "

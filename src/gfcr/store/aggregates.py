@@ -56,19 +56,20 @@ from gfcr.store.stepstats import (
 )
 
 FILE = "aggregates.parquet"
-FORMAT = 1
+FORMAT = 2
 META_KEY = b"gfcr.aggregates"
 #: rollouts kept per step for each sample bucket of the report
 TOP = 10
 #: distinct rewards kept per step as value counts; past it the step's counts are dropped and a
 #: read falls back to scanning the run's rows (exact either way)
 MAX_DISTINCT = 4096
-COLUMNS = list(dict.fromkeys([*FEATURE_COLUMNS, *CHECK_COLUMNS, "task"]))
+COLUMNS = list(dict.fromkeys([*FEATURE_COLUMNS, *CHECK_COLUMNS, "task", "sampling"]))
 _EV = pa.struct([("step", pa.int64()), ("n", pa.int64()), ("lag_n", pa.int64()), ("lag_sum", pa.float64()),
                  ("lag_max", pa.float64()), ("iw_n", pa.int64()), ("iw_sum", pa.float64()), ("iw_min", pa.float64()),
                  ("iw_max", pa.float64())])
 _VC = pa.list_(pa.struct([("r", pa.float64()), ("n", pa.int64())]))
 _TOPS = pa.list_(pa.struct([("r", pa.float64()), ("id", pa.string())]))
+_MODELS = pa.list_(pa.struct([("m", pa.string()), ("n", pa.int64())]))
 #: MetricsConfig fields that only the read uses (the aggregates hold what they need)
 READ_TIME_FIELDS = {"pass_reward", "judge"}
 
@@ -112,7 +113,8 @@ def _events(events: pa.Table) -> dict[tuple[str, int], list[dict[str, Any]]]:
 
 
 def _tops(table: pa.Table) -> dict[tuple[str, int], dict[str, Any]]:
-    """Per (run, step): the sample buckets' first :data:`TOP` rows and the step's tasks."""
+    """Per (run, step): the sample buckets' first :data:`TOP` rows, the step's tasks and the models
+    its rows were sampled from (``sampling.model``, counted)."""
     import duckdb
 
     con = duckdb.connect()
@@ -126,9 +128,18 @@ def _tops(table: pa.Table) -> dict[tuple[str, int], dict[str, Any]]:
                        FILTER (WHERE finish_reason = 'length'), [])[1:{TOP}] AS truncated,
                    list(DISTINCT task ORDER BY task) AS tasks
             FROM t GROUP BY run_id, step""").to_arrow_table().to_pylist()
+        con.register("s", table.select(["run_id", "step", "sampling"]))
+        models = con.sql("""
+            SELECT run_id, step, list({'m': m, 'n': n} ORDER BY m) AS models FROM (
+                SELECT run_id, step, json_extract_string(sampling, '$.model') AS m, count(*) AS n FROM s
+                WHERE json_valid(sampling) AND json_extract_string(sampling, '$.model') IS NOT NULL
+                GROUP BY ALL) GROUP BY run_id, step""").to_arrow_table().to_pylist()
     finally:
         con.close()
-    return {(r["run_id"], r["step"]): r for r in rows}
+    out = {(r["run_id"], r["step"]): r for r in rows}
+    for r in models:
+        out[(r["run_id"], r["step"])]["models"] = r["models"]
+    return out
 
 
 def _jsonable(x: Any) -> Any:
@@ -193,6 +204,7 @@ def partials(table: pa.Table) -> pa.Table:
         "worst": pa.array([tops[k]["worst"] for k in uniq], _TOPS),
         "truncated": pa.array([tops[k]["truncated"] for k in uniq], _TOPS),
         "tasks": pa.array([tops[k]["tasks"] for k in uniq], pa.list_(pa.string())),
+        "models": pa.array([tops[k].get("models", []) for k in uniq], _MODELS),
         "health": pa.array(health, pa.string()),
     }
     for name, arr in cols.items():
@@ -559,3 +571,12 @@ def summary(parts: pa.Table) -> tuple[list[dict[str, Any]], list[str]]:
     seen = {t for ts in parts.column("tasks").to_pylist() for t in ts}
     tasks = sorted(t for t in seen if t is not None) + ([None] if None in seen else [])
     return [runs[r] for r in sorted(runs)], tasks
+
+
+def model(parts: pa.Table) -> str | None:
+    """The model most of the store's rollouts were sampled from (ties: the first by name), or None."""
+    counts: dict[str, int] = {}
+    for ms in parts.column("models").to_pylist():
+        for d in ms:
+            counts[d["m"]] = counts.get(d["m"], 0) + d["n"]
+    return min(counts, key=lambda m: (-counts[m], m)) if counts else None
