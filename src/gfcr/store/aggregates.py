@@ -51,6 +51,7 @@ from gfcr.store.stepstats import (
     METRIC_COLUMNS,
     MetricsConfig,
     audit_features,
+    connection,
     metrics_of,
     rollout_features,
 )
@@ -115,11 +116,8 @@ def _events(events: pa.Table) -> dict[tuple[str, int], list[dict[str, Any]]]:
 def _tops(table: pa.Table) -> dict[tuple[str, int], dict[str, Any]]:
     """Per (run, step): the sample buckets' first :data:`TOP` rows, the step's tasks and the models
     its rows were sampled from (``sampling.model``, counted)."""
-    import duckdb
-
-    con = duckdb.connect()
-    try:
-        con.register("t", table.select(["run_id", "step", "rollout_id", "reward", "finish_reason", "task"]))
+    with connection({"t": table.select(["run_id", "step", "rollout_id", "reward", "finish_reason", "task"]),
+                     "s": table.select(["run_id", "step", "sampling"])}) as con:
         rows = con.sql(f"""
             SELECT run_id, step,
                    list({{'r': reward, 'id': rollout_id}} ORDER BY reward DESC, rollout_id)[1:{TOP}] AS best,
@@ -128,14 +126,11 @@ def _tops(table: pa.Table) -> dict[tuple[str, int], dict[str, Any]]:
                        FILTER (WHERE finish_reason = 'length'), [])[1:{TOP}] AS truncated,
                    list(DISTINCT task ORDER BY task) AS tasks
             FROM t GROUP BY run_id, step""").to_arrow_table().to_pylist()
-        con.register("s", table.select(["run_id", "step", "sampling"]))
         models = con.sql("""
             SELECT run_id, step, list({'m': m, 'n': n} ORDER BY m) AS models FROM (
                 SELECT run_id, step, json_extract_string(sampling, '$.model') AS m, count(*) AS n FROM s
                 WHERE json_valid(sampling) AND json_extract_string(sampling, '$.model') IS NOT NULL
                 GROUP BY ALL) GROUP BY run_id, step""").to_arrow_table().to_pylist()
-    finally:
-        con.close()
     out = {(r["run_id"], r["step"]): r for r in rows}
     for r in models:
         out[(r["run_id"], r["step"])]["models"] = r["models"]

@@ -31,6 +31,9 @@ zero-variance, waste, length, entropy): those describe what the policy generated
 from __future__ import annotations
 
 import json
+import os
+import threading
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -348,24 +351,37 @@ def audit_features(store: Any, run: str | None, cfg: MetricsConfig) -> pa.Table 
                      **{k: pa.array(v, pa.int64()) for k, v in cols.items() if k.startswith("excl_")}})
 
 
+_LOCAL = threading.local()
+
+
+@contextmanager
+def connection(tables: dict[str, pa.Table]):  # noqa: ANN201 - yields a duckdb connection
+    """This thread's DuckDB connection with ``tables`` registered as views, unregistered after
+    (a connection costs tens of milliseconds to open: the store's append path summarises small
+    batches, and opens none per batch)."""
+    import duckdb
+
+    con, pid = getattr(_LOCAL, "con", None), getattr(_LOCAL, "pid", None)
+    if con is None or pid != os.getpid():  # (a forked child opens its own)
+        con, _LOCAL.con, _LOCAL.pid = (c := duckdb.connect()), c, os.getpid()
+    for name, t in tables.items():
+        con.register(name, t)
+    try:
+        yield con
+    finally:
+        for name in tables:
+            con.unregister(name)
+
+
 def metrics_of(feats: pa.Table, events: pa.Table, audit_feats: pa.Table | None, cfg: MetricsConfig) -> pa.Table:
     """The :data:`METRIC_COLUMNS` table from per-rollout features, replay events and audit features
     (:func:`rollout_features`, :func:`audit_features`): one DuckDB query; its parts are built by the
     ``_sql_*`` functions below, in the order they run."""
-    import duckdb
-
-    con = duckdb.connect()
-    try:
-        con.register("f", feats)
-        con.register("ev", events)
-        if audit_feats is not None:
-            con.register("a", audit_feats)
+    with connection({"f": feats, "ev": events, **({"a": audit_feats} if audit_feats is not None else {})}) as con:
         q = ("WITH " + ",\n".join([_sql_groups(cfg), _sql_rollouts(cfg), _sql_replay(),
                                     f"au AS ({_sql_audits(audit_feats is not None)})"])
              + "\n" + _sql_select())
         out = con.sql(q).to_arrow_table()
-    finally:
-        con.close()
     return out.select(METRIC_COLUMNS)
 
 
