@@ -232,6 +232,35 @@ def scan_report(store: RolloutStore) -> str:
     return build_report(store, metrics=m, health=run_health_checks(store, use_aggregates=False))
 
 
+def append_overhead(n_appends: int = 20, rows: int = 64, tokens: int = 256) -> None:
+    """What keeping the aggregates adds to an append: ``n_appends`` commits of ``rows`` rows (a new
+    step each) into two stores, one keeping the aggregates and one with the hook switched off,
+    alternated; medians of wall and CPU seconds."""
+    import os
+
+    import gfcr.store.core as core
+    from gfcr.records import rollouts_to_table
+    from gfcr.store import aggregates
+
+    real = aggregates.committed
+    res: dict[str, list[float]] = defaultdict(list)
+    base = rollouts_to_table(make_rollouts(rows * n_appends, n_appends, 8, tokens, seed=3))
+    print(f"load before: {os.getloadavg()}")
+    with tempfile.TemporaryDirectory() as d:
+        stores = {k: RolloutStore.open(Path(d) / k, create=True) for k in ("kept", "off")}
+        try:
+            for i in range(n_appends):
+                for arm in ("kept", "off") if i % 2 == 0 else ("off", "kept"):
+                    core.aggregates.committed = real if arm == "kept" else (lambda *a, **k: None)
+                    _, w, c = _timed(lambda arm=arm, i=i: stores[arm].append(base.slice(i * rows, rows)))
+                    res[arm].append(w), res[f"{arm}_cpu"].append(c)
+        finally:
+            core.aggregates.committed = real
+    med = {k: 1000 * statistics.median(v) for k, v in res.items()}
+    print(f"append of {rows} rows x {tokens} tokens (median of {n_appends}): aggregates kept {med['kept']:.0f} ms wall / "
+          f"{med['kept_cpu']:.0f} ms CPU, switched off {med['off']:.0f} / {med['off_cpu']:.0f} ms; load after: {os.getloadavg()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", type=str, default=None, help="comma-separated store sizes for the scale run")
@@ -243,11 +272,15 @@ def main() -> None:
     ap.add_argument("--report-samples", type=int, default=3, help="scale run: reports timed per size")
     ap.add_argument("--cache", type=Path, default=None,
                     help="scale run: keep the built stores here and reuse them (e.g. ~/.cache/gfcr/bench)")
+    ap.add_argument("--append-overhead", action="store_true", help="time what keeping the aggregates adds to an append")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
     a = ap.parse_args()
+    if a.append_overhead:
+        append_overhead()
+        return
     if a.scale:
         scale([int(x) for x in a.scale.split(",")], a.samples, a.baseline_max, a.report_max,
               a.cache.expanduser() if a.cache else None, a.report_samples, a.build_budget_s, a.build_only)
