@@ -62,7 +62,6 @@ def _diagnose(st, run, mcfg, dcfg, tokenizer):  # noqa: ANN001, ANN202 - (metric
     from gfcr.diagnose.detectors import detect
     from gfcr.diagnose.health import run_health_checks
     from gfcr.diagnose.metrics import step_metrics
-
     from gfcr.diagnose.report import store_runs
 
     runs = store_runs(st)
