@@ -15,7 +15,13 @@ steps, groups of 8; built as Arrow tables in 1M-row appends) timing, per size:
   after the store changed (it builds the per-step index), then pages at random offsets (median of
   fresh samples, each a new offset), alternated with the full-scan baseline (every row's list
   columns read and sorted, what the viewer did before);
-* ``gfcr report``'s work: metrics once, findings, health checks, the HTML (``build_report``).
+* ``gfcr report``'s work: metrics once, findings, health checks, the HTML (``build_report``),
+  from the per-step aggregates kept with the store, alternated (up to ``--baseline-max``) with
+  the same report computed from a scan of the rows;
+* the viewer's summary page (``GET /api/summary``).
+
+``--cache DIR`` builds each store once (1M-row appends, which keep the aggregates, then
+``compact()``) and reuses it on later runs.
 
 Goals (issue 27): list page <= 200 ms and report <= 5 s at 10M rows. Wall and CPU seconds, the
 machine's load average before and after.
@@ -81,9 +87,13 @@ def baseline(store: RolloutStore) -> dict[int, dict[str, float]]:
     return out
 
 
-def scale_store(path: Path, n: int, tokens: int = 16, steps: int = 500, k: int = 8, chunk: int = 1_000_000):
+def scale_store(path: Path, n: int, tokens: int = 16, steps: int = 500, k: int = 8, chunk: int = 1_000_000,
+                budget_s: float | None = None):
     """A store of ``n`` rows over ``steps`` training steps built from a 10,000-row template (made by
-    the project's own record writer) with fresh ids, groups and steps per copy: 1M-row appends."""
+    the project's own record writer) with fresh ids, groups and steps per copy: 1M-row appends.
+    An existing store at ``path`` is continued from its row count; ``budget_s``: stop appending
+    once that many seconds have passed (a later call continues)."""
+    t0 = time.perf_counter()
     per_step = max(k, n // steps)
     import pyarrow as pa
 
@@ -91,8 +101,8 @@ def scale_store(path: Path, n: int, tokens: int = 16, steps: int = 500, k: int =
 
     base = rollouts_to_table(make_rollouts(10_000, 1, k, tokens, seed=1))
     store = RolloutStore.open(path, create=True)
-    done = 0
-    while done < n:
+    done = store.count()
+    while done < n and (budget_s is None or time.perf_counter() - t0 < budget_s):
         m = min(chunk, n - done)
         reps = -(-m // base.num_rows)
         t = pa.concat_tables([base] * reps).slice(0, m)
@@ -123,50 +133,132 @@ def full_scan_page(store: RolloutStore, offset: int, limit: int = 50):  # noqa: 
     return t.take(pc.sort_indices(t, sort_keys=SORT_KEYS)).slice(offset, limit)
 
 
-def scale(sizes: list[int], samples: int, baseline_max: int, report_max: int) -> None:
+def cached_store(n: int, cache: Path | None, budget_s: float | None = None
+                 ) -> tuple[RolloutStore, float | None, tempfile.TemporaryDirectory | None]:
+    """The scale store of ``n`` rows: built once under ``cache`` (kept between runs; its id index
+    built by ``compact()``, as ``gfcr store compact`` does), or in a temporary directory."""
+    tmp = None
+    if cache is None:
+        tmp = tempfile.TemporaryDirectory()
+        path = Path(tmp.name) / "s"
+    else:
+        path = cache / f"diagnose-scale-{n}"
+        if path.exists() and RolloutStore.open(path).count() == n and (path / ".built").exists():
+            return RolloutStore.open(path), None, None
+    t = time.perf_counter()
+    store = scale_store(path, n, budget_s=budget_s)
+    if store.count() < n:
+        raise SystemExit(f"{path}: {store.count():,} of {n:,} rows built within --build-budget-s; run again to continue")
+    store.compact()
+    if cache is not None:
+        (path / ".built").touch()
+    return store, time.perf_counter() - t, tmp
+
+
+def scale(sizes: list[int], samples: int, baseline_max: int, report_max: int, cache: Path | None,
+          report_samples: int, budget_s: float | None = None, build_only: bool = False) -> None:
+    """Long because: one benchmark per size, its arms alternated, then the table."""
     import os
 
     from fastapi.testclient import TestClient
 
     from gfcr.diagnose.viewer import create_app
+    from gfcr.store import aggregates
 
     rng = np.random.default_rng(0)
     print(f"load before: {os.getloadavg()}")
     rows = []
     for n in sizes:
-        with tempfile.TemporaryDirectory(dir=os.environ.get("GFCR_BENCH_TMP")) as d:
-            store, w_build, _ = _timed(lambda n=n, d=d: scale_store(Path(d) / "s", n))
-            client = TestClient(create_app(store.path))
-            (r, w_first, c_first) = _timed(lambda c=client: c.get("/api/rollouts", params={"limit": 50}))
-            assert r.status_code == 200 and r.json()["total"] == n
-            pages, cpus, base, base_cpu = [], [], [], []
-            for _ in range(samples):  # arms alternated; a fresh offset each sample
-                off = int(rng.integers(0, n - 50))
-                r, w, c = _timed(lambda off=off, cl=client: cl.get("/api/rollouts", params={"offset": off, "limit": 50}))
-                assert r.status_code == 200 and len(r.json()["items"]) == 50
-                pages.append(w), cpus.append(c)
-                if n <= baseline_max:
-                    b, w, c = _timed(lambda off=off, st=store: full_scan_page(st, off))
-                    assert b.column("rollout_id").to_pylist() == [i["rollout_id"] for i in r.json()["items"]]
-                    base.append(w), base_cpu.append(c)
-            html, w_rep, c_rep = _timed(lambda st=store: build_report(st)) if n <= report_max else ("", None, None)
-            med = statistics.median
-            row = {"n": n, "build_s": w_build, "first_page_s": w_first, "first_page_cpu_s": c_first,
-                   "page_ms": 1000 * med(pages), "page_cpu_ms": 1000 * med(cpus),
-                   "full_scan_ms": 1000 * med(base) if base else None,
-                   "full_scan_cpu_ms": 1000 * med(base_cpu) if base else None,
-                   "report_s": w_rep, "report_cpu_s": c_rep, "report_kib": len(html) / 1024,
-                   "load": os.getloadavg()}
-            rows.append(row)
-            print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        store, w_build, tmp = cached_store(n, cache, budget_s)
+        if build_only:
+            print(f"{n:,} rows built at {store.path} ({w_build} s)")
+            continue
+        w_rebuild = c_rebuild = None
+        if aggregates.state(store)[0] != "fresh":  # a store whose aggregates predate this gfcr: rebuilt once
+            _, w_rebuild, c_rebuild = _timed(lambda st=store: aggregates.load(st))
+        assert aggregates.state(store)[0] == "fresh", aggregates.state(store)
+        client = TestClient(create_app(store.path))
+        (r, w_first, c_first) = _timed(lambda c=client: c.get("/api/rollouts", params={"limit": 50}))
+        assert r.status_code == 200 and r.json()["total"] == n
+        pages, cpus, base, base_cpu = [], [], [], []
+        for _ in range(samples):  # arms alternated; a fresh offset each sample
+            off = int(rng.integers(0, n - 50))
+            r, w, c = _timed(lambda off=off, cl=client: cl.get("/api/rollouts", params={"offset": off, "limit": 50}))
+            assert r.status_code == 200 and len(r.json()["items"]) == 50
+            pages.append(w), cpus.append(c)
+            if n <= baseline_max:
+                b, w, c = _timed(lambda off=off, st=store: full_scan_page(st, off))
+                assert b.column("rollout_id").to_pylist() == [i["rollout_id"] for i in r.json()["items"]]
+                base.append(w), base_cpu.append(c)
+        _, w_sum, c_sum = _timed(lambda c=client: c.get("/api/summary"))
+        reps, rep_cpu, scans, scan_cpu, kib = [], [], [], [], 0.0
+        for _ in range(report_samples if n <= report_max else 0):  # aggregates vs scan, alternated
+            html, w, c = _timed(lambda st=store: build_report(st))
+            reps.append(w), rep_cpu.append(c)
+            kib = len(html) / 1024
+            if n <= baseline_max:
+                _, w, c = _timed(lambda st=store: scan_report(st))
+                scans.append(w), scan_cpu.append(c)
+        med = statistics.median
+        row = {"n": n, "build_s": w_build, "rebuild_s": w_rebuild, "rebuild_cpu_s": c_rebuild, "first_page_s": w_first, "first_page_cpu_s": c_first,
+               "page_ms": 1000 * med(pages), "page_cpu_ms": 1000 * med(cpus),
+               "full_scan_ms": 1000 * med(base) if base else None,
+               "full_scan_cpu_ms": 1000 * med(base_cpu) if base else None,
+               "summary_ms": 1000 * w_sum, "summary_cpu_ms": 1000 * c_sum,
+               "report_s": med(reps) if reps else None, "report_cpu_s": med(rep_cpu) if reps else None,
+               "scan_report_s": med(scans) if scans else None, "scan_report_cpu_s": med(scan_cpu) if scans else None,
+               "report_kib": kib, "load": os.getloadavg()}
+        rows.append(row)
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        if tmp is not None:
+            tmp.cleanup()
     print(f"load after: {os.getloadavg()}")
-    print("| rows | list page (median) | CPU | full-scan page | first page (builds the index) | report | report CPU |")
+    print("| rows | list page (median, wall / CPU) | full-scan page | first page (builds the index) | summary | "
+          "report (aggregates, wall / CPU) | report scanning the rows (wall / CPU) |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        fs = f"{r['full_scan_ms']:.0f} ms" if r["full_scan_ms"] is not None else "not run"
-        rep = f"{r['report_s']:.2f} s | {r['report_cpu_s']:.2f} s" if r["report_s"] is not None else "not run | –"
-        print(f"| {r['n']:,} | {r['page_ms']:.0f} ms | {r['page_cpu_ms']:.0f} ms | {fs} | {r['first_page_s']:.2f} s | "
-              f"{rep} |")
+        fs = f"{r['full_scan_ms']:.0f} / {r['full_scan_cpu_ms']:.0f} ms" if r["full_scan_ms"] is not None else "not run"
+        rep = f"{r['report_s']:.2f} / {r['report_cpu_s']:.2f} s" if r["report_s"] is not None else "not run"
+        sc = f"{r['scan_report_s']:.2f} / {r['scan_report_cpu_s']:.2f} s" if r["scan_report_s"] is not None else "not run"
+        print(f"| {r['n']:,} | {r['page_ms']:.0f} / {r['page_cpu_ms']:.0f} ms | {fs} | {r['first_page_s']:.2f} s | "
+              f"{r['summary_ms']:.0f} ms | {rep} | {sc} |")
+
+
+def scan_report(store: RolloutStore) -> str:
+    """The report's work without the aggregates: metrics and health checks from a scan of the rows."""
+    from gfcr.diagnose.health import run_health_checks
+
+    m = step_metrics(store, use_aggregates=False)
+    return build_report(store, metrics=m, health=run_health_checks(store, use_aggregates=False))
+
+
+def append_overhead(n_appends: int = 20, rows: int = 64, tokens: int = 256) -> None:
+    """What keeping the aggregates adds to an append: ``n_appends`` commits of ``rows`` rows (a new
+    step each) into two stores, one keeping the aggregates and one with the hook switched off,
+    alternated; medians of wall and CPU seconds."""
+    import os
+
+    import gfcr.store.core as core
+    from gfcr.records import rollouts_to_table
+    from gfcr.store import aggregates
+
+    real = aggregates.committed
+    res: dict[str, list[float]] = defaultdict(list)
+    base = rollouts_to_table(make_rollouts(rows * n_appends, n_appends, 8, tokens, seed=3))
+    print(f"load before: {os.getloadavg()}")
+    with tempfile.TemporaryDirectory() as d:
+        stores = {k: RolloutStore.open(Path(d) / k, create=True) for k in ("kept", "off")}
+        try:
+            for i in range(n_appends):
+                for arm in ("kept", "off") if i % 2 == 0 else ("off", "kept"):
+                    core.aggregates.committed = real if arm == "kept" else (lambda *a, **k: None)
+                    _, w, c = _timed(lambda arm=arm, i=i: stores[arm].append(base.slice(i * rows, rows)))
+                    res[arm].append(w), res[f"{arm}_cpu"].append(c)
+        finally:
+            core.aggregates.committed = real
+    med = {k: 1000 * statistics.median(v) for k, v in res.items()}
+    print(f"append of {rows} rows x {tokens} tokens (median of {n_appends}): aggregates kept {med['kept']:.0f} ms wall / "
+          f"{med['kept_cpu']:.0f} ms CPU, switched off {med['off']:.0f} / {med['off_cpu']:.0f} ms; load after: {os.getloadavg()}")
 
 
 def main() -> None:
@@ -175,13 +267,23 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=7, help="scale run: list pages timed per size")
     ap.add_argument("--baseline-max", type=int, default=1_000_000, help="scale run: largest size given the full-scan arm")
     ap.add_argument("--report-max", type=int, default=10_000_000, help="scale run: largest size whose report is timed")
+    ap.add_argument("--build-budget-s", type=float, default=None, help="scale run: stop building after this long")
+    ap.add_argument("--build-only", action="store_true", help="scale run: build (or continue) the cached stores only")
+    ap.add_argument("--report-samples", type=int, default=3, help="scale run: reports timed per size")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="scale run: keep the built stores here and reuse them (e.g. ~/.cache/gfcr/bench)")
+    ap.add_argument("--append-overhead", action="store_true", help="time what keeping the aggregates adds to an append")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
     a = ap.parse_args()
+    if a.append_overhead:
+        append_overhead()
+        return
     if a.scale:
-        scale([int(x) for x in a.scale.split(",")], a.samples, a.baseline_max, a.report_max)
+        scale([int(x) for x in a.scale.split(",")], a.samples, a.baseline_max, a.report_max,
+              a.cache.expanduser() if a.cache else None, a.report_samples, a.build_budget_s, a.build_only)
         return
     with tempfile.TemporaryDirectory() as d:
         store = RolloutStore.open(Path(d) / "store", create=True)

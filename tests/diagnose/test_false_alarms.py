@@ -122,3 +122,44 @@ def test_false_alarm_rate_on_every_real_fixture_dump_is_zero(store, tmp_path):
     # the metrics the old alarms read are still there: the quiet is the rule's, not missing data
     m = {(r["run_id"]): r for r in step_metrics(store, run="slime").to_pylist()}
     assert m["slime"]["trunc_rate"] == 0.25 and m["slime"]["n_truncated"] == 1
+
+
+DEMO = Path(__file__).resolve().parent / "fixtures" / "demo_store.parquet"
+
+
+def test_false_alarm_rate_on_the_demos_store_is_zero(store):
+    """The store `gfcr demo` writes (4 RL steps of SmolLM2-135M on CPU, 16 rollouts a step; exported
+    by fixtures/make_demo_store.py). Its findings are decided here by reading the rows, not the
+    metrics: each is a real pathology of so short a run (the 135M model rarely solves the sums; 64
+    tokens cut many answers), so 0 false alarms among its 3 findings (9 detectors judged)."""
+    from gfcr.diagnose.health import run_health_checks
+    from gfcr.store.importers import import_rollouts
+
+    import_rollouts(store, "parquet", [str(DEMO)])
+    (run,) = set(store.scan(columns=["run_id"]).column("run_id").to_pylist())
+    fs = {f.detector: f for f in detect(step_metrics(store))}
+    assert set(fs) == {"zero_reward", "truncation", "compute_waste"}, sorted(fs)
+    last = store.sql("SELECT max(step) AS s FROM rollouts").column("s")[0].as_py()
+    rows = store.sql(f"""SELECT count(*) AS n, count(*) FILTER (WHERE verified) AS passed,
+                                count(*) FILTER (WHERE finish_reason = 'length') AS truncated
+                         FROM rollouts WHERE step > {last - 3}""").to_pylist()[0]
+    # zero reward: the window's verdicts, read from the rows
+    assert fs["zero_reward"].evidence["success_rate"] == pytest.approx(rows["passed"] / rows["n"])
+    assert rows["passed"] / rows["n"] <= 0.15
+    groups = store.sql(f"""SELECT step, group_id, count(*) FILTER (WHERE verified) AS passed,
+                                  max(abs(signals['advantage'])) AS adv, sum(list_sum(token_role))::BIGINT AS gen
+                           FROM rollouts WHERE step > {last - 3} GROUP BY ALL""").to_pylist()
+    all_wrong = [g for g in groups if g["passed"] == 0]
+    assert len(all_wrong) / len(groups) >= 0.6  # the all-wrong share the finding names
+    assert fs["zero_reward"].evidence["all_wrong_share"] == pytest.approx(len(all_wrong) / len(groups))
+    # truncation: the count in the message is the rows' own
+    assert f"{rows['truncated']} of {rows['n']}" in fs["truncation"].message
+    # compute waste: the tokens of groups whose every advantage is zero, per step, averaged
+    waste = []
+    for s in range(last - 2, last + 1):
+        gs = [g for g in groups if g["step"] == s]
+        waste.append(sum(g["gen"] for g in gs if g["adv"] <= 1e-6) / sum(g["gen"] for g in gs))
+    assert sum(waste) / 3 >= 0.5 and fs["compute_waste"].evidence["waste_share"] == pytest.approx(sum(waste) / 3, abs=1e-6)
+    assert all(f.rows for f in fs.values())  # each carries its evidence rows
+    h = run_health_checks(store, run=run)
+    assert h.clean, h.counts  # no fault in the records themselves

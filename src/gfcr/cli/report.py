@@ -62,9 +62,10 @@ def _diagnose(st, run, mcfg, dcfg, tokenizer):  # noqa: ANN001, ANN202 - (metric
     from gfcr.diagnose.detectors import detect
     from gfcr.diagnose.health import run_health_checks
     from gfcr.diagnose.metrics import step_metrics
+    from gfcr.diagnose.report import store_runs
 
-    if run is not None and not st.count(where="run_id = '" + run.replace("'", "''") + "'"):
-        runs = sorted(set(st.scan(columns=["run_id"]).column("run_id").to_pylist()))
+    runs = store_runs(st)
+    if run is not None and run not in runs:
         fail(f"no rollouts for run {run!r} in {st.path}; runs in the store: {runs}")
     metrics = step_metrics(st, run=run, config=mcfg)
     return metrics, detect(metrics, dcfg), run_health_checks(st, run=run, tokenizer=tokenizer)

@@ -1,511 +1,56 @@
 """Pathology metrics per (run, step), computed from a rollout store.
 
-One pass over the store: per-rollout features are computed with numpy from a column subset
-(no token ids, no messages), then aggregated per (run, step) with DuckDB over that Arrow table.
-The result, :func:`step_metrics`, is an Arrow table with one row per (run, step); the columns are
-listed in :data:`METRIC_COLUMNS` and described in ``docs/diagnose.md``.
-
-The keys the metrics read (configurable in :class:`MetricsConfig`):
-
-* ``signals["advantage"]`` — a rollout's advantage; a group counts as *zero-advantage* (its
-  generated tokens are wasted compute) when every member's advantage is ~0. Without this
-  signal a group of two or more rollouts is zero-advantage when its rewards are all equal.
-* ``signals["entropy"]`` — mean token entropy of the generated tokens. The mean negative
-  behaviour log-prob of the generated tokens (``nll_mean``, an unbiased estimate of the entropy
-  of the sampling distribution) is always computed as well.
-* replayed samples — either a row re-used at a later step, stored as a copy with
-  ``signals["replayed"] > 0`` at the step it was trained on, its lag in ``signals["staleness"]``
-  (policy versions behind) or else ``step - meta["generated_at_step"]``; or the original row
-  annotated with ``meta["replayed_at_step"]`` (an int or a list of ints), each such step a
-  replay event with lag ``replayed_at_step - step`` and importance weight from the parallel list
-  ``meta["replay_importance_weight"]`` when present (what the train loop writes). ``signals["importance_weight"]`` is the
-  (mean, truncated) importance weight a replayed row was trained with.
-
-Replayed copies are left out of the generation metrics of the step they are replayed at (reward,
-zero-variance, waste, length, entropy): those describe what the policy generated at that step.
+The computation lives with the store (:mod:`gfcr.store.stepstats`: features, one DuckDB query),
+which keeps its per-step parts with the rows (:mod:`gfcr.store.aggregates`, updated on append);
+this module reads them (:func:`step_metrics`) and splits them per run (:func:`by_run`). The
+columns are listed in :data:`METRIC_COLUMNS` and described in ``docs/diagnose.md``.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
 
-from gfcr.config import StrictModel
-from gfcr.records import EXCLUSION_CATEGORIES
-
-FEATURE_COLUMNS = [
-    "rollout_id", "run_id", "step", "group_id", "prompt_id", "reward", "verified", "finish_reason",
-    "token_role", "logprobs", "signals", "meta", "cost", "verifier",
-]
-
-METRIC_COLUMNS = [
-    "run_id", "step", "n_rollouts", "n_groups", "n_verdicts", "scored_share", "reward_mean", "reward_std", "verified_rate",
-    "zero_var_share", "all_correct_share", "all_wrong_share", "gen_tokens", "wasted_tokens",
-    "waste_share", "len_mean", "len_p95", "len_max", "n_truncated", "trunc_rate", "abort_rate", "tail_time_share", "tail_token_share",
-    "tail_timed", "entropy_mean", "nll_mean", "hack_rate", "adv_disagreement", "low_std_share", "n_kept_groups",
-    "n_dropped_groups", "n_replayed", "replay_share", "staleness_mean",
-    "staleness_max", "iw_mean", "iw_min", "iw_max", "n_audited", "kept_share", "ter_mean",
-    *[f"excl_{c}" for c in EXCLUSION_CATEGORIES],
-]
+from gfcr.store.stepstats import (
+    FEATURE_COLUMNS,
+    METRIC_COLUMNS,
+    MetricsConfig,
+    audit_features,
+    linear_trend,
+    metrics_of,
+    relative_growth,
+    rollout_features,
+    scored_mask,
+    ter_from_mask,
+)
 
 
-class MetricsConfig(StrictModel):
-    """What the metrics read and the few constants they use."""
-
-    advantage_key: str = Field("advantage", description="signals key of a rollout's advantage")
-    entropy_key: str = Field("entropy", description="signals key of a rollout's mean token entropy")
-    replayed_key: str = Field("replayed", description="signals key (> 0) marking a replayed copy")
-    staleness_key: str = Field("staleness", description="signals key: policy versions a replayed row lags behind")
-    iw_key: str = Field("importance_weight", description="signals key: importance weight of a replayed row")
-    eps: float = Field(1e-6, ge=0, description="rewards/advantages closer than this count as equal/zero")
-    pass_reward: float = Field(
-        1.0, description="reward of a passing rollout, used to judge failing rewards only in a run where no rollout passed"
-    )
-    min_group_std: float = Field(
-        0.05, ge=0, description="a mixed-verdict group with reward std in (0, this) counts as a low-std (noise-amplifying) group"
-    )
-    tail_quantile: float = Field(
-        0.9, gt=0, lt=1, description="'most of the batch': the share of a step's rollouts that must have finished before the tail starts"
-    )
-    judge: str | None = Field(None, description="audit judge to read; None = the judge with the most audits")
-
-
-# ---------------------------------------------------------------------------------------------
-# Pure helpers
-# ---------------------------------------------------------------------------------------------
-
-
-def linear_trend(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Least-squares line through ``(x, y)`` (``[N]`` each, NaNs dropped) → ``(slope, intercept)``.
-
-    Example: x = [0, 1, 2], y = [1, 3, 5] → (2.0, 1.0). Fewer than two points → (0.0, y or nan).
-    """
-    x = np.asarray(x, float)
-    y = np.asarray(y, float)
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
-    if len(x) < 2 or np.ptp(x) == 0:
-        return 0.0, float(y.mean()) if len(y) else float("nan")
-    xm, ym = x.mean(), y.mean()
-    slope = float(((x - xm) * (y - ym)).sum() / ((x - xm) ** 2).sum())
-    return slope, float(ym - slope * xm)
-
-
-def relative_growth(x: np.ndarray, y: np.ndarray) -> float:
-    """Growth of the fitted line from the first to the last ``x``, relative to its start value.
-
-    Example: x = [0, 1, 2, 3], y = [100, 120, 140, 160] → (160 - 100) / 100 = 0.6.
-    Returns nan when the fitted start is ≤ 0 or there are fewer than two points.
-    """
-    x = np.asarray(x, float)
-    slope, icpt = linear_trend(x, y)
-    if not np.isfinite(icpt) or len(x) < 2:
-        return float("nan")
-    start = slope * np.nanmin(x) + icpt
-    end = slope * np.nanmax(x) + icpt
-    return float((end - start) / start) if start > 0 else float("nan")
-
-
-def ter_from_mask(mask: np.ndarray, token_role: np.ndarray) -> float:
-    """Target exclusion rate: share of generated tokens (role 1) with supervision mask 0.
-
-    ``mask``, ``token_role`` ``[T]``. Example: role [0,0,1,1,1,1], mask [0,0,1,0,0,1] → 2/4 = 0.5.
-    No generated tokens → nan.
-    """
-    role = np.asarray(token_role) == 1
-    n = int(role.sum())
-    if n == 0 or len(mask) != len(role):
-        return float("nan")
-    return float((np.asarray(mask)[role] == 0).sum() / n)
-
-
-def scored_mask(verified: pa.ChunkedArray | pa.Array, verifier: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """Per row: was its reward scored by something (a verdict, or a verifier record)? ``[N]`` bool.
-
-    A rollout generated with no verifier carries reward 0.0 (the record's default), no verdict and
-    an empty verifier record ``{}``: its reward is no evidence of anything. Every importer and
-    verifier writes a non-empty record (at least its ``name``).
-
-    Example: verified [True, None, None], verifier ['{"name": "x"}', '{}', None] → [True, False, False].
-    """
-    has_verdict = pc.is_valid(verified).to_numpy(zero_copy_only=False)
-    v = pc.fill_null(verifier, "")
-    rec = pc.and_(pc.greater(pc.utf8_length(v), 2),
-                  pc.invert(pc.is_in(v, value_set=pa.array(["null", "{ }"])))).to_numpy(zero_copy_only=False)
-    return np.asarray(has_verdict, bool) | np.asarray(rec, bool)
-
-
-def _json_obj(text: str | None) -> dict[str, Any]:
-    """A JSON object from ``text``; anything else (invalid, not an object) → ``{}``."""
-    try:
-        v = json.loads(text) if text else {}
-    except json.JSONDecodeError:
-        return {}
-    return v if isinstance(v, dict) else {}
-
-
-def _row_index(list_col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Flat values of a list column and, for each value, the index of its row."""
-    arr = list_col.combine_chunks() if isinstance(list_col, pa.ChunkedArray) else list_col
-    offsets = arr.offsets.to_numpy()
-    lengths = np.diff(offsets)
-    values = arr.values.slice(offsets[0], offsets[-1] - offsets[0]).to_numpy(zero_copy_only=False)
-    return values, np.repeat(np.arange(len(arr)), lengths)
-
-
-def _signal(signals: pa.ChunkedArray, key: str) -> np.ndarray:
-    """Per row, the value of ``key`` in a map<string, float64> column (nan when absent)."""
-    arr = signals.combine_chunks()
-    n = len(arr)
-    out = np.full(n, np.nan)
-    if n == 0:
-        return out
-    offsets = arr.offsets.to_numpy()
-    a, b = int(offsets[0]), int(offsets[-1])
-    keys = arr.keys.slice(a, b - a).to_numpy(zero_copy_only=False)
-    items = arr.items.slice(a, b - a).to_numpy(zero_copy_only=False)
-    rows = np.repeat(np.arange(n), np.diff(offsets))
-    hit = np.nonzero(keys == key)[0]
-    out[rows[hit]] = items[hit].astype(float)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Features and metrics
-# ---------------------------------------------------------------------------------------------
-
-
-def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tuple[pa.Table, pa.Table]:
-    """Per-rollout features and replay events from a rollouts table (at least FEATURE_COLUMNS).
-
-    Returns ``(features, replay_events)``: ``features`` has one row per rollout with ``gen_len``,
-    ``nll_mean``, ``entropy``, ``advantage``, ``replayed``, ``lag``, ``iw``; ``replay_events``
-    has ``run_id, step, lag, iw`` for every replayed use (copies and ``replayed_at_step`` annotations).
-    """
-    cfg = config or MetricsConfig()
-    n = table.num_rows
-    role, rrow = _row_index(table.column("token_role"))
-    lp, _ = _row_index(table.column("logprobs"))
-    gen = role.astype(bool)
-    gen_len = np.bincount(rrow[gen], minlength=n).astype(np.int64)
-    cost_gen = pc.struct_field(table.column("cost"), "gen_tokens").to_numpy(zero_copy_only=False)
-    latency = pc.struct_field(table.column("cost"), "latency_s").to_numpy(zero_copy_only=False).astype(float)
-    gen_len = np.where(gen_len == 0, np.nan_to_num(cost_gen.astype(float)).astype(np.int64), gen_len)
-    nll_sum = np.bincount(rrow[gen], weights=-lp[gen].astype(float), minlength=n)
-    n_gen_tok = np.bincount(rrow[gen], minlength=n)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        nll_mean = np.where(n_gen_tok > 0, nll_sum / np.maximum(n_gen_tok, 1), np.nan)
-    sig = table.column("signals")
-    adv = _signal(sig, cfg.advantage_key)
-    ent = _signal(sig, cfg.entropy_key)
-    replayed = np.nan_to_num(_signal(sig, cfg.replayed_key)) > 0
-    lag = _signal(sig, cfg.staleness_key)
-    iw = _signal(sig, cfg.iw_key)
-
-    trained, events = _meta_walk(table, replayed, lag, iw)
-    scored = scored_mask(table.column("verified"), table.column("verifier"))
-    feats = pa.table(
-        {
-            "rollout_id": table.column("rollout_id"),
-            "run_id": table.column("run_id"),
-            "step": table.column("step"),
-            "group_id": table.column("group_id"),
-            "prompt_id": table.column("prompt_id"),
-            "reward": table.column("reward"),
-            "verified": table.column("verified"),
-            "finish_reason": table.column("finish_reason"),
-            "gen_len": pa.array(gen_len, pa.int64()),
-            "nll_mean": pa.array(nll_mean, pa.float64(), mask=np.isnan(nll_mean)),
-            "entropy": pa.array(ent, pa.float64(), mask=np.isnan(ent)),
-            "advantage": pa.array(adv, pa.float64(), mask=np.isnan(adv)),
-            "replayed": pa.array(replayed, pa.bool_()),
-            "lag": pa.array(lag, pa.float64(), mask=np.isnan(lag)),
-            "iw": pa.array(iw, pa.float64(), mask=np.isnan(iw)),
-            "latency": pa.array(latency, pa.float64(), mask=~np.isfinite(latency)),
-            "trained": pa.array(trained, pa.float64(), mask=np.isnan(trained)),
-            "scored": pa.array(scored, pa.bool_()),
-        }
-    )
-    return feats, events
-
-
-def _meta_walk(table: pa.Table, replayed: np.ndarray, lag: np.ndarray, iw: np.ndarray) -> tuple[np.ndarray, pa.Table]:
-    """What the rows' ``meta`` adds: ``trained`` per row (``meta["trained"]``: did group control keep
-    the rollout for the update; nan when not recorded) and the replay events table (``run_id, step,
-    lag, iw``): one per replayed row, one per ``replayed_at_step`` annotation. Fills ``lag`` in place
-    from ``generated_at_step`` where a replayed row has no staleness signal."""
-    n = table.num_rows
-    steps = table.column("step").to_numpy()
-    meta_col = pc.fill_null(table.column("meta"), "")
-    # only rows whose meta names a key read here, or that are replayed copies, reach Python
-    hit = replayed.copy()
-    for key in ('"trained"', "generated_at_step", "replayed_at_step"):
-        hit |= pc.match_substring(meta_col, key).to_numpy(zero_copy_only=False)
-    todo = np.flatnonzero(hit)
-    sub = table.select(["run_id", "meta"]).take(pa.array(todo, pa.int64()))
-    runs_sub = sub.column("run_id").to_pylist()
-    metas_sub = sub.column("meta").to_pylist()
-    trained = np.full(n, np.nan)
-    ev_run: list[str] = []
-    ev_step: list[int] = []
-    ev_lag: list[float] = []
-    ev_iw: list[float] = []
-    runs = dict(zip(todo.tolist(), runs_sub, strict=True))
-    for i, m in zip(todo.tolist(), metas_sub, strict=True):
-        m = m or ""
-        if '"trained"' in m:
-            t = _json_obj(m).get("trained")
-            if isinstance(t, bool):
-                trained[i] = float(t)
-        if "generated_at_step" not in m and "replayed_at_step" not in m:
-            if replayed[i]:
-                ev_run.append(runs[i]), ev_step.append(int(steps[i])), ev_lag.append(lag[i]), ev_iw.append(iw[i])
-            continue
-        meta = _json_obj(m)
-        if replayed[i]:
-            if np.isnan(lag[i]) and isinstance(meta.get("generated_at_step"), int | float):
-                lag[i] = float(steps[i] - meta["generated_at_step"])
-            ev_run.append(runs[i]), ev_step.append(int(steps[i])), ev_lag.append(lag[i]), ev_iw.append(iw[i])
-        at = meta.get("replayed_at_step")
-        if at is None:
-            continue
-        ats = at if isinstance(at, list) else [at]
-        ws = meta.get("replay_importance_weight")
-        ws = ws if isinstance(ws, list) and len(ws) == len(ats) else [ws if not isinstance(ws, list) else None] * len(ats)
-        for t, w in zip(ats, ws, strict=True):
-            if isinstance(t, int | float):
-                ev_run.append(runs[i]), ev_step.append(int(t)), ev_lag.append(float(t - steps[i]))
-                ev_iw.append(float(w) if isinstance(w, int | float) and not isinstance(w, bool) else np.nan)
-    ev_lag_a = np.asarray(ev_lag, float)
-    ev_iw_a = np.asarray(ev_iw, float)
-    return trained, pa.table(
-        {
-            "run_id": pa.array(ev_run, pa.string()),
-            "step": pa.array(ev_step, pa.int64()),
-            "lag": pa.array(ev_lag_a, pa.float64(), mask=np.isnan(ev_lag_a)),
-            "iw": pa.array(ev_iw_a, pa.float64(), mask=np.isnan(ev_iw_a)),
-        }
-    )
-
-
-def _audit_features(store: Any, feats: pa.Table, cfg: MetricsConfig) -> pa.Table | None:
-    """Per audited rollout: run_id, step, status, ter, and excluded-span counts per category."""
-    audits = store.audits(judge=cfg.judge) if cfg.judge else store.audits()
-    if audits.num_rows == 0:
-        return None
-    if cfg.judge is None:
-        vc = pc.value_counts(audits.column("judge")).to_pylist()
-        top = max(vc, key=lambda d: (d["counts"], d["values"]))["values"]
-        audits = audits.filter(pc.equal(audits.column("judge"), top))
-    # one audit per rollout: the latest version of the judge
-    rows = sorted(audits.to_pylist(), key=lambda a: (a["rollout_id"], a["created_at"]))
-    latest = {a["rollout_id"]: a for a in rows}
-    pos = {rid: i for i, rid in enumerate(feats.column("rollout_id").to_pylist())}
-    keep = [a for rid, a in latest.items() if rid in pos]
-    if not keep:
-        return None
-    need_ter = [a["rollout_id"] for a in keep if a["ter"] is None and a["status"] == "kept"]
-    roles = {}
-    if need_ter:
-        t = store.get(need_ter, columns=["rollout_id", "token_role"])
-        roles = dict(zip(t.column("rollout_id").to_pylist(), t.column("token_role").to_pylist(), strict=True))
-    runs = feats.column("run_id").to_pylist()
-    steps = feats.column("step").to_pylist()
-    cols: dict[str, list[Any]] = {"run_id": [], "step": [], "status": [], "ter": []}
-    for c in EXCLUSION_CATEGORIES:
-        cols[f"excl_{c}"] = []
-    for a in keep:
-        i = pos[a["rollout_id"]]
-        ter = a["ter"]
-        if ter is None and a["rollout_id"] in roles:
-            v = ter_from_mask(np.asarray(a["mask"]), np.asarray(roles[a["rollout_id"]]))
-            ter = None if np.isnan(v) else v
-        cols["run_id"].append(runs[i])
-        cols["step"].append(steps[i])
-        cols["status"].append(a["status"])
-        cols["ter"].append(ter if a["status"] == "kept" else None)
-        cats = [s["category"] for s in a["excluded"]]
-        for c in EXCLUSION_CATEGORIES:
-            cols[f"excl_{c}"].append(cats.count(c))
-    return pa.table(cols)
-
-
-def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | None = None) -> pa.Table:
+def step_metrics(store: Any, run: str | None = None, config: MetricsConfig | None = None,
+                 use_aggregates: bool = True) -> pa.Table:
     """One row per (run, step) with the columns of :data:`METRIC_COLUMNS` (see ``docs/diagnose.md``).
 
     Shares are in [0, 1]; a metric that cannot be computed for a step (no verified rollouts, no
-    replayed rows, no audits) is null. One DuckDB query over the per-rollout features (``f``), the
-    replay events (``ev``) and the audit features (``a``); its parts are built by the ``_sql_*``
-    functions below, in the order they run.
+    replayed rows, no audits) is null. Read from the store's per-step aggregates
+    (:mod:`gfcr.store.aggregates`: kept with the store, updated on append, rebuilt from the rows
+    when missing or stale) when ``config`` keeps the defaults they were built with (``pass_reward``
+    and ``judge`` may differ); otherwise (or ``use_aggregates=False``) from one scan of the rows.
+
+    Example: a store of one step, 2 groups of 2 with rewards [1, 1] and [0, 1] → one row with
+    ``n_rollouts`` 4, ``n_groups`` 2, ``zero_var_share`` 0.5.
     """
-    import duckdb
+    from gfcr.store import aggregates
 
     cfg = config or MetricsConfig()
+    if use_aggregates and aggregates.config_ok(cfg):
+        parts = aggregates.load(store)
+        if parts is not None:
+            return aggregates.metrics(store, parts, run, cfg)
     table = store.scan(run=run, columns=FEATURE_COLUMNS)
     feats, events = rollout_features(table, cfg)
-    audit_feats = _audit_features(store, feats, cfg)
-    con = duckdb.connect()
-    try:
-        con.register("f", feats)
-        con.register("ev", events)
-        if audit_feats is not None:
-            con.register("a", audit_feats)
-        q = ("WITH " + ",\n".join([_sql_groups(cfg), _sql_rollouts(cfg), _sql_replay(),
-                                    f"au AS ({_sql_audits(audit_feats is not None)})"])
-             + "\n" + _sql_select())
-        out = con.sql(q).to_arrow_table()
-    finally:
-        con.close()
-    return out.select(METRIC_COLUMNS)
-
-
-def _sql_groups(cfg: MetricsConfig) -> str:
-    """``fresh`` (rows not replayed), ``g``/``gc`` (per group: spread, verdicts, advantages, zero
-    variance, mixed) and ``gs`` (per step: group shares, wasted tokens, kept/dropped groups)."""
-    eps = float(cfg.eps)
-    return f"""
-        fresh AS (SELECT * FROM f WHERE NOT replayed),
-        g AS (
-            SELECT run_id, step, group_id, count(*) AS n, max(reward) - min(reward) AS spread,
-                   stddev_pop(reward) AS sd, count(verified) AS n_ver,
-                   count(*) FILTER (WHERE verified) AS n_pass, count(*) FILTER (WHERE verified = false) AS n_fail,
-                   max(reward) AS rmax, sum(gen_len) AS gen, count(advantage) AS n_adv,
-                   max(abs(advantage)) AS max_abs_adv,
-                   min(advantage) FILTER (WHERE verified) AS pass_adv_min,
-                   max(advantage) FILTER (WHERE verified = false) AS fail_adv_max,
-                   count(trained) AS n_tr, bool_or(trained > 0.5) AS any_trained
-            FROM fresh GROUP BY run_id, step, group_id
-        ),
-        gc AS (
-            SELECT *, (n >= 2 AND spread <= {eps}) AS zero_var,
-                   CASE WHEN n_adv = n THEN max_abs_adv <= {eps} ELSE (n >= 2 AND spread <= {eps}) END AS zero_adv,
-                   (n_pass > 0 AND n_fail > 0) AS mixed
-            FROM g
-        ),
-        gs AS (
-            SELECT run_id, step,
-                   count(*) FILTER (WHERE n >= 2) AS n_groups,
-                   count(*) FILTER (WHERE zero_var) AS n_zero,
-                   count(*) FILTER (WHERE n >= 2 AND ((n_ver = n AND n_fail = 0) OR (n_ver = 0 AND zero_var AND rmax > 0))) AS n_all_correct,
-                   count(*) FILTER (WHERE n >= 2 AND ((n_ver = n AND n_pass = 0) OR (n_ver = 0 AND zero_var AND rmax <= 0))) AS n_all_wrong,
-                   count(*) FILTER (WHERE n >= 2 AND spread > {eps} AND (mixed OR n_ver = 0)) AS n_var,
-                   count(*) FILTER (WHERE n >= 2 AND spread > {eps} AND (mixed OR n_ver = 0)
-                                    AND sd < {float(cfg.min_group_std)}) AS n_low_std,
-                   coalesce(sum(gen) FILTER (WHERE zero_adv), 0) AS wasted,
-                   count(*) FILTER (WHERE n_tr > 0) AS n_tr_groups,
-                   count(*) FILTER (WHERE n_tr > 0 AND any_trained) AS n_kept,
-                   count(*) FILTER (WHERE n_tr > 0 AND NOT any_trained) AS n_dropped
-            FROM gc GROUP BY run_id, step
-        )"""
-
-
-def _sql_rollouts(cfg: MetricsConfig) -> str:
-    """``pass_step``/``pass_run`` (the reward of a verified pass), ``fr`` (fresh rows with their
-    group's facts), ``r`` (per step: rewards, lengths, latencies, truncation, hacking, advantage
-    disagreement) and ``tail`` (tokens past the length quantile)."""
-    eps, q_tail = float(cfg.eps), float(cfg.tail_quantile)
-    return f"""
-        pass_step AS (SELECT run_id, step, median(reward) AS ref FROM fresh WHERE verified GROUP BY run_id, step),
-        pass_run AS (SELECT run_id, median(reward) AS ref FROM fresh WHERE verified GROUP BY run_id),
-        fr AS (
-            SELECT fresh.*, coalesce(ps.ref, pr.ref, {float(cfg.pass_reward)}) AS pass_ref,
-                   gc.mixed, gc.pass_adv_min, gc.fail_adv_max
-            FROM fresh LEFT JOIN pass_step ps USING (run_id, step) LEFT JOIN pass_run pr USING (run_id)
-            LEFT JOIN gc USING (run_id, step, group_id)
-        ),
-        r AS (
-            SELECT run_id, step, count(*) AS n_rollouts, count(verified) AS n_verdicts,
-                   avg(CASE WHEN scored THEN 1.0 ELSE 0.0 END) AS scored_share, avg(reward) AS reward_mean,
-                   stddev_pop(reward) AS reward_std,
-                   avg(CASE WHEN verified THEN 1.0 WHEN NOT verified THEN 0.0 END) AS verified_rate,
-                   sum(gen_len) AS gen_tokens, avg(gen_len) AS len_mean,
-                   quantile_cont(gen_len, 0.95) AS len_p95, max(gen_len) AS len_max,
-                   quantile_cont(gen_len, {q_tail}) AS len_q,
-                   count(latency) AS n_lat, count(DISTINCT latency) AS n_lat_distinct,
-                   max(latency) AS lat_max, quantile_cont(latency, {q_tail}) AS lat_q,
-                   count(*) FILTER (WHERE finish_reason = 'length') AS n_truncated,
-                   avg(CASE WHEN finish_reason = 'length' THEN 1.0 ELSE 0.0 END) AS trunc_rate,
-                   avg(CASE WHEN finish_reason = 'abort' THEN 1.0 ELSE 0.0 END) AS abort_rate,
-                   avg(entropy) AS entropy_mean, avg(nll_mean) AS nll_mean,
-                   CASE WHEN count(verified) > 0 THEN
-                       count(*) FILTER (WHERE verified = false AND reward >= pass_ref - {eps})::DOUBLE
-                       / count(verified) END AS hack_rate,
-                   CASE WHEN count(*) FILTER (WHERE mixed AND advantage IS NOT NULL AND verified IS NOT NULL) > 0 THEN
-                       count(*) FILTER (WHERE mixed AND ((verified = false AND advantage >= pass_adv_min - {eps})
-                                                        OR (verified AND advantage <= fail_adv_max + {eps})))::DOUBLE
-                       / count(*) FILTER (WHERE mixed AND advantage IS NOT NULL AND verified IS NOT NULL) END
-                       AS adv_disagreement
-            FROM fr GROUP BY run_id, step
-        ),
-        tail AS (
-            SELECT fresh.run_id, fresh.step, sum(greatest(fresh.gen_len - r.len_q, 0)) AS tail_tokens
-            FROM fresh JOIN r USING (run_id, step) GROUP BY fresh.run_id, fresh.step
-        )"""
-
-
-def _sql_replay() -> str:
-    """``allsteps`` (every step seen, fresh or replayed), ``rows_at`` and ``e`` (replay events per step)."""
-    return """
-        allsteps AS (SELECT DISTINCT run_id, step FROM f UNION SELECT DISTINCT run_id, step FROM ev),
-        rows_at AS (SELECT run_id, step, count(*) AS n_rows FROM f GROUP BY run_id, step),
-        e AS (
-            SELECT run_id, step, count(*) AS n_replayed, avg(lag) AS staleness_mean, max(lag) AS staleness_max,
-                   avg(iw) AS iw_mean, min(iw) AS iw_min, max(iw) AS iw_max
-            FROM ev GROUP BY run_id, step
-        )"""
-
-
-def _sql_audits(has_audits: bool) -> str:
-    """The audit part: per step, audited rollouts, kept share, mean TER, excluded spans per category
-    (an empty relation of the same columns when the store has no audits)."""
-    if not has_audits:
-        nulls = ", ".join(f"NULL::BIGINT AS excl_{c}" for c in EXCLUSION_CATEGORIES)
-        return ("SELECT NULL::VARCHAR AS run_id, NULL::BIGINT AS step, NULL::BIGINT AS n_audited, "
-                f"NULL::DOUBLE AS kept_share, NULL::DOUBLE AS ter_mean, {nulls} WHERE false")
-    sums = ", ".join(f"sum(excl_{c})::BIGINT AS excl_{c}" for c in EXCLUSION_CATEGORIES)
-    return f"""SELECT run_id, step, count(*)::BIGINT AS n_audited,
-                avg(CASE WHEN status = 'kept' THEN 1.0 ELSE 0.0 END) AS kept_share,
-                avg(ter) AS ter_mean, {sums} FROM a GROUP BY run_id, step"""
-
-
-def _sql_select() -> str:
-    """The final select: one row per step of ``allsteps``, the columns of :data:`METRIC_COLUMNS`."""
-    # per-sample finish times, not one latency per batch: at least 3 and at least half of them distinct
-    timed = "(r.n_lat = r.n_rollouts AND r.n_lat_distinct >= greatest(3, r.n_rollouts / 2) AND r.lat_max > 0)"
-    return f"""
-        SELECT s.run_id, s.step, coalesce(r.n_rollouts, 0)::BIGINT AS n_rollouts,
-               coalesce(gs.n_groups, 0)::BIGINT AS n_groups, coalesce(r.n_verdicts, 0)::BIGINT AS n_verdicts,
-               r.scored_share, r.reward_mean, r.reward_std, r.verified_rate,
-               gs.n_zero::DOUBLE / nullif(gs.n_groups, 0) AS zero_var_share,
-               gs.n_all_correct::DOUBLE / nullif(gs.n_groups, 0) AS all_correct_share,
-               gs.n_all_wrong::DOUBLE / nullif(gs.n_groups, 0) AS all_wrong_share,
-               coalesce(r.gen_tokens, 0)::BIGINT AS gen_tokens, coalesce(gs.wasted, 0)::BIGINT AS wasted_tokens,
-               gs.wasted::DOUBLE / nullif(r.gen_tokens, 0) AS waste_share,
-               r.len_mean, r.len_p95, r.len_max::DOUBLE AS len_max, coalesce(r.n_truncated, 0)::BIGINT AS n_truncated,
-               r.trunc_rate, r.abort_rate,
-               CASE WHEN {timed} THEN (r.lat_max - r.lat_q) / r.lat_max
-                    WHEN r.len_max > 0 THEN (r.len_max - r.len_q) / r.len_max END AS tail_time_share,
-               tail.tail_tokens::DOUBLE / nullif(r.gen_tokens, 0) AS tail_token_share,
-               CASE WHEN r.n_rollouts IS NULL THEN NULL WHEN {timed} THEN 1.0 ELSE 0.0 END AS tail_timed,
-               r.entropy_mean, r.nll_mean, r.hack_rate, r.adv_disagreement,
-               gs.n_low_std::DOUBLE / nullif(gs.n_var, 0) AS low_std_share,
-               CASE WHEN gs.n_tr_groups > 0 THEN gs.n_kept END::BIGINT AS n_kept_groups,
-               CASE WHEN gs.n_tr_groups > 0 THEN gs.n_dropped END::BIGINT AS n_dropped_groups,
-               coalesce(e.n_replayed, 0)::BIGINT AS n_replayed,
-               coalesce(e.n_replayed, 0)::DOUBLE / nullif(greatest(ra.n_rows, coalesce(e.n_replayed, 0)), 0) AS replay_share,
-               e.staleness_mean, e.staleness_max, e.iw_mean, e.iw_min, e.iw_max,
-               coalesce(au.n_audited, 0)::BIGINT AS n_audited, au.kept_share, au.ter_mean,
-               {", ".join(f"au.excl_{c}" for c in EXCLUSION_CATEGORIES)}
-        FROM allsteps s
-        LEFT JOIN r USING (run_id, step) LEFT JOIN gs USING (run_id, step) LEFT JOIN tail USING (run_id, step)
-        LEFT JOIN e USING (run_id, step) LEFT JOIN au USING (run_id, step)
-        LEFT JOIN rows_at ra USING (run_id, step)
-        ORDER BY s.run_id, s.step"""
+    return metrics_of(feats, events, audit_features(store, run, cfg), cfg)
 
 
 def by_run(metrics: pa.Table) -> dict[str, dict[str, np.ndarray]]:
@@ -522,3 +67,7 @@ def by_run(metrics: pa.Table) -> dict[str, dict[str, np.ndarray]]:
             d[name] = np.asarray([np.nan if v is None else v for v in col.to_pylist()], dtype=float)
         out[run] = d
     return out
+
+
+__all__ = ["FEATURE_COLUMNS", "METRIC_COLUMNS", "MetricsConfig", "audit_features", "by_run", "linear_trend",
+           "metrics_of", "relative_growth", "rollout_features", "scored_mask", "step_metrics", "ter_from_mask"]

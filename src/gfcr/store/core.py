@@ -32,12 +32,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import random
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -59,8 +57,9 @@ from gfcr.records import (
     table_to_rollouts,
     utcnow,
 )
-from gfcr.store import integrity
+from gfcr.store import aggregates, integrity
 from gfcr.store.integrity import MANIFEST, StoreError  # noqa: F401 - re-exported
+from gfcr.store.integrity import retry_commit as _retry
 from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, sample_rows, take_ids
 from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
 
@@ -77,7 +76,6 @@ TABLES: dict[str, pa.Schema] = {
     "audits": AUDIT_SCHEMA,
     "state": STATE_SCHEMA,
 }
-T = TypeVar("T")
 #: after a write, this many adjacent fragments of one size tier are merged into one (0 = never)
 AUTO_COMPACT = 8
 
@@ -102,23 +100,6 @@ def _in_list(col: str, values: Iterable[Any]) -> str:
     if not vals:
         return "false"
     return f"{col} IN ({', '.join(_quote(v) for v in vals)})"
-
-
-def _is_conflict(e: BaseException) -> bool:
-    msg = str(e).lower()
-    return "conflict" in msg or "retryable" in msg or ("commit" in msg and "retry" in msg)
-
-
-def _retry(fn: Callable[[], T], attempts: int = 20) -> T:
-    """Run ``fn``, retrying Lance commit conflicts with jittered backoff."""
-    for i in range(attempts):
-        try:
-            return fn()
-        except (OSError, RuntimeError, ValueError) as e:
-            if not _is_conflict(e) or i == attempts - 1:
-                raise
-            time.sleep(min(0.5, 0.01 * 2**i) * (0.5 + random.random()))
-    raise AssertionError("unreachable")
 
 
 class RolloutStore:
@@ -183,6 +164,7 @@ class RolloutStore:
                     lance.write_dataset(pa.Table.from_batches([], schema=schema), uri, mode="create")
                 ds = lance.dataset(uri)
                 committed[name] = {"version": ds.version, "rows": ds.count_rows()}
+            aggregates.write(p, aggregates.empty(), committed["rollouts"]["version"])
             integrity.write_manifest(p, {**integrity.new_manifest(list(TABLES)), "committed": committed})
 
     # --- low level ------------------------------------------------------------------------------
@@ -216,7 +198,12 @@ class RolloutStore:
         self._upkeep(name, ds)
         return ds
 
-    def _merge(self, name: str, table: pa.Table, on: str | list[str], insert: bool = True) -> None:
+    def _merge(self, name: str, table: pa.Table, on: str | list[str], insert: bool = True,
+               steps: set[tuple[str, int]] | None = None) -> None:
+        """Merge ``table`` into table ``name`` (one commit); ``steps``: the (run, step)s of rollouts
+        it rewrites, whose per-step aggregates are recomputed (:func:`gfcr.store.aggregates.committed`)."""
+        pre = lance.dataset(self._uri(name)).version
+
         def go() -> None:
             b = lance.dataset(self._uri(name)).merge_insert(on).when_matched_update_all()
             if insert:
@@ -225,6 +212,8 @@ class RolloutStore:
 
         _retry(go)
         ds = lance.dataset(self._uri(name))
+        if name == "rollouts":
+            aggregates.committed(self.path, pre, ds, keys=steps or set())
         self._record(name, ds)
         self._upkeep(name, ds)
 
@@ -239,7 +228,9 @@ class RolloutStore:
                 frags, rows = fragment_set(ds), ds.count_rows()
                 done = compact_small(ds, self.auto_compact)
                 if done:
-                    idx.compacted(frags, rows, lance.dataset(self._uri(name)))
+                    after = lance.dataset(self._uri(name))
+                    idx.compacted(frags, rows, after)
+                    aggregates.committed(self.path, ds.version, after)  # the same rows: re-tagged
         else:
             done = compact_small(ds, self.auto_compact)
         if done:
@@ -297,8 +288,10 @@ class RolloutStore:
                 )
             self._allow_nulls(table)
             uri = self._uri("rollouts")
+            pre = lance.dataset(uri).version
             after = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
             idx.committed(before, after, hashes)
+            aggregates.committed(self.path, pre, after, batch=table)
         self._record("rollouts", after)
         self._upkeep("rollouts", after)
         return table.num_rows
@@ -309,7 +302,9 @@ class RolloutStore:
         ds = self.dataset("rollouts")
         for f in ROLLOUT_SCHEMA:
             if f.nullable and table.column(f.name).null_count and not ds.schema.field(f.name).nullable:
+                pre = lance.dataset(self._uri("rollouts")).version
                 _retry(lambda f=f: lance.dataset(self._uri("rollouts")).alter_columns({"path": f.name, "nullable": True}))
+                aggregates.committed(self.path, pre, lance.dataset(self._uri("rollouts")))
                 self._record("rollouts")
 
     def update(self, records: Iterable[Rollout] | pa.Table) -> int:
@@ -325,7 +320,10 @@ class RolloutStore:
         missing = set(ids) - self.existing_ids(ids)
         if missing:
             raise StoreError(f"{len(missing)} rollout_id(s) not in the store (e.g. {sorted(missing)[0]!r}); use append")
-        self._merge("rollouts", table, "rollout_id", insert=False)
+        old = self.get(ids, columns=["run_id", "step"])
+        steps = set(zip(old.column("run_id").to_pylist(), old.column("step").to_pylist(), strict=True))
+        steps |= set(zip(table.column("run_id").to_pylist(), table.column("step").to_pylist(), strict=True))
+        self._merge("rollouts", table, "rollout_id", insert=False, steps=steps)
         return table.num_rows
 
     @staticmethod
@@ -567,15 +565,19 @@ class RolloutStore:
             if idx is not None:
                 with idx.lock:
                     idx.catch_up(ds)
-                    frags, rows = fragment_set(ds), ds.count_rows()
+                    frags, rows, pre = fragment_set(ds), ds.count_rows(), ds.version
                     metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
-                    idx.compacted(frags, rows, lance.dataset(self._uri(name)))
+                    after = lance.dataset(self._uri(name))
+                    idx.compacted(frags, rows, after)
+                    aggregates.committed(self.path, pre, after)
             else:
                 metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
             self._record(name)
             out[name] = {"fragments_before": before, "fragments_after": len(lance.dataset(self._uri(name)).get_fragments()),
                          "fragments_removed": getattr(metrics, "fragments_removed", None), "index": None}
+        pre = lance.dataset(self._uri("rollouts")).version
         if _retry(lambda: build_id_index(self._uri("rollouts"))):
+            aggregates.committed(self.path, pre, lance.dataset(self._uri("rollouts")))
             self._record("rollouts")
             out["rollouts"]["index"] = "rollout_id (BTREE)"
         return out

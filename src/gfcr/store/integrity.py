@@ -36,14 +36,16 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import random
 import re
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import lance
 import pyarrow as pa
@@ -90,6 +92,26 @@ def lance_reason(e: BaseException) -> str:
     s = re.sub(r",? /\S+\.rs:\d+:\d+", "", s)
     s = re.sub(r"\b(?:External error: |LanceError\(\w+\): |Invalid user input: )", "", s)
     return s.strip() or type(e).__name__
+
+
+_T = TypeVar("_T")
+
+
+def _is_conflict(e: BaseException) -> bool:
+    msg = str(e).lower()
+    return "conflict" in msg or "retryable" in msg or ("commit" in msg and "retry" in msg)
+
+
+def retry_commit(fn: Callable[[], _T], attempts: int = 20) -> _T:
+    """Run ``fn``, retrying Lance commit conflicts with jittered backoff."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except (OSError, RuntimeError, ValueError) as e:
+            if not _is_conflict(e) or i == attempts - 1:
+                raise
+            time.sleep(min(0.5, 0.01 * 2**i) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
 
 
 # --- the manifest ----------------------------------------------------------------------------------

@@ -1,0 +1,252 @@
+"""Per-step aggregates kept with the store (:mod:`gfcr.store.aggregates`): after every kind of
+write they equal a from-scratch recompute over the rows, a failed write leaves them as they were or
+stale (never wrong), and a store without them is rebuilt."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import lance
+import numpy as np
+import pytest
+from diag_helpers import PATHOLOGIES, audit, group, rollout, simulate_run
+from typer.testing import CliRunner
+
+from gfcr.cli import app
+from gfcr.diagnose.health import run_health_checks
+from gfcr.diagnose.metrics import MetricsConfig, step_metrics
+from gfcr.records import Message
+from gfcr.store import RolloutStore, aggregates
+
+
+def _same(a, b, rel: float = 1e-9) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) or isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=rel, abs=1e-12)
+    return a == b
+
+
+def assert_fresh_and_exact(store: RolloutStore, run: str | None = None) -> None:
+    """The aggregates are fresh, and what they give equals a scan of the rows."""
+    assert aggregates.state(store)[0] == "fresh", aggregates.state(store)
+    got = step_metrics(store, run=run).to_pylist()
+    want = step_metrics(store, run=run, use_aggregates=False).to_pylist()
+    assert [(r["run_id"], r["step"]) for r in got] == [(r["run_id"], r["step"]) for r in want]
+    for g, w in zip(got, want, strict=True):
+        bad = {k: (g[k], w[k]) for k in w if not _same(g[k], w[k])}
+        assert not bad, (w["run_id"], w["step"], bad)
+    hg = run_health_checks(store, run=run, decode=False)
+    hw = run_health_checks(store, run=run, decode=False, use_aggregates=False)
+    assert hg.counts == hw.counts and hg.checked == hw.checked and hg.skipped == hw.skipped
+    key = lambda i: (i.check, i.rollout_id, i.message)  # noqa: E731
+    assert sorted(map(key, hg.issues)) == sorted(map(key, hw.issues))
+    # and the file itself equals a recompute from the rows
+    kept = aggregates.load(store)
+    fresh = aggregates.compute(store.dataset("rollouts"))
+    assert kept.select(["run_id", "step", "n_rows", "n_pass"]).to_pylist() == \
+        fresh.select(["run_id", "step", "n_rows", "n_pass"]).to_pylist()
+
+
+def _runaway(run: str, step: int, i: int):
+    r = rollout(run, step, f"loop{i}", 0.0, gen_len=80, verified=False, finish="length", sample_index=i)
+    r.token_ids = np.r_[np.arange(4), np.tile(np.arange(16), 5)].astype(np.int32)
+    return r
+
+
+def _batches() -> list[list]:
+    """Appends of a varied store: pathologies, replay copies and annotations, a step split over two
+    appends and appended out of order, a step nobody passed (hack judged on the run's median),
+    continuous rewards, health faults (runaway, empty turn)."""
+    b1 = [r for kind in PATHOLOGIES for r in simulate_run(kind) if r.step < 3]
+    b2 = [r for kind in PATHOLOGIES for r in simulate_run(kind) if r.step >= 3]
+    b3 = group("mix", 2, "a", [1.0, 0.4, 0.7], [False, False, False])  # nobody passed at step 2
+    b3 += group("mix", 2, "b", [0.8, 0.3], [False, False]) + [_runaway("mix", 2, 0)]
+    b4 = group("mix", 0, "a", [1.0, 0.6, 0.0, 0.95], [True, False, False, True])
+    b4 += [rollout("mix", 0, "y", 1.0, verified=True, meta={"replayed_at_step": [2, 5], "replay_importance_weight": [2.0, 0.5]})]
+    b5 = group("mix", 2, "c", [0.85, 0.1], [False, False])  # more rows at step 2: recomputed from the store
+    empty = rollout("mix", 1, "e", 0.0, verified=False)
+    empty.messages = [Message("user", "q"), Message("assistant", "")]
+    b5 += [empty, _runaway("mix", 1, 1)]
+    return [b1, b2, b3, b4, b5]
+
+
+def test_aggregates_equal_a_recompute_after_every_append(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True, auto_compact=2)  # compacts as it goes
+    assert aggregates.state(store)[0] == "fresh"  # a new store starts with its (empty) aggregates
+    assert step_metrics(store).num_rows == 0
+    for b in _batches():
+        store.append(b)
+        assert_fresh_and_exact(store)
+    assert store.compactions, "the appends were meant to trigger automatic compaction"
+    assert_fresh_and_exact(store, run="mix")
+    m = {r["step"]: r for r in step_metrics(store, run="mix").to_pylist()}
+    assert m[5]["n_rollouts"] == 0 and m[5]["n_replayed"] == 1  # a step holding only a replay event
+    # nobody passed at step 2: its 1.0 failure is judged against the run's passing median (1.0)
+    assert m[2]["n_verdicts"] == 8 and m[2]["hack_rate"] == pytest.approx(1 / 8)
+
+
+def test_update_audits_compact_and_checkout(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    rs = group("r", 0, "a", [1.0, 0.0], [True, False]) + group("r", 1, "a", [1.0, 1.0], [True, True])
+    store.append(rs)
+    v = store.version
+    rs[0].meta = {"replayed_at_step": 1, "replay_importance_weight": 0.8}  # what the train loop writes
+    rs[1].reward = 0.5
+    store.update([rs[0], rs[1]])
+    assert_fresh_and_exact(store)
+    store.upsert_audits([audit(rs[0], [(0, 2, "other")], ter=0.5)])
+    assert_fresh_and_exact(store)
+    assert step_metrics(store).to_pylist()[0]["n_audited"] == 1
+    store.compact()
+    assert_fresh_and_exact(store)
+    old = store.checkout(v)  # an earlier version: computed from its rows, in memory
+    got = step_metrics(old).to_pylist()
+    assert [r["reward_mean"] for r in got] == [0.5, 1.0]
+
+
+def test_after_an_import(tmp_path):
+    from gfcr.store.importers import import_rollouts
+
+    fix = Path(__file__).resolve().parents[1] / "contracts" / "fixtures"
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    import_rollouts(store, "verl", [str(fix / "verl")], run_id="verl")
+    import_rollouts(store, "slime", [str(fix / "slime")], run_id="slime", reward_key="score")
+    assert_fresh_and_exact(store)
+
+
+def test_a_failed_append_leaves_both_as_they_were(tmp_path, monkeypatch):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    store.append(simulate_run("healthy"))
+    before = (store.version, aggregates.read_tag(store.path), aggregates.load(store).to_pylist())
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(lance, "write_dataset", full_disk)
+    with pytest.raises(OSError):
+        store.append(simulate_run("truncation"))
+    monkeypatch.undo()
+    assert (store.version, aggregates.read_tag(store.path), aggregates.load(store).to_pylist()) == before
+    assert_fresh_and_exact(store)
+
+
+def test_a_commit_whose_aggregates_were_not_written_is_stale_and_rebuilt(tmp_path, monkeypatch):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    store.append(simulate_run("healthy"))
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(aggregates, "write", fail)
+    with pytest.warns(RuntimeWarning, match="aggregates were not updated"):
+        store.append(simulate_run("truncation"))  # the rows commit; the aggregates cannot follow
+    monkeypatch.undo()
+    state, detail = aggregates.state(store)
+    assert state == "stale" and "rebuilt" in detail
+    r = CliRunner().invoke(app, ["store", "check", str(store.path)])
+    assert r.exit_code == 0 and "aggregates: stale" in r.output, r.output
+    m = step_metrics(store)  # never the old numbers: rebuilt from the rows (and written back)
+    assert "truncation" in set(m.column("run_id").to_pylist())
+    assert_fresh_and_exact(store)
+
+
+def test_another_writers_commit_in_between_makes_them_stale_not_wrong(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    store.append(simulate_run("healthy"))
+    # a writer that does not keep the aggregates (an older gfcr) appends behind this one's back
+    from gfcr.records import rollouts_to_table
+
+    lance.write_dataset(rollouts_to_table(simulate_run("zero_reward")), str(store.path / "rollouts.lance"), mode="append")
+    store.append(simulate_run("truncation"))  # this commit follows the other one: not applied incrementally
+    assert aggregates.state(store)[0] == "stale"
+    assert set(step_metrics(store).column("run_id").to_pylist()) == {"healthy", "zero_reward", "truncation"}
+    assert_fresh_and_exact(store)
+
+
+def test_a_store_from_before_the_aggregates_is_rebuilt(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    store.append(simulate_run("healthy"))
+    (store.path / aggregates.FILE).unlink()  # the layout of a store written before this file existed
+    assert aggregates.state(store)[0] == "missing"
+    r = CliRunner().invoke(app, ["store", "check", str(store.path)])
+    assert r.exit_code == 0 and "aggregates: missing" in r.output, r.output
+    step_metrics(store)  # the first read rebuilds and writes it
+    assert_fresh_and_exact(store)
+    store.append(simulate_run("truncation"))  # and from then on it is kept on append
+    assert_fresh_and_exact(store)
+
+
+def test_a_damaged_aggregates_file_is_rebuilt(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    store.append(simulate_run("healthy"))
+    (store.path / aggregates.FILE).write_bytes(b"not parquet")
+    assert aggregates.state(store)[0] == "missing"
+    step_metrics(store)
+    assert_fresh_and_exact(store)
+
+
+def test_other_metrics_configs_scan_the_rows(tmp_path):
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    store.append(simulate_run("healthy"))
+    assert aggregates.config_ok(MetricsConfig(pass_reward=0.5)) and not aggregates.config_ok(MetricsConfig(eps=0.1))
+    a = step_metrics(store, config=MetricsConfig(tail_quantile=0.5)).to_pylist()
+    b = step_metrics(store, config=MetricsConfig(tail_quantile=0.5), use_aggregates=False).to_pylist()
+    assert a == b
+
+
+def test_median_of_value_counts_hand_worked():
+    assert aggregates._median([{"r": 0.5, "n": 1}, {"r": 1.0, "n": 3}]) == 1.0
+    assert aggregates._median([{"r": 0.5, "n": 2}, {"r": 1.0, "n": 2}]) == 0.75
+    assert aggregates._median([{"r": 0.2, "n": 1}]) == 0.2
+    assert aggregates._median([]) is None
+
+
+
+def test_the_stores_ngram_count_is_the_early_exits():
+    from gfcr.control.groups import tail_ngram_count as control_count
+    from gfcr.store.checks import tail_ngram_count
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        t = rng.integers(0, 3, int(rng.integers(0, 40)))
+        n = int(rng.integers(1, 6))
+        assert tail_ngram_count(t, n) == control_count(t, n)
+
+
+def test_report_buckets_and_viewer_summary_from_the_aggregates(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from gfcr.diagnose import report
+    from gfcr.diagnose.viewer import create_app
+
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    for b in _batches():
+        store.append(b)
+    store.upsert_audits([audit(r, [(0, 2, "other")], ter=0.1 * (i + 1)) for i, r in enumerate(_batches()[2][:3])])
+    for run in (None, "mix", "healthy"):
+        for n in (1, 3, 10):
+            assert report._buckets(store, run, n) == report._pick(store, run, n), (run, n)
+    assert report.store_runs(store) == sorted(set(store.scan(columns=["run_id"]).column("run_id").to_pylist()))
+    got = TestClient(create_app(store.path)).get("/api/summary").json()
+    runs = store.sql("SELECT run_id, min(step) AS step_min, max(step) AS step_max, count(*) AS rollouts "
+                     "FROM rollouts GROUP BY run_id ORDER BY run_id").to_pylist()
+    assert got["runs"] == runs
+    assert got["tasks"] == store.sql("SELECT DISTINCT task FROM rollouts ORDER BY task").column("task").to_pylist()
+
+
+def test_the_stores_model_from_the_aggregates(tmp_path):
+    from gfcr.diagnose.viewer import store_model
+
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    rs = group("r", 0, "a", [1.0, 0.0, 1.0], [True, False, True])
+    for r, m in zip(rs, ["m-b", "m-a", "m-b"], strict=True):
+        r.sampling = {"model": m, "temperature": 1.0}
+    store.append(rs)
+    more = group("r", 1, "a", [1.0, 0.0], [True, False])
+    for r in more:
+        r.sampling = {"model": "m-a"}
+    store.append(more)
+    assert store_model(store) == "m-a"  # 3 rows of m-a (over two steps) against 2 of m-b
+    assert (store.path / aggregates.FILE).exists() and aggregates.state(store)[0] == "fresh"
