@@ -469,7 +469,6 @@ class RolloutStore:
 
     def put_state(self, key: str, value: dict[str, Any]) -> None:
         self.put_states({key: value})
-
     def put_states(self, values: dict[str, dict[str, Any]]) -> None:
         """Set several state keys in one commit."""
         self._writable()
