@@ -315,7 +315,9 @@ def step_record(step: int, row: dict[str, Any], wall: float, cpu: float) -> dict
             "zero_variance_tokens": int(row["zero_variance_tokens"]), "gen_tokens": int(row["gen_tokens"]),
             "n_live": int(row.get("n_live", 0)), "n_seqs": int(row.get("n_seqs", 0)),
             "reward_mean": float(row.get("reward_mean", 0.0)), "wall_s": wall, "cpu_s": cpu,
-            "load_1m": os.getloadavg()[0], "time": datetime.now(UTC).isoformat()}
+            "load_1m": os.getloadavg()[0], "time": datetime.now(UTC).isoformat(),
+            "stage_s": {k.removeprefix("seconds/"): float(v) for k, v in row.items()
+                        if k.startswith("seconds/") and k != "seconds/step"}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,7 +348,11 @@ def summarize(state: Path, arms: list[str]) -> dict[str, Any]:
                "tokens_per_effective_sample": float(gen.sum() / live.sum()) if live.sum() else None,
                "wall_s": float(col(a, "wall_s").sum()), "cpu_s": float(col(a, "cpu_s").sum()),
                "eval_wall_s": float(sum(e["wall_s"] for e in evals[a].values())),
-               "greedy_pass@1": {str(p): evals[a][p]["greedy_pass@1"] for p in points}}
+               "greedy_pass@1": {str(p): evals[a][p]["greedy_pass@1"] for p in points},
+               "step_wall_s_median": float(np.median(col(a, "wall_s"))) if steps else None,
+               "step_cpu_s_median": float(np.median(col(a, "cpu_s"))) if steps else None,
+               "stage_s_median": {k: float(np.median([rows[a][s]["stage_s"][k] for s in steps if k in rows[a][s].get("stage_s", {})]))
+                                  for k in sorted({k for s in steps for k in rows[a][s].get("stage_s", {})})}}
         if a != base and steps:
             dz = col(a, "zero_variance_share") - col(base, "zero_variance_share")
             arm["zero_var_share_diff_by_step"] = bootstrap_mean(dz)
@@ -386,6 +392,11 @@ def markdown(s: dict[str, Any]) -> str:
                      f"{'—' if tpe is None else f'{tpe:.1f}'} | {_ci(a.get('zero_var_share_diff_by_step'), pct=True)} | "
                      f"{'—' if st is None else f'{st[0]}/{st[1]}, p = {st[2]:.2g}'} | "
                      f"{_ci(a.get('tokens_per_effective_ratio'))} | {a['wall_s']:.0f} | {a['cpu_s']:.0f} |")
+    for name, a in s["arms"].items():
+        if a.get("step_wall_s_median") is not None:
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in a.get("stage_s_median", {}).items() if v >= 0.5)
+            lines.append(f"\n{name}: median step {a['step_wall_s_median']:.0f} s wall, {a['step_cpu_s_median']:.0f} s CPU"
+                         + (f" (stages, median s: {stages})" if stages else ""))
     base = s["baseline"]
     pts = list(s["arms"][base]["greedy_pass@1"]) if s["arms"] else []
     if pts:

@@ -26,7 +26,7 @@ def test_sign_test_and_paired_bootstrap():
 
 
 def _strip(rows):
-    drop = {"wall_s", "cpu_s", "load_1m", "time"}
+    drop = {"wall_s", "cpu_s", "load_1m", "time", "stage_s"}
     return [{k: v for k, v in r.items() if k not in drop} for r in rows]
 
 
