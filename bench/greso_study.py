@@ -262,23 +262,24 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     deadline = until_ts(args.until)
     start = min(t.start_step for t in runs.values())
     print(f"study {state}: arms {list(runs)}, resuming at steps {[t.start_step for t in runs.values()]}", flush=True)
-    done_rounds, last_step, round_wall = 0, {a: t.start_step - 1 for a, t in runs.items()}, []
+    done_rounds, last_step, round_wall, eval_wall = 0, {a: t.start_step - 1 for a, t in runs.items()}, [], []
     clean = False
     try:
         for step in range(start, args.steps):
             if stop.asked or (args.max_rounds is not None and done_rounds >= args.max_rounds):
                 break
-            est = (np.median(round_wall) if round_wall else 0.0) * (2 if step % args.eval_every == 0 else 1)
+            est = round_estimate(round_wall, eval_wall, step % args.eval_every == 0)
             if deadline is not None and time.time() + est > deadline:
                 print(f"--until {args.until}: stopping before step {step}", flush=True)
                 break
-            r0 = time.perf_counter()
+            r0, ev_s = time.perf_counter(), 0.0
             for arm, t in runs.items():
                 if step < t.start_step:
                     continue
                 d = t.run_dir
                 if step % args.eval_every == 0 and not any(e["after_steps"] == step for e in read_jsonl(d / "evals.jsonl")):
                     ev = evaluate_arm(t, step)
+                    ev_s += ev["wall_s"]
                     append_jsonl(d / "evals.jsonl", ev)
                     print(f"eval after {step} steps {arm}: greedy pass@1 {ev['greedy_pass@1']:.3f} ({ev['wall_s']:.0f}s)",
                           flush=True)
@@ -288,7 +289,9 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
                 last_step[arm] = step
                 print(f"step {step} {arm}: {time.perf_counter() - w0:.1f}s zero-var {row['zero_variance_share']:.2f} "
                       f"tokens {int(row['gen_tokens'])} live {int(row.get('n_live', 0))}", flush=True)
-            round_wall.append(time.perf_counter() - r0)
+            round_wall.append(time.perf_counter() - r0 - ev_s)  # the steps alone
+            if ev_s:
+                eval_wall.append(ev_s)
             done_rounds += 1
         else:  # all steps done: the final evaluation
             for t in runs.values():
@@ -306,6 +309,20 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     (state / "summary.json").write_text(json.dumps(summary, indent=2))
     print(markdown(summary))
     return summary
+
+
+def round_estimate(step_walls: list[float], eval_walls: list[float], evaluates: bool) -> float:
+    """Seconds the next round (one step of every arm) should take: the median of the rounds' step time
+    so far, plus the median evaluation time when the round starts with an evaluation (0 before any
+    measurement: the first round always runs).
+
+    >>> round_estimate([300.0, 400.0, 350.0], [900.0], True)
+    1250.0
+    >>> round_estimate([300.0], [], True)
+    300.0
+    """
+    est = float(np.median(step_walls)) if step_walls else 0.0
+    return est + (float(np.median(eval_walls)) if evaluates and eval_walls else 0.0)
 
 
 def step_record(step: int, row: dict[str, Any], wall: float, cpu: float) -> dict[str, Any]:

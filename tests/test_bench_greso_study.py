@@ -23,6 +23,10 @@ def test_sign_test_and_paired_bootstrap():
     # tokens per effective sample: arm 100/4 = 25 vs baseline 100/2 = 50 -> ratio 0.5
     r = gs.ratio_ci(np.array([50.0, 50.0]), np.array([2.0, 2.0]), np.array([50.0, 50.0]), np.array([1.0, 1.0]))
     assert r == (0.5, 0.5, 0.5)
+    # --until: a round that evaluates is estimated with the evaluation's time (the first study stopped
+    # at step 1 when the step-0 round, evaluations included, was taken as the time of every round)
+    assert gs.round_estimate([300.0, 400.0, 350.0], [900.0], False) == 350.0
+    assert gs.round_estimate([300.0, 400.0, 350.0], [900.0], True) == 1250.0
 
 
 def _strip(rows):
