@@ -163,6 +163,61 @@ def test_load_weights_then_logprobs_follow_the_new_weights_with_no_stale_prefix_
     assert [r.token_ids.tolist() for r in back] == [r.token_ids.tolist() for r in before]
 
 
+def _embedding_only_change(model, scale=0.05):
+    """A copy of ``model`` whose input embedding (tied to the LM head) alone is perturbed."""
+    import copy
+
+    new = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        emb = new.get_input_embeddings().weight
+        emb.add_(torch.randn(emb.shape, generator=g) * scale)
+    assert new.config.tie_word_embeddings and new.lm_head.weight.data_ptr() == emb.data_ptr()
+    return new
+
+
+def _follows(results, new, old, T=1.0):
+    """Max |log-prob - teacher-forced new| over the samples, and how far new and old weights differ on them."""
+    from gfcr.generate.engines.hf import teacher_forced_logprobs
+
+    err = moved = 0.0
+    for r in results:
+        full = np.concatenate([r.prompt_ids, r.token_ids])
+        ref_new = teacher_forced_logprobs(new, full, len(r.prompt_ids), T)
+        ref_old = teacher_forced_logprobs(old, full, len(r.prompt_ids), T)
+        err = max(err, float(np.max(np.abs(r.logprobs - ref_new))))
+        moved = max(moved, float(np.max(np.abs(ref_new - ref_old))))
+    return err, moved
+
+
+@pytest.mark.parametrize("with_lm_head_key", [True, False], ids=["hf-state-dict", "safetensors-form"])
+def test_load_weights_that_change_only_the_tied_embedding(engines, with_lm_head_key):
+    """SmolLM2 ties its LM head to the input embedding. A state dict changing only the embedding must
+    change the output head too: vLLM's CPU backend packs the head's weight into its own GEMM tensor at
+    load, so a reload that does not reload ``lm_head`` keeps sampling with the OLD head. The HF
+    ``state_dict()`` names ``lm_head.weight``; a safetensors file of a tied model stores it once
+    (``safetensors-form``, as ``save_pretrained`` writes it)."""
+    from gfcr.generate.engines import GenRequest, SamplingParams
+
+    veng, heng = engines
+    old_sd = {k: v.detach().clone() for k, v in heng.model.state_dict().items()}
+    new = _embedding_only_change(heng.model)
+    sd = new.state_dict()
+    if not with_lm_head_key:
+        sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
+    p = SamplingParams(n=2, temperature=1.0, max_tokens=16, seed=3)
+    reqs = [GenRequest(prompt_ids=heng.encode_messages(_msgs(q)), params=p) for q in QUESTIONS[:3]]
+    try:
+        veng.load_weights(sd, policy_version="emb-only")
+        err, moved = _follows([r for g in veng.generate(reqs) for r in g], new, heng.model)
+        print(f"embedding-only change ({'with' if with_lm_head_key else 'without'} lm_head.weight): "
+              f"|vllm - new| <= {err:.2e}, new vs old up to {moved:.2f}")
+        assert moved > 20 * LOGPROB_ATOL  # the change is one the check can see
+        assert err < LOGPROB_ATOL
+    finally:
+        veng.load_weights(old_sd, policy_version="restored")
+
+
 # ---------------------------------------------------------------------------------------------
 # The CLI on engine vllm (each command in its own process: vLLM's engine core is a spawned process)
 # ---------------------------------------------------------------------------------------------
@@ -357,3 +412,65 @@ def test_gfcr_train_on_vllms_openai_server_reloads_the_new_weights(vllm_tiny_unt
         np.testing.assert_allclose(np.asarray(r.logprobs)[n_prompt:], ref, atol=LOGPROB_ATOL)
         moved = max(moved, float(np.max(np.abs(ref - teacher_forced_logprobs(old, full, n_prompt, 1.0)))))
     assert moved > 4 * LOGPROB_ATOL  # step 0's update moved the log-probs more than the tolerance
+
+
+def _start_vllm_server(model_path, log_path, name):
+    """vLLM's OpenAI server for ``model_path`` on 127.0.0.1 (dev mode, processed log-probs); (proc, base URL)."""
+    import time
+
+    import httpx
+
+    port = _free_port()
+    log = open(log_path, "w")  # noqa: SIM115 - the caller's fixture closes the process; the file with it
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
+                             "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
+                             "--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
+                             "--logprobs-mode", "processed_logprobs"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise AssertionError("vLLM server exited:\n" + Path(log_path).read_text()[-3000:])
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    proc.kill()
+    raise AssertionError("vLLM server did not answer /health in 600 s")
+
+
+def test_vllm_server_reload_of_a_tied_model_follows_an_embedding_only_change(tmp_path):
+    """The server route (``generate.sync: vllm_reload``) on the default model, whose LM head is tied to
+    the input embedding: after a push of weights that change ONLY the embedding, the server's sampled
+    log-probs are the new weights' (teacher-forced hf), not the old head's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gfcr.generate.engines import GenRequest, SamplingParams, make_engine
+    from gfcr.generate.sync import VLLMReloadSync
+    from gfcr.models import resolve_model
+
+    path = resolve_model(None)
+    tok = AutoTokenizer.from_pretrained(path)
+    old = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    new = _embedding_only_change(old)
+    proc, base = _start_vllm_server(path, tmp_path / "server.log", "policy")
+    try:
+        eng = make_engine("openai", base_url=base + "/v1", model="policy", tokenizer=tok)
+        p = SamplingParams(n=2, temperature=1.0, max_tokens=16, seed=3)
+        reqs = [GenRequest(prompt_ids=tok.apply_chat_template(_msgs(q), add_generation_prompt=True, tokenize=True,
+                                                              return_dict=False), params=p) for q in QUESTIONS[:3]]
+        err0, _ = _follows([r for g in eng.generate(reqs) for r in g], old, new)
+        assert err0 < LOGPROB_ATOL  # before the push: the old weights
+        VLLMReloadSync(eng, tmp_path / "sync").push(new, "emb-only")
+        err, moved = _follows([r for g in eng.generate(reqs) for r in g], new, old)
+        print(f"server, embedding-only push: |vllm - new| <= {err:.2e}, new vs old up to {moved:.2f}")
+        assert moved > 20 * LOGPROB_ATOL
+        assert err < LOGPROB_ATOL
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()

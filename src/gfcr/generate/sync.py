@@ -166,6 +166,54 @@ def read_safetensors(path: str | os.PathLike[str]) -> dict[str, Any]:
     return sd
 
 
+#: (input embedding, output head) names of the HF causal LMs whose head can be tied to the embedding
+#: (Llama, Qwen2, Mistral, SmolLM2: ``tie_word_embeddings``)
+TIED_HEAD = ("model.embed_tokens.weight", "lm_head.weight")
+
+
+def with_tied_head(state_dict: dict[str, Any], tied: bool) -> dict[str, Any]:
+    """``state_dict`` with the output head named explicitly when the model ties it to the input
+    embedding and the dict stores the tensor once (as safetensors files of tied models do).
+
+    Why: vLLM's CPU backend packs each layer's weight into its own GEMM tensor at load
+    (``vllm/model_executor/layers/utils.py``, ``dispatch_cpu_unquantized_gemm``, called by the
+    embedding method's ``process_weights_after_loading``), the tied ``lm_head`` included. An in-place
+    reload (``reload/layerwise.py``) re-processes only layers whose weights it reads; a tied head that
+    is not named is put back as it was ("ParallelLMHead: Failed to load weights"), so the model
+    samples with the new embedding and the OLD head. Naming ``lm_head.weight`` reloads and re-packs it.
+
+    >>> sorted(with_tied_head({"model.embed_tokens.weight": 1}, tied=True))
+    ['lm_head.weight', 'model.embed_tokens.weight']
+    >>> sorted(with_tied_head({"model.embed_tokens.weight": 1}, tied=False))
+    ['model.embed_tokens.weight']
+    """
+    emb, head = TIED_HEAD
+    if tied and emb in state_dict and head not in state_dict:
+        return dict(state_dict) | {head: state_dict[emb]}
+    return state_dict
+
+
+def write_tied_head(model: Any, folder: Path) -> int:
+    """After ``save_pretrained(folder)`` of a tied model: write its head as ``lm_head.safetensors`` (and
+    into the shard index, if any) so a loader reading the folder reloads the head too
+    (:func:`with_tied_head` says why). Returns the bytes written (0 for an untied model)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    if not getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        return 0
+    emb = model.get_input_embeddings().weight.detach().contiguous().clone()
+    f = folder / "lm_head.safetensors"
+    save_file({TIED_HEAD[1]: emb}, str(f))
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        data = json.loads(index.read_text())
+        data.setdefault("weight_map", {})[TIED_HEAD[1]] = f.name
+        index.write_text(json.dumps(data, indent=2))
+    return f.stat().st_size
+
+
 def write_safetensors(model: Any, path: str | os.PathLike[str]) -> int:
     """Write ``model``'s weights to ``path`` atomically (temp file, then rename; tied tensors once).
     Returns the file size in bytes."""
@@ -262,7 +310,7 @@ class VLLMReloadSync:
     inherits it) reloads every layer in place from the folder's safetensors
     (``vllm/model_executor/model_loader/reload/inplace.py``). The prefix cache is then reset, so no KV
     computed with the old weights is served. Each push writes a new folder ``push-<n>`` (HF
-    ``save_pretrained``: tied tensors once, as vLLM's loader expects) and removes the previous one
+    ``save_pretrained``, plus a tied model's head in ``lm_head.safetensors``: :func:`write_tied_head`) and removes the previous one
     after the server has loaded the new one. Dev mode also opens other admin routes: loopback only.
     Departure from ``http``: vLLM does not report a policy version back; the engine's version is set
     once both calls answered 200.
@@ -293,6 +341,7 @@ class VLLMReloadSync:
         if path.exists():
             shutil.rmtree(path)
         model.save_pretrained(str(path), safe_serialization=True)
+        write_tied_head(model, path)  # a tied head is reloaded only when named (vLLM's CPU backend repacks it)
         size = sum(f.stat().st_size for f in path.glob("*.safetensors"))
         self._post("/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
         ok = self._post("/reset_prefix_cache", params={"reset_running_requests": "true"}).json().get("success")

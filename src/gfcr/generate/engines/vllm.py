@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from gfcr.generate.engines.base import GenRequest, GenResult
+from gfcr.generate.sync import with_tied_head
 
 
 class VLLMEngine:
@@ -61,6 +62,8 @@ class VLLMEngine:
         """Load a state dict (HF names, any dtype/device) or a model's weights into the running vLLM model."""
         sd = weights.state_dict() if hasattr(weights, "state_dict") else weights
         target = vllm_model(self.llm)  # in this process (weight_sync=True), or a clear error
+        tied = bool(getattr(getattr(target, "config", None), "tie_word_embeddings", False))
+        sd = with_tied_head(sd, tied)  # a tied head stored once: name it, or vLLM keeps the old packed head
         pairs = [(k, v.detach()) for k, v in sd.items()]
         workers = (_MODEL_PATHS[0][:3], _MODEL_PATHS[1][:4])  # llm_engine.model_executor.driver_worker[.worker]
         if any(callable(getattr(_walk(self.llm, w), "reload_weights", None)) for w in workers):
