@@ -10,7 +10,10 @@ model's one-time conversion); what is not about safety but cost or timing is arr
   one per worker), and the load-sensitive ones (the module that loads every core on purpose, and the
   server tests that assert sub-second latencies) so that they never overlap one another;
 * the longest tests start first (:data:`FIRST`, then the other ``slow`` ones), so that the last
-  minutes are not one long test running alone (``--no-loadscope-reorder`` keeps this order).
+  minutes are not one long test running alone (``--no-loadscope-reorder`` keeps this order); the
+  Ray modules start first too, while their worker has not yet started the thread pools of Lance,
+  DuckDB and torch: Ray starts its head processes by ``fork`` with Python code run in the child
+  (``preexec_fn``), which a many-threaded parent can crash (seen once: its GCS never started).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ def pytest_collection_modifyitems(config, items):
     """Under xdist, the longest tests first (a stable sort: :data:`FIRST`, then the ``slow`` ones)."""
     if "PYTEST_XDIST_WORKER" not in os.environ:  # only workers collect; the controller orders by their lists
         return
-    items.sort(key=lambda it: (it.nodeid not in FIRST, it.get_closest_marker("slow") is None))
+    items.sort(key=lambda it: (it.nodeid not in FIRST and GROUPS.get(it.nodeid.split("::", 1)[0]) != "ray",
+                               it.get_closest_marker("slow") is None))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -10,7 +10,11 @@ def cluster():
     ray = pytest.importorskip("ray")
     from gfcr.scale import init_ray
 
-    started = init_ray(num_cpus=2)
+    try:
+        started = init_ray(num_cpus=2)
+    except RuntimeError:  # Ray's forked head process died before exec (see tests/conftest.py): once more
+        ray.shutdown()
+        started = init_ray(num_cpus=2)
     yield ray
     if started:
         ray.shutdown()

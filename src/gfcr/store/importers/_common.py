@@ -64,13 +64,15 @@ class ImportResult:
 
 def find_files(paths: list[str], patterns: tuple[str, ...], exclude_dirs: tuple[str, ...] = ()) -> list[Path]:
     """Files named by ``paths``; a directory is searched recursively for ``patterns``, skipping any
-    file below a folder named in ``exclude_dirs``."""
+    file below a folder named in ``exclude_dirs`` and any file inside a gfcr store (a folder holding
+    ``gfcr-store.json``: its own Parquet files, such as the per-step aggregates, are not a dump)."""
     out: list[Path] = []
     for p in paths:
         pp = Path(p)
         if pp.is_dir():
             found = sorted({Path(f) for pat in patterns for f in glob.glob(str(pp / "**" / pat), recursive=True)})
-            found = [f for f in found if not set(f.relative_to(pp).parts[:-1]) & set(exclude_dirs)]
+            found = [f for f in found if not set(f.relative_to(pp).parts[:-1]) & set(exclude_dirs)
+                     and not _in_store(f, pp)]
             if not found and not FOLLOWING.get():
                 raise ImportFormatError(pp, "directory", "-", f"no files matching {patterns} found")
             out.extend(found)
@@ -79,6 +81,11 @@ def find_files(paths: list[str], patterns: tuple[str, ...], exclude_dirs: tuple[
         else:
             raise ImportFormatError(pp, "path", "-", "no such file or directory")
     return out
+
+
+def _in_store(f: Path, root: Path) -> bool:
+    """Whether ``f`` lies in a gfcr store at or below ``root``."""
+    return any((d / "gfcr-store.json").exists() for d in [*f.parents][: len(f.relative_to(root).parts)])
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
