@@ -30,12 +30,10 @@ A store from before this file (or a checkout of an earlier version) has none and
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import threading
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +44,7 @@ import pyarrow.parquet as pq
 
 from gfcr.store.checks import CHECKS, HealthConfig, HealthIssue, Tally, screen_batch
 from gfcr.store.checks import COLUMNS as CHECK_COLUMNS
+from gfcr.store.integrity import file_lock
 from gfcr.store.stepstats import (
     FEATURE_COLUMNS,
     METRIC_COLUMNS,
@@ -228,14 +227,8 @@ def _file(path: Path) -> Path:
     return Path(path) / FILE
 
 
-@contextmanager
 def _locked(path: Path):  # noqa: ANN202
-    with open(Path(path) / ".aggregates.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return file_lock(Path(path) / ".aggregates.lock")
 
 
 def read_tag(path: Path) -> dict[str, Any] | None:

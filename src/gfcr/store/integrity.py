@@ -156,8 +156,9 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(Path(path) / ".manifest.lock", "w") as fh:
+def file_lock(lock_file: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_file`` (created if missing) for the ``with`` block."""
+    with open(lock_file, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -178,7 +179,7 @@ def record_commit(path: Path, name: str, ds: lance.LanceDataset) -> None:
 
 
 def _record(path: Path, name: str, ds: lance.LanceDataset) -> None:
-    with _locked(path):
+    with file_lock(Path(path) / ".manifest.lock"):
         m = read_manifest(path)
         c = m.setdefault("committed", {})
         old = c.get(name) or {}
@@ -421,7 +422,7 @@ def accept(path: str | os.PathLike[str], tables: list[str], fresh_manifest: dict
     if bad:
         raise StoreDamaged(f"cannot accept {path} as it is: {bad[0]} (and {len(bad) - 1} more); move a damaged "
                            "newest version manifest aside, or `gfcr store check --salvage NEW` the readable rows")
-    with _locked(path):
+    with file_lock(Path(path) / ".manifest.lock"):
         try:
             m = read_manifest(path)
         except StoreDamaged:
