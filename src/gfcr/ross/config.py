@@ -116,6 +116,10 @@ class SFTConfig(StrictModel):
     max_pad_fraction: float = Field(
         0.05, ge=0, le=1, description="Run each step as micro-batches whose padding is at most this fraction of "
                                       "their tokens (gradients accumulated, same loss); 1: one tensor per step.")
+    checkpoint_every: int = Field(
+        50, ge=0, description="Save a resumable state (weights, optimizer, schedule, position) to "
+                              "RUN_DIR/checkpoints/<variant> every this many steps and at each epoch's end; "
+                              "`gfcr ross train` on the same run folder continues from it (0: epoch ends only).")
 
 
 class EpisodeEvalConfig(StrictModel):

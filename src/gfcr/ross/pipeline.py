@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,11 +162,19 @@ def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool =
             raise FileNotFoundError(f"{data} missing: run the build stage first")
         rows = load_dataset_rows(data)
         init = cfg.base_model if v == "ross_from_base" else cfg.upstream_model
+        done, ckpt = run_dir / "models" / v, run_dir / "checkpoints" / v
+        if (done / "sft.json").exists():  # written last: this variant finished in an earlier call
+            out[v] = {**json.loads((done / "sft.json").read_text()), "init": init, "already_trained": True}
+            continue
+        if done.exists():  # a save cut short: its state is in the checkpoint
+            shutil.rmtree(done)
         model = load_model(init)
         res = train_masked_sft(model, rows, tokenizer.pad_token_id, epochs=t.epochs, lr=t.lr, batch_size=t.batch_size,
-                               grad_clip=t.grad_clip, seed=t.seed, out_dir=run_dir / "models" / v, tokenizer=tokenizer,
+                               grad_clip=t.grad_clip, seed=t.seed, out_dir=done, tokenizer=tokenizer,
                                progress=progress, packing=t.packing, max_tokens_per_row=t.max_tokens_per_row,
-                               max_pad_fraction=t.max_pad_fraction)
+                               max_pad_fraction=t.max_pad_fraction, checkpoint_dir=ckpt,
+                               checkpoint_every=t.checkpoint_every)
+        shutil.rmtree(ckpt, ignore_errors=True)
         out[v] = {**res.to_dict(), "init": init}
     return out
 

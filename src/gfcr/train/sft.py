@@ -21,12 +21,22 @@ at most ``max_tokens_per_row`` tokens, and :func:`collate_packed` builds one row
 ``position_ids`` restarting at 0 per sequence and a block-diagonal causal 4D attention mask, so no
 token sees another sequence. The loss is still the mean NLL over the supervised tokens of the batch,
 so a packed step computes the same loss and gradient as the same sequences unpacked.
+
+Checkpoints (``checkpoint_dir``, ``checkpoint_every``): every ``checkpoint_every`` optimizer steps and at
+each epoch's end the loop writes the weights, AdamW's moments, the schedule, torch's RNG, the position
+(epoch, batch) and the result so far to ``checkpoint_dir/sft_state.pt`` (written to a temporary file,
+then renamed). A call with the same rows and arguments finds it and continues from the next batch; the
+batch order is a function of ``seed + epoch``, so the resumed run ends with the weights of the
+uninterrupted one, bit for bit. A checkpoint of other rows or arguments is refused in one line.
+Files are read with ``torch.load(weights_only=True)`` (tensors and plain values only).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Sequence
@@ -296,6 +306,8 @@ def train_masked_sft(
     packing: bool = False,
     max_tokens_per_row: int = 1024,
     max_pad_fraction: float = 0.05,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int = 0,
 ) -> SFTResult:
     """Train ``model`` (a causal LM, modified in place) on ``rows`` with :func:`~gfcr.train.losses.masked_nll`.
 
@@ -310,7 +322,8 @@ def train_masked_sft(
     whose padding is at most this fraction of their tokens (:func:`split_by_padding`, gradients
     accumulated; 1.0 = the whole step as one tensor). The loss is the mean over the step's supervised
     tokens whatever the layout (:func:`sft_step`). Packing needs an attention implementation that
-    takes a 4D mask (eager, sdpa).
+    takes a 4D mask (eager, sdpa). ``checkpoint_dir``: resumable state (see the module docstring), saved every
+    ``checkpoint_every`` steps (0: only at epoch ends) and resumed from when it matches these rows and arguments.
     """
     import torch
 
@@ -336,6 +349,14 @@ def train_masked_sft(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
     model.train()
     res = SFTResult(Path(out_dir) if out_dir else None, 0)
+    ckpt = Path(checkpoint_dir) / "sft_state.pt" if checkpoint_dir is not None else None
+    key = sft_fingerprint(rows, epochs=epochs, lr=lr, batch_size=batch_size, grad_clip=grad_clip,
+                          warmup_frac=warmup_frac, weight_decay=weight_decay, seed=seed, packing=packing,
+                          max_tokens_per_row=max_tokens_per_row, max_pad_fraction=max_pad_fraction)
+    start = (0, 0)
+    prior_s = 0.0
+    if ckpt is not None and ckpt.exists():
+        start, prior_s = _load_sft_state(ckpt, key, model, opt, sched, res)
     t0 = time.perf_counter()
     bar = None
     if progress:
@@ -344,13 +365,15 @@ def train_masked_sft(
 
         bar = Progress(transient=True, console=Console(stderr=True))
         bar.start()
-        task = bar.add_task("masked SFT", total=total)
-    for ep in range(epochs):
+        task = bar.add_task("masked SFT", total=total, completed=start[0] * steps_per_epoch + start[1])
+    for ep in range(start[0], epochs):
         if packing:
             batches = packed_batches(lengths, batch_size, max_tokens_per_row, seed + ep)
         else:
             batches = [[[i] for i in idx] for idx in length_grouped_batches(lengths, batch_size, seed + ep)]
-        for bt in batches:
+        for bi, bt in enumerate(batches):
+            if ep == start[0] and bi < start[1]:
+                continue
             opt.zero_grad(set_to_none=True)
             st = sft_step(model, rows, bt, pad_id, packing, max_pad_fraction)
             if st["n"] == 0:
@@ -365,13 +388,17 @@ def train_masked_sft(
             res.real += st["real"]
             res.forwards += st["forwards"]
             res.losses.append(st["loss"])
+            if ckpt is not None and checkpoint_every and res.steps % checkpoint_every == 0:
+                _save_sft_state(ckpt, key, (ep, bi + 1), model, opt, sched, res, prior_s + time.perf_counter() - t0)
             if bar is not None:
                 bar.update(task, advance=1, description=f"masked SFT ep {ep + 1} loss {res.losses[-1]:.3f} "
                                                         f"pad {1 - res.real / max(res.slots, 1):.1%}")
+        if ckpt is not None:
+            _save_sft_state(ckpt, key, (ep + 1, 0), model, opt, sched, res, prior_s + time.perf_counter() - t0)
     if bar is not None:
         bar.stop()
     model.eval()
-    res.seconds = time.perf_counter() - t0
+    res.seconds = prior_s + time.perf_counter() - t0
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(out_dir))
@@ -383,6 +410,44 @@ def train_masked_sft(
                                                             "max_tokens_per_row": max_tokens_per_row,
                                                             "max_pad_fraction": max_pad_fraction}, indent=2))
     return res
+
+
+def sft_fingerprint(rows: Sequence[dict[str, Any]], **args: Any) -> str:
+    """SHA-256 over the rows' ``input_ids`` and ``loss_mask`` and the training arguments: what a checkpoint
+    must match to be resumed."""
+    h = hashlib.sha256(json.dumps(args, sort_keys=True).encode())
+    for r in rows:
+        h.update(json.dumps([list(map(int, r["input_ids"])), list(map(int, r["loss_mask"]))]).encode())
+    return h.hexdigest()
+
+
+def _save_sft_state(path: Path, key: str, pos: tuple[int, int], model: Any, opt: Any, sched: Any,
+                    res: SFTResult, seconds: float) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"key": key, "pos": list(pos), "model": model.state_dict(), "opt": opt.state_dict(),
+                "sched": sched.state_dict(), "rng": torch.get_rng_state(), "seconds": seconds,
+                "res": {"steps": res.steps, "losses": res.losses, "tokens": res.tokens, "slots": res.slots,
+                        "real": res.real, "forwards": res.forwards}}, tmp)
+    os.replace(tmp, path)
+
+
+def _load_sft_state(path: Path, key: str, model: Any, opt: Any, sched: Any, res: SFTResult) -> tuple[tuple[int, int], float]:
+    import torch
+
+    st = torch.load(path, map_location="cpu", weights_only=True)
+    if st.get("key") != key:
+        raise ValueError(f"{path} is a checkpoint of other rows or training arguments; use a new checkpoint_dir "
+                         "or delete it to start over")
+    model.load_state_dict(st["model"])
+    opt.load_state_dict(st["opt"])
+    sched.load_state_dict(st["sched"])
+    torch.set_rng_state(st["rng"])
+    for k, v in st["res"].items():
+        setattr(res, k, v)
+    return (int(st["pos"][0]), int(st["pos"][1])), float(st["seconds"])
 
 
 @dataclass
