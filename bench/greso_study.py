@@ -43,7 +43,7 @@ import math
 import os
 import signal
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -242,13 +242,17 @@ def evaluate_arm(t: Any, after_steps: int) -> dict[str, Any]:
             "time": datetime.now(UTC).isoformat()}
 
 
-def until_ts(until: str | None) -> float | None:
-    """``HH:MM`` (UTC, today) as a Unix time; None for no limit."""
+def until_ts(until: str | None, now: datetime | None = None) -> float | None:
+    """``HH:MM`` UTC as a Unix time: its next occurrence after ``now`` (so ``00:25`` at 22:25 is tomorrow's,
+    2 h ahead); None for no limit."""
     if not until:
         return None
     h, m = (int(x) for x in until.split(":"))
-    now = datetime.now(UTC)
-    return now.replace(hour=h, minute=m, second=0, microsecond=0).timestamp()
+    now = now or datetime.now(UTC)
+    at = now.replace(hour=h, minute=m, second=0, microsecond=0)
+    if at <= now:
+        at += timedelta(days=1)
+    return at.timestamp()
 
 
 def run_study(args: argparse.Namespace) -> dict[str, Any]:
@@ -446,7 +450,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ckpt-every", type=int, default=5)
     ap.add_argument("--kv-mib", type=int, default=384, help="vLLM KV cache per arm, MiB")
     ap.add_argument("--set", action="append", default=[], help="extra dotted overrides for every arm (key=value)")
-    ap.add_argument("--until", default=None, help="HH:MM UTC: start no step that would end after it, then stop cleanly")
+    ap.add_argument("--until", default=None, help="HH:MM UTC (its next occurrence): start no step that would end after it, then stop cleanly")
     ap.add_argument("--max-rounds", type=int, default=None, help="stop cleanly after this many steps of every arm")
     ap.add_argument("--report", action="store_true", help="only print the summary of the state so far")
     return ap

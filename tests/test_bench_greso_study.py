@@ -29,6 +29,17 @@ def test_sign_test_and_paired_bootstrap():
     assert gs.round_estimate([300.0, 400.0, 350.0], [900.0], True) == 1250.0
 
 
+def test_until_is_the_next_occurrence_of_the_time():
+    """--until 00:25 given at 22:25 means 2 h ahead (it used to mean today's 00:25, already past, and the
+    study stopped before its first step)."""
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 12, 2, 22, 25, 10, tzinfo=UTC)
+    assert gs.until_ts("00:25", now) == datetime(2026, 12, 3, 0, 25, tzinfo=UTC).timestamp()
+    assert gs.until_ts("23:00", now) == datetime(2026, 12, 2, 23, 0, tzinfo=UTC).timestamp()
+    assert gs.until_ts(None, now) is None
+
+
 def _strip(rows):
     drop = {"wall_s", "cpu_s", "load_1m", "time", "stage_s"}
     return [{k: v for k, v in r.items() if k not in drop} for r in rows]
