@@ -87,3 +87,12 @@ def test_rl_gain_reports_a_significant_gain_without_the_caveat():
     lines = demo.rl_gain_lines(after, before, steps=20, full=True)
     assert lines[0].endswith(": significant") and "p = 0.00049" in lines[0]
     assert not any("too short" in ln for ln in lines)
+
+
+def test_text_is_printed_unwrapped_so_a_markdown_row_stays_one_line():
+    # the demo printed the ROSS table through an 80-column console, which broke each row in two
+    out = io.StringIO()
+    say = demo.printer(Console(file=out, width=80, color_system=None))
+    row = "| ross − positive_sft | arith | greedy_pass@1 | +0.0 [+0.0, +0.0] | 0 / 0 | 1 | 1 | not significant |"
+    say(row)
+    assert out.getvalue().splitlines() == [row]

@@ -156,6 +156,16 @@ def stage_summary(d: Demo, say: Callable[[Any], None]) -> None:
         + ", ".join(f"{k} {v:.0f}" for k, v in d.cpu_seconds.items()))
 
 
+def printer(console: Any) -> Callable[[Any], None]:
+    """The demo's ``say``: text (the ROSS markdown tables among it) is printed unwrapped, so a table row
+    stays one line at any terminal width; rich renderables (the summary table) fit the width as usual."""
+
+    def say(msg: Any) -> None:
+        console.print(msg, markup=False, soft_wrap=isinstance(msg, str))
+
+    return say
+
+
 def run_demo(full: bool = False, output_dir: str = "runs", model: str = "default",
              only: tuple[str, ...] | list[str] | None = None, console: Any = None,
              overrides: dict[str, Any] | None = None) -> Demo:
@@ -168,9 +178,7 @@ def run_demo(full: bool = False, output_dir: str = "runs", model: str = "default
     if unknown:
         raise ValueError(f"unknown demo stage(s) {unknown}; the stages are {list(STAGES)}")
 
-    def say(msg: Any) -> None:
-        console.print(msg, markup=False)
-
+    say = printer(console)
     d = Demo(cfg=demo_config(full, output_dir, model, overrides), full=full)
     for name, stage in (("model", stage_model), ("train", stage_train), ("ross", stage_ross),
                         ("report", stage_report), ("summary", stage_summary)):
