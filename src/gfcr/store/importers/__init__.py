@@ -268,6 +268,7 @@ def follow(
                 try:
                     res = import_rollouts(store, fmt, [str(f)], **fkw)
                 except ImportFormatError as e:
+                    cursors.pop(f, None)  # advanced in place by the failed parse: start that file over
                     if time.time() - st.st_mtime < settle:
                         continue  # still being written: try again next poll
                     raise FollowStopped(e, total, _count_or_none(store)) from e

@@ -30,12 +30,13 @@ folded. Lost: what the index alone holds (its summary scalars are recomputed fro
 
 ``--follow``: the cursor (bytes of each index read, trace -> episode address) carries over between
 polls, so a poll reads only new index rows; a trace that gains annotations after its import is
-read again and replaces its stored copy (:func:`copy_rank`: more updates folded wins).
+read again and replaces its stored copy (:func:`copy_rank`: more updates folded wins). ``parse``
+advances the cursor it is given in place; ``follow`` drops it when an import fails, so the retry
+reads the stream from the start (stored rows are skipped).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from pathlib import Path
@@ -282,8 +283,8 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, evals: st
     notes: list[str] = []
     new_cursor: dict[str, Any] = {}
     for f in files:
-        cur = copy.deepcopy((cursor or {}).get(str(f))) or {"index": (0, 0), "ann": {}, "updates": {},
-                                                              "episodes": {}, "groups": {}, "samples": {}}
+        cur = (cursor or {}).get(str(f)) or {"index": (0, 0), "ann": {}, "updates": {}, "episodes": {},
+                                              "groups": {}, "samples": {}}
         _parse_stream(f, run_id, evals, vocab, cur, rollouts, prompts, notes)
         new_cursor[str(f)] = cur
     return ImportResult("prime-rl-stream", [str(f) for f in files], list(rollouts.values()), list(prompts.values()),
