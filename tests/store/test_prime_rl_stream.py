@@ -161,3 +161,36 @@ def test_run_id_separates_two_runs(store):
     assert {r.group_id.split("/")[0] for r in a} == {"a"} and {r.group_id.split("/")[0] for r in b} == {"b"}
     again = import_rollouts(store, "prime-rl-stream", [str(STREAM / "chunked")], run_id="a")
     assert again.written == 0 and again.skipped == 5  # the same episodes, another layout: stored once
+
+
+def test_follow_retry_after_a_bad_poll_loses_no_row(store, tmp_path, monkeypatch):
+    """A poll that fails mid-stream (an update still bad) must not leave the read position past the
+    rows it could not import: once the file is good, the next poll stores them."""
+    d = _copy(tmp_path)
+    t = d / TRACES
+    idx_p, ann_p = t / "stream.index.jsonl", t / "annotations" / "trainer.jsonl"
+    full_idx, good_ann = idx_p.read_bytes(), ann_p.read_bytes()
+    lines = good_ann.decode().splitlines()
+    u = json.loads(lines[2])  # the update of the third episode's trace
+    j = next(i for i, v in enumerate(u["branches"][0]["trainer_logprobs"]) if v is not None)
+    u["branches"][0]["trainer_logprobs"][j] = 1.0
+    bad = json.dumps(u, separators=(",", ":"))
+    bad_ann = "\n".join([*lines[:2], bad + " " * (len(lines[2]) - len(bad)), *lines[3:]]) + "\n"
+    idx_p.write_bytes(b"".join(full_idx.splitlines(keepends=True)[:2]))
+    ann_p.write_text(bad_ann)
+    polls, done = [], []
+    orig = prs._parse_stream
+    monkeypatch.setattr(prs, "_parse_stream", lambda *a: (polls.append(1), orig(*a))[1])
+
+    def stop():  # called after each poll (and while waiting): acts once per poll count
+        if len(polls) == 1 and not done:
+            idx_p.write_bytes(full_idx)  # the rest lands, its trainer update bad
+            done.append(1)
+        elif len(polls) == 2 and len(done) == 1:
+            ann_p.write_bytes(good_ann)  # then fixed
+            done.append(2)
+        return False
+
+    follow(store, "prime-rl-stream", [str(d)], interval=0.01, settle=60, max_polls=3, stop=stop, run_id="p")
+    rs = store.rollouts(run="p") + store.rollouts(run="p-eval")
+    assert len(polls) == 3 and len(rs) == 5 and all(r.meta["annotations"] >= 1 for r in rs if r.group_id != "p-eval/prime-ev1")
