@@ -16,7 +16,9 @@ onto the episode. Two on-disk layouts exist; each fixture is written by the writ
   PrimeIntellect-ai/prime-rl @ 551bfc39ba61d9f0aec59780d4a3d7e5395f1fdc ``traces/chunks.py``,
   @ 65a185848115523d2feb2e110d04d05cfbea3a08 ``traces/update.py`` (adds the ``is_masked`` stream),
   @ 13e96a1254e9eae2564a5b6985ac5ada32ae0cc4 ``traces/index.py``. The fixture is left mid-run:
-  full chunks sealed, the live chunk still plain (the monitor's ``finalize`` would seal it too).
+  full chunks sealed, the live chunk still plain (the monitor's ``finalize`` would seal it too);
+  ``chunks.FRAME_BYTES`` is set to 700 (prime-rl: 4 MiB) and ``chunk_bytes`` to 1200, so a record
+  spans several seekable frames and every episode has a chunk of its own.
 
 The episode records are the ones verifiers 0.4.0's ``Episode.to_record()`` wrote for the folder
 fixture (``fixtures/prime_rl/rollouts/step_4/train/all`` and ``step_3/eval/all``, made by
@@ -127,8 +129,8 @@ def _layout(src: Path, chunked: bool):
     for name in [n for n in list(sys.modules) if n.startswith("prime_rl.monitors.file.")]:
         del sys.modules[name]
     traces = _load(src, "prime_rl.monitors.file.traces", package=True)
-    if chunked:
-        _load(src, "prime_rl.monitors.file.traces.chunks")
+    if chunked:  # frames of 700 bytes (prime-rl: 4 MiB) so that records straddle frames of the seek table
+        _load(src, "prime_rl.monitors.file.traces.chunks").FRAME_BYTES = 700
     _load(src, "prime_rl.monitors.file.traces.index")
     update = _load(src, "prime_rl.monitors.file.traces.update")
     monitor = _load(src, "prime_rl.monitors.file.monitor")

@@ -13,6 +13,7 @@ import pytest
 
 from gfcr.store.importers import ImportFormatError, follow, import_rollouts
 from gfcr.store.importers import prime_rl_stream as prs
+from gfcr.store.importers._seekable import seek_table
 
 FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures"
 STREAM = FIX / "prime_rl_stream"
@@ -73,6 +74,8 @@ def test_fields_are_what_prime_rl_meant(store, layout):
         files = {r.meta["file"] for r in got.values()}
         assert any(f.endswith(".jsonl.zst") for f in files) and any(f.endswith(".jsonl") for f in files)
         assert any(r.meta["is_masked"] for r in got.values())
+        with open(STREAM / layout / TRACES / "stream" / "00000.jsonl.zst", "rb") as fh:
+            assert len(seek_table(fh)) > 1  # the record spans frames: the reader joined them
     else:
         assert all(r.meta["is_masked"] is None for r in got.values())  # that writer had no is_masked stream
 
@@ -84,6 +87,20 @@ def test_sealed_chunk_without_zstandard_is_one_clear_line(store, monkeypatch):
     msg = str(ei.value)
     assert "\n" not in msg and "00000.jsonl.zst" in msg and "pip install 'gfcr[zstd]'" in msg
     assert store.count() == 0
+
+
+def test_zstd_chunk_without_seek_table_is_read_whole(store, tmp_path):
+    """A chunk recompressed as plain zstd (``zstd -dcf`` reads both) still imports, same rollouts."""
+    zstandard = pytest.importorskip("zstandard")
+    d = _copy(tmp_path, "chunked")
+    z = d / TRACES / "stream" / "00000.jsonl.zst"
+    raw = zstandard.ZstdDecompressor().stream_reader(z.read_bytes(), read_across_frames=True).read()
+    z.write_bytes(zstandard.ZstdCompressor().compress(raw))
+    with open(z, "rb") as fh:
+        assert seek_table(fh) is None
+    got = import_rollouts(store, "prime-rl-stream", [str(d)], run_id="p").rollouts
+    ref = import_rollouts(store, "prime-rl-stream", [str(STREAM / "chunked")], run_id="q").rollouts
+    assert [r.token_ids.tolist() for r in got] == [r.token_ids.tolist() for r in ref] and len(got) == 5
 
 
 def _copy(tmp_path: Path, layout: str = "single") -> Path:
