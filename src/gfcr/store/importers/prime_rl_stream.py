@@ -12,7 +12,8 @@ where (``line`` from 1, ``offset`` in bytes, ``chunk``). Two layouts:
   (offsets count decompressed bytes); ``annotations/<producer>/NNNNN.jsonl[.zst]``; index rows add ``chunk``.
 
 Annotations are folded the way prime-rl's ``fold_trace_updates`` does it (PrimeIntellect-ai/prime-rl
-@ 65a18584, ``src/prime_rl/monitors/file/traces/update.py``, the function at the file's end): in write
+@ 65a18584, ``src/prime_rl/monitors/file/traces/update.py`` line 67, ``branch_node_paths`` line 43;
+the same at Stars1233/prime-rl @ e3fdaded without the ``is_masked`` stream): in write
 order, newest winning, each ``info`` deep-merged into the trace's; each branch stream (full length
 over the branch's root-to-leaf token prefix, null = unknown) is cut per node and compacted over the
 node's ``mask``; a node takes a stream only when it is fully covered and, except ``is_masked``, has no
