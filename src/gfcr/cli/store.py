@@ -83,7 +83,7 @@ def _csv(v: str | None) -> list[str] | None:
 def import_(
     path: StorePath,
     files: Annotated[list[Path], typer.Argument(help="Files or directories to import.")],
-    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | slime | roll | skyrl | open-instruct | atif | atropos | nemo-gym | art | jsonl | parquet")],
+    from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | prime-rl-stream | slime | roll | skyrl | open-instruct | atif | atropos | nemo-gym | art | jsonl | parquet")],
     run: Annotated[str | None, typer.Option(help="run_id for the imported rows (default import-FORMAT).")] = None,
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer (HF name or dir) to retokenize text-only formats.")
@@ -95,7 +95,7 @@ def import_(
     reward_weights: Annotated[str | None, typer.Option(help="trl: their weights (GRPOConfig.reward_weights), comma-separated.")] = None,
     reward_key: Annotated[str | None, typer.Option(help="slime: the key of a dict reward used for training (--reward-key).")] = None,
     verdict_key: Annotated[str | None, typer.Option(help="verl (default acc), trl: the field whose value > 0 means correct.")] = None,
-    evals: Annotated[str, typer.Option(help="areal, prime-rl, slime: evaluation rollouts into RUN-eval (separate) or skip.")] = "separate",
+    evals: Annotated[str, typer.Option(help="areal, prime-rl, prime-rl-stream, slime: evaluation rollouts into RUN-eval (separate) or skip.")] = "separate",
     vocab: Annotated[int | None, typer.Option(help="Refuse token ids >= this vocabulary size (default: int32 range).")] = None,
     follow: Annotated[bool, typer.Option("--follow", help="Keep polling for new content (Ctrl-C stops); progress on stderr.")] = False,
     interval: Annotated[float, typer.Option(help="--follow: seconds between polls.")] = 2.0,

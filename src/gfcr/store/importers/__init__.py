@@ -8,7 +8,7 @@ first), and a store-wide lock makes two racing imports of the same dump store ea
 :func:`follow` polls a dump folder a trainer keeps writing.
 
 Formats (the per-framework modules say exactly which fields map where; docs/store.md has tables):
-``verl``, ``trl``, ``areal``, ``prime-rl``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, ``atropos``, ``nemo-gym``, ``art``, and
+``verl``, ``trl``, ``areal``, ``prime-rl``, ``prime-rl-stream``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, ``atropos``, ``nemo-gym``, ``art``, and
 gfcr's own ``jsonl`` / ``parquet`` (:mod:`gfcr.store.export`).
 """
 
@@ -36,6 +36,7 @@ from gfcr.store.importers import (
     nemo_gym,
     open_instruct,
     prime_rl,
+    prime_rl_stream,
     roll,
     skyrl,
     slime,
@@ -55,7 +56,7 @@ __all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "exp
            "load_tokenizer"]
 
 _MODULES: dict[str, ModuleType] = {
-    "verl": verl, "trl": trl, "areal": areal, "prime-rl": prime_rl, "slime": slime, "roll": roll,
+    "verl": verl, "trl": trl, "areal": areal, "prime-rl": prime_rl, "prime-rl-stream": prime_rl_stream, "slime": slime, "roll": roll,
     "skyrl": skyrl, "open-instruct": open_instruct, "atif": atif,
     "atropos": atropos, "nemo-gym": nemo_gym, "art": art,
 }
@@ -104,6 +105,7 @@ def _write(store: RolloutStore, fmt: str, batches: list[tuple[Path, ImportResult
     commit). Returns (written, skipped)."""
     written = skipped = 0
     inferior = getattr(_MODULES.get(fmt), "inferior_copy", None)
+    rank = getattr(_MODULES.get(fmt), "copy_rank", None)
     with _import_lock(store):
         for _f, res, rs in batches:
             if not rs:
@@ -114,6 +116,12 @@ def _write(store: RolloutStore, fmt: str, batches: list[tuple[Path, ImportResult
                 old = store.get(sorted(have), columns=["rollout_id", "meta"]).to_pylist()
                 worse = {o["rollout_id"] for o in old if inferior(json.loads(o["meta"]))}
                 upd = [r for r in rs if r.rollout_id in worse and not inferior(r.meta)]
+                if upd:
+                    store.update(upd)
+            if have and rank is not None:  # e.g. a prime-rl-stream trace that has gained annotations
+                old = store.get(sorted(have), columns=["rollout_id", "meta"]).to_pylist()
+                was = {o["rollout_id"]: rank(json.loads(o["meta"])) for o in old}
+                upd = [r for r in rs if r.rollout_id in was and rank(r.meta) > was[r.rollout_id]]
                 if upd:
                     store.update(upd)
             skipped += len(rs) - len(new)
@@ -173,6 +181,8 @@ def import_rollouts(
         raise ImportFormatError(paths[0] if paths else "-", "input", "-",
                                 f"no rollouts found in {len(files)} file(s): empty dump?")
     total.written, total.skipped = _write(store, fmt, batches)
+    if len(batches) == 1:
+        total.cursor = batches[0][1].cursor
     if total.skipped and not FOLLOWING.get():
         total.notes.append(f"{total.skipped} rollout(s) were already in the store and were skipped")
     return total
@@ -240,7 +250,10 @@ def follow(
     if isinstance(kw.get("tokenizer"), str):
         kw["tokenizer"] = load_tokenizer(kw["tokenizer"])
     total = ImportResult(fmt, [], [], [])
-    seen: dict[Path, tuple[int, int]] = {}
+    seen: dict[Path, Any] = {}
+    mod = _MODULES.get(fmt)
+    signature = getattr(mod, "follow_signature", None)
+    cursors: dict[Path, dict[str, Any]] = {}  # a resumable format's read position, per file
     polls = 0
     token = FOLLOWING.set(True)
     try:
@@ -248,16 +261,20 @@ def follow(
             polls += 1
             for f in _sorted(fmt, find_files(paths, _PATTERNS[fmt])):
                 st = f.stat()
-                sig = (st.st_size, st.st_mtime_ns)
+                sig = signature(f) if signature is not None else (st.st_size, st.st_mtime_ns)
                 if seen.get(f) == sig or st.st_size == 0:
                     continue
+                fkw = {**kw, "cursor": cursors.get(f)} if getattr(mod, "RESUMABLE", False) else kw
                 try:
-                    res = import_rollouts(store, fmt, [str(f)], **kw)
+                    res = import_rollouts(store, fmt, [str(f)], **fkw)
                 except ImportFormatError as e:
+                    cursors.pop(f, None)  # advanced in place by the failed parse: start that file over
                     if time.time() - st.st_mtime < settle:
                         continue  # still being written: try again next poll
                     raise FollowStopped(e, total, _count_or_none(store)) from e
                 seen[f] = sig
+                if res.cursor is not None:
+                    cursors[f] = res.cursor
                 if str(f) not in total.files:
                     total.files.append(str(f))
                 total.written += res.written

@@ -53,6 +53,8 @@ class ImportResult:
     tokens: str | None = None
     #: per file, how it was imported (columnar path: ``unchanged``, ``columnar`` or ``rows: <why>``)
     how: dict[str, str] = field(default_factory=dict)
+    #: a resumable format's read position (prime-rl-stream): what ``follow`` hands to the next poll
+    cursor: dict[str, Any] | None = None
 
     @property
     def tokens_source(self) -> str:

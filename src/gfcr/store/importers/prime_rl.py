@@ -247,6 +247,66 @@ def inferior_copy(meta: dict[str, Any]) -> bool:
     return meta.get("subset") == "all"
 
 
+def episode_rollouts(obj: Any, f: Path, w: str, line: int, run_id: str, evals: str, vocab: int | None,
+                     where: dict[str, Any]) -> tuple[str, list[tuple[Rollout, dict[str, Any]]]] | None:
+    """One episode record's rollouts with their prompt info, or None for an eval episode skipped
+    (``evals="skip"``). ``where`` holds what the file's place says: ``kind`` (``train``/``eval`` or
+    None), ``batch_step`` (str or None), ``subset``; ``w`` names the record in errors. Shared with
+    :mod:`gfcr.store.importers.prime_rl_stream` (the same records, written once to a stream)."""
+    if not isinstance(obj, dict):
+        raise ImportFormatError(f, w, "-", "expected an object (an episode record)")
+    eid = str(req(obj, "id", (str, int), f, w))
+    traces = req(obj, "traces", list, f, w)
+    run = obj.get("run") if isinstance(obj.get("run"), dict) else {}
+    work = run.get("work") if isinstance(run.get("work"), dict) else {}
+    legacy = obj.get("train") if isinstance(obj.get("train"), dict) else {}
+    bstep = where.get("batch_step")
+    kind = work.get("type") or where.get("kind") or ("eval" if run.get("type") == "eval" else "train")
+    raw_step = work.get("step", legacy.get("step", bstep if bstep is not None else 0))
+    step = step_int(raw_step, f, w, "run.work.step")
+    pol = work.get("policy", legacy.get("policy"))
+    if pol is None:
+        pv = "frozen" if work else f"step-{step}"
+    elif not isinstance(pol, dict) or not all(isinstance(pol.get(k), int) for k in ("start", "end")):
+        raise ImportFormatError(f, w, "run.work.policy", f"expected {{start, end}} integers, got {pol!r}")
+    else:
+        pv = f"v{pol['start']}" if pol["start"] == pol["end"] else f"v{pol['start']}-v{pol['end']}"
+    target = eval_run(run_id, kind == "eval", evals)
+    if target is None:
+        return None
+    env = obj.get("env")
+    env_id = (env.get("name") or env.get("id")) if isinstance(env, dict) else env
+    env_id = str(env_id or "prime-rl")
+    group = obj.get("group")
+    gid = str(group["id"]) if isinstance(group, dict) and group.get("id") is not None else f"{eid}"
+    ctx = {"run": target, "eid": eid, "step": step, "pv": pv, "env": env_id, "group": f"{target}/prime-{gid}",
+           "subset": where.get("subset"), "batch_step": int(bstep) if bstep and str(bstep).isdigit() else None,
+           "line": line, "vocab": vocab}
+    out = []
+    for j, tr in enumerate(traces):
+        for r in _trace_rollouts(obj, j, tr, f, w, ctx):
+            out.append((r, r.meta.pop("prompt")))
+    return env_id, out
+
+
+def add_prompt(prompts: dict[str, Prompt], r: Rollout, p: dict[str, Any], env_id: str) -> None:
+    """The prompt of ``r`` (its context messages and task), once per prompt id."""
+    task = p["task"]
+    data = task.get("data") if isinstance(task.get("data"), dict) else {}
+    ans = data.get("answer")
+    prompts.setdefault(r.prompt_id, Prompt(
+        prompt_id=r.prompt_id, task=env_id, messages=p["messages"],
+        answer=None if ans is None else (ans if isinstance(ans, str) else json.dumps(ans)),
+        meta={"source": "prime-rl", "task": task}))
+
+
+def number_samples(rollouts: list[Rollout]) -> None:
+    """``sample_index``: position within the group, in file order."""
+    counters: dict[str, int] = {}
+    for r in rollouts:
+        r.sample_index = counters[r.group_id] = counters.get(r.group_id, -1) + 1
+
+
 def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, evals: str = "separate",
           vocab: int | None = None, **_: Any) -> ImportResult:
     files = sorted(find_files(paths, PATTERNS), key=file_order)
@@ -255,57 +315,24 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, evals: st
     no_trace = skipped_eval = 0
     for f in files:
         parts = f.parts
-        subset = parts[-2] if len(parts) >= 2 and parts[-2] in ("all", "effective") else None
-        kind_dir = parts[-3] if len(parts) >= 3 and parts[-3] in ("train", "eval") else None
-        bstep = parts[-4].removeprefix("step_") if len(parts) >= 4 and parts[-4].startswith("step_") else None
+        where = {"subset": parts[-2] if len(parts) >= 2 and parts[-2] in ("all", "effective") else None,
+                 "kind": parts[-3] if len(parts) >= 3 and parts[-3] in ("train", "eval") else None,
+                 "batch_step": parts[-4].removeprefix("step_") if len(parts) >= 4 and parts[-4].startswith("step_")
+                 else None}
         for line, obj in read_jsonl(f):
-            w = f"line {line}"
-            eid = str(req(obj, "id", (str, int), f, w))
-            traces = req(obj, "traces", list, f, w)
-            run = obj.get("run") if isinstance(obj.get("run"), dict) else {}
-            work = run.get("work") if isinstance(run.get("work"), dict) else {}
-            legacy = obj.get("train") if isinstance(obj.get("train"), dict) else {}
-            kind = work.get("type") or kind_dir or ("eval" if run.get("type") == "eval" else "train")
-            raw_step = work.get("step", legacy.get("step", bstep if bstep is not None else 0))
-            step = step_int(raw_step, f, w, "run.work.step")
-            pol = work.get("policy", legacy.get("policy"))
-            if pol is None:
-                pv = "frozen" if work else f"step-{step}"
-            elif not isinstance(pol, dict) or not all(isinstance(pol.get(k), int) for k in ("start", "end")):
-                raise ImportFormatError(f, w, "run.work.policy", f"expected {{start, end}} integers, got {pol!r}")
-            else:
-                pv = f"v{pol['start']}" if pol["start"] == pol["end"] else f"v{pol['start']}-v{pol['end']}"
-            target = eval_run(run_id, kind == "eval", evals)
-            if target is None:
+            got = episode_rollouts(obj, f, f"line {line}", line, run_id, evals, vocab, where)
+            if got is None:
                 skipped_eval += 1
                 continue
-            env = obj.get("env")
-            env_id = (env.get("name") or env.get("id")) if isinstance(env, dict) else env
-            env_id = str(env_id or "prime-rl")
-            group = obj.get("group")
-            gid = str(group["id"]) if isinstance(group, dict) and group.get("id") is not None else f"{eid}"
-            if not traces:
+            env_id, rps = got
+            if not obj["traces"]:
                 no_trace += 1
-            ctx = {"run": target, "eid": eid, "step": step, "pv": pv, "env": env_id, "group": f"{target}/prime-{gid}",
-                   "subset": subset, "batch_step": int(bstep) if bstep and bstep.isdigit() else None, "line": line,
-                   "vocab": vocab}
-            for j, tr in enumerate(traces):
-                for r in _trace_rollouts(obj, j, tr, f, w, ctx):
-                    p = r.meta.pop("prompt")
-                    if r.rollout_id in rollouts:
-                        continue  # the all/ copy of an effective episode
-                    rollouts[r.rollout_id] = r
-                    task = p["task"]
-                    data = task.get("data") if isinstance(task.get("data"), dict) else {}
-                    ans = data.get("answer")
-                    prompts.setdefault(r.prompt_id, Prompt(
-                        prompt_id=r.prompt_id, task=env_id, messages=p["messages"],
-                        answer=None if ans is None else (ans if isinstance(ans, str) else json.dumps(ans)),
-                        meta={"source": "prime-rl", "task": task}))
-    # sample_index: position within the group, in file order
-    counters: dict[str, int] = {}
-    for r in rollouts.values():
-        r.sample_index = counters[r.group_id] = counters.get(r.group_id, -1) + 1
+            for r, p in rps:
+                if r.rollout_id in rollouts:
+                    continue  # the all/ copy of an effective episode
+                rollouts[r.rollout_id] = r
+                add_prompt(prompts, r, p, env_id)
+    number_samples(list(rollouts.values()))
     notes = []
     if no_trace:
         notes.append(f"{no_trace} episode(s) without traces (failed before producing one) were not stored")
