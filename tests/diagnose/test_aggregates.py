@@ -349,3 +349,14 @@ def test_what_the_small_path_does_not_decide_goes_to_duckdb():
     assert smallstats.tops(table) is None
     assert aggregates._tops(table)[("r", 0)]["models"] == [{"m": "3", "n": 1}]
     assert aggregates.partials(table).column("models").to_pylist() == [[{"m": "3", "n": 1}]]
+
+
+def test_fused_multiply_add_rounds_once():
+    from fractions import Fraction
+
+    from gfcr.store.smallstats import _fma
+
+    rng = np.random.default_rng(0)
+    for a, b, c in rng.normal(size=(500, 3)) * 10.0 ** rng.integers(-3, 4, size=(500, 3)):
+        assert _fma(float(a), float(b), float(c)) == float(Fraction(a) * Fraction(b) + Fraction(c))
+    assert _fma(0.1, 10.0, -1.0) == 5.551115123125783e-17  # 0.1 * 10 - 1 rounded twice is 0.0

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import math
 from decimal import Decimal
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -69,7 +68,14 @@ def quantile_cont(sorted_values: np.ndarray, q: float) -> float | None:
         return lo
     d = rn - lo_i
     # lo * (1 - d) + hi * d as the DuckDB wheel computes it: one fused multiply-add, fma(lo, 1 - d, hi * d)
-    return float(Fraction(hi * d) + Fraction(lo) * Fraction(1.0 - d))
+    return _fma(lo, 1.0 - d, hi * d)
+
+
+def _fma(a: float, b: float, c: float) -> float:
+    """``a * b + c`` rounded once (``math.fma`` from Python 3.13): the exact value as a ratio of
+    integers (float denominators are powers of two), divided once, which Python rounds correctly."""
+    (an, ad), (bn, bd), (cn, cd) = a.as_integer_ratio(), b.as_integer_ratio(), c.as_integer_ratio()
+    return (an * bn * cd + cn * ad * bd) / (ad * bd * cd)
 
 
 def _factorize(keys: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
