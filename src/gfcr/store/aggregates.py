@@ -155,11 +155,13 @@ def _jsonable(x: Any) -> Any:
 def _health(table: pa.Table, keys: list[tuple[str, int]], inv: np.ndarray) -> list[str]:
     """Per key, the health tally (JSON) of that step's rows."""
     cols = table.select([c for c in CHECK_COLUMNS])
-    order = np.argsort(inv, kind="stable")
+    ordered = bool(np.all(inv[1:] >= inv[:-1]))  # each step's rows in one run (an import, a training step)
+    order = np.arange(len(inv)) if ordered else np.argsort(inv, kind="stable")
     bounds = np.searchsorted(inv[order], np.arange(len(keys) + 1))
     out = []
     for i in range(len(keys)):
-        t = cols.take(pa.array(order[bounds[i]:bounds[i + 1]], pa.int64()))
+        a, b = int(bounds[i]), int(bounds[i + 1])  # a slice shares the rows' buffers; a take copies them
+        t = cols.slice(a, b - a) if ordered else cols.take(pa.array(order[a:b], pa.int64()))
         tally = Tally(HealthConfig())
         screen_batch(t, tally)
         out.append(json.dumps(_jsonable({"counts": tally.counts, "checked": tally.checked, "pairs": tally.n_pairs,
@@ -401,10 +403,12 @@ def committed(path: Path, before: int, after: Any, batch: pa.Table | None = None
                 have = set(zip(agg.column("run_id").to_pylist(), agg.column("step").to_pylist(), strict=True))
                 fresh = new - have if batch is not None else set()
                 parts = [_drop(agg, new)]
-                if fresh:
+                if fresh == new:  # every step new to the store: the batch as it is (no copy of its rows)
+                    parts.append(partials(batch.select(COLUMNS)))
+                elif fresh:
                     mask = [k in fresh for k in zip(batch.column("run_id").to_pylist(), batch.column("step").to_pylist(),
                                                      strict=True)]
-                    parts.append(partials(batch.filter(pa.array(mask, pa.bool_())).select(COLUMNS)))
+                    parts.append(partials(batch.select(COLUMNS).filter(pa.array(mask, pa.bool_()))))
                 old = sorted(new - fresh)
                 if old:
                     flt = " OR ".join(f"(run_id = {_q(r)} AND step = {int(s)})" for r, s in old)
