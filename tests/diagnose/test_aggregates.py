@@ -9,6 +9,7 @@ from pathlib import Path
 
 import lance
 import numpy as np
+import pyarrow as pa
 import pytest
 from diag_helpers import PATHOLOGIES, audit, group, rollout, simulate_run
 from typer.testing import CliRunner
@@ -250,3 +251,112 @@ def test_the_stores_model_from_the_aggregates(tmp_path):
     store.append(more)
     assert store_model(store) == "m-a"  # 3 rows of m-a (over two steps) against 2 of m-b
     assert (store.path / aggregates.FILE).exists() and aggregates.state(store)[0] == "fresh"
+
+
+# --- the small-batch path (gfcr.store.smallstats) equals the DuckDB path ---------------------------
+def _random_batch(rng: np.random.Generator, n: int) -> list:
+    """``n`` rollouts over 2 runs x 3 steps and a few groups each, with everything the metrics read
+    drawn at random: rewards repeated or missing, verdicts, advantages, entropies, replayed copies,
+    ``trained`` flags, finish reasons, latencies (shared, distinct, missing), tasks, models."""
+    from gfcr.records import Cost
+
+    out = []
+    rewards = [0.0, 0.25, 0.5, 1.0, -0.5, None]
+    for i in range(n):
+        run, step, grp = f"r{rng.integers(2)}", int(rng.integers(3)), f"g{rng.integers(max(1, n // 6))}"
+        sig: dict[str, float] = {}
+        if rng.random() < 0.7:
+            sig["advantage"] = float(rng.choice([0.0, 1e-7, 0.5, -0.5, float(rng.normal())]))
+        if rng.random() < 0.5:
+            sig["entropy"] = float(rng.random())
+        if rng.random() < 0.1:
+            sig["replayed"] = 1.0
+        meta = {"trained": bool(rng.random() < 0.5)} if rng.random() < 0.3 else {}
+        r = rollout(run, step, grp, 0.0, gen_len=int(rng.integers(0, 40)), finish=str(rng.choice(["stop", "length", "abort"])),
+                    verified=[None, True, False][int(rng.integers(3))], signals=sig, meta=meta, sample_index=i,
+                    rollout_id=f"id{int(rng.integers(10**6)):06d}-{i}")
+        r.reward = rewards[int(rng.integers(len(rewards)))] if rng.random() < 0.8 else float(rng.random())
+        if rng.random() < 0.5:
+            r.cost = Cost(gen_tokens=len(r.token_ids), latency_s=float(rng.choice([0.0, 1.5, rng.random() * 10])))
+        r.task = ["arith", "code", "zeta"][int(rng.integers(3))]
+        r.sampling = [{}, {"model": "m-a"}, {"model": "m-b", "temperature": 0.7}, {"model": None}][int(rng.integers(4))]
+        out.append(r)
+    return out
+
+
+def _close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) or isinstance(b, float):
+        return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+    return a == b
+
+
+@pytest.mark.parametrize("seed", range(13))
+def test_the_small_path_equals_duckdb_on_random_batches(seed):
+    from gfcr.records import rollouts_to_table
+    from gfcr.store import smallstats
+    from gfcr.store.stepstats import metrics_of, rollout_features
+
+    rng = np.random.default_rng(seed)
+    table = rollouts_to_table(_random_batch(rng, 2048 if seed == 12 else int(rng.integers(1, 300))))
+    tasks = table.column("task").to_pylist()  # a columnar import may leave a task missing
+    table = table.set_column(table.schema.get_field_index("task"), "task",
+                             pa.array([None if t == "zeta" else t for t in tasks], pa.string()))
+    cfg = MetricsConfig()
+    feats, events = rollout_features(table, cfg)
+    want = metrics_of(feats, events.slice(0, 0), None, cfg)
+    got = smallstats.step_metrics(feats, cfg)
+    assert got is not None and got.schema == want.schema
+    exact = {"len_p95", "len_max", "tail_time_share", "tail_timed"}  # quantiles and maxima: the same bits
+    for g, w in zip(got.to_pylist(), want.to_pylist(), strict=True):
+        bad = {k: (g[k], w[k]) for k in w if not (g[k] == w[k] if k in exact else _close(g[k], w[k]))}
+        assert not bad, (w["run_id"], w["step"], bad)
+    assert got.num_rows == want.num_rows
+    assert smallstats.tops(table) == aggregates._tops(table)
+    small = aggregates.partials(table)
+    monkey = aggregates.SMALL_ROWS
+    try:
+        aggregates.SMALL_ROWS = 0
+        duck = aggregates.partials(table)
+    finally:
+        aggregates.SMALL_ROWS = monkey
+    assert small.schema == duck.schema
+    assert small.drop_columns(list(want.column_names[2:])).to_pylist() == duck.drop_columns(
+        list(want.column_names[2:])).to_pylist()
+
+
+def test_duckdb_quantile_definition_hand_worked():
+    from gfcr.store import smallstats
+
+    # RN = (3 - 1) * 0.95 = 1.9: 2 * (1 - 0.9) + 10 * 0.9; numpy's "linear" rounds this one differently
+    assert smallstats.quantile_cont(np.array([1.0, 2.0, 10.0]), 0.95) == pytest.approx(9.2, rel=1e-15)
+    # RN = 7 * 0.9 = 6.3, d = 0.2999999999999998: fma(19, 1 - d, 25 * d) = 20.799999999999997 (DuckDB's),
+    # where the plain expression gives 20.8
+    assert smallstats.quantile_cont(np.array([0, 0, 0, 0, 0, 0, 19.0, 25.0]), 0.9) == 20.799999999999997
+    assert smallstats.quantile_cont(np.array([1.0, 3.0]), 0.5) == 2.0
+    assert smallstats.quantile_cont(np.array([4.0]), 0.9) == 4.0 and smallstats.quantile_cont(np.array([]), 0.5) is None
+    assert smallstats.TOP == aggregates.TOP
+
+
+def test_what_the_small_path_does_not_decide_goes_to_duckdb():
+    from gfcr.records import rollouts_to_table
+    from gfcr.store import smallstats
+
+    rs = group("r", 0, "a", [1.0, 0.0], [True, False])
+    rs[0].sampling = {"model": 3}  # json_extract_string gives '3': DuckDB's text, not ours
+    table = rollouts_to_table(rs)
+    assert smallstats.tops(table) is None
+    assert aggregates._tops(table)[("r", 0)]["models"] == [{"m": "3", "n": 1}]
+    assert aggregates.partials(table).column("models").to_pylist() == [[{"m": "3", "n": 1}]]
+
+
+def test_fused_multiply_add_rounds_once():
+    from fractions import Fraction
+
+    from gfcr.store.smallstats import _fma
+
+    rng = np.random.default_rng(0)
+    for a, b, c in rng.normal(size=(500, 3)) * 10.0 ** rng.integers(-3, 4, size=(500, 3)):
+        assert _fma(float(a), float(b), float(c)) == float(Fraction(a) * Fraction(b) + Fraction(c))
+    assert _fma(0.1, 10.0, -1.0) == 5.551115123125783e-17  # 0.1 * 10 - 1 rounded twice is 0.0

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from gfcr.store import smallstats
 from gfcr.store.checks import CHECKS, HealthConfig, HealthIssue, Tally, screen_batch
 from gfcr.store.checks import COLUMNS as CHECK_COLUMNS
 from gfcr.store.integrity import file_lock
@@ -70,6 +71,9 @@ _EV = pa.struct([("step", pa.int64()), ("n", pa.int64()), ("lag_n", pa.int64()),
 _VC = pa.list_(pa.struct([("r", pa.float64()), ("n", pa.int64())]))
 _TOPS = pa.list_(pa.struct([("r", pa.float64()), ("id", pa.string())]))
 _MODELS = pa.list_(pa.struct([("m", pa.string()), ("n", pa.int64())]))
+#: batches of at most this many rows are summarised without DuckDB (:mod:`gfcr.store.smallstats`,
+#: the same numbers); 0 sends every batch through DuckDB
+SMALL_ROWS = smallstats.MAX_ROWS
 #: MetricsConfig fields that only the read uses (the aggregates hold what they need)
 READ_TIME_FIELDS = {"pass_reward", "judge"}
 
@@ -151,11 +155,13 @@ def _jsonable(x: Any) -> Any:
 def _health(table: pa.Table, keys: list[tuple[str, int]], inv: np.ndarray) -> list[str]:
     """Per key, the health tally (JSON) of that step's rows."""
     cols = table.select([c for c in CHECK_COLUMNS])
-    order = np.argsort(inv, kind="stable")
+    ordered = bool(np.all(inv[1:] >= inv[:-1]))  # each step's rows in one run (an import, a training step)
+    order = np.arange(len(inv)) if ordered else np.argsort(inv, kind="stable")
     bounds = np.searchsorted(inv[order], np.arange(len(keys) + 1))
     out = []
     for i in range(len(keys)):
-        t = cols.take(pa.array(order[bounds[i]:bounds[i + 1]], pa.int64()))
+        a, b = int(bounds[i]), int(bounds[i + 1])  # a slice shares the rows' buffers; a take copies them
+        t = cols.slice(a, b - a) if ordered else cols.take(pa.array(order[a:b], pa.int64()))
         tally = Tally(HealthConfig())
         screen_batch(t, tally)
         out.append(json.dumps(_jsonable({"counts": tally.counts, "checked": tally.checked, "pairs": tally.n_pairs,
@@ -170,7 +176,10 @@ def partials(table: pa.Table) -> pa.Table:
     Example: 3 rows at (a, 0) and 2 at (a, 1) → 2 rows, ``n_rows`` [3, 2]."""
     cfg = MetricsConfig()
     feats, events = rollout_features(table, cfg)
-    m = metrics_of(feats, events.slice(0, 0), None, cfg)
+    small = table.num_rows <= SMALL_ROWS
+    m = smallstats.step_metrics(feats, cfg) if small else None
+    if m is None:
+        m = metrics_of(feats, events.slice(0, 0), None, cfg)
     if m.num_rows == 0:
         return empty()
     runs, steps = feats.column("run_id").to_pylist(), feats.column("step").to_numpy()
@@ -185,7 +194,8 @@ def partials(table: pa.Table) -> pa.Table:
     pass_vc, fail_vc = _value_counts(feats, passed), _value_counts(feats, failed)
     n_pass = np.bincount(inv[passed], minlength=len(uniq))
     n_rows = np.bincount(inv, minlength=len(uniq))
-    ev, tops, health = _events(events), _tops(table), _health(table, uniq, inv)
+    tops = smallstats.tops(table) if small else None
+    ev, tops, health = _events(events), _tops(table) if tops is None else tops, _health(table, uniq, inv)
     mk = {(r, s): i for i, (r, s) in enumerate(zip(m.column("run_id").to_pylist(), m.column("step").to_pylist(), strict=True))}
     m = m.take(pa.array([mk[k] for k in uniq], pa.int64()))
     cols = {
@@ -393,10 +403,12 @@ def committed(path: Path, before: int, after: Any, batch: pa.Table | None = None
                 have = set(zip(agg.column("run_id").to_pylist(), agg.column("step").to_pylist(), strict=True))
                 fresh = new - have if batch is not None else set()
                 parts = [_drop(agg, new)]
-                if fresh:
+                if fresh == new:  # every step new to the store: the batch as it is (no copy of its rows)
+                    parts.append(partials(batch.select(COLUMNS)))
+                elif fresh:
                     mask = [k in fresh for k in zip(batch.column("run_id").to_pylist(), batch.column("step").to_pylist(),
                                                      strict=True)]
-                    parts.append(partials(batch.filter(pa.array(mask, pa.bool_())).select(COLUMNS)))
+                    parts.append(partials(batch.select(COLUMNS).filter(pa.array(mask, pa.bool_()))))
                 old = sorted(new - fresh)
                 if old:
                     flt = " OR ".join(f"(run_id = {_q(r)} AND step = {int(s)})" for r, s in old)

@@ -24,9 +24,9 @@ rollout commit, one prompt upsert and one state write; a second import of the sa
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from hashlib import sha1
 from pathlib import Path
 from typing import Any
@@ -320,7 +320,7 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
 
 def _read(data: bytes) -> tuple[pa.Table | None, np.ndarray | None, Fallback | None]:
     try:
-        t = pj.read_json(io.BytesIO(data))  # pyarrow's defaults (1 MiB blocks, threads), as the reference arm
+        t = pj.read_json(pa.BufferReader(data))  # pyarrow's defaults (1 MiB blocks, threads), as the reference arm
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
         return None, None, f"arrow: {str(e).splitlines()[0][:80]}"
     lines = _line_numbers(data, t.num_rows)
@@ -349,31 +349,30 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
     plan: list[tuple[Path, str, dict[str, Any], Any]] = []
     held: dict[Path, tuple[pa.Table, np.ndarray]] = {}
     held_bytes = 0
-    for f in files:
-        key = _state_key(run_id, f)
-        sig = file_signature(f)
-        old = store.get_state(key) or {}
-        if old.get("size") == sig["size"] and old.get("mtime_ns") == sig["mtime_ns"]:
-            plan.append((f, "unchanged", old, None))
-            continue
-        data = f.read_bytes()
-        sig["sha256"] = hashlib.sha256(data).hexdigest()
-        if old.get("sha256") == sig["sha256"]:
-            plan.append((f, "unchanged", {**old, **sig}, "touch"))
-            continue
-        t, lines, why = _read(data)
-        del data
-        if why is None:
-            why = check_table(t, verdict_key)
-        if why is not None:
-            plan.append((f, f"rows: {why}", sig, row_parse(f)))
-            continue
-        plan.append((f, "columnar", sig, None))
-        if held_bytes + t.nbytes > hold_bytes:  # over the budget: keep only the latest file's table
-            held.clear()
-            held_bytes = 0
-        held[f] = (t, lines)
-        held_bytes += t.nbytes
+    states = _states(store, [_state_key(run_id, f) for f in files])  # one read of the state table
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gfcr-import-read") as pool:
+        # the next file is read and hashed while this one is parsed and checked
+        loads = _prefetch(pool, files, [states.get(_state_key(run_id, f)) or {} for f in files])
+        for f, (sig, old, data) in zip(files, loads, strict=True):
+            if data is None:
+                plan.append((f, "unchanged", old, None))
+                continue
+            if old.get("sha256") == sig["sha256"]:
+                plan.append((f, "unchanged", {**old, **sig}, "touch"))
+                continue
+            t, lines, why = _read(data)
+            del data
+            if why is None:
+                why = check_table(t, verdict_key)
+            if why is not None:
+                plan.append((f, f"rows: {why}", sig, row_parse(f)))
+                continue
+            plan.append((f, "columnar", sig, None))
+            if held_bytes + t.nbytes > hold_bytes:  # over the budget: keep only the latest file's table
+                held.clear()
+                held_bytes = 0
+            held[f] = (t, lines)
+            held_bytes += t.nbytes
     written = skipped = 0
     how: dict[str, str] = {}
     batch: list[tuple[Path, dict[str, Any], pa.Table, pa.Table]] = []
@@ -434,6 +433,37 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
         batch_bytes += table.nbytes
     flush()
     return written, skipped, how
+
+
+def _states(store: Any, keys: list[str]) -> dict[str, dict[str, Any]]:
+    """The store's state values of ``keys`` (those it has), in one filtered read."""
+    if not keys:
+        return {}
+    flt = "key IN (" + ", ".join("'" + k.replace("'", "''") + "'" for k in keys) + ")"
+    t = store.dataset("state").to_table(columns=["key", "value"], filter=flt)
+    return {k: json.loads(v) for k, v in zip(t.column("key").to_pylist(), t.column("value").to_pylist(), strict=True)}
+
+
+def _load(f: Path, old: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], bytes | None]:
+    """``(signature, recorded state, bytes)`` of ``f``; no bytes when its size and mtime are the
+    recorded ones (unchanged, not read)."""
+    sig = file_signature(f)
+    if old.get("size") == sig["size"] and old.get("mtime_ns") == sig["mtime_ns"]:
+        return sig, old, None
+    data = f.read_bytes()
+    sig["sha256"] = hashlib.sha256(data).hexdigest()
+    return sig, old, data
+
+
+def _prefetch(pool: ThreadPoolExecutor, files: list[Path], olds: list[dict[str, Any]]) -> Iterator[Any]:
+    """:func:`_load` of each file in order, the next one loading in ``pool`` while the caller works
+    on the current one (at most two files' bytes held)."""
+    nxt = pool.submit(_load, files[0], olds[0]) if files else None
+    for i in range(len(files)):
+        cur = nxt.result()
+        nxt = pool.submit(_load, files[i + 1], olds[i + 1]) if i + 1 < len(files) else None
+        yield cur
+        del cur
 
 
 def _last_per_id(prompts: pa.Table) -> pa.Table:
