@@ -281,7 +281,9 @@ def check(
         print_rows([{"table": t.name, "version": t.version, "recorded": t.recorded_version, "rows": t.rows,
                      "readable rows": t.rows_readable, "fragments": len(t.fragments),
                      "damaged fragments": ",".join(str(f.fragment_id) for f in t.fragments if not f.readable) or "-",
-                     "readable versions": _ranges(t.versions_readable)} for t in rep.tables], title=f"check {path}")
+                     "readable versions": _ranges(t.versions_readable),
+                     "SHA-256 checked": f"{t.files_digested}/{t.files_digested + t.files_not_digested} files"}
+                    for t in rep.tables], title=f"check {path}")
         for p in rep.all_problems:
             console.print(f"[red]damaged:[/] {p}", highlight=False, soft_wrap=True)
         if rep.ok:

@@ -34,6 +34,7 @@ scheme names them ``{version}.manifest``); data files in ``<table>.lance/data/``
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import random
@@ -186,7 +187,36 @@ def _record(path: Path, name: str, ds: lance.LanceDataset) -> None:
         if int(old.get("version", 0)) >= ds.version:
             return
         c[name] = {"version": int(ds.version), "rows": int(ds.count_rows())}
+        record_digests(Path(path), name, ds, m.setdefault("files", {}))
         write_manifest(path, m)
+
+
+def sha256_file(f: Path, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of the file ``f``, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:
+        while b := fh.read(chunk):
+            h.update(b)
+    return h.hexdigest()
+
+
+def record_digests(path: Path, name: str, ds: lance.LanceDataset, files: dict[str, Any]) -> int:
+    """Add ``{"size", "sha256"}`` under ``files`` for each data file of ``ds`` not digested yet (Lance
+    data files are immutable: a file is hashed once, at the commit that wrote it), and drop table
+    ``name``'s entries for files its current version no longer uses (after a compaction). Keys are
+    paths relative to the store, e.g. ``rollouts.lance/data/ab12….lance``; returns files hashed."""
+    uri = path / f"{name}.lance"
+    prefix = f"{name}.lance/"
+    current = {f"{prefix}data/{df.path}": uri / "data" / df.path
+               for frag in ds.get_fragments() for df in frag.metadata.files}
+    for k in [k for k in files if k.startswith(prefix) and k not in current]:
+        del files[k]
+    hashed = 0
+    for k, f in current.items():
+        if k not in files:
+            files[k] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
+            hashed += 1
+    return hashed
 
 
 def refuse_lost_manifest(path: Path, tables: list[str]) -> None:
@@ -304,6 +334,8 @@ class TableReport:
     versions_readable: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     fragments: list[FragmentReport] = field(default_factory=list)
+    files_digested: int = 0  #: data files whose SHA-256 recorded at commit was verified
+    files_not_digested: int = 0  #: data files with no recorded SHA-256 (written before digests were kept)
 
 
 @dataclass
@@ -326,7 +358,20 @@ class CheckReport:
         return {"path": self.path, "ok": self.ok, **asdict(self)}
 
 
-def _check_table(path: Path, name: str, rec: dict[str, Any]) -> TableReport:
+def digest_problem(path: Path, f: Path, digests: dict[str, Any]) -> str | None:
+    """``f``'s SHA-256 against the one recorded at commit (None when it matches or none is recorded)."""
+    want = digests.get(f.relative_to(path).as_posix())
+    if not want:
+        return None
+    got = sha256_file(f)
+    if got != want["sha256"]:
+        return (f"has SHA-256 {got[:12]}…, {want['sha256'][:12]}… recorded at commit "
+                "(damaged inside, at its recorded size)")
+    return None
+
+
+def _check_table(path: Path, name: str, rec: dict[str, Any], digests: dict[str, Any] | None = None) -> TableReport:
+    digests = digests or {}
     uri = path / f"{name}.lance"
     rep = TableReport(name, None, int(rec["version"]) if rec else None)
     if not uri.is_dir():
@@ -352,7 +397,14 @@ def _check_table(path: Path, name: str, rec: dict[str, Any]) -> TableReport:
         rep.problems.append(f"{uri}: version {rep.version} holds {rep.rows} rows, {rec['rows']} recorded at commit")
     for frag in ds.get_fragments():
         n = frag.count_rows()
-        probs = [f"{f} {p}" for f, size in fragment_files(uri, frag) if (p := file_problem(f, size))]
+        ffiles = fragment_files(uri, frag)
+        probs = [f"{f} {p}" for f, size in ffiles if (p := file_problem(f, size))]
+        if not probs:
+            for f, _ in ffiles:
+                known = f.relative_to(path).as_posix() in digests
+                rep.files_digested += known
+                rep.files_not_digested += not known
+            probs = [f"{f} {p}" for f, _ in ffiles if (p := digest_problem(path, f, digests))]
         if not probs:
             try:
                 got = ds.scanner(fragments=[frag]).to_table().num_rows
@@ -375,12 +427,14 @@ def check_store(path: str | os.PathLike[str], tables: list[str]) -> CheckReport:
     path = Path(path)
     rep = CheckReport(str(path))
     committed: dict[str, Any] = {}
+    digests: dict[str, Any] = {}
     try:
-        committed = read_manifest(path).get("committed") or {}
+        m = read_manifest(path)
+        committed, digests = m.get("committed") or {}, m.get("files") or {}
     except StoreDamaged as e:
         rep.problems.append(str(e).split("; run `gfcr store check")[0])
     for name in tables:
-        rep.tables.append(_check_table(path, name, committed.get(name) or {}))
+        rep.tables.append(_check_table(path, name, committed.get(name) or {}, digests))
     return rep
 
 
@@ -428,5 +482,9 @@ def accept(path: str | os.PathLike[str], tables: list[str], fresh_manifest: dict
         except StoreDamaged:
             m = dict(fresh_manifest)
         m["committed"] = {t.name: {"version": t.version, "rows": t.rows} for t in rep.tables}
+        for t in rep.tables:  # the files of the accepted versions, as they are now
+            if t.version is not None:
+                record_digests(path, t.name, lance.dataset(str(path / f"{t.name}.lance"), version=t.version),
+                               m.setdefault("files", {}))
         write_manifest(path, m)
     return check_store(path, tables)
