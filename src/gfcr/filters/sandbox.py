@@ -386,12 +386,17 @@ def run_python(
                 try:
                     startup, phase = _wait_started(proc, ready_r, t0, cfg.startup_s)
                     t1 = time.perf_counter()
+                    inits = _identities(_children(proc.pid))  # the namespace inits, while the launcher lives
                     if phase is None:
                         proc.wait(timeout=cfg.wall_s)
                 except subprocess.TimeoutExpired:
                     phase = "run"
                 finally:
                     _kill_group(proc)
+                    # a run that ended by itself: its launcher is gone, so _kill_group saw no children; the
+                    # namespace inits it had may still be tearing their namespaces down (a daemon alive
+                    # for a moment): wait until each is released
+                    _wait_released_ids(inits, timeout_s=5.0)
                 timed_out = phase is not None
         finally:
             for fd in (spec_fd, ready_r, ready_w):
@@ -492,6 +497,34 @@ def _children(pid: int) -> list[int]:
     except OSError:
         pass
     return kids
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of ``/proc/PID/stat`` (start time in clock ticks): with the pid, a process's identity."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _identities(pids: list[int]) -> list[tuple[int, str]]:
+    return [(pid, st) for pid in pids if (st := _start_time(pid)) is not None]
+
+
+def _wait_released_ids(ids: list[tuple[int, str]], timeout_s: float) -> None:
+    """:func:`_wait_released` for processes known by (pid, start time): a pid reused by another
+    process since counts as released (it is never signalled, only waited for)."""
+    deadline = time.monotonic() + timeout_s
+    for pid, st in ids:
+        while time.monotonic() < deadline and _start_time(pid) == st:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                        break
+            except (OSError, IndexError):
+                break
+            time.sleep(0.005)
 
 
 def _wait_released(pids: list[int], timeout_s: float) -> None:
