@@ -46,11 +46,12 @@ def test_false_claim_share_and_paired_test():
 def tiny_run(tmp_path_factory):
     """A 2-step `gfcr train` run of a tiny random model (hf) whose store also holds 6 verified
     distinct rollouts (the random model solves nothing)."""
+    from tests.ross.conftest import make_prompt, make_rollout
+
     from gfcr.store import RolloutStore
     from gfcr.testing import save_tiny, tiny_tokenizer
     from gfcr.train.config import load_config
     from gfcr.train.loop import train
-    from tests.ross.conftest import make_prompt, make_rollout
 
     root = tmp_path_factory.mktemp("rs")
     model = save_tiny(str(root / "model"), seed=1)
