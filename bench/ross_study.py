@@ -171,10 +171,73 @@ def stage_upstream(args: argparse.Namespace, state: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-def stage_continued(args: argparse.Namespace, state: Path, clock: Clock, upstream: dict[str, Any]) -> dict[str, Any]:
+def train_steps(cfg: Any, d: Path, resuming: bool, clock: Clock, label: str) -> Path:
+    """Train ``cfg.steps`` steps in run folder ``d`` (the loop's own resume), each step a unit of the
+    clock; on --until the last finished step is checkpointed (a crash resumes from the last checkpoint)."""
     from gfcr.train.checkpoint import latest_checkpoint, save_checkpoint
+    from gfcr.train.loop import TrainingRun
+
+    t = TrainingRun(cfg, d, resuming, progress=False)
+    t.setup()
+    t._end = cfg.steps
+    last = t.start_step - 1
+    try:
+        for step in range(t.start_step, cfg.steps):
+            row = timed(clock, "rl_step", 1, f"{label} step {step}", lambda s=step: t.step(s))
+            with open(d / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps(row, sort_keys=True, default=float) + "\n")
+            last = step
+            print(f"{label} step {step}/{cfg.steps - 1}: reward {row.get('reward_mean', float('nan')):.3f}", flush=True)
+    except Stopped:
+        ck = latest_checkpoint(d)
+        if last >= t.start_step and (ck is None or ck.name != f"step_{last:06d}"):
+            save_checkpoint(t, last)
+        raise
+    finally:
+        t.close()
+    return latest_checkpoint(d)
+
+
+def overrides(pairs: list[str]) -> dict[str, Any]:
+    out = {}
+    for kv in pairs:
+        k, _, v = kv.partition("=")
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+def stage_own_rl(args: argparse.Namespace, state: Path, clock: Clock) -> Path:
+    """``--run own``: the study's own upstream RL run in ``STATE/rl`` (``--rl-config``, ``--rl-steps``,
+    ``--rl-set``), resumable; its folder is then the upstream run."""
+    from gfcr.train.checkpoint import latest_checkpoint
     from gfcr.train.config import load_config
-    from gfcr.train.loop import TrainingRun, prepare_run
+    from gfcr.train.loop import prepare_run
+
+    d = state / "rl"
+    if (state / "rl.json").exists():
+        return d
+    over = {"steps": args.rl_steps, "output_dir": str(state), "run_name": "rl", "tensorboard": False,
+            "eval.before": False, "eval.after": False, "checkpoint.every": 5, "checkpoint.keep_last": 1,
+            "generate.engine": args.rl_engine}
+    if args.rl_engine == "vllm":
+        over["generate.engine_params"] = {"enforce_eager": True, "dtype": "float32", "max_model_len": 1024,
+                                          "kv_cache_memory_bytes": args.kv_mib << 20}
+    cfg = load_config(args.rl_config, over | overrides(args.rl_set))
+    resume = d.exists() and latest_checkpoint(d) is not None
+    if d.exists() and not resume:  # started, never checkpointed: start again
+        shutil.rmtree(d)
+    d, resuming = prepare_run(cfg, d if resume else None, None if resume else d)
+    ck = train_steps(cfg, d, resuming, clock, "upstream RL")
+    write_json(state / "rl.json", {"checkpoint": str(ck), "steps": cfg.steps, "time": datetime.now(UTC).isoformat()})
+    return d
+
+
+def stage_continued(args: argparse.Namespace, state: Path, clock: Clock, upstream: dict[str, Any]) -> dict[str, Any]:
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import prepare_run
 
     done = state / "continued.json"
     if done.exists():
@@ -187,26 +250,8 @@ def stage_continued(args: argparse.Namespace, state: Path, clock: Clock, upstrea
     cfg = load_config(d / "config.yaml", {"steps": steps, "output_dir": str(state), "run_name": "continued",
                                           "eval.before": False, "eval.after": False, "tensorboard": False})
     d, resuming = prepare_run(cfg, d, None)
-    t = TrainingRun(cfg, d, resuming, progress=False)
-    t.setup()
-    t._end = cfg.steps
-    last = t.start_step - 1
-    try:
-        for step in range(t.start_step, cfg.steps):
-            row = timed(clock, "rl_step", 1, f"continued RL step {step}", lambda s=step: t.step(s))
-            with open(d / "metrics.jsonl", "a") as fh:
-                fh.write(json.dumps(row, sort_keys=True, default=float) + "\n")
-            last = step
-            print(f"continued RL step {step}/{cfg.steps - 1}: reward {row.get('reward_mean', float('nan')):.3f}", flush=True)
-    except Stopped:  # --until: checkpoint the last finished step (a crash resumes from the last checkpoint)
-        ck = latest_checkpoint(d)
-        if last >= t.start_step and (ck is None or ck.name != f"step_{last:06d}"):
-            save_checkpoint(t, last)
-        raise
-    finally:
-        t.close()
-    out = {"checkpoint": str(latest_checkpoint(d)), "steps": steps, "extra_steps": args.extra_steps,
-           "time": datetime.now(UTC).isoformat()}
+    ck = train_steps(cfg, d, resuming, clock, "continued RL")
+    out = {"checkpoint": str(ck), "steps": steps, "extra_steps": args.extra_steps, "time": datetime.now(UTC).isoformat()}
     write_json(done, out)
     return out
 
@@ -249,14 +294,7 @@ def ross_config(args: argparse.Namespace, state: Path, upstream: dict[str, Any],
                "train": {"epochs": args.epochs, "lr": 1e-5, "batch_size": 8, "checkpoint_every": 50},
                "evaluate": ev, "stages": ["select", "audit", "build", "train", "evaluate"]}
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    over = {}
-    for kv in args.set:
-        k, _, v = kv.partition("=")
-        try:
-            over[k] = json.loads(v)
-        except json.JSONDecodeError:
-            over[k] = v
-    return load_config(path, over)
+    return load_config(path, overrides(args.set))
 
 
 def stage_ross_data(cfg: Any, rd: Path, tok: Any) -> dict[str, Any]:
@@ -416,6 +454,12 @@ def estimate(args: argparse.Namespace, state: Path, clock: Clock) -> list[tuple[
     """``[(stage, CPU seconds left, measured rate?)]`` from what is on disk."""
     out = []
     rl, m = clock.rate("rl_step")
+    if args.run == "own" and not (state / "rl.json").exists():
+        from gfcr.train.checkpoint import latest_checkpoint
+
+        ck = latest_checkpoint(state / "rl") if (state / "rl").exists() else None
+        done = 0 if ck is None else int(ck.name.split("_")[-1]) + 1
+        out.append(("upstream RL", max(0, args.rl_steps - done) * rl, m))
     if args.extra_steps > 0 and not (state / "continued.json").exists():
         up = read_json(state / "upstream" / "upstream.json")
         from gfcr.train.checkpoint import latest_checkpoint
@@ -500,6 +544,8 @@ def run_study(args: argparse.Namespace) -> str:
     clock = Clock(state, args.until)
     print_estimate(args, state, clock)
     try:
+        if args.run == "own":
+            args.run = str(stage_own_rl(args, state, clock))
         up = stage_upstream(args, state)
         cont = stage_continued(args, state, clock, up) if args.extra_steps > 0 else None
         cfg = ross_config(args, state, up, cont)
@@ -522,7 +568,12 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--state", default="~/.cache/gfcr/studies/ross", help="the study's folder (outside the repo)")
     ap.add_argument("--run", default="~/.cache/gfcr/studies/greso/arms/uniform",
-                    help="the upstream `gfcr train` run folder (only read: its store and latest checkpoint are copied)")
+                    help="the upstream `gfcr train` run folder (only read: its store and latest checkpoint are copied), "
+                         "or 'own': the study's own upstream RL run in STATE/rl")
+    ap.add_argument("--rl-config", default="configs/arith-smollm2.yaml", help="--run own: the upstream RL config")
+    ap.add_argument("--rl-steps", type=int, default=150, help="--run own: upstream RL steps")
+    ap.add_argument("--rl-engine", default="vllm", help="--run own: generate.engine of the upstream RL (vllm or hf)")
+    ap.add_argument("--rl-set", action="append", default=[], help="--run own: dotted overrides of the RL config")
     ap.add_argument("--min-verified", type=int, default=1000, help="verified distinct rollouts the run's store must hold")
     ap.add_argument("--task", default="arith", help="window.task of the ROSS selection")
     ap.add_argument("--extra-steps", type=int, default=50, help="continued RL steps (0: no continued-RL row)")

@@ -133,3 +133,21 @@ def test_every_stage_runs_then_skips_and_an_until_stop_resumes(tiny_run, tmp_pat
     with pytest.raises(SystemExit, match="n_2d"):
         rs.main(_argv(state, run, model)[:-4] + ["--n-2d", "4"])
     assert np.isfinite(rs.estimate(rs.parser().parse_args(_argv(state, run, model)), state, rs.Clock(state, None))[0][1])
+
+
+def test_own_upstream_rl_trains_resumably_then_the_count_decides(tmp_path):
+    """--run own: the study's upstream RL run in STATE/rl (2 steps here), kept across calls; the tiny
+    random model verifies nothing, so the snapshot is refused with the count."""
+    from gfcr.testing import save_tiny
+
+    model = save_tiny(str(tmp_path / "m"), seed=1)
+    argv = ["--state", str(tmp_path / "s"), "--run", "own", "--rl-engine", "hf", "--rl-steps", "2", "--min-verified", "1",
+            "--rl-config", str(Path(__file__).parents[1] / "configs" / "arith-smollm2.yaml"),
+            *[f"--rl-set={kv}" for kv in (f"model={model}", "generate.max_tokens=4", "generate.k=2",
+                                           "generate.prompts_per_step=2", "signals.entropy=false")]]
+    with pytest.raises(SystemExit, match="holds 0 verified distinct rollouts, fewer than --min-verified 1"):
+        rs.main(argv)
+    assert json.loads((tmp_path / "s" / "rl.json").read_text())["checkpoint"].endswith("step_000001")
+    with pytest.raises(SystemExit, match="holds 0 verified"):
+        rs.main(argv)  # the upstream RL is not run again
+    assert [t["kind"] for t in rs.read_jsonl(tmp_path / "s" / "timings.jsonl")] == ["rl_step", "rl_step"]
