@@ -181,9 +181,23 @@ class RossEvalConfig(EvalConfig):
     pairs: list[tuple[str, str]] | None = Field(
         None, description="Model pairs (A, B) compared per prompt; None: ROSS against every other row, ROSS w/o "
                           "mask against positive SFT, ROSS from base against ROSS.")
+    engine: str = Field("hf", description="Engine each model row is evaluated with (gfcr.generate.engines): hf "
+                                          "(loads the model in this process), vllm (from the model's path), or "
+                                          "pkg.mod:Class; one model in memory at a time.")
+    engine_params: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of the engine (vllm: enforce_eager, dtype, "
+                                          "max_model_len, kv_cache_memory_bytes, ...).")
+    save_generations: bool = Field(False, description="Also write every generation (greedy and sampled) to "
+                                                      "RUN_DIR/generations.jsonl, one line per model, benchmark "
+                                                      "and prompt (for process measures such as false claims).")
 
     @model_validator(mode="after")
     def _ks(self) -> RossEvalConfig:
+        from gfcr.generate.engines import ENGINES
+
+        if self.engine not in ENGINES and ":" not in self.engine:
+            raise ConfigError(f"evaluate.engine: unknown engine {self.engine!r}; choose one of "
+                              f"{', '.join(ENGINES)} or give pkg.mod:Class")
         self.verifier_params = _verifier_params("evaluate.verifier_params", self.verifier, self.verifier_params)
         for b in self.benchmarks:  # a benchmark's own params for the default verifier
             if b.verifier is None and b.verifier_params is not None:

@@ -25,7 +25,7 @@ enough that a difference must be tested before it is claimed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,28 +93,83 @@ def evaluate_one(engine: Any, prompts: Sequence[Prompt], bench: Any, ev: Any) ->
     return out
 
 
+class RecordingEngine:
+    """An engine that hands each request's results to ``sink(request, results, texts)`` after
+    generating (the texts decoded with ``tokenizer`` when the engine gives none); everything else is
+    the wrapped engine's."""
+
+    def __init__(self, engine: Any, sink: Callable[[Any, list[Any], list[str]], None], tokenizer: Any = None):
+        self._engine, self._sink = engine, sink
+        self._tok = tokenizer if tokenizer is not None else getattr(engine, "tokenizer", None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def generate(self, requests: Sequence[Any]) -> list[list[Any]]:
+        out = self._engine.generate(requests)
+        for req, results in zip(requests, out, strict=True):
+            texts = [r.text if r.text is not None else self._tok.decode(list(r.token_ids), skip_special_tokens=True)
+                     for r in results]
+            self._sink(req, list(results), texts)
+        return out
+
+
+def eval_engine(m: Any, name: str, tokenizer: Any, ev: Any, load: Callable[[Any], Any] | None = None,
+                engines: Mapping[str, Any] | None = None) -> Any:
+    """The engine of ``ev.engine`` for one model row: ``hf`` wraps the loaded module (``load(path)``
+    when ``m`` is a path); any other engine is built from the path by
+    :func:`gfcr.generate.engines.make_engine` (``engines``: a composer's own names), with
+    ``ev.engine_params``."""
+    name_e = getattr(ev, "engine", "hf")
+    params = dict(getattr(ev, "engine_params", None) or {})
+    if name_e == "hf":
+        from gfcr.generate.engines.hf import HFEngine
+
+        model = load(m) if load is not None and isinstance(m, str) else m
+        return HFEngine(model, tokenizer=tokenizer, policy_version=name, **params)
+    if not isinstance(m, str):
+        raise ValueError(f"evaluate.engine {name_e!r} builds each model from its path; row {name!r} is a loaded "
+                         "model (give its checkpoint path, or use engine hf)")
+    from gfcr.generate.engines import make_engine
+
+    return make_engine(name_e, engines, model=None if m == "default" else m, policy_version=name, **params)
+
+
 def evaluate_models(models: dict[str, Any], tokenizer: Any, benchmarks: Sequence[tuple[Any, Sequence[Prompt]]],
                     ev: Any, load: Callable[[Any], Any] | None = None, log: Any = None,
-                    on_result: Callable[[dict[str, dict[str, Any]]], None] | None = None) -> dict[str, dict[str, Any]]:
+                    on_result: Callable[[dict[str, dict[str, Any]]], None] | None = None,
+                    engines: Mapping[str, Any] | None = None,
+                    on_generation: Callable[[dict[str, Any]], None] | None = None) -> dict[str, dict[str, Any]]:
     """``{model: {benchmark: EvalResult dict}}`` in the order of ``models``. ``models`` maps a row
-    name to a loaded model or a path (loaded one at a time with ``load``, so one model is in memory
-    at once). ROSS and upstream are evaluated first, so an interrupted run has its main pair;
-    ``on_result`` sees the results so far after each model."""
-    from gfcr.generate.engines.hf import HFEngine
+    name to a loaded model or a path; each row gets its own engine (:func:`eval_engine`:
+    ``ev.engine``, hf by default), released before the next, so one model is in memory at once.
+    ROSS and upstream are evaluated first, so an interrupted run has its main pair; ``on_result``
+    sees the results so far after each model; ``on_generation`` gets one dict per model, benchmark,
+    prompt and decoding (``model, benchmark, prompt_id, greedy, texts``)."""
+    import gc
 
     first = [m for m in ("ross", "upstream") if m in models]
     out: dict[str, dict[str, Any]] = {}
     for name in first + [m for m in models if m not in first]:
-        m = models[name]
-        model = load(m) if load is not None and isinstance(m, str) else m
-        eng = HFEngine(model, tokenizer=tokenizer, policy_version=name)
-        out[name] = {}
+        eng = eval_engine(models[name], name, tokenizer, ev, load, engines)
+        out[name], run_eng = {}, eng
         for bench, prompts in benchmarks:
-            out[name][bench.name] = evaluate_one(eng, prompts, bench, ev)
+            run_eng = eng
+            if on_generation is not None:
+                def sink(req: Any, results: list[Any], texts: list[str], _b: str = bench.name, _m: str = name) -> None:
+                    on_generation({"model": _m, "benchmark": _b, "prompt_id": req.request_id,
+                                   "greedy": req.params.temperature == 0, "texts": texts})
+
+                run_eng = RecordingEngine(eng, sink, tokenizer)
+            out[name][bench.name] = evaluate_one(run_eng, prompts, bench, ev)
             if log is not None:
                 m0 = headline_metric(out[name][bench.name])
                 log(f"[ross] evaluate {name} on {bench.name}: {m0} {100 * out[name][bench.name]['metrics'][m0]['value']:.1f}%")
-        del eng, model
+        close = getattr(eng, "close", None)
+        if callable(close):
+            close()
+        del eng, run_eng
+        gc.collect()
         if on_result is not None:
             on_result(out)
     return {name: out[name] for name in models}

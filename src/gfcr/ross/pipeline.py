@@ -210,8 +210,17 @@ def stage_evaluate(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any, l
     e = cfg.evaluate
     rows, aliases = model_paths(cfg, run_dir)
     partial = run_dir / "eval.partial.json"
+    on_gen = None
+    if e.save_generations:
+        gens = run_dir / "generations.jsonl"
+        gens.write_text("")
+
+        def on_gen(row: dict[str, Any]) -> None:
+            with open(gens, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+
     results = evaluate_models(rows, tokenizer, heldout_benchmarks(cfg, store), e, load=load_model, log=log,
-                              on_result=lambda r: partial.write_text(json.dumps(r)))
+                              on_result=lambda r: partial.write_text(json.dumps(r)), on_generation=on_gen)
     pairs = [tuple(p) for p in e.pairs] if e.pairs is not None else default_pairs(list(rows))
     pairs = [(aliases.get(a, a), aliases.get(b, b)) for a, b in pairs]
     out = {"results": results, "aliases": aliases, "pairs": pairs,
