@@ -142,14 +142,16 @@ def append_jsonl(path: Path, row: dict[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
-def study_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: v for k, v in sorted(vars(args).items()) if k not in RESUMABLE and k != "state"}
+def study_args(args: argparse.Namespace, resumable: tuple[str, ...] = RESUMABLE) -> dict[str, Any]:
+    """The arguments that define a study: all but ``--state`` and the ``resumable`` ones (those that
+    only say how far this call goes). Shared with ``bench/ross_study.py``."""
+    return {k: v for k, v in sorted(vars(args).items()) if k not in resumable and k != "state"}
 
 
-def check_same_study(state: Path, args: argparse.Namespace) -> None:
+def check_same_study(state: Path, args: argparse.Namespace, resumable: tuple[str, ...] = RESUMABLE) -> None:
     """Write ``STATE/study.json`` on the first run; refuse a re-run whose study arguments differ."""
     f = state / STUDY_FILE
-    mine = study_args(args)
+    mine = study_args(args, resumable)
     if f.exists():
         old = json.loads(f.read_text())["args"]
         changed = sorted(k for k in set(old) | set(mine) if old.get(k) != mine.get(k))

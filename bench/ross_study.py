@@ -52,33 +52,13 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from greso_study import append_jsonl, read_jsonl, sign_test, until_ts  # noqa: E402
+from greso_study import append_jsonl, check_same_study, read_jsonl, sign_test, until_ts  # noqa: E402
 
-STUDY_FILE = "study.json"
 RESUMABLE = ("until", "report")
 ROWS = ("ross", "upstream", "base", "continued_rl", "positive_sft", "ross_nomask", "ross_from_base")
 #: CPU seconds per unit before any is measured (2 cores, SmolLM2-135M): an RL step of the GRESO arm
 #: (its study.jsonl: ~22 s with vLLM), one SFT row-epoch, one generated sample of the evaluation.
 PRIOR_S = {"rl_step": 25.0, "sft_row_epoch": 0.6, "eval_sample": 0.25}
-
-
-def study_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: v for k, v in sorted(vars(args).items()) if k not in RESUMABLE and k != "state"}
-
-
-def check_same_study(state: Path, args: argparse.Namespace) -> None:
-    """Write ``STATE/study.json`` on the first run; refuse a re-run whose study arguments differ."""
-    f = state / STUDY_FILE
-    mine = study_args(args)
-    if f.exists():
-        old = json.loads(f.read_text())["args"]
-        changed = sorted(k for k in set(old) | set(mine) if old.get(k) != mine.get(k))
-        if changed:
-            raise SystemExit(f"{state}: this study was started with other arguments ({', '.join(changed)}: "
-                             f"{[old.get(k) for k in changed]}); resume it with the same ones or use another --state")
-    else:
-        state.mkdir(parents=True, exist_ok=True)
-        f.write_text(json.dumps({"args": mine, "started": datetime.now(UTC).isoformat()}, indent=2))
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -540,7 +520,7 @@ def run_study(args: argparse.Namespace) -> str:
     from gfcr.ross import pipeline as P
 
     state = Path(args.state).expanduser()
-    check_same_study(state, args)
+    check_same_study(state, args, RESUMABLE)
     clock = Clock(state, args.until)
     print_estimate(args, state, clock)
     try:

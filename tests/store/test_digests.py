@@ -13,7 +13,9 @@ from pathlib import Path
 
 import lance
 import pytest
+from typer.testing import CliRunner
 
+from gfcr.cli import app
 from gfcr.store import RolloutStore, integrity
 from gfcr.store.core import TABLES
 from gfcr.testing import make_rollout
@@ -129,3 +131,91 @@ def test_compaction_prunes_the_old_files_and_check_stays_ok(base, tmp_path):
     rep = integrity.check_store(p, list(TABLES))
     t = next(t for t in rep.tables if t.name == "rollouts")
     assert rep.ok and t.files_digested == len(current) and t.files_not_digested == 0
+
+
+# --- deletion files (issue 30: Lance deletion files were not digested) ------------------------------
+def _updated(tmp_path: Path) -> tuple[Path, Path]:
+    """A store whose rollouts table has a deletion file: ``update`` rewrites rows through a merge,
+    which marks the old copies deleted in their fragment."""
+    p = tmp_path / "st"
+    s = RolloutStore.open(p, create=True, auto_compact=0)
+    rs = [make_rollout(i, step=0) for i in range(6)]
+    s.append(rs)
+    for r in rs[:2]:
+        r.reward = 0.25
+    s.update(rs[:2])
+    ds = lance.dataset(str(p / "rollouts.lance"))
+    dels = [integrity.deletion_file(p / "rollouts.lance", fr) for fr in ds.get_fragments()]
+    dels = [d for d in dels if d is not None]
+    assert len(dels) == 1 and dels[0].parent.name == "_deletions"
+    return p, dels[0]
+
+
+def test_a_deletion_file_is_digested_at_commit_and_checked(tmp_path):
+    p, d = _updated(tmp_path)
+    files = json.loads((p / "gfcr-store.json").read_text())["files"]
+    assert files[d.relative_to(p).as_posix()] == {"size": d.stat().st_size, "sha256": integrity.sha256_file(d)}
+    rep = integrity.check_store(p, list(TABLES))
+    assert rep.ok
+    t = next(t for t in rep.tables if t.name == "rollouts")
+    assert t.files_not_digested == 0 and t.files_digested == 3  # two data files and the deletion file
+    _flip(d, d.stat().st_size // 2)
+    rep = integrity.check_store(p, list(TABLES))
+    assert not rep.ok and any(d.name in x and "SHA-256" in x for x in rep.all_problems)
+
+
+def test_a_missing_deletion_file_is_refused_at_open_by_name(tmp_path):
+    """Without its deletion file a fragment's replaced rows would count (or read) again."""
+    p, d = _updated(tmp_path)
+    assert RolloutStore.open(p).count() == 6
+    d.unlink()
+    with pytest.raises(integrity.StoreDamaged, match=rf"{d.name}.*is missing"):
+        RolloutStore.open(p)
+    rep = integrity.check_store(p, list(TABLES))
+    assert not rep.ok and any(d.name in x and "missing" in x for x in rep.all_problems)
+
+
+def test_a_truncated_deletion_file_is_refused_at_open(tmp_path):
+    p, d = _updated(tmp_path)
+    d.write_bytes(d.read_bytes()[:-3])
+    with pytest.raises(integrity.StoreDamaged, match=rf"{d.name}.*bytes.*recorded at commit"):
+        RolloutStore.open(p)
+
+
+# --- ordinary commands over a fragment damaged inside: one line naming `gfcr store check` -------------
+def _damaged(base: Path, tmp_path: Path) -> Path:
+    p = tmp_path / "st"
+    shutil.copytree(base, p)
+    f = _third_file(p)
+    b = bytearray(f.read_bytes())
+    for off in range(100, 2000, 50):  # enough to break decoding (one flip may decode silently)
+        b[off] ^= 0xFF
+    f.write_bytes(bytes(b))
+    return p
+
+
+@pytest.mark.parametrize("argv", [
+    ["store", "stats", "{p}"],
+    ["store", "export", "{p}", "{out}"],
+    ["store", "query", "{p}", "select sum(length(rollout_id)), sum(len(token_ids)) from rollouts"],
+])
+def test_a_scan_of_a_damaged_fragment_ends_in_one_line_naming_store_check(base, tmp_path, argv):
+    p = _damaged(base, tmp_path)
+    before = {f: f.read_bytes() for f in p.rglob("*") if f.is_file() and f.name != ".manifest.lock"}
+    out = tmp_path / "out.jsonl"
+    res = CliRunner().invoke(app, [a.format(p=p, out=out) for a in argv])
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert res.exit_code == 2, res.output
+    assert len(lines) == 1 and lines[0].startswith("error: a data file of the store"), res.output
+    assert f"gfcr store check {p}" in lines[0] and "LanceError" not in lines[0] and ".rs:" not in lines[0]
+    after = {f: f.read_bytes() for f in p.rglob("*") if f.is_file() and f.name != ".manifest.lock"}
+    assert after == before and not out.exists()
+
+
+def test_a_lance_error_that_is_not_damage_keeps_its_own_message():
+    assert integrity.read_damage(ValueError("Dataset at path /x was not found: LanceError(IO): Not found: "
+                                            "/x/_versions, /r/lance-io/src/a.rs:1:2")) is None
+    assert integrity.read_damage(ValueError("SQL error: Binder Error: column x not found")) is None
+    e = RuntimeError("scan failed")
+    e.__cause__ = OSError("External error: LanceError(Arrow): Invalid argument error: x, /r/lance/a.rs:1:2")
+    assert integrity.read_damage(e).startswith("a data file of the store")

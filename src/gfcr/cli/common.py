@@ -80,6 +80,12 @@ def is_user_error(e: BaseException) -> bool:
     return False
 
 
+def _read_damage(e: BaseException) -> str | None:
+    """The store's one line for a read that failed inside a damaged data file (None otherwise)."""
+    integrity = sys.modules.get("gfcr.store.integrity")  # only when a store was used at all
+    return integrity.read_damage(e) if integrity is not None else None
+
+
 def _describe(e: BaseException) -> str:
     if isinstance(e, FileNotFoundError) and e.filename:
         return f"no such file or folder: {e.filename}; check the path"
@@ -109,9 +115,10 @@ class GfcrGroup(TyperGroup):
             typer.echo("error: aborted", err=True)
             code = 1
         except Exception as e:
-            if DEBUG["on"] or not is_user_error(e):
+            damage = _read_damage(e)
+            if DEBUG["on"] or not (damage or is_user_error(e)):
                 raise
-            typer.echo(f"error: {one_line(_describe(e))}", err=True)
+            typer.echo(f"error: {one_line(damage or _describe(e))}", err=True)
             code = USAGE_EXIT
         if standalone_mode:
             sys.exit(code)

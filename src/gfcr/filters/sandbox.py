@@ -396,7 +396,7 @@ def run_python(
                     # a run that ended by itself: its launcher is gone, so _kill_group saw no children; the
                     # namespace inits it had may still be tearing their namespaces down (a daemon alive
                     # for a moment): wait until each is released
-                    _wait_released_ids(inits, timeout_s=5.0)
+                    _wait_released(inits, timeout_s=5.0)
                 timed_out = phase is not None
         finally:
             for fd in (spec_fd, ready_r, ready_w):
@@ -459,6 +459,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     kids = _children(proc.pid)
+    ids = _identities(kids)
     for pid in kids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -472,7 +473,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:  # pragma: no cover - a SIGKILLed child always exits
         pass
-    _wait_released(kids, timeout_s=5.0)
+    _wait_released(ids, timeout_s=5.0)
 
 
 def _children(pid: int) -> list[int]:
@@ -512,27 +513,13 @@ def _identities(pids: list[int]) -> list[tuple[int, str]]:
     return [(pid, st) for pid in pids if (st := _start_time(pid)) is not None]
 
 
-def _wait_released_ids(ids: list[tuple[int, str]], timeout_s: float) -> None:
-    """:func:`_wait_released` for processes known by (pid, start time): a pid reused by another
-    process since counts as released (it is never signalled, only waited for)."""
+def _wait_released(ids: list[tuple[int, str]], timeout_s: float) -> None:
+    """Wait until each process of ``ids`` (pid, start time: :func:`_identities`) has exited: gone, a
+    zombie (a PID namespace's init becomes a zombie only after every other process in its namespace
+    has been released), or its pid reused by another process since. Never signals anything."""
     deadline = time.monotonic() + timeout_s
     for pid, st in ids:
         while time.monotonic() < deadline and _start_time(pid) == st:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                        break
-            except (OSError, IndexError):
-                break
-            time.sleep(0.005)
-
-
-def _wait_released(pids: list[int], timeout_s: float) -> None:
-    """Wait until each of ``pids`` has exited (gone, or a zombie: a PID namespace's init becomes a
-    zombie only after every other process in its namespace has been released)."""
-    deadline = time.monotonic() + timeout_s
-    for pid in pids:
-        while time.monotonic() < deadline:
             try:
                 with open(f"/proc/{pid}/stat") as f:
                     if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):

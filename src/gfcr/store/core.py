@@ -141,6 +141,8 @@ class RolloutStore:
             )
         if verify:
             integrity.quick_check(p, m, list(TABLES), lambda uri: lance.dataset(uri, session=_session()))
+        integrity.OPENED.append(p)
+        del integrity.OPENED[:-8]
         return store
 
     @classmethod

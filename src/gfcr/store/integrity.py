@@ -17,7 +17,7 @@ bytes ``LANC``.
 3. the newest version manifest reads (else one line naming *that* file, not Lance's source file);
    at the recorded version, the row count is the recorded one;
 4. every data file of the opened version exists, has the size recorded at commit, and ends in a
-   Lance footer.
+   Lance footer; every deletion file exists, at the size recorded in ``"files"``.
 
 What the cheap checks cannot see: a data file damaged inside, at its recorded size, with its
 footer intact. :func:`check_store` (``gfcr store check``) reads every fragment of every table one by
@@ -93,6 +93,38 @@ def lance_reason(e: BaseException) -> str:
     s = re.sub(r",? /\S+\.rs:\d+:\d+", "", s)
     s = re.sub(r"\b(?:External error: |LanceError\(\w+\): |Invalid user input: )", "", s)
     return s.strip() or type(e).__name__
+
+
+#: Stores opened by this process, newest last: the CLI names the newest in its one line for a read
+#: that failed inside a data file (:func:`read_damage`).
+OPENED: list[Path] = []
+_DECODE = re.compile(r"(?:LanceError\((?:Arrow|IO|Corrupt\w*)\)|External error): (?!LanceError)(.*?)"
+                     r"(?:,? /\S+\.rs:\d+:\d+|$)")
+
+
+def read_damage(e: BaseException) -> str | None:
+    """The one line for a read that failed *inside* a Lance data file (a fragment damaged at its
+    recorded size, which the cheap checks of an open cannot see), or None when ``e`` is something
+    else. The error and its causes are searched for Lance's decode/IO errors as pyarrow, Lance and
+    DuckDB pass them on ("LanceError(Arrow): …", "External error: Encountered corrupt file …"); a
+    missing dataset ("was not found") is not damage.
+
+    Example: ``StoreError("scan failed (filter None): External error: LanceError(Arrow): Invalid
+    argument error: Last offset 16711685 of Utf8 is larger than values length 5, /x/constant.rs:236:21")``
+    after ``OPENED == [Path("st")]`` → ``"a data file of the store st is damaged (Invalid argument
+    error: Last offset … values length 5); run `gfcr store check st` …"``."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        msg = " ".join(str(x).split())
+        m = _DECODE.search(msg)
+        if m and "was not found" not in msg:
+            where = OPENED[-1] if OPENED else None
+            name = f"the store {where}" if where is not None else "the store"
+            return f"a data file of {name} is damaged ({m.group(1).strip()}); " + _hint(where or Path("STORE"))
+        x = x.__cause__ or x.__context__
+    return None
 
 
 _T = TypeVar("_T")
@@ -202,13 +234,20 @@ def sha256_file(f: Path, chunk: int = 1 << 20) -> str:
 
 def record_digests(path: Path, name: str, ds: lance.LanceDataset, files: dict[str, Any]) -> int:
     """Add ``{"size", "sha256"}`` under ``files`` for each data file of ``ds`` not digested yet (Lance
-    data files are immutable: a file is hashed once, at the commit that wrote it), and drop table
-    ``name``'s entries for files its current version no longer uses (after a compaction). Keys are
-    paths relative to the store, e.g. ``rollouts.lance/data/ab12….lance``; returns files hashed."""
+    data files are immutable: a file is hashed once, at the commit that wrote it), and for each
+    fragment's deletion file (``_deletions/…``, also immutable: a later delete writes a new one), and
+    drop table ``name``'s entries for files its current version no longer uses (after a compaction or
+    a newer deletion file). Keys are paths relative to the store, e.g.
+    ``rollouts.lance/data/ab12….lance``, ``rollouts.lance/_deletions/0-3-1193….arrow``; returns
+    files hashed."""
     uri = path / f"{name}.lance"
     prefix = f"{name}.lance/"
-    current = {f"{prefix}data/{df.path}": uri / "data" / df.path
-               for frag in ds.get_fragments() for df in frag.metadata.files}
+    current = {}
+    for frag in ds.get_fragments():
+        for f, _ in fragment_files(uri, frag):
+            current[f"{prefix}data/{f.name}"] = f
+        if (d := deletion_file(uri, frag)) is not None:
+            current[d.relative_to(path).as_posix()] = d
     for k in [k for k in files if k.startswith(prefix) and k not in current]:
         del files[k]
     hashed = 0
@@ -251,6 +290,27 @@ def fragment_files(uri: Path, frag: Any) -> list[tuple[Path, int | None]]:
     """``(data file, size recorded at commit)`` of one Lance fragment."""
     md = frag.metadata
     return [(Path(uri) / "data" / df.path, getattr(df, "file_size_bytes", None) or None) for df in md.files]
+
+
+def deletion_file(uri: Path, frag: Any) -> Path | None:
+    """The deletion file of one Lance fragment (the rows deleted from it), or None when it has none.
+
+    Example: fragment 0 after ``delete("a < 3")`` at version 1 → ``uri/_deletions/0-1-1193….arrow``."""
+    d = frag.metadata.deletion_file
+    return Path(uri) / d.path(frag.fragment_id) if d is not None else None
+
+
+def deletion_problem(path: Path, f: Path, digests: dict[str, Any]) -> str | None:
+    """What is wrong with deletion file ``f`` that a ``stat`` sees (missing, or another size than
+    recorded at commit; Lance records no size of its own for these), or None."""
+    try:
+        size = f.stat().st_size
+    except FileNotFoundError:
+        return "is missing (its fragment's deleted rows would read again)"
+    want = digests.get(f.relative_to(path).as_posix())
+    if want and size != want["size"]:
+        return f"has {size} bytes, {want['size']} recorded at commit (truncated or overwritten)"
+    return None
 
 
 def file_problem(f: Path, recorded: int | None) -> str | None:
@@ -303,9 +363,12 @@ def quick_check(path: Path, manifest: dict[str, Any], tables: list[str],
         if rec and ds.version == int(rec["version"]) and ds.count_rows() != int(rec["rows"]):
             raise StoreDamaged(f"{uri}: version {ds.version} holds {ds.count_rows()} rows, {rec['rows']} recorded at "
                                f"commit; {_hint(path)}")
+        digests = manifest.get("files") or {}
         for frag in ds.get_fragments():
-            for f, size in fragment_files(uri, frag):
-                prob = file_problem(f, size)
+            probs = [(f, file_problem(f, size)) for f, size in fragment_files(uri, frag)]
+            if (d := deletion_file(uri, frag)) is not None:
+                probs.append((d, deletion_problem(path, d, digests)))
+            for f, prob in probs:
                 if prob:
                     raise StoreDamaged(f"{f} (fragment {frag.fragment_id} of table {name}, "
                                        f"{frag.metadata.physical_rows} rows) {prob}; {_hint(path)}")
@@ -334,8 +397,8 @@ class TableReport:
     versions_readable: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     fragments: list[FragmentReport] = field(default_factory=list)
-    files_digested: int = 0  #: data files whose SHA-256 recorded at commit was verified
-    files_not_digested: int = 0  #: data files with no recorded SHA-256 (written before digests were kept)
+    files_digested: int = 0  #: data and deletion files whose SHA-256 recorded at commit was verified
+    files_not_digested: int = 0  #: data and deletion files with no recorded SHA-256 (written before digests were kept)
 
 
 @dataclass
@@ -399,6 +462,10 @@ def _check_table(path: Path, name: str, rec: dict[str, Any], digests: dict[str, 
         n = frag.count_rows()
         ffiles = fragment_files(uri, frag)
         probs = [f"{f} {p}" for f, size in ffiles if (p := file_problem(f, size))]
+        if (d := deletion_file(uri, frag)) is not None:
+            if p := deletion_problem(path, d, digests):
+                probs.append(f"{d} {p}")
+            ffiles.append((d, None))
         if not probs:
             for f, _ in ffiles:
                 known = f.relative_to(path).as_posix() in digests
