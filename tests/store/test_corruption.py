@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gfcr.cli import app
 from gfcr.store import RolloutStore, StoreError
-from gfcr.testing import make_rollout
+from gfcr.testing import fragmented_store, make_rollout
 
 ROWS, COMMITS = 200, 10
 
@@ -25,12 +25,7 @@ ROWS, COMMITS = 200, 10
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     """A store of 200 rollouts in 10 commits of 20 (10 fragments: no compaction)."""
-    p = tmp_path_factory.mktemp("base") / "st"
-    s = RolloutStore.open(p, create=True, auto_compact=0)
-    for b in range(COMMITS):
-        s.append([make_rollout(b * 20 + i, step=b) for i in range(20)])
-    assert s.count() == ROWS and len(s.dataset("rollouts").get_fragments()) == COMMITS
-    return p
+    return fragmented_store(tmp_path_factory.mktemp("base") / "st", COMMITS, ROWS // COMMITS)
 
 
 def _newest_version_file(p: Path) -> Path:
