@@ -62,7 +62,7 @@ vllm: $(VLLM_STAMP)
 
 # The vLLM contract tests (marker `vllm`) in .venv-vllm; in the main venv they skip (vllm not importable).
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_BIN)/python -m pytest -q -m vllm tests/generate/test_vllm_engine.py
+	$(VLLM_BIN)/python -m pytest -q -m vllm tests/generate/test_vllm_engine.py tests/ross/test_eval_engine_vllm.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
