@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from greso_study import append_jsonl, check_same_study, read_jsonl, sign_test, until_ts  # noqa: E402
+from greso_study import append_jsonl, check_same_study, read_jsonl, sign_test, study_args, until_ts  # noqa: E402
 
 RESUMABLE = ("until", "report")
 ROWS = ("ross", "upstream", "base", "continued_rl", "positive_sft", "ross_nomask", "ross_from_base")
@@ -137,7 +137,8 @@ def stage_upstream(args: argparse.Namespace, state: Path) -> dict[str, Any]:
     if n < args.min_verified:
         shutil.rmtree(up)
         raise SystemExit(f"--run {run}: its store holds {n} verified distinct rollouts, fewer than --min-verified "
-                         f"{args.min_verified}; train the upstream run longer or on more prompts")
+                         f"{args.min_verified}; train the upstream run longer (--run own: the same command with a "
+                         f"larger --rl-steps continues it) or on more prompts")
     shutil.copytree(ck, up / "model", ignore=shutil.ignore_patterns("optimizer*", "loop_state.json"))
     out = {"run": str(run), "checkpoint": str(ck), "step": int(ck.name.split("_")[-1]), "verified_distinct": n,
            "time": datetime.now(UTC).isoformat()}
@@ -213,6 +214,30 @@ def stage_own_rl(args: argparse.Namespace, state: Path, clock: Clock) -> Path:
     ck = train_steps(cfg, d, resuming, clock, "upstream RL")
     write_json(state / "rl.json", {"checkpoint": str(ck), "steps": cfg.steps, "time": datetime.now(UTC).isoformat()})
     return d
+
+
+def extend_upstream(state: Path, args: argparse.Namespace) -> bool:
+    """``--run own``: a re-run whose only new study argument is a larger ``--rl-steps`` lengthens the
+    study's upstream RL run (the loop resumes from its last checkpoint; the default config's learning
+    rate is constant, so the steps already trained are the same steps), as long as the upstream
+    snapshot has not been taken: the count refused it, or the run has not reached it. The change is
+    kept in ``STATE/study.json`` (``"extended"``). Anything else is left to :func:`check_same_study`
+    (which refuses it). Returns whether the run was extended."""
+    f = state / "study.json"
+    if args.run != "own" or not f.exists() or (state / "upstream" / "upstream.json").exists():
+        return False
+    rec = json.loads(f.read_text())
+    old, mine = rec["args"], study_args(args, RESUMABLE)
+    changed = {k for k in set(old) | set(mine) if old.get(k) != mine.get(k)}
+    if changed != {"rl_steps"} or not int(mine["rl_steps"]) > int(old["rl_steps"]):
+        return False
+    rec.setdefault("extended", []).append({"rl_steps": [old["rl_steps"], mine["rl_steps"]],
+                                           "time": datetime.now(UTC).isoformat()})
+    rec["args"]["rl_steps"] = mine["rl_steps"]
+    (state / "rl.json").unlink(missing_ok=True)  # the run is not finished any more
+    write_json(f, rec)
+    print(f"upstream RL: extended from {old['rl_steps']} to {mine['rl_steps']} steps", flush=True)
+    return True
 
 
 def stage_continued(args: argparse.Namespace, state: Path, clock: Clock, upstream: dict[str, Any]) -> dict[str, Any]:
@@ -520,6 +545,7 @@ def run_study(args: argparse.Namespace) -> str:
     from gfcr.ross import pipeline as P
 
     state = Path(args.state).expanduser()
+    extend_upstream(state, args)
     check_same_study(state, args, RESUMABLE)
     clock = Clock(state, args.until)
     print_estimate(args, state, clock)

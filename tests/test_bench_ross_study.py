@@ -151,3 +151,16 @@ def test_own_upstream_rl_trains_resumably_then_the_count_decides(tmp_path):
     with pytest.raises(SystemExit, match="holds 0 verified"):
         rs.main(argv)  # the upstream RL is not run again
     assert [t["kind"] for t in rs.read_jsonl(tmp_path / "s" / "timings.jsonl")] == ["rl_step", "rl_step"]
+    # a larger --rl-steps (the only new argument) continues the same run from its checkpoint
+    longer = [("3" if a == "2" and argv[i - 1] == "--rl-steps" else a) for i, a in enumerate(argv)]
+    with pytest.raises(SystemExit, match="holds 0 verified"):
+        rs.main(longer)
+    assert json.loads((tmp_path / "s" / "rl.json").read_text())["checkpoint"].endswith("step_000002")
+    assert [t["what"] for t in rs.read_jsonl(tmp_path / "s" / "timings.jsonl")] == [
+        "upstream RL step 0", "upstream RL step 1", "upstream RL step 2"]
+    study = json.loads((tmp_path / "s" / "study.json").read_text())
+    assert study["args"]["rl_steps"] == 3 and study["extended"][0]["rl_steps"] == [2, 3]
+    # fewer steps, or another argument with them, is refused as any other change
+    for bad in (argv, [*longer, "--k", "2"]):
+        with pytest.raises(SystemExit, match="started with other arguments"):
+            rs.main(bad)
