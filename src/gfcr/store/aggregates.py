@@ -155,13 +155,15 @@ def _jsonable(x: Any) -> Any:
 def _health(table: pa.Table, keys: list[tuple[str, int]], inv: np.ndarray) -> list[str]:
     """Per key, the health tally (JSON) of that step's rows."""
     cols = table.select([c for c in CHECK_COLUMNS])
-    ordered = bool(np.all(inv[1:] >= inv[:-1]))  # each step's rows in one run (an import, a training step)
-    order = np.arange(len(inv)) if ordered else np.argsort(inv, kind="stable")
+    order = np.argsort(inv, kind="stable")
     bounds = np.searchsorted(inv[order], np.arange(len(keys) + 1))
     out = []
     for i in range(len(keys)):
-        a, b = int(bounds[i]), int(bounds[i + 1])  # a slice shares the rows' buffers; a take copies them
-        t = cols.slice(a, b - a) if ordered else cols.take(pa.array(order[a:b], pa.int64()))
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        # a step's rows in one run (an imported file, a training step): a slice, sharing the rows'
+        # buffers; else a take, which copies them
+        t = cols.slice(int(order[a]), b - a) if order[b - 1] - order[a] == b - a - 1 else \
+            cols.take(pa.array(order[a:b], pa.int64()))
         tally = Tally(HealthConfig())
         screen_batch(t, tally)
         out.append(json.dumps(_jsonable({"counts": tally.counts, "checked": tally.checked, "pairs": tally.n_pairs,
