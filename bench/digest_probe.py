@@ -8,7 +8,8 @@ import lance
 from gfcr.store import RolloutStore
 from gfcr.testing import make_rollout
 
-base = Path("/tmp/dg/base"); shutil.rmtree(base, ignore_errors=True)
+base = Path("/tmp/dg/base")
+shutil.rmtree(base, ignore_errors=True)
 s = RolloutStore.open(base, create=True, auto_compact=0)
 for b in range(3):
     s.append([make_rollout(b * 5 + i, step=b) for i in range(5)])
@@ -21,9 +22,13 @@ print("size", size, "cols", ds.schema.names[:50])
 ref = ds.scanner(fragments=[fr]).to_table()
 res = {}
 for off in range(0, size - 4, max(1, size // 60)):
-    w = Path("/tmp/dg/w"); shutil.rmtree(w, ignore_errors=True); shutil.copytree(base, w)
+    w = Path("/tmp/dg/w")
+    shutil.rmtree(w, ignore_errors=True)
+    shutil.copytree(base, w)
     g = w / "rollouts.lance" / "data" / rel
-    b = bytearray(g.read_bytes()); b[off] ^= 0x01; g.write_bytes(bytes(b))
+    b = bytearray(g.read_bytes())
+    b[off] ^= 0x01
+    g.write_bytes(bytes(b))
     try:
         d = lance.dataset(str(w / "rollouts.lance"))
         t = d.scanner(fragments=[d.get_fragment(fr.fragment_id)]).to_table()
@@ -31,4 +36,5 @@ for off in range(0, size - 4, max(1, size // 60)):
         res[off] = "WRONG " + ",".join(diff[:3]) if diff else "same"
     except BaseException as e:
         res[off] = "error " + type(e).__name__ + " " + str(e)[:80].replace("\n"," ")
-for k, v in res.items(): print(k, v)
+for k, v in res.items():
+    print(k, v)
