@@ -88,6 +88,31 @@ def test_aggregates_equal_a_recompute_after_every_append(tmp_path):
     assert m[2]["n_verdicts"] == 8 and m[2]["hack_rate"] == pytest.approx(1 / 8)
 
 
+def test_aggregates_computed_while_a_batch_is_written_equal_the_serial_ones(tmp_path, monkeypatch):
+    """A large batch's aggregate rows are computed in a worker thread during its Lance write
+    (:func:`aggregates.prepare`): the file ends as the serial computation leaves it."""
+    batches = _batches()
+    serial = RolloutStore.open(tmp_path / "a", create=True)
+    for b in batches:
+        serial.append(b)
+    used, orig = [], aggregates.prepare
+
+    def spy(*a):
+        f = orig(*a)
+        used.append(f is not None)
+        return f
+
+    monkeypatch.setattr(aggregates, "PREPARE_MIN_ROWS", 0)  # every batch counts as large
+    monkeypatch.setattr(aggregates, "prepare", spy)
+    par = RolloutStore.open(tmp_path / "b", create=True)
+    for b in batches:
+        par.append(b)
+        assert_fresh_and_exact(par)
+    # b1 to b4 bring only new steps (the worker computes them); b5 adds to a stored step (read back)
+    assert used == [True, True, True, True, False]
+    assert aggregates.load(par).to_pylist() == aggregates.load(serial).to_pylist()
+
+
 def test_update_audits_compact_and_checkout(tmp_path):
     store = RolloutStore.open(tmp_path / "s", create=True)
     rs = group("r", 0, "a", [1.0, 0.0], [True, False]) + group("r", 1, "a", [1.0, 1.0], [True, True])

@@ -34,6 +34,7 @@ import json
 import os
 import threading
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -382,14 +383,45 @@ def same_rows(after: Any, before: int) -> bool:
                for i, op in enumerate(ops))
 
 
+#: batches of at least this many rows get their aggregate rows computed in a worker thread while
+#: the rows are written (:func:`prepare`); below it the thread costs more than the overlap saves
+PREPARE_MIN_ROWS = 20_000
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def prepare(path: Path, before: int, batch: pa.Table) -> Future | None:
+    """Start :func:`partials` of ``batch`` in a worker thread (DuckDB and Arrow release the GIL)
+    when :func:`committed` will need exactly that: the file summarises rollouts version ``before``
+    and holds none of the batch's steps. The caller writes the rows meanwhile and hands the future
+    to :func:`committed`, which uses it only in that case (the same numbers, computed earlier);
+    None for a small batch or when the steps are not all new."""
+    if batch.num_rows < PREPARE_MIN_ROWS:
+        return None
+    try:
+        tag = read_tag(path)
+        if tag is None or int(tag["rollouts_version"]) != before:
+            return None
+        have = pq.read_table(_file(path), columns=["run_id", "step"])
+        if _keys(batch) & set(zip(have.column("run_id").to_pylist(), have.column("step").to_pylist(), strict=True)):
+            return None
+    except (OSError, KeyError, ValueError, pa.ArrowException):
+        return None
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="gfcr-aggregates"))
+    return _POOL[0].submit(partials, batch.select(COLUMNS))
+
+
 def committed(path: Path, before: int, after: Any, batch: pa.Table | None = None,
-              keys: set[tuple[str, int]] | None = None) -> None:
+              keys: set[tuple[str, int]] | None = None, ready: Future | None = None) -> None:
     """Bring the aggregates from rollouts version ``before`` to ``after`` (a dataset), after one
     commit: ``batch`` (appended rows) or ``keys`` (the steps an update rewrote), only when the file
     summarises ``before`` and that commit is the only one between (``after.version == before + 1``);
     neither = the same rows (a compaction, an index, a schema change), when every commit between
     left the rows as they were (:func:`same_rows`). Otherwise the file stays stale, and the next
-    read rebuilds. Never raises: the rows are committed whatever happens here."""
+    read rebuilds. ``ready``: :func:`prepare`'s future of ``partials(batch)``, used when every step
+    of the batch is new. Never raises: the rows are committed whatever happens here."""
     try:
         with _locked(path):
             agg, tag = _read(path)
@@ -406,7 +438,7 @@ def committed(path: Path, before: int, after: Any, batch: pa.Table | None = None
                 fresh = new - have if batch is not None else set()
                 parts = [_drop(agg, new)]
                 if fresh == new:  # every step new to the store: the batch as it is (no copy of its rows)
-                    parts.append(partials(batch.select(COLUMNS)))
+                    parts.append(ready.result() if ready is not None else partials(batch.select(COLUMNS)))
                 elif fresh:
                     mask = [k in fresh for k in zip(batch.column("run_id").to_pylist(), batch.column("step").to_pylist(),
                                                      strict=True)]

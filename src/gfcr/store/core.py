@@ -289,9 +289,10 @@ class RolloutStore:
             self._allow_nulls(table)
             uri = self._uri("rollouts")
             pre = lance.dataset(uri).version
+            ready = aggregates.prepare(self.path, pre, table)  # a large batch's aggregates, while it is written
             after = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
             idx.committed(before, after, hashes)
-            aggregates.committed(self.path, pre, after, batch=table)
+            aggregates.committed(self.path, pre, after, batch=table, ready=ready)
         self._record("rollouts", after)
         self._upkeep("rollouts", after)
         return table.num_rows
