@@ -385,3 +385,14 @@ def test_fused_multiply_add_rounds_once():
     for a, b, c in rng.normal(size=(500, 3)) * 10.0 ** rng.integers(-3, 4, size=(500, 3)):
         assert _fma(float(a), float(b), float(c)) == float(Fraction(a) * Fraction(b) + Fraction(c))
     assert _fma(0.1, 10.0, -1.0) == 5.551115123125783e-17  # 0.1 * 10 - 1 rounded twice is 0.0
+
+
+def test_step_keys_equal_pythons_sorted_tuples():
+    rng = np.random.default_rng(3)
+    names = ["b", "a", "ä", "Z", "a b", "", "日本", "a\x00"]
+    runs = [names[i] for i in rng.integers(0, len(names), 3000)]
+    steps = rng.integers(-5, 40, 3000).tolist()
+    t = pa.table({"run_id": pa.chunked_array([runs[:1000], runs[1000:]]), "step": pa.chunked_array([steps[:1700], steps[1700:]])})
+    uniq, inv = aggregates._step_keys(t)
+    keys = list(zip(runs, steps, strict=True))
+    assert uniq == sorted(set(keys)) and [uniq[i] for i in inv] == keys
