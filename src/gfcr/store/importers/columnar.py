@@ -11,8 +11,8 @@ tokenizer to retokenize with). So a malformed file fails with the row path's one
 line and field, and nothing is written.
 
 Memory is bounded by one file (its bytes, its Arrow table and the mapped table) beyond a budget
-(256 MiB by default, see :func:`import_files`) for the Arrow tables kept between the check and the
-write and for the mapped tables of one write batch. A file already
+(256 MiB by default, see :func:`import_files`) for the tables kept between the check and the
+write (mapped already when the dump fits it) and for the mapped tables of one write batch. A file already
 imported into the same run is skipped by content: its size, mtime and SHA-256 are recorded in the
 store's state table (key ``import-file:verl:{run}:{path}``); an unchanged size and mtime skip it
 without reading it, a changed mtime with the same hash skips it after hashing.
@@ -357,10 +357,13 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
     ``hold_bytes`` of mapped data; per batch, under ``lock``: skip stored ids, upsert the prompts
     (a prompt in several files gets the latest file's answer, as the row path leaves it), append
     the rollouts in one commit, then record every file's signature in one state write (a crash
-    between the two leaves rows the next import skips by id). The Arrow tables read in phase 1 are
-    kept for phase 2 up to ``hold_bytes`` (256 MiB of Arrow data by default; the latest file's
+    between the two leaves rows the next import skips by id). Phase 1 reads and parses the next
+    file in a worker thread while this one is checked. When the changed files' bytes fit
+    ``hold_bytes`` (256 MiB by default), phase 1 also maps each file as it passes (overlapping the
+    next file's parse) and keeps the mapped tables for phase 2; a larger dump keeps the Arrow
+    tables instead. Either way what is kept is bounded by ``hold_bytes`` (the latest file's
     always): a dump beyond it is read twice, so memory stays bounded by about 2 × ``hold_bytes``
-    (or one file, if larger) plus the one file being mapped. Returns (written, skipped, how each file went: ``unchanged`` |
+    (or one file, if larger) plus the two files being read and mapped. Returns (written, skipped, how each file went: ``unchanged`` |
     ``columnar`` | ``rows: <why>``); an unchanged file counts its recorded rows as skipped.
 
     Long because: the two phases (check every file, then write) share the plan, the held tables and
