@@ -18,7 +18,7 @@ from gfcr.cli import app
 from gfcr.diagnose.health import run_health_checks
 from gfcr.diagnose.metrics import MetricsConfig, step_metrics
 from gfcr.records import Message
-from gfcr.store import RolloutStore, aggregates
+from gfcr.store import RolloutStore, aggprep, aggregates, smallstats
 
 
 def _same(a, b, rel: float = 1e-9) -> bool:
@@ -90,20 +90,20 @@ def test_aggregates_equal_a_recompute_after_every_append(tmp_path):
 
 def test_aggregates_computed_while_a_batch_is_written_equal_the_serial_ones(tmp_path, monkeypatch):
     """A large batch's aggregate rows are computed in a worker thread during its Lance write
-    (:func:`aggregates.prepare`): the file ends as the serial computation leaves it."""
+    (:func:`aggprep.prepare`): the file ends as the serial computation leaves it."""
     batches = _batches()
     serial = RolloutStore.open(tmp_path / "a", create=True)
     for b in batches:
         serial.append(b)
-    used, orig = [], aggregates.prepare
+    used, orig = [], aggprep.prepare
 
     def spy(*a):
         f = orig(*a)
         used.append(f is not None)
         return f
 
-    monkeypatch.setattr(aggregates, "PREPARE_MIN_ROWS", 0)  # every batch counts as large
-    monkeypatch.setattr(aggregates, "prepare", spy)
+    monkeypatch.setattr(aggprep, "PREPARE_MIN_ROWS", 0)  # every batch counts as large
+    monkeypatch.setattr(aggprep, "prepare", spy)
     par = RolloutStore.open(tmp_path / "b", create=True)
     for b in batches:
         par.append(b)
@@ -393,6 +393,6 @@ def test_step_keys_equal_pythons_sorted_tuples():
     runs = [names[i] for i in rng.integers(0, len(names), 3000)]
     steps = rng.integers(-5, 40, 3000).tolist()
     t = pa.table({"run_id": pa.chunked_array([runs[:1000], runs[1000:]]), "step": pa.chunked_array([steps[:1700], steps[1700:]])})
-    uniq, inv = aggregates._step_keys(t)
+    uniq, inv = smallstats.step_keys(t)
     keys = list(zip(runs, steps, strict=True))
     assert uniq == sorted(set(keys)) and [uniq[i] for i in inv] == keys

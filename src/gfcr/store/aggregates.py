@@ -34,7 +34,7 @@ import json
 import os
 import threading
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -172,28 +172,6 @@ def _health(table: pa.Table, keys: list[tuple[str, int]], inv: np.ndarray) -> li
     return out
 
 
-def _step_keys(t: pa.Table) -> tuple[list[tuple[str, int]], np.ndarray]:
-    """The distinct ``(run_id, step)`` of ``t``'s rows, sorted as Python sorts the tuples, and each
-    row's index in that list (``[N]`` int64), vectorised: runs dictionary-encoded and ranked by
-    name, then one ``np.unique`` of (rank, step) rows. Example: runs [b, a, b], steps [1, 2, 1] →
-    ([(a, 2), (b, 1)], [1, 0, 1])."""
-    run, step = t.column("run_id"), t.column("step")
-    if run.null_count or step.null_count:  # (no order between None and a value: as Python does, it raises)
-        keys_all = list(zip(run.to_pylist(), step.to_pylist(), strict=True))
-        uniq = sorted(set(keys_all))
-        pos = {k: i for i, k in enumerate(uniq)}
-        return uniq, np.fromiter((pos[k] for k in keys_all), np.int64, len(keys_all))
-    enc = pc.dictionary_encode(run.combine_chunks() if isinstance(run, pa.ChunkedArray) else run)
-    names = enc.dictionary.to_pylist()
-    by_name = sorted(range(len(names)), key=names.__getitem__)
-    rank = np.empty(len(names), np.int64)
-    rank[by_name] = np.arange(len(names))
-    pairs = np.stack([rank[enc.indices.to_numpy(zero_copy_only=False)],
-                      step.to_numpy().astype(np.int64)], axis=1) if len(run) else np.zeros((0, 2), np.int64)
-    u, inv = np.unique(pairs, axis=0, return_inverse=True)
-    return [(names[by_name[r]], s) for r, s in u.tolist()], inv.ravel().astype(np.int64)
-
-
 def partials(table: pa.Table) -> pa.Table:
     """The aggregate rows of ``table``: every row of each (run, step) it holds (:data:`COLUMNS`).
 
@@ -207,7 +185,7 @@ def partials(table: pa.Table) -> pa.Table:
         m = metrics_of(feats, events.slice(0, 0), None, cfg)
     if m.num_rows == 0:
         return empty()
-    uniq, inv = _step_keys(feats)
+    uniq, inv = smallstats.step_keys(feats)
     fresh = ~feats.column("replayed").to_numpy(zero_copy_only=False)
     ver = feats.column("verified")
     passed = fresh & pc.fill_null(ver, False).to_numpy(zero_copy_only=False)
@@ -401,36 +379,6 @@ def same_rows(after: Any, before: int) -> bool:
                for i, op in enumerate(ops))
 
 
-#: batches of at least this many rows get their aggregate rows computed in a worker thread while
-#: the rows are written (:func:`prepare`); below it the thread costs more than the overlap saves
-PREPARE_MIN_ROWS = 20_000
-_POOL: list[ThreadPoolExecutor] = []
-_POOL_LOCK = threading.Lock()
-
-
-def prepare(path: Path, before: int, batch: pa.Table) -> Future | None:
-    """Start :func:`partials` of ``batch`` in a worker thread (DuckDB and Arrow release the GIL)
-    when :func:`committed` will need exactly that: the file summarises rollouts version ``before``
-    and holds none of the batch's steps. The caller writes the rows meanwhile and hands the future
-    to :func:`committed`, which uses it only in that case (the same numbers, computed earlier);
-    None for a small batch or when the steps are not all new."""
-    if batch.num_rows < PREPARE_MIN_ROWS:
-        return None
-    try:
-        tag = read_tag(path)
-        if tag is None or int(tag["rollouts_version"]) != before:
-            return None
-        have = pq.read_table(_file(path), columns=["run_id", "step"])
-        if _keys(batch) & set(zip(have.column("run_id").to_pylist(), have.column("step").to_pylist(), strict=True)):
-            return None
-    except (OSError, KeyError, ValueError, pa.ArrowException):
-        return None
-    with _POOL_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="gfcr-aggregates"))
-    return _POOL[0].submit(partials, batch.select(COLUMNS))
-
-
 def committed(path: Path, before: int, after: Any, batch: pa.Table | None = None,
               keys: set[tuple[str, int]] | None = None, ready: Future | None = None) -> None:
     """Bring the aggregates from rollouts version ``before`` to ``after`` (a dataset), after one
@@ -438,7 +386,7 @@ def committed(path: Path, before: int, after: Any, batch: pa.Table | None = None
     summarises ``before`` and that commit is the only one between (``after.version == before + 1``);
     neither = the same rows (a compaction, an index, a schema change), when every commit between
     left the rows as they were (:func:`same_rows`). Otherwise the file stays stale, and the next
-    read rebuilds. ``ready``: :func:`prepare`'s future of ``partials(batch)``, used when every step
+    read rebuilds. ``ready``: :func:`gfcr.store.aggprep.prepare`'s future of ``partials(batch)``, used when every step
     of the batch is new. Never raises: the rows are committed whatever happens here."""
     try:
         with _locked(path):
