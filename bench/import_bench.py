@@ -3,6 +3,7 @@ pyarrow's own JSON reader on the same files (the floor), the row path, and a re-
 
     python bench/import_bench.py                      # 100k rows (10 files of 10k, ~1.7 KB a row), 3 rounds
     python bench/import_bench.py --rows 20000 --rounds 2 --no-rows-arm   # quicker
+    python bench/import_bench.py --no-rows-arm --base-src /work/main/src  # this code against main's
 
 Arms, each run in a fresh subprocess (so peak memory is its own: ``ru_maxrss`` minus the RSS after
 imports), in turns every round with the order rotating, so machine load hits them alike:
@@ -12,7 +13,9 @@ imports), in turns every round with the order rotating, so machine load hits the
 - ``columnar``: ``import_rollouts(store, "verl", ...)`` into a new store (Arrow in, one append per file);
 - ``rows``: the same with ``columnar=False`` (a Rollout object per line, the earlier path);
 - ``reimport``: the columnar import of the same, unchanged dump into the store it already fills
-  (every file skipped by size + mtime, unread).
+  (every file skipped by size + mtime, unread);
+- ``columnar@base`` (with ``--base-src PATH``): the ``columnar`` arm run with another checkout's
+  ``src`` first on ``PYTHONPATH`` (e.g. ``/work/main/src``), in the same turns: before/after in one run.
 Reported per arm: medians over rounds of wall and CPU seconds (this process and its threads), rows/s,
 MB/s, peak memory above baseline; the ratios of columnar to pyarrow and to pyarrow+lance; ``os.getloadavg()`` before and after
 each sample. Goal (issue 26): >= 100k rows/s and >= 0.4x pyarrow's JSON read.
@@ -77,7 +80,10 @@ def arm(name: str, dump: str, store_path: str) -> dict:
         n = res.written + res.skipped
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"arm": name, "rows": n, "wall_s": wall, "cpu_s": cpu, "peak_mb": (peak - base) / 2**20}
+    import gfcr
+
+    return {"arm": name, "rows": n, "wall_s": wall, "cpu_s": cpu, "peak_mb": (peak - base) / 2**20,
+            "src": str(Path(gfcr.__file__).parents[1])}
 
 
 def _rss_now() -> int:
@@ -91,6 +97,8 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-rows-arm", action="store_true", help="skip the slow row-path arm")
+    ap.add_argument("--base-src", type=Path, default=None,
+                    help="another checkout's src folder: adds the arm columnar@base, the columnar import with that code")
     ap.add_argument("--arm", help=argparse.SUPPRESS)
     ap.add_argument("--dump", help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
@@ -102,7 +110,8 @@ def main() -> None:
     try:
         dump = tmp / "dump"
         size = write_dump(dump, a.rows, a.files)
-        arms = ["pyarrow", "pyarrow+lance", "columnar", "reimport"] + ([] if a.no_rows_arm else ["rows"])
+        arms = ["pyarrow", "pyarrow+lance", "columnar", "reimport"] + ([] if a.no_rows_arm else ["rows"]) + \
+            (["columnar@base"] if a.base_src else [])
         samples: dict[str, list[dict]] = {k: [] for k in arms}
         for r in range(a.rounds):
             order = arms[r % len(arms):] + arms[:r % len(arms)]
@@ -110,7 +119,7 @@ def main() -> None:
             for name in order:
                 st = tmp / (f"re-{r}" if name == "reimport" else f"{name}-{r}")
                 load0 = os.getloadavg()[0]
-                s = _run(name, dump, st)
+                s = _run(name, dump, st, a.base_src)
                 s["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
                 samples[name].append(s)
                 print(json.dumps(s), flush=True)
@@ -135,17 +144,25 @@ def main() -> None:
         print(f"columnar / (pyarrow read + Lance write): {floor:.2f}x by wall, "
               f"{cpu['pyarrow+lance'] / cpu['columnar']:.2f}x by CPU; columnar / pyarrow read by CPU: "
               f"{cpu['pyarrow'] / cpu['columnar']:.2f}x")
+        if a.base_src:
+            pk = {k: statistics.median(x["peak_mb"] for x in ss) for k, ss in samples.items()}
+            print(f"columnar against {a.base_src}: {med['columnar@base'] / med['columnar']:.2f}x faster by wall, "
+                  f"{cpu['columnar@base'] / cpu['columnar']:.2f}x less CPU, "
+                  f"peak memory {pk['columnar'] / pk['columnar@base']:.2f}x the base's")
         print(f"\ncolumnar = {a.rows / med['columnar']:,.0f} rows/s = {ratio:.2f}x pyarrow's JSON read "
               f"(goal >= 100,000 rows/s and >= 0.4x): {'met' if a.rows / med['columnar'] >= 1e5 and ratio >= 0.4 else 'not met'}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run(name: str, dump: Path, store: Path) -> dict:
+def _run(name: str, dump: Path, store: Path, base_src: Path | None = None) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    out = subprocess.run([sys.executable, __file__, "--arm", name, "--dump", str(dump), "--store", str(store)],
-                         capture_output=True, text=True, env=env, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    if name.endswith("@base"):
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(base_src).resolve()), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, __file__, "--arm", name.removesuffix("@base"), "--dump", str(dump),
+                          "--store", str(store)], capture_output=True, text=True, env=env, check=True).stdout
+    s = json.loads(out.strip().splitlines()[-1])
+    return s | {"arm": name}
 
 
 if __name__ == "__main__":

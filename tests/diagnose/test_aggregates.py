@@ -18,7 +18,7 @@ from gfcr.cli import app
 from gfcr.diagnose.health import run_health_checks
 from gfcr.diagnose.metrics import MetricsConfig, step_metrics
 from gfcr.records import Message
-from gfcr.store import RolloutStore, aggregates
+from gfcr.store import RolloutStore, aggprep, aggregates, smallstats
 
 
 def _same(a, b, rel: float = 1e-9) -> bool:
@@ -86,6 +86,31 @@ def test_aggregates_equal_a_recompute_after_every_append(tmp_path):
     assert m[5]["n_rollouts"] == 0 and m[5]["n_replayed"] == 1  # a step holding only a replay event
     # nobody passed at step 2: its 1.0 failure is judged against the run's passing median (1.0)
     assert m[2]["n_verdicts"] == 8 and m[2]["hack_rate"] == pytest.approx(1 / 8)
+
+
+def test_aggregates_computed_while_a_batch_is_written_equal_the_serial_ones(tmp_path, monkeypatch):
+    """A large batch's aggregate rows are computed in a worker thread during its Lance write
+    (:func:`aggprep.prepare`): the file ends as the serial computation leaves it."""
+    batches = _batches()
+    serial = RolloutStore.open(tmp_path / "a", create=True)
+    for b in batches:
+        serial.append(b)
+    used, orig = [], aggprep.prepare
+
+    def spy(*a):
+        f = orig(*a)
+        used.append(f is not None)
+        return f
+
+    monkeypatch.setattr(aggprep, "PREPARE_MIN_ROWS", 0)  # every batch counts as large
+    monkeypatch.setattr(aggprep, "prepare", spy)
+    par = RolloutStore.open(tmp_path / "b", create=True)
+    for b in batches:
+        par.append(b)
+        assert_fresh_and_exact(par)
+    # b1 to b4 bring only new steps (the worker computes them); b5 adds to a stored step (read back)
+    assert used == [True, True, True, True, False]
+    assert aggregates.load(par).to_pylist() == aggregates.load(serial).to_pylist()
 
 
 def test_update_audits_compact_and_checkout(tmp_path):
@@ -360,3 +385,14 @@ def test_fused_multiply_add_rounds_once():
     for a, b, c in rng.normal(size=(500, 3)) * 10.0 ** rng.integers(-3, 4, size=(500, 3)):
         assert _fma(float(a), float(b), float(c)) == float(Fraction(a) * Fraction(b) + Fraction(c))
     assert _fma(0.1, 10.0, -1.0) == 5.551115123125783e-17  # 0.1 * 10 - 1 rounded twice is 0.0
+
+
+def test_step_keys_equal_pythons_sorted_tuples():
+    rng = np.random.default_rng(3)
+    names = ["b", "a", "ä", "Z", "a b", "", "日本", "a\x00"]
+    runs = [names[i] for i in rng.integers(0, len(names), 3000)]
+    steps = rng.integers(-5, 40, 3000).tolist()
+    t = pa.table({"run_id": pa.chunked_array([runs[:1000], runs[1000:]]), "step": pa.chunked_array([steps[:1700], steps[1700:]])})
+    uniq, inv = smallstats.step_keys(t)
+    keys = list(zip(runs, steps, strict=True))
+    assert uniq == sorted(set(keys)) and [uniq[i] for i in inv] == keys

@@ -160,6 +160,26 @@ def test_check_empty_turn(store):
         ("empty", 1), ("empty-user", 2), ("missing", None)]
 
 
+def test_check_empty_turn_of_unicode_whitespace(store):
+    """A turn of only Unicode whitespace (no-break, ideographic spaces) is blank to the screen as
+    to :func:`empty_turns`; one with a character in it is not."""
+    store.append([_row(messages=[Message("user", "q"), Message("assistant", "\u00a0\u3000\t")], rid="spaces"),
+                  _row(messages=[Message("user", "q"), Message("assistant", "\u3000x\u00a0")], rid="text")])
+    hits = _only(run_health_checks(store, decode=False), "empty_turn")
+    assert [(h.rollout_id, h.evidence["turn"]) for h in hits] == [("spaces", 1)]
+
+
+def test_blank_screen_equals_a_trim_for_every_code_point():
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    cps = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    a = pa.array(cps + [c + " " + c for c in cps[::97]] + ["", " a ", "\t\n"])
+    trim = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(a)), 0)
+    screen = pc.or_(pc.equal(pc.binary_length(a), 0), pc.utf8_is_space(a))  # what checks.screen_batch uses
+    assert trim.equals(screen)
+
+
 def test_check_tool_no_observation(store):
     call = '[{"type": "function", "function": {"name": "calc", "arguments": "{}"}}]'
     store.append([

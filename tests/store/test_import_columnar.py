@@ -120,3 +120,13 @@ def test_columnar_equals_rows_on_escapes_float_forms_and_shared_prompts(tmp_path
     assert len(pa_) == 5
     again = import_rollouts(b, "verl", [str(tmp_path / "dump")], run_id="v")
     assert again.written == 0 and again.skipped == 120 and b.count() == 120
+
+
+def test_interleave_of_two_text_columns():
+    import pyarrow as pa
+
+    from gfcr.store.importers.columnar import _interleave
+
+    a, b = pa.array(["q1", "", "ü∂", "x"]), pa.array(["a1", "bb", "", "y"])
+    assert _interleave(a, b).to_pylist() == ["q1", "a1", "", "bb", "ü∂", "", "x", "y"]
+    assert _interleave(a.slice(1, 2), b.slice(1, 2)).to_pylist() == ["", "bb", "ü∂", ""]  # slices keep their offsets

@@ -34,6 +34,7 @@ import json
 import os
 import threading
 import warnings
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -155,13 +156,15 @@ def _jsonable(x: Any) -> Any:
 def _health(table: pa.Table, keys: list[tuple[str, int]], inv: np.ndarray) -> list[str]:
     """Per key, the health tally (JSON) of that step's rows."""
     cols = table.select([c for c in CHECK_COLUMNS])
-    ordered = bool(np.all(inv[1:] >= inv[:-1]))  # each step's rows in one run (an import, a training step)
-    order = np.arange(len(inv)) if ordered else np.argsort(inv, kind="stable")
+    order = np.argsort(inv, kind="stable")
     bounds = np.searchsorted(inv[order], np.arange(len(keys) + 1))
     out = []
     for i in range(len(keys)):
-        a, b = int(bounds[i]), int(bounds[i + 1])  # a slice shares the rows' buffers; a take copies them
-        t = cols.slice(a, b - a) if ordered else cols.take(pa.array(order[a:b], pa.int64()))
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        # a step's rows in one run (an imported file, a training step): a slice, sharing the rows'
+        # buffers; else a take, which copies them
+        t = cols.slice(int(order[a]), b - a) if order[b - 1] - order[a] == b - a - 1 else \
+            cols.take(pa.array(order[a:b], pa.int64()))
         tally = Tally(HealthConfig())
         screen_batch(t, tally)
         out.append(json.dumps(_jsonable({"counts": tally.counts, "checked": tally.checked, "pairs": tally.n_pairs,
@@ -182,11 +185,7 @@ def partials(table: pa.Table) -> pa.Table:
         m = metrics_of(feats, events.slice(0, 0), None, cfg)
     if m.num_rows == 0:
         return empty()
-    runs, steps = feats.column("run_id").to_pylist(), feats.column("step").to_numpy()
-    keys_all = list(zip(runs, steps.tolist(), strict=True))
-    uniq = sorted(set(keys_all))
-    pos = {k: i for i, k in enumerate(uniq)}
-    inv = np.fromiter((pos[k] for k in keys_all), np.int64, len(keys_all))
+    uniq, inv = smallstats.step_keys(feats)
     fresh = ~feats.column("replayed").to_numpy(zero_copy_only=False)
     ver = feats.column("verified")
     passed = fresh & pc.fill_null(ver, False).to_numpy(zero_copy_only=False)
@@ -381,13 +380,14 @@ def same_rows(after: Any, before: int) -> bool:
 
 
 def committed(path: Path, before: int, after: Any, batch: pa.Table | None = None,
-              keys: set[tuple[str, int]] | None = None) -> None:
+              keys: set[tuple[str, int]] | None = None, ready: Future | None = None) -> None:
     """Bring the aggregates from rollouts version ``before`` to ``after`` (a dataset), after one
     commit: ``batch`` (appended rows) or ``keys`` (the steps an update rewrote), only when the file
     summarises ``before`` and that commit is the only one between (``after.version == before + 1``);
     neither = the same rows (a compaction, an index, a schema change), when every commit between
     left the rows as they were (:func:`same_rows`). Otherwise the file stays stale, and the next
-    read rebuilds. Never raises: the rows are committed whatever happens here."""
+    read rebuilds. ``ready``: :func:`gfcr.store.aggprep.prepare`'s future of ``partials(batch)``, used when every step
+    of the batch is new. Never raises: the rows are committed whatever happens here."""
     try:
         with _locked(path):
             agg, tag = _read(path)
@@ -404,7 +404,7 @@ def committed(path: Path, before: int, after: Any, batch: pa.Table | None = None
                 fresh = new - have if batch is not None else set()
                 parts = [_drop(agg, new)]
                 if fresh == new:  # every step new to the store: the batch as it is (no copy of its rows)
-                    parts.append(partials(batch.select(COLUMNS)))
+                    parts.append(ready.result() if ready is not None else partials(batch.select(COLUMNS)))
                 elif fresh:
                     mask = [k in fresh for k in zip(batch.column("run_id").to_pylist(), batch.column("step").to_pylist(),
                                                      strict=True)]

@@ -351,12 +351,15 @@ def screen_batch(t: pa.Table, tally: Tally, tok: Any | None = None, record_check
     msg_v, msg_row, n_msg = _flat(t.column("messages"))
     has_tokens, has_msgs = n_tok > 0, n_msg > 0
     if record_checks:
-        m_role = pc.struct_field(msg_v, "role").to_numpy(zero_copy_only=False)
         m_content = pc.fill_null(pc.struct_field(msg_v, "content"), "")
         m_calls = pc.fill_null(pc.struct_field(msg_v, "tool_calls"), "")
         has_calls = pc.greater(pc.utf8_length(m_calls), 0).to_numpy(zero_copy_only=False)
-        blank = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(m_content)), 0).to_numpy(zero_copy_only=False)
-        is_asst = m_role == "assistant"
+        # blank: nothing left once whitespace is trimmed = empty or only (Unicode) whitespace; the
+        # predicate copies no text, where a trim copied every message's
+        blank = pc.or_(pc.equal(pc.binary_length(m_content), 0), pc.utf8_is_space(m_content)).to_numpy(
+            zero_copy_only=False)
+        is_asst = pc.fill_null(pc.equal(pc.struct_field(msg_v, "role"), "assistant"), False).to_numpy(
+            zero_copy_only=False)
         n_asst = np.bincount(msg_row[is_asst], minlength=n)
         n_asst_text = np.bincount(msg_row[is_asst & ~blank], minlength=n)
         n_blank = np.bincount(msg_row[blank & ~has_calls], minlength=n)
@@ -407,9 +410,11 @@ def screen_batch(t: pa.Table, tally: Tally, tok: Any | None = None, record_check
                                               f"{ev['decoded'][:60]!r}, not found in the stored text", ev)
     if not record_checks:
         return
-    meta = pc.fill_null(t.column("meta"), "")
+    tok_rows = np.flatnonzero(has_tokens)  # only a row with tokens pairs log-probs: only their meta is searched
+    meta = t.column("meta") if len(tok_rows) == n else t.column("meta").take(pa.array(tok_rows, pa.int64()))
+    meta = pc.fill_null(meta, "")
     lp_cand = pc.or_(pc.match_substring(meta, "trainer_logprobs"), pc.match_substring(meta, "old_log_probs"))
-    for r in _rows(t, np.flatnonzero(lp_cand.to_numpy(zero_copy_only=False) & has_tokens)):
+    for r in _rows(t, tok_rows[lp_cand.to_numpy(zero_copy_only=False)]):
         try:
             mt = json.loads(r["meta"])
         except json.JSONDecodeError:

@@ -57,7 +57,7 @@ from gfcr.records import (
     table_to_rollouts,
     utcnow,
 )
-from gfcr.store import aggregates, integrity
+from gfcr.store import aggprep, aggregates, integrity
 from gfcr.store.integrity import MANIFEST, StoreError  # noqa: F401 - re-exported
 from gfcr.store.integrity import retry_commit as _retry
 from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, sample_rows, take_ids
@@ -265,10 +265,9 @@ class RolloutStore:
         """Append rollouts as one commit. Rejects duplicate ``rollout_id``s (within the batch or
         against the store) before writing anything. Returns the number of rows written.
 
-        ``check_existing=False`` skips the look-up against stored ids (through the in-process id
-        index it is cheap, but its first use in a process reads every stored id) for writers whose
-        ids are fresh by construction (random uuids), e.g. the live recorders; duplicates within the
-        batch are still refused."""
+        ``check_existing=False`` skips the look-up against stored ids (cheap through the in-process id index,
+        whose first use in a process reads every stored id) for writers whose ids are fresh by construction
+        (random uuids), e.g. the live recorders; duplicates within the batch are still refused."""
         self._writable()
         table = self._as_rollout_table(records, source)
         if table.num_rows == 0:
@@ -291,9 +290,10 @@ class RolloutStore:
             self._allow_nulls(table)
             uri = self._uri("rollouts")
             pre = lance.dataset(uri).version
+            ready = aggprep.prepare(self.path, pre, table)  # a large batch's aggregates, while it is written
             after = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
             idx.committed(before, after, hashes)
-            aggregates.committed(self.path, pre, after, batch=table)
+            aggregates.committed(self.path, pre, after, batch=table, ready=ready)
         self._record("rollouts", after)
         self._upkeep("rollouts", after)
         return table.num_rows

@@ -120,6 +120,28 @@ def _keys_ok(t: pa.Table, names: list[str]) -> bool:
     return all(t.column(c).null_count == 0 for c in names)
 
 
+def step_keys(t: pa.Table) -> tuple[list[tuple[str, int]], np.ndarray]:
+    """The distinct ``(run_id, step)`` of ``t``'s rows, sorted as Python sorts the tuples, and each
+    row's index in that list (``[N]`` int64), vectorised: runs dictionary-encoded and ranked by
+    name, then one ``np.unique`` of (rank, step) rows. Example: runs [b, a, b], steps [1, 2, 1] →
+    ([(a, 2), (b, 1)], [1, 0, 1])."""
+    run, step = t.column("run_id"), t.column("step")
+    if run.null_count or step.null_count:  # (no order between None and a value: as Python does, it raises)
+        keys_all = list(zip(run.to_pylist(), step.to_pylist(), strict=True))
+        uniq = sorted(set(keys_all))
+        pos = {k: i for i, k in enumerate(uniq)}
+        return uniq, np.fromiter((pos[k] for k in keys_all), np.int64, len(keys_all))
+    enc = pc.dictionary_encode(run.combine_chunks() if isinstance(run, pa.ChunkedArray) else run)
+    names = enc.dictionary.to_pylist()
+    by_name = sorted(range(len(names)), key=names.__getitem__)
+    rank = np.empty(len(names), np.int64)
+    rank[by_name] = np.arange(len(names))
+    pairs = np.stack([rank[enc.indices.to_numpy(zero_copy_only=False)],
+                      step.to_numpy().astype(np.int64)], axis=1) if len(run) else np.zeros((0, 2), np.int64)
+    u, inv = np.unique(pairs, axis=0, return_inverse=True)
+    return [(names[by_name[r]], s) for r, s in u.tolist()], inv.ravel().astype(np.int64)
+
+
 def step_metrics(feats: pa.Table, cfg: MetricsConfig) -> pa.Table | None:
     """The :data:`METRIC_COLUMNS` table of a batch's features (:func:`~gfcr.store.stepstats.rollout_features`)
     with no replay events and no audits, sorted by (run, step); None when the batch is not handled.

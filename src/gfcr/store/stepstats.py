@@ -240,6 +240,16 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
     return feats, events
 
 
+def _in_buffers(col: pa.ChunkedArray | pa.Array, key: str) -> bool:
+    """Could a string of ``col`` contain ``key``? False only when no chunk's data buffer holds it
+    (each string is a slice of its chunk's buffer): one byte search a chunk, which spares the
+    per-row search of a key no row has. Example: ``["ab", "cd"]``: ``"x"`` → False; ``"bc"`` →
+    True (across two rows: the per-row search then finds none)."""
+    k = key.encode()
+    return any(c.buffers()[2] is not None and k in c.buffers()[2].to_pybytes()
+               for c in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]) if len(c))
+
+
 def _meta_walk(table: pa.Table, replayed: np.ndarray, lag: np.ndarray, iw: np.ndarray) -> tuple[np.ndarray, pa.Table]:
     """What the rows' ``meta`` adds: ``trained`` per row (``meta["trained"]``: did group control keep
     the rollout for the update; nan when not recorded) and the replay events table (``run_id, step,
@@ -251,7 +261,8 @@ def _meta_walk(table: pa.Table, replayed: np.ndarray, lag: np.ndarray, iw: np.nd
     # only rows whose meta names a key read here, or that are replayed copies, reach Python
     hit = replayed.copy()
     for key in ('"trained"', "generated_at_step", "replayed_at_step"):
-        hit |= pc.match_substring(meta_col, key).to_numpy(zero_copy_only=False)
+        if _in_buffers(meta_col, key):  # (a key in no row's text: none of the per-row searches)
+            hit |= pc.match_substring(meta_col, key).to_numpy(zero_copy_only=False)
     todo = np.flatnonzero(hit)
     sub = table.select(["run_id", "meta"]).take(pa.array(todo, pa.int64()))
     runs_sub = sub.column("run_id").to_pylist()
