@@ -8,9 +8,7 @@ Both are deterministic for a given seed.
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -119,18 +117,6 @@ def make_rollout(i: int = 0, *, run: str = "run-a", step: int = 0, prompt: str =
     )
     base.update(kw)
     return Rollout(**base)
-
-
-def fragmented_store(path: str | os.PathLike[str], fragments: int, per: int) -> Path:
-    """A new store at ``path`` of ``fragments`` commits of ``per`` rollouts each (step = commit
-    index, no automatic compaction, so one fragment per commit): the damaged-store tests' base."""
-    from gfcr.store import RolloutStore
-
-    s = RolloutStore.open(path, create=True, auto_compact=0)
-    for b in range(fragments):
-        s.append([make_rollout(b * per + i, step=b) for i in range(per)])
-    assert s.count() == fragments * per and len(s.dataset("rollouts").get_fragments()) == fragments
-    return Path(path)
 
 
 def make_prompt(pid: str = "p0", answer: str = "7", **kw) -> Prompt:

@@ -17,15 +17,15 @@ from typer.testing import CliRunner
 
 from gfcr.cli import app
 from gfcr.store import RolloutStore, StoreError
-from gfcr.testing import fragmented_store, make_rollout
+from gfcr.testing import make_rollout
 
 ROWS, COMMITS = 200, 10
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
+def base(tmp_path_factory, make_fragmented_store) -> Path:
     """A store of 200 rollouts in 10 commits of 20 (10 fragments: no compaction)."""
-    return fragmented_store(tmp_path_factory.mktemp("base") / "st", COMMITS, ROWS // COMMITS)
+    return make_fragmented_store(tmp_path_factory.mktemp("base") / "st", COMMITS, ROWS // COMMITS)
 
 
 def _newest_version_file(p: Path) -> Path:

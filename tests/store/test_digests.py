@@ -18,14 +18,14 @@ from typer.testing import CliRunner
 from gfcr.cli import app
 from gfcr.store import RolloutStore, integrity
 from gfcr.store.core import TABLES
-from gfcr.testing import fragmented_store, make_rollout
+from gfcr.testing import make_rollout
 
 FRAGMENTS, PER = 5, 20
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    return fragmented_store(tmp_path_factory.mktemp("digests") / "st", FRAGMENTS, PER)
+def base(tmp_path_factory, make_fragmented_store) -> Path:
+    return make_fragmented_store(tmp_path_factory.mktemp("digests") / "st", FRAGMENTS, PER)
 
 
 def _rows(p: Path, version: int | None = None):

@@ -122,9 +122,8 @@ class RolloutStore:
     @classmethod
     def open(cls, path: str | os.PathLike[str], create: bool = False,
              auto_compact: int = AUTO_COMPACT, verify: bool = True) -> RolloutStore:
-        """Open (or with ``create``, create) the store at ``path``. ``verify``: run the cheap
-        integrity checks (:func:`gfcr.store.integrity.quick_check`); a damaged store raises
-        :class:`~gfcr.store.integrity.StoreDamaged` naming the damaged file."""
+        """Open (or with ``create``, create) the store at ``path``. ``verify``: run the cheap integrity
+        checks (:func:`~gfcr.store.integrity.quick_check`; a damaged store raises ``StoreDamaged``)."""
         p = Path(path)
         if not (p / MANIFEST).exists():
             integrity.refuse_lost_manifest(p, list(TABLES))
@@ -141,8 +140,7 @@ class RolloutStore:
             )
         if verify:
             integrity.quick_check(p, m, list(TABLES), lambda uri: lance.dataset(uri, session=_session()))
-        integrity.OPENED.append(p)
-        del integrity.OPENED[:-8]
+        integrity.opened(p)
         return store
 
     @classmethod

@@ -98,6 +98,13 @@ def lance_reason(e: BaseException) -> str:
 #: Stores opened by this process, newest last: the CLI names the newest in its one line for a read
 #: that failed inside a data file (:func:`read_damage`).
 OPENED: list[Path] = []
+
+
+def opened(path: Path) -> None:
+    """Note that this process opened the store at ``path`` (the newest 8 are kept)."""
+    OPENED.append(Path(path))
+    del OPENED[:-8]
+
 _DECODE = re.compile(r"(?:LanceError\((?:Arrow|IO|Corrupt\w*)\)|External error): (?!LanceError)(.*?)"
                      r"(?:,? /\S+\.rs:\d+:\d+|$)")
 
