@@ -231,12 +231,12 @@ def extend_upstream(state: Path, args: argparse.Namespace) -> bool:
     changed = {k for k in set(old) | set(mine) if old.get(k) != mine.get(k)}
     if changed != {"rl_steps"} or not int(mine["rl_steps"]) > int(old["rl_steps"]):
         return False
-    rec.setdefault("extended", []).append({"rl_steps": [old["rl_steps"], mine["rl_steps"]],
-                                           "time": datetime.now(UTC).isoformat()})
+    was = old["rl_steps"]
+    rec.setdefault("extended", []).append({"rl_steps": [was, mine["rl_steps"]], "time": datetime.now(UTC).isoformat()})
     rec["args"]["rl_steps"] = mine["rl_steps"]
     (state / "rl.json").unlink(missing_ok=True)  # the run is not finished any more
     write_json(f, rec)
-    print(f"upstream RL: extended from {old['rl_steps']} to {mine['rl_steps']} steps", flush=True)
+    print(f"upstream RL: extended from {was} to {mine['rl_steps']} steps", flush=True)
     return True
 
 

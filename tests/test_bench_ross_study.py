@@ -135,7 +135,7 @@ def test_every_stage_runs_then_skips_and_an_until_stop_resumes(tiny_run, tmp_pat
     assert np.isfinite(rs.estimate(rs.parser().parse_args(_argv(state, run, model)), state, rs.Clock(state, None))[0][1])
 
 
-def test_own_upstream_rl_trains_resumably_then_the_count_decides(tmp_path):
+def test_own_upstream_rl_trains_resumably_then_the_count_decides(tmp_path, capsys):
     """--run own: the study's upstream RL run in STATE/rl (2 steps here), kept across calls; the tiny
     random model verifies nothing, so the snapshot is refused with the count."""
     from gfcr.testing import save_tiny
@@ -155,6 +155,7 @@ def test_own_upstream_rl_trains_resumably_then_the_count_decides(tmp_path):
     longer = [("3" if a == "2" and argv[i - 1] == "--rl-steps" else a) for i, a in enumerate(argv)]
     with pytest.raises(SystemExit, match="holds 0 verified"):
         rs.main(longer)
+    assert "extended from 2 to 3 steps" in capsys.readouterr().out
     assert json.loads((tmp_path / "s" / "rl.json").read_text())["checkpoint"].endswith("step_000002")
     assert [t["what"] for t in rs.read_jsonl(tmp_path / "s" / "timings.jsonl")] == [
         "upstream RL step 0", "upstream RL step 1", "upstream RL step 2"]
