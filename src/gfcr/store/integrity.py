@@ -95,15 +95,15 @@ def lance_reason(e: BaseException) -> str:
     return s.strip() or type(e).__name__
 
 
-#: Stores opened by this process, newest last: the CLI names the newest in its one line for a read
-#: that failed inside a data file (:func:`read_damage`).
-OPENED: list[Path] = []
+#: The store this process opened last: the CLI names it in its one line for a read that failed
+#: inside a data file (:func:`read_damage`).
+_LAST_OPENED: list[Path] = []
 
 
 def opened(path: Path) -> None:
-    """Note that this process opened the store at ``path`` (the newest 8 are kept)."""
-    OPENED.append(Path(path))
-    del OPENED[:-8]
+    """Note that this process opened the store at ``path``."""
+    _LAST_OPENED[:] = [Path(path)]
+
 
 _DECODE = re.compile(r"(?:LanceError\((?:Arrow|IO|Corrupt\w*)\)|External error): (?!LanceError)(.*?)"
                      r"(?:,? /\S+\.rs:\d+:\d+|$)")
@@ -118,7 +118,7 @@ def read_damage(e: BaseException) -> str | None:
 
     Example: ``StoreError("scan failed (filter None): External error: LanceError(Arrow): Invalid
     argument error: Last offset 16711685 of Utf8 is larger than values length 5, /x/constant.rs:236:21")``
-    after ``OPENED == [Path("st")]`` → ``"a data file of the store st is damaged (Invalid argument
+    after ``opened(Path("st"))`` → ``"a data file of the store st is damaged (Invalid argument
     error: Last offset … values length 5); run `gfcr store check st` …"``."""
     seen: set[int] = set()
     x: BaseException | None = e
@@ -127,7 +127,7 @@ def read_damage(e: BaseException) -> str | None:
         msg = " ".join(str(x).split())
         m = _DECODE.search(msg)
         if m and "was not found" not in msg:
-            where = OPENED[-1] if OPENED else None
+            where = _LAST_OPENED[0] if _LAST_OPENED else None
             name = f"the store {where}" if where is not None else "the store"
             return f"a data file of {name} is damaged ({m.group(1).strip()}); " + _hint(where or Path("STORE"))
         x = x.__cause__ or x.__context__
@@ -251,10 +251,9 @@ def record_digests(path: Path, name: str, ds: lance.LanceDataset, files: dict[st
     prefix = f"{name}.lance/"
     current = {}
     for frag in ds.get_fragments():
-        for f, _ in fragment_files(uri, frag):
-            current[f"{prefix}data/{f.name}"] = f
-        if (d := deletion_file(uri, frag)) is not None:
-            current[d.relative_to(path).as_posix()] = d
+        d = deletion_file(uri, frag)
+        for f in [f for f, _ in fragment_files(uri, frag)] + ([d] if d is not None else []):
+            current[f.relative_to(path).as_posix()] = f
     for k in [k for k in files if k.startswith(prefix) and k not in current]:
         del files[k]
     hashed = 0
@@ -320,6 +319,16 @@ def deletion_problem(path: Path, f: Path, digests: dict[str, Any]) -> str | None
     return None
 
 
+def fragment_problems(path: Path, uri: Path, frag: Any, digests: dict[str, Any]) -> list[tuple[Path, str | None]]:
+    """``(file, what is wrong with it or None)`` for each data file of one fragment and its
+    deletion file, by what a ``stat`` and a 4-byte read see (:func:`file_problem`,
+    :func:`deletion_problem`): the cheap checks of an open and the first step of the full check."""
+    out = [(f, file_problem(f, size)) for f, size in fragment_files(uri, frag)]
+    if (d := deletion_file(uri, frag)) is not None:
+        out.append((d, deletion_problem(path, d, digests)))
+    return out
+
+
 def file_problem(f: Path, recorded: int | None) -> str | None:
     """What is wrong with data file ``f`` (missing, other size than recorded, no Lance footer), or None."""
     try:
@@ -372,10 +381,7 @@ def quick_check(path: Path, manifest: dict[str, Any], tables: list[str],
                                f"commit; {_hint(path)}")
         digests = manifest.get("files") or {}
         for frag in ds.get_fragments():
-            probs = [(f, file_problem(f, size)) for f, size in fragment_files(uri, frag)]
-            if (d := deletion_file(uri, frag)) is not None:
-                probs.append((d, deletion_problem(path, d, digests)))
-            for f, prob in probs:
+            for f, prob in fragment_problems(path, uri, frag, digests):
                 if prob:
                     raise StoreDamaged(f"{f} (fragment {frag.fragment_id} of table {name}, "
                                        f"{frag.metadata.physical_rows} rows) {prob}; {_hint(path)}")
@@ -467,12 +473,8 @@ def _check_table(path: Path, name: str, rec: dict[str, Any], digests: dict[str, 
         rep.problems.append(f"{uri}: version {rep.version} holds {rep.rows} rows, {rec['rows']} recorded at commit")
     for frag in ds.get_fragments():
         n = frag.count_rows()
-        ffiles = fragment_files(uri, frag)
-        probs = [f"{f} {p}" for f, size in ffiles if (p := file_problem(f, size))]
-        if (d := deletion_file(uri, frag)) is not None:
-            if p := deletion_problem(path, d, digests):
-                probs.append(f"{d} {p}")
-            ffiles.append((d, None))
+        ffiles = fragment_problems(path, uri, frag, digests)
+        probs = [f"{f} {p}" for f, p in ffiles if p]
         if not probs:
             for f, _ in ffiles:
                 known = f.relative_to(path).as_posix() in digests

@@ -240,14 +240,13 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
     return feats, events
 
 
-def _in_buffers(col: pa.ChunkedArray | pa.Array, key: str) -> bool:
-    """Could a string of ``col`` contain ``key``? False only when no chunk's data buffer holds it
-    (each string is a slice of its chunk's buffer): one byte search a chunk, which spares the
-    per-row search of a key no row has. Example: ``["ab", "cd"]``: ``"x"`` → False; ``"bc"`` →
-    True (across two rows: the per-row search then finds none)."""
-    k = key.encode()
-    return any(c.buffers()[2] is not None and k in c.buffers()[2].to_pybytes()
-               for c in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]) if len(c))
+def _data_buffers(col: pa.ChunkedArray | pa.Array) -> list[bytes]:
+    """The data buffer of each non-empty chunk of string column ``col`` (each string is a slice of
+    its chunk's buffer): a key found in none of them is in no row, which spares its per-row search.
+    Example: ``["ab", "cd"]`` → ``[b"abcd"]``: ``b"x"`` is in no row; ``b"bc"`` is in the buffer
+    (across two rows: the per-row search then finds none)."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    return [b.to_pybytes() for c in chunks if len(c) and (b := c.buffers()[2]) is not None]
 
 
 def _meta_walk(table: pa.Table, replayed: np.ndarray, lag: np.ndarray, iw: np.ndarray) -> tuple[np.ndarray, pa.Table]:
@@ -260,8 +259,9 @@ def _meta_walk(table: pa.Table, replayed: np.ndarray, lag: np.ndarray, iw: np.nd
     meta_col = pc.fill_null(table.column("meta"), "")
     # only rows whose meta names a key read here, or that are replayed copies, reach Python
     hit = replayed.copy()
+    blobs = _data_buffers(meta_col)  # read once for the three keys
     for key in ('"trained"', "generated_at_step", "replayed_at_step"):
-        if _in_buffers(meta_col, key):  # (a key in no row's text: none of the per-row searches)
+        if any(key.encode() in b for b in blobs):  # (a key in no row's text: none of the per-row searches)
             hit |= pc.match_substring(meta_col, key).to_numpy(zero_copy_only=False)
     todo = np.flatnonzero(hit)
     sub = table.select(["run_id", "meta"]).take(pa.array(todo, pa.int64()))
