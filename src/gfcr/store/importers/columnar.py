@@ -479,10 +479,15 @@ def _states(store: Any, keys: list[str]) -> dict[str, dict[str, Any]]:
     return {k: json.loads(v) for k, v in zip(t.column("key").to_pylist(), t.column("value").to_pylist(), strict=True)}
 
 
+def _unchanged(sig: dict[str, Any], old: dict[str, Any]) -> bool:
+    """Whether a file's signature has the recorded size and mtime (then it is not read at all)."""
+    return old.get("size") == sig["size"] and old.get("mtime_ns") == sig["mtime_ns"]
+
+
 def _changed_size(f: Path, old: dict[str, Any]) -> int:
     """The bytes of ``f`` an import reads: none when its size and mtime are the recorded ones."""
     sig = file_signature(f)
-    return 0 if old.get("size") == sig["size"] and old.get("mtime_ns") == sig["mtime_ns"] else sig["size"]
+    return 0 if _unchanged(sig, old) else sig["size"]
 
 
 def _load(f: Path, old: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Any]:
@@ -490,7 +495,7 @@ def _load(f: Path, old: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
     the recorded ones (unchanged, not read), ``"same-hash"`` when only its mtime changed, else
     :func:`_read`'s ``(table, lines, why)`` of its bytes."""
     sig = file_signature(f)
-    if old.get("size") == sig["size"] and old.get("mtime_ns") == sig["mtime_ns"]:
+    if _unchanged(sig, old):
         return sig, old, None
     data = f.read_bytes()
     sig["sha256"] = hashlib.sha256(data).hexdigest()
