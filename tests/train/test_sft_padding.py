@@ -141,3 +141,41 @@ def test_max_pad_fraction_checked_and_recorded(tok, tmp_path):
     assert RossConfig(store="s", upstream_model="m").train.max_pad_fraction == 0.05
     with pytest.raises(ValueError, match="max_pad_fraction"):
         RossConfig(store="s", upstream_model="m", train={"max_pad_fraction": 1.5})
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_bfloat16_autocast_step_matches_float32(tok, packing):
+    """``autocast="bfloat16"``: the forwards run in bfloat16 (their logits differ from float32), the loss
+    and gradient stay within bfloat16's precision of the float32 step, and the weights and their
+    gradients stay float32."""
+    rows = _rows(seed=3)
+    lengths = [len(r["input_ids"]) for r in rows]
+    step = packed_batches(lengths, 8, 48, seed=0)[0] if packing else [[i] for i in range(8)]
+    m32, m16 = tiny_model(tok, seed=4), tiny_model(tok, seed=4)
+    a = sft_step(m32, rows, step, tok.pad_token_id, packing=packing)
+    b = sft_step(m16, rows, step, tok.pad_token_id, packing=packing, autocast="bfloat16")
+    assert a["n"] == b["n"] > 0 and a["forwards"] == b["forwards"]
+    assert a["loss"] != b["loss"]  # really computed in another dtype
+    assert math.isclose(a["loss"], b["loss"], rel_tol=2e-2)
+    g32 = torch.cat([p.grad.flatten() for p in m32.parameters()])
+    g16 = torch.cat([p.grad.flatten() for p in m16.parameters()])
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in m16.parameters())
+    assert torch.nn.functional.cosine_similarity(g32, g16, dim=0) > 0.98
+
+
+def test_autocast_checked_recorded_and_saved_as_float32(tok, tmp_path):
+    rows = _rows(n_short=6, n_tail=2)
+    with pytest.raises(ValueError, match="autocast must be one of"):
+        sft_step(tiny_model(tok), rows, [[0], [1]], tok.pad_token_id, autocast="float16")
+    res = train_masked_sft(tiny_model(tok, seed=1), rows, tok.pad_token_id, epochs=1, lr=1e-3,
+                           out_dir=tmp_path / "m", autocast="bfloat16")
+    assert res.steps == 1 and math.isfinite(res.losses[0])
+    assert json.loads((tmp_path / "m" / "sft.json").read_text())["autocast"] == "bfloat16"
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "m")
+    assert next(saved.parameters()).dtype == torch.float32
+    assert RossConfig(store="s", upstream_model="m").train.autocast is None
+    assert RossConfig(store="s", upstream_model="m", train={"autocast": "bfloat16"}).train.autocast == "bfloat16"
+    with pytest.raises(ValueError, match="autocast"):
+        RossConfig(store="s", upstream_model="m", train={"autocast": "float16"})

@@ -173,7 +173,7 @@ def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool =
                                grad_clip=t.grad_clip, seed=t.seed, out_dir=done, tokenizer=tokenizer,
                                progress=progress, packing=t.packing, max_tokens_per_row=t.max_tokens_per_row,
                                max_pad_fraction=t.max_pad_fraction, checkpoint_dir=ckpt,
-                               checkpoint_every=t.checkpoint_every)
+                               checkpoint_every=t.checkpoint_every, autocast=t.autocast)
         shutil.rmtree(ckpt, ignore_errors=True)
         out[v] = {**res.to_dict(), "init": init}
     return out
