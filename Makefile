@@ -54,7 +54,7 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
 	$(VLLM_BIN)/python -c "import torch, transformers; print(f'torch=={torch.__version__}'); print(f'transformers=={transformers.__version__}')" > $(VLLM_VENV)/pins.txt
 	echo "transformers<5.20" >> $(VLLM_VENV)/pins.txt
-	$(VLLM_BIN)/pip install -q -c $(VLLM_VENV)/pins.txt -e '.[ml,filters,serve]' pytest pytest-timeout pytest-xdist==3.8.0 pyyaml psutil
+	$(VLLM_BIN)/pip install -q -c $(VLLM_VENV)/pins.txt -e '.[ml,filters,serve]' 'datasets>=2.19' pytest pytest-timeout pytest-xdist==3.8.0 pyyaml psutil
 	$(VLLM_BIN)/python -c "import torch, transformers, vllm, gfcr; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 	touch $(VLLM_STAMP)
 

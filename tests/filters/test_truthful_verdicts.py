@@ -143,3 +143,28 @@ def test_resolve_verifier_builds_the_named_verifier_with_its_params():
         resolve_verifier("numeric", {"lenient_fallbak": True})
     with pytest.raises(ValueError, match="not to a callable"):
         resolve_verifier(lambda p, c: True, {"lenient_fallback": True})
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("So, 82 + 82 = 164, which is the final answer to the calculation.", ("164", "last_number")),
+    ("we add 3 + 6 to 9, which gives", ("9", "last_number")),
+    ("a total of 1,234 apples", ("1,234", "last_number")),
+    ("Answer: 12,", ("12", "answer_line")),
+    ("it is -3.5, ok", ("-3.5", "last_number")),
+])
+def test_extracted_number_never_ends_in_a_separator(text, want):
+    # the ROSS study stored "164," as the extracted answer of a correct rollout (the last-number
+    # pattern let a comma end a number), and the audit refused every verdict keeping "= 164."
+    from gfcr.filters.answers import extract_answer
+
+    assert extract_answer(text) == want
+
+
+def test_ross_answer_check_accepts_a_unit_with_the_bare_number():
+    from gfcr.ross.audit import verified_answer
+
+    text = "To compute 82 + 82, we add: 82 + 82 = 164.\nSo, 82 + 82 = 164, which is the final answer."
+    r = _rollout(text)
+    r = verify_rollout(r, get_verifier("numeric", lenient_fallback=True),
+                       Prompt(prompt_id="arith-x", task="arith", answer="164", messages=r.messages[:1]))
+    assert r.verified and verified_answer(r, None) == "164"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+"
+_NUMBER = r"-?\d(?:[\d,]*\d)?(?:\.\d+)?(?:/\d+)?|-?\.\d+"  # commas only between digits: "164, which" is 164
 _ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?:is)?\s*[:=]\s*(.+)", re.IGNORECASE)
 #: the strict ``Answer: N`` line: at the start of a line (markdown emphasis/heading marks allowed)
 _STRICT_ANSWER_LINE = re.compile(
@@ -80,7 +80,7 @@ def read_answer(text: str, fmt: str | None) -> tuple[str | None, str]:
     if fmt == "answer_line":
         hits = [m.group(1).strip() for m in _STRICT_ANSWER_LINE.finditer(text)]
         if hits and hits[-1]:
-            ans = hits[-1].rstrip(".").strip()
+            ans = hits[-1].rstrip(".,").strip()
             if ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
                 ans = ans.strip("$").strip()
             return (ans, "answer_line") if ans else (None, "none")
@@ -115,7 +115,7 @@ def extract_answer(text: str) -> tuple[str | None, str]:
         return boxed, "boxed"
     lines = _ANSWER_LINE.findall(text)
     if lines:
-        ans = lines[-1].strip().rstrip(".").strip()
+        ans = lines[-1].strip().rstrip(".,").strip()
         if ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
             ans = ans.strip("$").strip()
         if ans:
