@@ -29,6 +29,19 @@ def test_until_is_the_next_occurrence_and_gates_each_unit(tmp_path, monkeypatch)
     assert rs.Clock(tmp_path, None).may_start("rl_step", 1e9, "x")
 
 
+def test_timed_counts_the_cpu_of_a_child_process(tmp_path):
+    # an evaluation row's vLLM engine core is a child process: its CPU used to be left out (6 CPU-s
+    # recorded for a 200 s row)
+    import subprocess
+    import sys
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    clock = rs.Clock(tmp_path, None)
+    rs.timed(clock, "eval_sample", 1, "child", lambda: subprocess.run([sys.executable, "-c", burn], check=True))
+    (rec,) = rs.read_jsonl(tmp_path / "timings.jsonl")
+    assert rec["cpu_s"] >= 0.55
+
+
 def test_false_claim_share_and_paired_test():
     assert rs.has_false_claim("3 + 4 = 8\nAnswer: 8") and not rs.has_false_claim("3 + 4 = 7\nAnswer: 7")
     assert not rs.has_false_claim("Answer: 7")  # no claim, nothing false
