@@ -295,7 +295,10 @@ def ross_config(args: argparse.Namespace, state: Path, upstream: dict[str, Any],
                 {"name": "arith-1d", "source": "arith", "params": {"level": 1}, "n_prompts": args.n_1d, "domain": "math"},
                 {"name": "arith-2d", "source": "arith", "params": {"level": 2}, "n_prompts": args.n_2d, "domain": "math"}],
             "k": args.k, "ks": sorted({1, args.k}) if args.k else [], "temperature": 0.7, "max_tokens": args.max_tokens,
-            "verifier": "numeric", "engine": engine, "save_generations": True}
+            # the RL reward's verifier (configs/arith-smollm2.yaml: lenient_fallback): strict, the models' "a + b = c"
+            # with no 'Answer: N' line scored 0 of 14 one-digit sums for every row
+            "verifier": "numeric", "verifier_params": {"lenient_fallback": True}, "engine": engine,
+            "save_generations": True}
         if engine == "vllm":
             ev["engine_params"] = {"enforce_eager": True, "dtype": "float32", "max_model_len": 1024,
                                    "kv_cache_memory_bytes": args.kv_mib << 20}
