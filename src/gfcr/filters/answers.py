@@ -80,12 +80,19 @@ def read_answer(text: str, fmt: str | None) -> tuple[str | None, str]:
     if fmt == "answer_line":
         hits = [m.group(1).strip() for m in _STRICT_ANSWER_LINE.finditer(text)]
         if hits and hits[-1]:
-            ans = hits[-1].rstrip(".,").strip()
-            if ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
-                ans = ans.strip("$").strip()
+            ans = _line_answer(hits[-1])
             return (ans, "answer_line") if ans else (None, "none")
         return None, "none"
     raise ValueError(f"unknown answer format {fmt!r}; expected one of {ANSWER_FORMATS}, 'any' or None")
+
+
+def _line_answer(text: str) -> str:
+    """The answer an ``Answer:`` line states: trailing ``.``/``,`` and one pair of ``$`` dropped.
+    Example: ``" $164$."`` → ``"164"``; ``"164,"`` → ``"164"``."""
+    ans = text.strip().rstrip(".,").strip()
+    if ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
+        ans = ans.strip("$").strip()
+    return ans
 
 
 def last_boxed(text: str) -> str | None:
@@ -115,9 +122,7 @@ def extract_answer(text: str) -> tuple[str | None, str]:
         return boxed, "boxed"
     lines = _ANSWER_LINE.findall(text)
     if lines:
-        ans = lines[-1].strip().rstrip(".,").strip()
-        if ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
-            ans = ans.strip("$").strip()
+        ans = _line_answer(lines[-1])
         if ans:
             return ans, "answer_line"
     nums = re.findall(_NUMBER, text)

@@ -11,6 +11,7 @@ from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch
 from gfcr.config import StrictModel, check_component, load_config_model
 from gfcr.evaluate import EvalConfig
 from gfcr.filters.judge import JudgeConfig
+from gfcr.train.sft import AutocastDtype
 
 VARIANTS = ("positive_sft", "ross_nomask", "ross", "ross_from_base")
 
@@ -120,7 +121,7 @@ class SFTConfig(StrictModel):
         50, ge=0, description="Save a resumable state (weights, optimizer, schedule, position) to "
                               "RUN_DIR/checkpoints/<variant> every this many steps and at each epoch's end; "
                               "`gfcr ross train` on the same run folder continues from it (0: epoch ends only).")
-    autocast: Literal["bfloat16"] | None = Field(
+    autocast: AutocastDtype | None = Field(
         None, description="Run the forwards in torch.autocast of this dtype (faster where the "
                           "CPU or GPU has bfloat16 matrix units, e.g. AMX: bench/sft_autocast_bench.py); "
                           "weights, gradients and the saved model stay float32. None: float32 throughout.")

@@ -42,10 +42,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 #: The dtypes ``autocast`` takes (the forward passes of masked SFT under ``torch.autocast``).
-AUTOCAST_DTYPES = ("bfloat16",)
+AutocastDtype = Literal["bfloat16"]
+AUTOCAST_DTYPES: tuple[str, ...] = get_args(AutocastDtype)
 
 
 def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int) -> list[list[int]]:
