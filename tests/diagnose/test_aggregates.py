@@ -396,3 +396,31 @@ def test_step_keys_equal_pythons_sorted_tuples():
     uniq, inv = smallstats.step_keys(t)
     keys = list(zip(runs, steps, strict=True))
     assert uniq == sorted(set(keys)) and [uniq[i] for i in inv] == keys
+    # steps too far apart for one int64 key per (run, step): the 2-D unique, same answer
+    wide = pa.table({"run_id": ["b", "a", "b", "a"], "step": [2**62, -(2**62), 5, 2**62]})
+    uniq, inv = smallstats.step_keys(wide)
+    assert uniq == [("a", -(2**62)), ("a", 2**62), ("b", 5), ("b", 2**62)] and inv.tolist() == [3, 0, 2, 1]
+
+
+def test_aggregates_prepared_before_the_append_are_used_only_for_that_table(tmp_path, monkeypatch):
+    """``prepare_append(t)`` starts the aggregates of ``t`` early (the columnar import upserts its
+    prompts meanwhile); ``append(t, ready=...)`` uses them, and ignores those of another table."""
+    monkeypatch.setattr(aggprep, "PREPARE_MIN_ROWS", 0)
+    from gfcr.records import rollouts_to_table
+
+    b1, b2 = (rollouts_to_table(b) for b in _batches()[:2])
+    serial = RolloutStore.open(tmp_path / "a", create=True)
+    serial.append(b1)
+    serial.append(b2)
+    calls, orig = [], aggregates.partials
+    monkeypatch.setattr(aggprep, "partials", lambda t: calls.append(t.num_rows) or orig(t))
+    early = RolloutStore.open(tmp_path / "b", create=True)
+    ready = early.prepare_append(b1)
+    assert ready[0] is b1 and ready[1] is not None
+    early.append(b1, ready=ready)
+    assert calls == [b1.num_rows]  # computed once, before the append, and used
+    early.append(b2, ready=ready)  # b1's: not b2's aggregates
+    assert calls == [b1.num_rows, b2.num_rows]
+    assert_fresh_and_exact(early)
+    assert aggregates.load(early).to_pylist() == aggregates.load(serial).to_pylist()
+

@@ -130,3 +130,31 @@ def test_interleave_of_two_text_columns():
     a, b = pa.array(["q1", "", "ü∂", "x"]), pa.array(["a1", "bb", "", "y"])
     assert _interleave(a, b).to_pylist() == ["q1", "a1", "", "bb", "ü∂", "", "x", "y"]
     assert _interleave(a.slice(1, 2), b.slice(1, 2)).to_pylist() == ["", "bb", "ü∂", ""]  # slices keep their offsets
+
+
+def test_the_import_runs_on_arrows_jemalloc_pool_and_restores_the_default(tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    from gfcr.store.importers import columnar
+
+    try:
+        pa.jemalloc_memory_pool()
+    except NotImplementedError:
+        pytest.skip("this pyarrow wheel has no jemalloc")
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    d = _synthetic(tmp_path / "dump")
+    seen, orig = [], columnar._import_files
+    monkeypatch.setattr(columnar, "_import_files", lambda *a, **k: seen.append(pa.default_memory_pool().backend_name) or orig(*a, **k))
+    before = pa.default_memory_pool().backend_name
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    assert import_rollouts(store, "verl", [str(d)], run_id="v").written == 300
+    assert seen == ["jemalloc"] and pa.default_memory_pool().backend_name == before
+    # a failed import restores it too; a pool the user chose is left alone
+    with pytest.raises(ImportFormatError):
+        (d / "6.jsonl").write_text("{not json\n")
+        import_rollouts(store, "verl", [str(d)], run_id="w")
+    assert pa.default_memory_pool().backend_name == before
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
+    (d / "6.jsonl").unlink()
+    import_rollouts(RolloutStore.open(tmp_path / "t", create=True), "verl", [str(d)], run_id="v")
+    assert seen[-1] == before

@@ -86,3 +86,26 @@ def test_get_edge_cases(store):
         store.get(["b0-1", "nope"])
     store.compact()
     assert store.get(["b0-4", "b0-0"]).column("rollout_id").to_pylist() == ["b0-4", "b0-0"]
+
+
+@pytest.mark.parametrize("n_keys", [3, 2500])
+def test_rows_in_is_the_in_list_filter_for_short_and_long_key_lists(tmp_path, n_keys, monkeypatch):
+    """Long key lists are matched with Arrow's is_in after the read (an SQL IN list of thousands of
+    ids is slow to parse): the same rows, order, columns and ``where`` as the IN-list filter."""
+    import pyarrow as pa
+
+    from gfcr.store import reads
+
+    t = pa.table({"prompt_id": [f"p{i}" for i in range(3000)], "task": ["a", "b", "c"] * 1000,
+                  "control": [str(i) for i in range(3000)]})
+    ds = lance.write_dataset(t, str(tmp_path / "p.lance"))
+    rng = np.random.default_rng(n_keys)
+    keys = [f"p{i}" for i in rng.choice(3200, size=n_keys, replace=False)]  # some not stored
+    for columns, where in ((None, None), (["control"], "task = 'b'"), (["task", "prompt_id"], None)):
+        got = reads.rows_in(ds, "prompt_id", keys, columns, where)
+        monkeypatch.setattr(reads, "IN_LIST_MAX", 10**9)  # the IN-list path as the oracle
+        want = reads.rows_in(ds, "prompt_id", keys, columns, where)
+        monkeypatch.undo()
+        assert got.column_names == want.column_names and got.to_pylist() == want.to_pylist()
+        assert want.num_rows > 0
+    assert reads.rows_in(ds, "prompt_id", None, ["task"]).num_rows == 3000

@@ -60,8 +60,8 @@ from gfcr.records import (
 from gfcr.store import aggprep, aggregates, integrity
 from gfcr.store.integrity import MANIFEST, StoreError  # noqa: F401 - re-exported
 from gfcr.store.integrity import retry_commit as _retry
-from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, sample_rows, take_ids
-from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
+from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, rows_in, sample_rows, take_ids
+from gfcr.store.upkeep import _in_list, compact_small, fragment_set, hash_ids, id_index
 
 STATE_SCHEMA = pa.schema(
     [
@@ -84,8 +84,7 @@ _SESSION: list[Any] = []
 
 
 def _session() -> Any:
-    """One Lance session per process: the file metadata (page tables) it caches is read once, not
-    on every open (a store opens its dataset afresh for each call to see other writers' commits)."""
+    """One Lance session per process: its cached file metadata is read once, not on every open."""
     if not _SESSION:
         _SESSION.append(lance.Session() if hasattr(lance, "Session") else None)
     return _SESSION[0]
@@ -93,13 +92,6 @@ def _session() -> Any:
 
 def _quote(s: str) -> str:
     return "'" + str(s).replace("'", "''") + "'"
-
-
-def _in_list(col: str, values: Iterable[Any]) -> str:
-    vals = list(values)
-    if not vals:
-        return "false"
-    return f"{col} IN ({', '.join(_quote(v) for v in vals)})"
 
 
 class RolloutStore:
@@ -259,13 +251,20 @@ class RolloutStore:
             found.update(t.column(0).to_pylist())
         return found
 
-    def append(self, records: Iterable[Rollout] | pa.Table, source: str = "append", check_existing: bool = True) -> int:
+    def prepare_append(self, table: pa.Table) -> tuple[pa.Table, Any]:
+        """Start the per-step aggregates of ``table`` (a large batch about to be appended) in a worker
+        thread, overlapping the caller's work before ``append(table, ready=...)``; nothing written."""
+        return table, aggprep.prepare(self.path, lance.dataset(self._uri("rollouts")).version,
+                                      self._as_rollout_table(table, "append"))
+
+    def append(self, records: Iterable[Rollout] | pa.Table, source: str = "append", check_existing: bool = True,
+               ready: tuple[pa.Table, Any] | None = None) -> int:
         """Append rollouts as one commit. Rejects duplicate ``rollout_id``s (within the batch or
         against the store) before writing anything. Returns the number of rows written.
-
         ``check_existing=False`` skips the look-up against stored ids (cheap through the in-process id index,
         whose first use in a process reads every stored id) for writers whose ids are fresh by construction
-        (random uuids), e.g. the live recorders; duplicates within the batch are still refused."""
+        (random uuids), e.g. the live recorders; duplicates within the batch are still refused.
+        ``ready``: :meth:`prepare_append` of this same table object (else ignored)."""
         self._writable()
         table = self._as_rollout_table(records, source)
         if table.num_rows == 0:
@@ -288,7 +287,8 @@ class RolloutStore:
             self._allow_nulls(table)
             uri = self._uri("rollouts")
             pre = lance.dataset(uri).version
-            ready = aggprep.prepare(self.path, pre, table)  # a large batch's aggregates, while it is written
+            early = ready[1] if ready is not None and ready[0] is records else None  # prepare_append's
+            ready = early or aggprep.prepare(self.path, pre, table)  # a large batch's aggregates, as it is written
             after = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
             idx.committed(before, after, hashes)
             aggregates.committed(self.path, pre, after, batch=table, ready=ready)
@@ -407,13 +407,7 @@ class RolloutStore:
 
     def _prompt_rows(self, ids: Sequence[str] | None, columns: Sequence[str] | None = None,
                      where: str | None = None) -> pa.Table:
-        ds = self.dataset("prompts")
-        parts = []
-        if ids is not None:
-            parts.append(_in_list("prompt_id", ids))
-        if where:
-            parts.append(f"({where})")
-        return ds.to_table(columns=list(columns) if columns else None, filter=" AND ".join(parts) or None)
+        return rows_in(self.dataset("prompts"), "prompt_id", ids, columns, where)
 
     def prompts(self, ids: Sequence[str] | None = None, task: str | None = None,
                 split: str | None = None) -> list[Prompt]:

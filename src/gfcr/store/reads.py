@@ -9,6 +9,9 @@ Both take rows by row id or offset, never through a filtered scan of whole rows:
   only those rows (``LanceDataset._take_rows``), which Lance returns in the order asked;
 - :func:`sample_rows` draws distinct offsets and takes them (``LanceDataset.take``).
 
+:func:`rows_in` (rows whose key is in a list, e.g. the stored prompts of an upsert) filters with
+an SQL ``IN`` list when the list is short and with Arrow's ``is_in`` on the read columns when long.
+
 Datasets are opened with :data:`READ_BLOCK_SIZE` and :data:`READ_PARAMS`. What remains of the
 cost is Lance's per-row take (every row of every variable-width column is its own read and
 decode); docs/store.md has the profile and what did not help.
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 import lance
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gfcr.store.upkeep import _in_list
 
@@ -29,6 +33,24 @@ from gfcr.store.upkeep import _in_list
 READ_BLOCK_SIZE = 64 * 1024
 #: Lance read options: keep list columns' repetition index in the session cache between takes
 READ_PARAMS = {"cache_repetition_index": True}
+#: :func:`rows_in` matches longer key lists with ``is_in`` after the read: Lance parses an ``IN`` list
+#: of 12,500 ids in 60-80 ms (on an empty table too); reading the columns and ``is_in`` took 5-19 ms
+#: at 0-200k rows
+IN_LIST_MAX = 1000
+
+
+def rows_in(ds: lance.LanceDataset, column: str, keys: Sequence[str] | None, columns: Sequence[str] | None = None,
+            where: str | None = None) -> pa.Table:
+    """Rows of ``ds`` (its order) whose ``column`` is in ``keys`` (every row: None) and that match
+    ``where``; ``columns``: those (all: None). Example: keys ``["p1", "p9"]`` of a prompts table
+    holding p1 and p2 → the row of p1."""
+    if keys is not None and len(keys) > IN_LIST_MAX:
+        cols = None if columns is None else list(dict.fromkeys([*columns, column]))
+        t = ds.to_table(columns=cols, filter=f"({where})" if where else None)
+        t = t.filter(pc.is_in(t.column(column), pa.array(list(keys), pa.string())))
+        return t if columns is None else t.select(list(columns))
+    parts = ([_in_list(column, keys)] if keys is not None else []) + ([f"({where})"] if where else [])
+    return ds.to_table(columns=list(columns) if columns else None, filter=" AND ".join(parts) or None)
 
 
 def take_ids(ds: lance.LanceDataset, ids: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:

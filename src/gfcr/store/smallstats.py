@@ -136,10 +136,16 @@ def step_keys(t: pa.Table) -> tuple[list[tuple[str, int]], np.ndarray]:
     by_name = sorted(range(len(names)), key=names.__getitem__)
     rank = np.empty(len(names), np.int64)
     rank[by_name] = np.arange(len(names))
-    pairs = np.stack([rank[enc.indices.to_numpy(zero_copy_only=False)],
-                      step.to_numpy().astype(np.int64)], axis=1) if len(run) else np.zeros((0, 2), np.int64)
-    u, inv = np.unique(pairs, axis=0, return_inverse=True)
-    return [(names[by_name[r]], s) for r, s in u.tolist()], inv.ravel().astype(np.int64)
+    r = rank[enc.indices.to_numpy(zero_copy_only=False)] if len(run) else np.zeros(0, np.int64)
+    st = step.to_numpy().astype(np.int64) if len(run) else np.zeros(0, np.int64)
+    lo = int(st.min()) if len(st) else 0
+    span = (int(st.max()) - lo + 1) if len(st) else 1
+    if len(names) * span < 2**62:  # one int64 per (rank, step), in the same order: a 1-D unique (~10x faster)
+        u1, inv = np.unique(r * span + (st - lo), return_inverse=True)
+        u = np.stack([u1 // span, u1 % span + lo], axis=1)
+    else:
+        u, inv = np.unique(np.stack([r, st], axis=1), axis=0, return_inverse=True)
+    return [(names[by_name[a]], b) for a, b in u.tolist()], inv.ravel().astype(np.int64)
 
 
 def step_metrics(feats: pa.Table, cfg: MetricsConfig) -> pa.Table | None:
