@@ -168,3 +168,23 @@ def test_ross_answer_check_accepts_a_unit_with_the_bare_number():
     r = verify_rollout(r, get_verifier("numeric", lenient_fallback=True),
                        Prompt(prompt_id="arith-x", task="arith", answer="164", messages=r.messages[:1]))
     assert r.verified and verified_answer(r, None) == "164"
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("Sum: 5 + (3 + 1) = 8\nNow, the answer is: Answer: 6", "6"),  # as the demo's model wrote it
+    ("The answer is: Answer: 64.", "64"),
+    ("Final answer: **Answer:** 64", "64"),
+    ("Answer: answer: 64", "64"),
+    ("Answer: 64", "64"),
+    ("Answer: answers vary", "answers vary"),  # a word that only starts like the marker stays
+])
+def test_a_repeated_answer_marker_is_not_part_of_the_answer(text, want):
+    # the demo stored "Answer: 45" as the extracted answer of "The answer is: Answer: 45": the
+    # same line with the right number would have been judged wrong
+    from gfcr.evaluate import resolve_verifier
+    from gfcr.filters.answers import extract_answer
+
+    assert extract_answer(text) == (want, "answer_line")
+    p = Prompt(prompt_id="arith-y", task="arith", answer=want, messages=[Message("user", "q")])
+    if want[0].isdigit():
+        assert resolve_verifier("numeric")(p, text) is True

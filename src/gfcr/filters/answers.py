@@ -86,10 +86,15 @@ def read_answer(text: str, fmt: str | None) -> tuple[str | None, str]:
     raise ValueError(f"unknown answer format {fmt!r}; expected one of {ANSWER_FORMATS}, 'any' or None")
 
 
+#: an answer marker repeated inside the answer ("The answer is: Answer: 64", which SmolLM2 writes)
+_REPEATED_MARKER = re.compile(r"^(?:[*_]*(?:final\s+)?answer\s*(?:is)?\s*[*_]*\s*[:=：][*_]*\s*)+", re.IGNORECASE)
+
+
 def _line_answer(text: str) -> str:
-    """The answer an ``Answer:`` line states: trailing ``.``/``,`` and one pair of ``$`` dropped.
-    Example: ``" $164$."`` → ``"164"``; ``"164,"`` → ``"164"``."""
-    ans = text.strip().rstrip(".,").strip()
+    """The answer an ``Answer:`` line states: a repeated answer marker, trailing ``.``/``,`` and one
+    pair of ``$`` dropped. Example: ``" $164$."`` → ``"164"``; ``"164,"`` → ``"164"``; ``"Answer:
+    64"`` (of "The answer is: Answer: 64") → ``"64"``."""
+    ans = _REPEATED_MARKER.sub("", text.strip()).rstrip(".,").strip()
     if ans.startswith("$") and ans.endswith("$") and len(ans) > 1:
         ans = ans.strip("$").strip()
     return ans
