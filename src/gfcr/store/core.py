@@ -287,8 +287,8 @@ class RolloutStore:
             self._allow_nulls(table)
             uri = self._uri("rollouts")
             pre = lance.dataset(uri).version
-            early = ready[1] if ready is not None and ready[0] is records else None  # prepare_append's
-            ready = early or aggprep.prepare(self.path, pre, table)  # a large batch's aggregates, as it is written
+            mine = ready is not None and ready[0] is records  # prepare_append's (started, or not needed)
+            ready = ready[1] if mine else aggprep.prepare(self.path, pre, table)  # aggregates, as it is written
             after = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
             idx.committed(before, after, hashes)
             aggregates.committed(self.path, pre, after, batch=table, ready=ready)

@@ -136,10 +136,12 @@ def step_keys(t: pa.Table) -> tuple[list[tuple[str, int]], np.ndarray]:
     by_name = sorted(range(len(names)), key=names.__getitem__)
     rank = np.empty(len(names), np.int64)
     rank[by_name] = np.arange(len(names))
-    r = rank[enc.indices.to_numpy(zero_copy_only=False)] if len(run) else np.zeros(0, np.int64)
-    st = step.to_numpy().astype(np.int64) if len(run) else np.zeros(0, np.int64)
-    lo = int(st.min()) if len(st) else 0
-    span = (int(st.max()) - lo + 1) if len(st) else 1
+    if len(run) == 0:
+        return [], np.zeros(0, np.int64)
+    r = rank[enc.indices.to_numpy(zero_copy_only=False)]
+    st = step.to_numpy().astype(np.int64)
+    lo = int(st.min())
+    span = int(st.max()) - lo + 1
     if len(names) * span < 2**62:  # one int64 per (rank, step), in the same order: a 1-D unique (~10x faster)
         u1, inv = np.unique(r * span + (st - lo), return_inverse=True)
         u = np.stack([u1 // span, u1 % span + lo], axis=1)
