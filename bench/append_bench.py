@@ -9,7 +9,7 @@ to every store per round, the arms' order rotating every round so machine load h
 
 - ``small``: the aggregates kept as shipped (batches of <= ``aggregates.SMALL_ROWS`` rows summarised
   without DuckDB, :mod:`gfcr.store.smallstats`);
-- ``duckdb``: the same with ``SMALL_ROWS = 0`` (every batch through DuckDB's queries);
+- ``duckdb``: the same with ``SMALL_ROWS = NUMPY_STEPS = 0`` (every batch through DuckDB's queries);
 - ``off``: the aggregates hook replaced by a no-op (the floor: the append without its aggregates).
 
 Per arm: median (and 90th percentile) wall and CPU seconds of ``store.append`` over the rounds
@@ -41,17 +41,17 @@ ARMS = ("small", "duckdb", "off")
 
 
 def _append(store: RolloutStore, table, arm: str) -> tuple[float, float]:
-    keep_rows, keep_hook = aggregates.SMALL_ROWS, aggregates.committed
+    keep_rows, keep_steps, keep_hook = aggregates.SMALL_ROWS, aggregates.NUMPY_STEPS, aggregates.committed
     try:
         if arm == "duckdb":
-            aggregates.SMALL_ROWS = 0
+            aggregates.SMALL_ROWS = aggregates.NUMPY_STEPS = 0
         if arm == "off":
             aggregates.committed = lambda *a, **k: None
         t0, c0 = time.perf_counter(), time.process_time()
         store.append(table)
         return time.perf_counter() - t0, time.process_time() - c0
     finally:
-        aggregates.SMALL_ROWS, aggregates.committed = keep_rows, keep_hook
+        aggregates.SMALL_ROWS, aggregates.NUMPY_STEPS, aggregates.committed = keep_rows, keep_steps, keep_hook
 
 
 def _q(xs: list[float], q: float) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -249,3 +250,41 @@ def showcase_store(path: Any, tokenizer_dir: str, steps: int = 10, prompts: int 
     store.append(rows)
     store.upsert_audits(audits)
     return store
+
+
+def random_batch(rng: np.random.Generator, n: int) -> list:
+    """``n`` rollouts over 2 runs x 3 steps and a few groups each, with everything the metrics read
+    drawn at random: rewards repeated or missing, verdicts, advantages, entropies, replayed copies,
+    ``trained`` flags, finish reasons, latencies (shared, distinct, missing), tasks, models."""
+    from gfcr.records import Cost
+
+    out = []
+    rewards = [0.0, 0.25, 0.5, 1.0, -0.5, None]
+    for i in range(n):
+        run, step, grp = f"r{rng.integers(2)}", int(rng.integers(3)), f"g{rng.integers(max(1, n // 6))}"
+        sig: dict[str, float] = {}
+        if rng.random() < 0.7:
+            sig["advantage"] = float(rng.choice([0.0, 1e-7, 0.5, -0.5, float(rng.normal())]))
+        if rng.random() < 0.5:
+            sig["entropy"] = float(rng.random())
+        if rng.random() < 0.1:
+            sig["replayed"] = 1.0
+        meta = {"trained": bool(rng.random() < 0.5)} if rng.random() < 0.3 else {}
+        r = rollout(run, step, grp, 0.0, gen_len=int(rng.integers(0, 40)), finish=str(rng.choice(["stop", "length", "abort"])),
+                    verified=[None, True, False][int(rng.integers(3))], signals=sig, meta=meta, sample_index=i,
+                    rollout_id=f"id{int(rng.integers(10**6)):06d}-{i}")
+        r.reward = rewards[int(rng.integers(len(rewards)))] if rng.random() < 0.8 else float(rng.random())
+        if rng.random() < 0.5:
+            r.cost = Cost(gen_tokens=len(r.token_ids), latency_s=float(rng.choice([0.0, 1.5, rng.random() * 10])))
+        r.task = ["arith", "code", "zeta"][int(rng.integers(3))]
+        r.sampling = [{}, {"model": "m-a"}, {"model": "m-b", "temperature": 0.7}, {"model": None}][int(rng.integers(4))]
+        out.append(r)
+    return out
+
+
+def close(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) or isinstance(b, float):
+        return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+    return a == b

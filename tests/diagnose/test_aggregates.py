@@ -11,7 +11,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
-from diag_helpers import PATHOLOGIES, audit, group, rollout, simulate_run
+from diag_helpers import PATHOLOGIES, audit, close, group, random_batch, rollout, simulate_run
 from typer.testing import CliRunner
 
 from gfcr.cli import app
@@ -279,44 +279,6 @@ def test_the_stores_model_from_the_aggregates(tmp_path):
 
 
 # --- the small-batch path (gfcr.store.smallstats) equals the DuckDB path ---------------------------
-def _random_batch(rng: np.random.Generator, n: int) -> list:
-    """``n`` rollouts over 2 runs x 3 steps and a few groups each, with everything the metrics read
-    drawn at random: rewards repeated or missing, verdicts, advantages, entropies, replayed copies,
-    ``trained`` flags, finish reasons, latencies (shared, distinct, missing), tasks, models."""
-    from gfcr.records import Cost
-
-    out = []
-    rewards = [0.0, 0.25, 0.5, 1.0, -0.5, None]
-    for i in range(n):
-        run, step, grp = f"r{rng.integers(2)}", int(rng.integers(3)), f"g{rng.integers(max(1, n // 6))}"
-        sig: dict[str, float] = {}
-        if rng.random() < 0.7:
-            sig["advantage"] = float(rng.choice([0.0, 1e-7, 0.5, -0.5, float(rng.normal())]))
-        if rng.random() < 0.5:
-            sig["entropy"] = float(rng.random())
-        if rng.random() < 0.1:
-            sig["replayed"] = 1.0
-        meta = {"trained": bool(rng.random() < 0.5)} if rng.random() < 0.3 else {}
-        r = rollout(run, step, grp, 0.0, gen_len=int(rng.integers(0, 40)), finish=str(rng.choice(["stop", "length", "abort"])),
-                    verified=[None, True, False][int(rng.integers(3))], signals=sig, meta=meta, sample_index=i,
-                    rollout_id=f"id{int(rng.integers(10**6)):06d}-{i}")
-        r.reward = rewards[int(rng.integers(len(rewards)))] if rng.random() < 0.8 else float(rng.random())
-        if rng.random() < 0.5:
-            r.cost = Cost(gen_tokens=len(r.token_ids), latency_s=float(rng.choice([0.0, 1.5, rng.random() * 10])))
-        r.task = ["arith", "code", "zeta"][int(rng.integers(3))]
-        r.sampling = [{}, {"model": "m-a"}, {"model": "m-b", "temperature": 0.7}, {"model": None}][int(rng.integers(4))]
-        out.append(r)
-    return out
-
-
-def _close(a, b) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, float) or isinstance(b, float):
-        return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
-    return a == b
-
-
 @pytest.mark.parametrize("seed", range(13))
 def test_the_small_path_equals_duckdb_on_random_batches(seed):
     from gfcr.records import rollouts_to_table
@@ -324,7 +286,7 @@ def test_the_small_path_equals_duckdb_on_random_batches(seed):
     from gfcr.store.stepstats import metrics_of, rollout_features
 
     rng = np.random.default_rng(seed)
-    table = rollouts_to_table(_random_batch(rng, 2048 if seed == 12 else int(rng.integers(1, 300))))
+    table = rollouts_to_table(random_batch(rng, 2048 if seed == 12 else int(rng.integers(1, 300))))
     tasks = table.column("task").to_pylist()  # a columnar import may leave a task missing
     table = table.set_column(table.schema.get_field_index("task"), "task",
                              pa.array([None if t == "zeta" else t for t in tasks], pa.string()))
@@ -335,17 +297,17 @@ def test_the_small_path_equals_duckdb_on_random_batches(seed):
     assert got is not None and got.schema == want.schema
     exact = {"len_p95", "len_max", "tail_time_share", "tail_timed"}  # quantiles and maxima: the same bits
     for g, w in zip(got.to_pylist(), want.to_pylist(), strict=True):
-        bad = {k: (g[k], w[k]) for k in w if not (g[k] == w[k] if k in exact else _close(g[k], w[k]))}
+        bad = {k: (g[k], w[k]) for k in w if not (g[k] == w[k] if k in exact else close(g[k], w[k]))}
         assert not bad, (w["run_id"], w["step"], bad)
     assert got.num_rows == want.num_rows
     assert smallstats.tops(table) == aggregates._tops(table)
     small = aggregates.partials(table)
-    monkey = aggregates.SMALL_ROWS
+    monkey = aggregates.SMALL_ROWS, aggregates.NUMPY_STEPS
     try:
-        aggregates.SMALL_ROWS = 0
+        aggregates.SMALL_ROWS = aggregates.NUMPY_STEPS = 0
         duck = aggregates.partials(table)
     finally:
-        aggregates.SMALL_ROWS = monkey
+        aggregates.SMALL_ROWS, aggregates.NUMPY_STEPS = monkey
     assert small.schema == duck.schema
     assert small.drop_columns(list(want.column_names[2:])).to_pylist() == duck.drop_columns(
         list(want.column_names[2:])).to_pylist()

@@ -1,5 +1,7 @@
-"""The per-step aggregates of a small batch without DuckDB: what one training step appends (tens to
-a few thousand rows), where planning DuckDB's queries costs more than running them.
+"""The per-step aggregates of a batch without DuckDB: what one training step appends (tens to a few
+thousand rows), where planning DuckDB's queries costs more than running them, and the metrics of a
+large batch of few steps (an imported dump: ``aggregates.NUMPY_STEPS``), where numpy's passes over
+the rows cost less than DuckDB's (0.04 against 0.12 CPU s for 100k rows in 10 steps).
 
 :func:`step_metrics` equals :func:`gfcr.store.stepstats.metrics_of` over the batch's features with
 no replay events and no audits (what :func:`gfcr.store.aggregates.partials` asks of it), and
@@ -22,8 +24,8 @@ differ in the last bits; counts, maxima and quantiles are exact:
 * orderings put NULL last whether ascending or descending (DuckDB's default), strings by code
   point (the order of their UTF-8 bytes).
 
-Both return None for a batch they do not handle (a missing run, step, group or id; a NaN reward;
-a ``sampling.model`` that is not a string; ``sampling`` text that Python's JSON parser refuses):
+Both return None for a batch they do not handle (a missing run, step, group or id; a NaN reward,
+or for the metrics an infinite one, where DuckDB's NaN rules differ from numpy's; a ``sampling.model`` that is not a string; ``sampling`` text that Python's JSON parser refuses):
 the caller then runs the DuckDB path, so the result never depends on which path ran.
 """
 
@@ -76,13 +78,6 @@ def _fma(a: float, b: float, c: float) -> float:
     integers (float denominators are powers of two), divided once, which Python rounds correctly."""
     (an, ad), (bn, bd), (cn, cd) = a.as_integer_ratio(), b.as_integer_ratio(), c.as_integer_ratio()
     return (an * bn * cd + cn * ad * bd) / (ad * bd * cd)
-
-
-def _factorize(keys: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
-    """Sorted distinct keys and each row's index into them."""
-    uniq = sorted(set(keys))
-    pos = {k: i for i, k in enumerate(uniq)}
-    return uniq, np.fromiter((pos[k] for k in keys), np.int64, len(keys))
 
 
 def _count(idx: np.ndarray, mask: np.ndarray, k: int) -> np.ndarray:
@@ -158,31 +153,38 @@ def step_metrics(feats: pa.Table, cfg: MetricsConfig) -> pa.Table | None:
     if feats.num_rows == 0 or not _keys_ok(feats, ["run_id", "step", "group_id"]):
         return None
     reward, rv = _col(feats, "reward", 0.0)
-    if np.isnan(reward[rv]).any():
+    if not np.isfinite(reward[rv]).all():  # NaN or infinite: DuckDB's NaN rules decide (see the module)
         return None
-    runs, steps = feats.column("run_id").to_pylist(), feats.column("step").to_pylist()
-    uniq, sidx_all = _factorize(list(zip(runs, steps, strict=True)))
+    uniq, sidx_all = step_keys(feats)
+    run_code = _codes(feats.column("run_id"))
     fi = np.flatnonzero(~np.asarray(feats.column("replayed").to_numpy(zero_copy_only=False), bool))
     f = feats.take(pa.array(fi, pa.int64()))  # the fresh rows (replayed copies left out)
     ver, vv = _col(f, "verified", False)
     x: dict[str, Any] = {"reward": reward[fi], "rv": rv[fi], "sidx": sidx_all[fi], "vv": vv,
                          "passed": vv & ver.astype(bool), "failed": vv & ~ver.astype(bool),
-                         "gen": f.column("gen_len").to_numpy().astype(np.int64), "runs": [runs[i] for i in fi.tolist()]}
+                         "gen": f.column("gen_len").to_numpy().astype(np.int64), "run": run_code[fi]}
     for name in ("advantage", "trained", "latency", "entropy", "nll_mean"):
         x[name], x[name + "_ok"] = _col(f, name, 0.0)
     finish = f.column("finish_reason")
     for name, value in (("trunc", "length"), ("abort", "abort")):
         x[name] = np.asarray(pc.fill_null(pc.equal(finish, value), False).to_numpy(zero_copy_only=False), bool)
     x["scored"] = np.asarray(f.column("scored").to_numpy(zero_copy_only=False), bool)
-    gkeys, gidx = _factorize(list(zip(x["runs"], [steps[i] for i in fi.tolist()], f.column("group_id").to_pylist(),
-                                      strict=True)))
-    spos = {u: i for i, u in enumerate(uniq)}
-    g_step = np.fromiter((spos[(r, s)] for r, s, _ in gkeys), np.int64, len(gkeys))
+    # groups: distinct (run, step, group_id) in tuple order = (step's place, group's place by name)
+    gname = _codes(f.column("group_id"), ranked=True)
+    span = int(gname.max()) + 1 if len(gname) else 1
+    gu, gidx = np.unique(x["sidx"] * span + gname, return_inverse=True)
+    gidx = gidx.ravel().astype(np.int64)
+    g_step = (gu // span).astype(np.int64)
     gs = _groups(x, gidx, g_step, len(uniq), cfg)
     x["pass_ref"] = _pass_ref(x, len(uniq), cfg)
+    # each step's fresh rows as one slice: one stable sort, then views (no pass over all rows per step)
+    order = np.argsort(x["sidx"], kind="stable")
+    bounds = np.searchsorted(x["sidx"][order], np.arange(len(uniq) + 1))
+    xs = {name: v[order] for name, v in x.items() if isinstance(v, np.ndarray) and v.shape == order.shape}
     out: dict[str, list[Any]] = {c: [] for c in METRIC_COLUMNS}
     for i, key in enumerate(uniq):
-        o = _step_row(x, gs, i, key, cfg)
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        o = _step_row({name: v[a:b] for name, v in xs.items()}, gs, i, key, cfg)
         for c in METRIC_COLUMNS:
             out[c].append(o[c])
     return pa.table({c: pa.array(out[c], SCHEMA.field(c).type) for c in METRIC_COLUMNS}, schema=SCHEMA)
@@ -229,21 +231,43 @@ def _groups(x: dict[str, Any], gidx: np.ndarray, g_step: np.ndarray, k: int, cfg
 def _pass_ref(x: dict[str, Any], k: int, cfg: MetricsConfig) -> np.ndarray:
     """Per fresh row, ``coalesce(pass_step.ref, pass_run.ref, pass_reward)``: the median reward of
     the verified passes of its step, else of its run, else the configured one."""
-    reward, sidx, runs = x["reward"], x["sidx"], x["runs"]
+    reward, sidx, run = x["reward"], x["sidx"], x["run"]
     pr_mask = x["passed"] & x["rv"]
-    ref_step = {i: q for i in range(k) if (q := quantile_cont(np.sort(reward[pr_mask & (sidx == i)]), 0.5)) is not None}
-    runs_a = np.array(runs, dtype=object)
-    ref_run = {r: q for r in sorted(set(runs))
-               if (q := quantile_cont(np.sort(reward[pr_mask & (runs_a == r)]), 0.5)) is not None}
-    return np.array([ref_step.get(s, ref_run.get(r, float(cfg.pass_reward)))
-                     for s, r in zip(sidx.tolist(), runs, strict=True)], float)
+    nrun = int(run.max()) + 1 if len(run) else 0
+    step_ref, run_ref = _medians(sidx[pr_mask], reward[pr_mask], k), _medians(run[pr_mask], reward[pr_mask], nrun)
+    ref = np.where(np.isnan(run_ref[run]), float(cfg.pass_reward), run_ref[run])
+    return np.where(np.isnan(step_ref[sidx]), ref, step_ref[sidx])
 
 
-def _step_row(x: dict[str, Any], gs: dict[str, np.ndarray], i: int, key: tuple[str, int],
+def _medians(idx: np.ndarray, vals: np.ndarray, k: int) -> np.ndarray:
+    """Per key ``0..k-1``, :func:`quantile_cont` ``(·, 0.5)`` of its values (nan when none): one sort."""
+    out = np.full(k, np.nan)
+    order = np.lexsort((vals, idx))
+    v, i = vals[order], idx[order]
+    b = np.searchsorted(i, np.arange(k + 1))
+    for j in np.flatnonzero(np.diff(b)).tolist():
+        out[j] = quantile_cont(v[b[j]:b[j + 1]], 0.5)
+    return out
+
+
+def _codes(col: pa.ChunkedArray | pa.Array, ranked: bool = False) -> np.ndarray:
+    """Each row's index into the column's distinct values (no nulls): in first-seen order, or with
+    ``ranked`` in the order of the values (strings by code point, as Python sorts them)."""
+    enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+    codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), np.int64)
+    if not ranked:
+        return codes
+    names = enc.dictionary.to_pylist()
+    rank = np.empty(len(names), np.int64)
+    rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+    return rank[codes]
+
+
+def _step_row(y: dict[str, Any], gs: dict[str, np.ndarray], i: int, key: tuple[str, int],
               cfg: MetricsConfig) -> dict[str, Any]:
-    """The ``r``/``tail`` parts and the final select for step ``i`` (``key``)."""
-    rows = x["sidx"] == i
-    n = int(rows.sum())
+    """The ``r``/``tail`` parts and the final select for step ``i`` (``key``), from ``y``: the
+    row-aligned arrays of ``x`` cut to that step's fresh rows."""
+    n = len(y["sidx"])
     o: dict[str, Any] = {c: None for c in METRIC_COLUMNS}
     o |= {"run_id": key[0], "step": key[1], "n_rollouts": n, "n_groups": int(gs["n_groups"][i]), "n_verdicts": 0,
           "gen_tokens": 0, "wasted_tokens": int(gs["wasted"][i]), "n_truncated": 0, "n_replayed": 0, "n_audited": 0,
@@ -251,36 +275,36 @@ def _step_row(x: dict[str, Any], gs: dict[str, np.ndarray], i: int, key: tuple[s
     if not n:
         return o
     eps, q_tail = float(cfg.eps), float(cfg.tail_quantile)
-    reward, rv, adv, av, vv = x["reward"], x["rv"], x["advantage"], x["advantage_ok"], x["vv"]
-    g = np.sort(x["gen"][rows])
-    gsum, n_v, len_max = int(g.sum()), int(vv[rows].sum()), int(g[-1])
+    reward, rv, adv, av, vv = y["reward"], y["rv"], y["advantage"], y["advantage_ok"], y["vv"]
+    g = np.sort(y["gen"])
+    gsum, n_v, len_max = int(g.sum()), int(vv.sum()), int(g[-1])
     len_q = quantile_cont(g, q_tail)
-    lats = np.sort(x["latency"][rows & x["latency_ok"]])
+    lats = np.sort(y["latency"][y["latency_ok"]])
     lat_max = float(lats[-1]) if len(lats) else None
     lat_q = quantile_cont(lats, q_tail)
     timed = len(lats) == n and len(np.unique(lats)) >= max(3, n / 2) and lat_max is not None and lat_max > 0
     ng = int(gs["n_groups"][i])
-    hack = x["failed"] & rv & (reward >= x["pass_ref"] - eps)
-    den = int((rows & x["mixed"] & av & vv).sum())
-    dis = x["mixed"] & av & ((x["failed"] & x["pam_ok"] & (adv >= x["pam"] - eps))
-                             | (x["passed"] & x["fam_ok"] & (adv <= x["fam"] + eps)))
-    n_trunc = int(x["trunc"][rows].sum())
+    hack = y["failed"] & rv & (reward >= y["pass_ref"] - eps)
+    den = int((y["mixed"] & av & vv).sum())
+    dis = y["mixed"] & av & ((y["failed"] & y["pam_ok"] & (adv >= y["pam"] - eps))
+                             | (y["passed"] & y["fam_ok"] & (adv <= y["fam"] + eps)))
+    n_trunc = int(y["trunc"].sum())
     return o | {
-        "n_verdicts": n_v, "scored_share": int(x["scored"][rows].sum()) / n,
-        "reward_mean": _mean(reward[rows & rv]), "reward_std": _std_of(reward[rows & rv]),
-        "verified_rate": int(x["passed"][rows].sum()) / n_v if n_v else None,
+        "n_verdicts": n_v, "scored_share": int(y["scored"].sum()) / n,
+        "reward_mean": _mean(reward[rv]), "reward_std": _std_of(reward[rv]),
+        "verified_rate": int(y["passed"].sum()) / n_v if n_v else None,
         **{f"{name}_share": int(gs[f"n_{name}"][i]) / ng if ng else None
            for name in ("all_correct", "all_wrong")}, "zero_var_share": int(gs["n_zero"][i]) / ng if ng else None,
         "gen_tokens": gsum, "waste_share": int(gs["wasted"][i]) / gsum if gsum else None,
         "len_mean": gsum / n, "len_p95": quantile_cont(g, 0.95), "len_max": float(len_max),
-        "n_truncated": n_trunc, "trunc_rate": n_trunc / n, "abort_rate": int(x["abort"][rows].sum()) / n,
+        "n_truncated": n_trunc, "trunc_rate": n_trunc / n, "abort_rate": int(y["abort"].sum()) / n,
         "tail_time_share": (lat_max - lat_q) / lat_max if timed else (len_max - len_q) / len_max if len_max > 0 else None,
-        "tail_token_share": float(np.maximum(x["gen"][rows] - len_q, 0.0).sum()) / gsum if gsum else None,
+        "tail_token_share": float(np.maximum(y["gen"] - len_q, 0.0).sum()) / gsum if gsum else None,
         "tail_timed": Decimal("1.0") if timed else Decimal("0.0"),
-        "entropy_mean": _mean(x["entropy"][rows & x["entropy_ok"]]),
-        "nll_mean": _mean(x["nll_mean"][rows & x["nll_mean_ok"]]),
-        "hack_rate": int(hack[rows].sum()) / n_v if n_v else None,
-        "adv_disagreement": int(dis[rows].sum()) / den if den else None,
+        "entropy_mean": _mean(y["entropy"][y["entropy_ok"]]),
+        "nll_mean": _mean(y["nll_mean"][y["nll_mean_ok"]]),
+        "hack_rate": int(hack.sum()) / n_v if n_v else None,
+        "adv_disagreement": int(dis.sum()) / den if den else None,
         "low_std_share": int(gs["n_low_std"][i]) / int(gs["n_var"][i]) if gs["n_var"][i] else None,
         "n_kept_groups": int(gs["n_kept"][i]) if gs["n_tr_groups"][i] else None,
         "n_dropped_groups": int(gs["n_dropped"][i]) if gs["n_tr_groups"][i] else None,
