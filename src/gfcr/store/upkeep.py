@@ -43,7 +43,7 @@ _MERGE_RATIO = 0.5
 
 def hash_ids(ids: Iterable[str]) -> np.ndarray:
     """``int64`` hashes of ``ids`` (``[n]``), process-salted (see the module docstring)."""
-    return np.fromiter((hash(s) for s in ids), dtype=np.int64)
+    return np.fromiter(map(hash, ids), dtype=np.int64)  # (map: no Python frame per id, ~2x a generator)
 
 
 class IdIndex:
@@ -101,7 +101,7 @@ class IdIndex:
         """Which of ``ids`` are stored in ``ds`` (exact)."""
         self.catch_up(ds)
         h = hash_ids(ids) if hashes is None else hashes
-        cand = [i for i, hit in zip(ids, self._hits(h), strict=True) if hit]
+        cand = [ids[i] for i in np.flatnonzero(self._hits(h)).tolist()]  # only the hits visited
         if not cand:
             return set()
         found: set[str] = set()
