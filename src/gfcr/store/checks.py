@@ -276,7 +276,10 @@ def _quote(s: str) -> str:
 
 def _flat(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """A list column's flat values, each value's row, and each row's length."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(col, pa.ChunkedArray):  # one chunk as it is (combine_chunks copies even one)
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    else:
+        arr = col
     lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     return pc.list_flatten(arr), np.repeat(np.arange(len(arr)), lengths), lengths
 
