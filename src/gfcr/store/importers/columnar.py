@@ -339,11 +339,12 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in ROLLOUT_SCHEMA], schema=ROLLOUT_SCHEMA), prompts
 
 
-def _read(data: bytes) -> tuple[pa.Table | None, np.ndarray | None, Fallback | None]:
+def _read(data: bytes, threads: bool = False) -> tuple[pa.Table | None, np.ndarray | None, Fallback | None]:
     try:
         # one thread: the file is parsed in the prefetch thread while the main thread maps the previous
-        # one, so two threads fill the two cores (pyarrow's own thread pool here made three compete)
-        t = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(use_threads=False))
+        # one, so two threads fill the two cores (pyarrow's own thread pool here made three compete);
+        # ``threads`` where nothing else runs (a large dump's second read, in phase 2)
+        t = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(use_threads=threads))
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
         return None, None, f"arrow: {str(e).splitlines()[0][:80]}"
     lines = _line_numbers(data, t.num_rows)
@@ -492,7 +493,7 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
             if kind == "read":
                 t, lines = a, b
             else:
-                t, lines, why = _read(f.read_bytes())
+                t, lines, why = _read(f.read_bytes(), threads=True)
                 if why is not None or check_table(t, verdict_key) is not None:
                     raise RuntimeError(f"{f}: changed while being imported; run the import again")
             del a, b
