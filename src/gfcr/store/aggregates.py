@@ -188,7 +188,7 @@ def partials(table: pa.Table) -> pa.Table:
     small = table.num_rows <= SMALL_ROWS
     uniq, inv = smallstats.step_keys(feats)
     vec = small or len(uniq) <= NUMPY_STEPS
-    m = smallstats.step_metrics(feats, cfg) if vec else None
+    m = smallstats.step_metrics(feats, cfg, (uniq, inv)) if vec else None
     if m is None:
         m = metrics_of(feats, events.slice(0, 0), None, cfg)
     if m.num_rows == 0:

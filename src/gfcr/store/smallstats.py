@@ -145,9 +145,11 @@ def step_keys(t: pa.Table) -> tuple[list[tuple[str, int]], np.ndarray]:
     return [(names[by_name[a]], b) for a, b in u.tolist()], inv.ravel().astype(np.int64)
 
 
-def step_metrics(feats: pa.Table, cfg: MetricsConfig) -> pa.Table | None:
+def step_metrics(feats: pa.Table, cfg: MetricsConfig,
+                 keys: tuple[list[tuple[str, int]], np.ndarray] | None = None) -> pa.Table | None:
     """The :data:`METRIC_COLUMNS` table of a batch's features (:func:`~gfcr.store.stepstats.rollout_features`)
     with no replay events and no audits, sorted by (run, step); None when the batch is not handled.
+    ``keys``: :func:`step_keys` of ``feats``, when the caller has it.
 
     Shapes: ``[N rows]`` → one row per distinct (run_id, step)."""
     if feats.num_rows == 0 or not _keys_ok(feats, ["run_id", "step", "group_id"]):
@@ -155,10 +157,11 @@ def step_metrics(feats: pa.Table, cfg: MetricsConfig) -> pa.Table | None:
     reward, rv = _col(feats, "reward", 0.0)
     if not np.isfinite(reward[rv]).all():  # NaN or infinite: DuckDB's NaN rules decide (see the module)
         return None
-    uniq, sidx_all = step_keys(feats)
+    uniq, sidx_all = keys if keys is not None else step_keys(feats)
     run_code = _codes(feats.column("run_id"))
     fi = np.flatnonzero(~np.asarray(feats.column("replayed").to_numpy(zero_copy_only=False), bool))
-    f = feats.take(pa.array(fi, pa.int64()))  # the fresh rows (replayed copies left out)
+    # the fresh rows (replayed copies left out; all of them: the table as it is)
+    f = feats if len(fi) == feats.num_rows else feats.take(pa.array(fi, pa.int64()))
     ver, vv = _col(f, "verified", False)
     x: dict[str, Any] = {"reward": reward[fi], "rv": rv[fi], "sidx": sidx_all[fi], "vv": vv,
                          "passed": vv & ver.astype(bool), "failed": vv & ~ver.astype(bool),
