@@ -25,7 +25,8 @@ differ in the last bits; counts, maxima and quantiles are exact:
   point (the order of their UTF-8 bytes).
 
 Both return None for a batch they do not handle (a missing run, step, group or id; a NaN reward,
-or for the metrics an infinite one, where DuckDB's NaN rules differ from numpy's; a ``sampling.model`` that is not a string; ``sampling`` text that Python's JSON parser refuses):
+or for the metrics an infinite one, where DuckDB's NaN rules differ from numpy's; a
+``sampling.model`` that is not a string; ``sampling`` text that Python's JSON parser refuses):
 the caller then runs the DuckDB path, so the result never depends on which path ran.
 """
 
