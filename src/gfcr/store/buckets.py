@@ -9,10 +9,10 @@ from (``sampling.model``, counted, sorted). The same values as the DuckDB query 
 :func:`gfcr.store.smallstats.tops` (``tests/diagnose/test_buckets.py`` compares the three).
 
 How, for ``best`` in a step of ``m`` rows: one ``np.lexsort`` of all rows by (step, missing,
-−reward) orders the rewards; the reward at place ``k = min(TOP, m)`` is the threshold. Every row
-with a better reward is in (fewer than ``k``), and the rest come from the rows that tie with the
-threshold, the ``k − j`` smallest ids among them (``pyarrow.compute.bottom_k_unstable``); the
-``k`` rows are then put in order by (reward, id). No string sort of the whole batch, which is
+−reward) orders the rewards; the reward at place ``k = min(TOP, m)`` is the threshold. The ``j``
+rows with a better reward are all in (``j < k``), and the rest are the ``k − j`` smallest ids among
+the rows that tie with the threshold (``pyarrow.compute.bottom_k_unstable``); the ``k`` rows are
+then put in order by (reward, id). No string sort of the whole batch, which is
 what the query costs (0.11 CPU s of a 100k-row import's aggregates).
 
 Shapes: ``table`` ``[N rows]`` with ``run_id``, ``step``, ``rollout_id``, ``reward``,
