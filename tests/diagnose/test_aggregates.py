@@ -11,7 +11,16 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
-from diag_helpers import PATHOLOGIES, audit, close, group, random_batch, rollout, simulate_run
+from diag_helpers import (
+    PATHOLOGIES,
+    assert_metrics_match,
+    audit,
+    duckdb_partials,
+    group,
+    random_batch,
+    rollout,
+    simulate_run,
+)
 from typer.testing import CliRunner
 
 from gfcr.cli import app
@@ -295,19 +304,11 @@ def test_the_small_path_equals_duckdb_on_random_batches(seed):
     want = metrics_of(feats, events.slice(0, 0), None, cfg)
     got = smallstats.step_metrics(feats, cfg)
     assert got is not None and got.schema == want.schema
-    exact = {"len_p95", "len_max", "tail_time_share", "tail_timed"}  # quantiles and maxima: the same bits
-    for g, w in zip(got.to_pylist(), want.to_pylist(), strict=True):
-        bad = {k: (g[k], w[k]) for k in w if not (g[k] == w[k] if k in exact else close(g[k], w[k]))}
-        assert not bad, (w["run_id"], w["step"], bad)
+    assert_metrics_match(got, want)
     assert got.num_rows == want.num_rows
     assert smallstats.tops(table) == aggregates._tops(table)
     small = aggregates.partials(table)
-    monkey = aggregates.SMALL_ROWS, aggregates.NUMPY_STEPS
-    try:
-        aggregates.SMALL_ROWS = aggregates.NUMPY_STEPS = 0
-        duck = aggregates.partials(table)
-    finally:
-        aggregates.SMALL_ROWS, aggregates.NUMPY_STEPS = monkey
+    duck = duckdb_partials(table)
     assert small.schema == duck.schema
     assert small.drop_columns(list(want.column_names[2:])).to_pylist() == duck.drop_columns(
         list(want.column_names[2:])).to_pylist()

@@ -34,7 +34,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gfcr.store.smallstats import TOP, _model
+from gfcr.store.smallstats import TOP, _model, encode
+
+
+def _bounds(inv: np.ndarray, k: int) -> np.ndarray:
+    """``[k + 1]``: where each step's rows start in an order sorted by step."""
+    return np.r_[0, np.cumsum(np.bincount(inv, minlength=k))]
 
 
 def _order(val: np.ndarray, missing: np.ndarray, inv: np.ndarray) -> np.ndarray:
@@ -82,14 +87,14 @@ def tops(table: pa.Table, keys: list[tuple[str, int]], inv: np.ndarray) -> dict[
     if models is None:
         return None
     ids = table.column("rollout_id").combine_chunks()
-    bounds = np.searchsorted(np.sort(inv, kind="stable"), np.arange(len(keys) + 1))
+    bounds = _bounds(inv, len(keys))
     best_o = _order(-reward, missing, inv)
     worst_o = _order(reward, missing, inv)
     trunc_rows = np.flatnonzero(pc.fill_null(pc.equal(table.column("finish_reason"), "length"), False)
                                 .to_numpy(zero_copy_only=False))
     trunc_inv = inv[trunc_rows]
     trunc_o = trunc_rows[np.argsort(trunc_inv, kind="stable")]
-    tb = np.searchsorted(np.sort(trunc_inv), np.arange(len(keys) + 1))
+    tb = _bounds(trunc_inv, len(keys))
     zeros, flat = np.zeros(len(reward)), np.zeros(len(reward), bool)  # truncated: ordered by id alone
     tasks = _tasks(table.column("task"), inv, len(keys))
     out: dict[tuple[str, int], dict[str, Any]] = {}
@@ -109,9 +114,7 @@ def tops(table: pa.Table, keys: list[tuple[str, int]], inv: np.ndarray) -> dict[
 
 def _tasks(col: pa.ChunkedArray | pa.Array, inv: np.ndarray, k: int) -> list[list[str | None]]:
     """Per step, its distinct tasks sorted by code point, a missing task last."""
-    enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-    names = enc.dictionary.to_pylist()
-    codes = np.asarray(pc.fill_null(enc.indices, len(names)).to_numpy(zero_copy_only=False), np.int64)
+    names, codes = encode(col)
     pairs = np.unique(inv * (len(names) + 1) + codes)
     out: list[list[str | None]] = [[] for _ in range(k)]
     for p in pairs.tolist():
@@ -124,16 +127,15 @@ def _models(col: pa.ChunkedArray | pa.Array, inv: np.ndarray, k: int) -> list[li
     """Per step, ``[{"m", "n"}]`` of the rows' ``sampling.model`` (counted, sorted by model; empty
     when no row names one), each distinct ``sampling`` text parsed once; None when one is not
     decided here (:func:`gfcr.store.smallstats._model`)."""
-    enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
+    texts, codes = encode(col)
     cache: dict[str, Any] = {}
-    names = [_model(s, cache) for s in enc.dictionary.to_pylist()]
+    names = [_model(s, cache) for s in texts]
     if any(m is ... for m in names):
         return None
     out: list[list[dict[str, Any]]] = [[] for _ in range(k)]
     named = [i for i, m in enumerate(names) if m is not None]
     if not named:
         return out
-    codes = np.asarray(pc.fill_null(enc.indices, len(names)).to_numpy(zero_copy_only=False), np.int64)
     lut = np.full(len(names) + 1, -1, np.int64)
     models = sorted({names[i] for i in named})
     lut[named] = [models.index(names[i]) for i in named]

@@ -127,14 +127,10 @@ def step_keys(t: pa.Table) -> tuple[list[tuple[str, int]], np.ndarray]:
         uniq = sorted(set(keys_all))
         pos = {k: i for i, k in enumerate(uniq)}
         return uniq, np.fromiter((pos[k] for k in keys_all), np.int64, len(keys_all))
-    enc = pc.dictionary_encode(run.combine_chunks() if isinstance(run, pa.ChunkedArray) else run)
-    names = enc.dictionary.to_pylist()
-    by_name = sorted(range(len(names)), key=names.__getitem__)
-    rank = np.empty(len(names), np.int64)
-    rank[by_name] = np.arange(len(names))
     if len(run) == 0:
         return [], np.zeros(0, np.int64)
-    r = rank[enc.indices.to_numpy(zero_copy_only=False)]
+    names, codes = encode(run)
+    r, by_rank = _ranks(names)[codes], sorted(names)
     st = step.to_numpy().astype(np.int64)
     lo = int(st.min())
     span = int(st.max()) - lo + 1
@@ -143,7 +139,7 @@ def step_keys(t: pa.Table) -> tuple[list[tuple[str, int]], np.ndarray]:
         u = np.stack([u1 // span, u1 % span + lo], axis=1)
     else:
         u, inv = np.unique(np.stack([r, st], axis=1), axis=0, return_inverse=True)
-    return [(names[by_name[a]], b) for a, b in u.tolist()], inv.ravel().astype(np.int64)
+    return [(by_rank[a], b) for a, b in u.tolist()], inv.ravel().astype(np.int64)
 
 
 def step_metrics(feats: pa.Table, cfg: MetricsConfig,
@@ -254,17 +250,26 @@ def _medians(idx: np.ndarray, vals: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def _codes(col: pa.ChunkedArray | pa.Array, ranked: bool = False) -> np.ndarray:
-    """Each row's index into the column's distinct values (no nulls): in first-seen order, or with
-    ``ranked`` in the order of the values (strings by code point, as Python sorts them)."""
+def encode(col: pa.ChunkedArray | pa.Array) -> tuple[list[Any], np.ndarray]:
+    """A column's distinct values (first-seen order) and each row's index into them (``[N]`` int64;
+    a null row gets ``len(values)``). Example: ``["b", None, "a", "b"]`` → ``(["b", "a"], [0, 2, 1, 0])``."""
     enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-    codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), np.int64)
-    if not ranked:
-        return codes
     names = enc.dictionary.to_pylist()
+    return names, np.asarray(pc.fill_null(enc.indices, len(names)).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _ranks(names: list[Any]) -> np.ndarray:
+    """Each value's place among ``names`` sorted (strings by code point, as Python sorts them)."""
     rank = np.empty(len(names), np.int64)
     rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
-    return rank[codes]
+    return rank
+
+
+def _codes(col: pa.ChunkedArray | pa.Array, ranked: bool = False) -> np.ndarray:
+    """Each row's index into the column's distinct values (no nulls): in first-seen order, or with
+    ``ranked`` in the order of the values."""
+    names, codes = encode(col)
+    return _ranks(names)[codes] if ranked else codes
 
 
 def _step_row(y: dict[str, Any], gs: dict[str, np.ndarray], i: int, key: tuple[str, int],
