@@ -55,9 +55,12 @@ def write_dump(d: Path, rows: int, files: int) -> int:
     return sum(f.stat().st_size for f in d.glob("*.jsonl"))
 
 
-def arm(name: str, dump: str, store_path: str) -> dict:
-    """One sample of one arm, in this (fresh) process."""
+def arm(name: str, dump: str, store_path: str, threads: int) -> dict:
+    """One sample of one arm, in this (fresh) process, with pyarrow's thread pool of ``threads``."""
+    import pyarrow as pa
     import pyarrow.json as pj
+
+    pa.set_cpu_count(threads)  # the reference read uses the machine's cores (OMP_NUM_THREADS would cap it)
 
     from gfcr.store import RolloutStore
     from gfcr.store.importers import import_rollouts
@@ -83,7 +86,7 @@ def arm(name: str, dump: str, store_path: str) -> dict:
     import gfcr
 
     return {"arm": name, "rows": n, "wall_s": wall, "cpu_s": cpu, "peak_mb": (peak - base) / 2**20,
-            "src": str(Path(gfcr.__file__).parents[1])}
+            "src": str(Path(gfcr.__file__).parents[1]), "arrow_threads": pa.cpu_count()}
 
 
 def _rss_now() -> int:
@@ -99,12 +102,14 @@ def main() -> None:
     ap.add_argument("--no-rows-arm", action="store_true", help="skip the slow row-path arm")
     ap.add_argument("--base-src", type=Path, default=None,
                     help="another checkout's src folder: adds the arm columnar@base, the columnar import with that code")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="pyarrow's thread pool in every arm (default: the machine's cores)")
     ap.add_argument("--arm", help=argparse.SUPPRESS)
     ap.add_argument("--dump", help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.arm:
-        print(json.dumps(arm(a.arm, a.dump, a.store)))
+        print(json.dumps(arm(a.arm, a.dump, a.store, a.threads)))
         return
     tmp = Path(tempfile.mkdtemp(prefix="gfcr-import-bench-"))
     try:
@@ -115,18 +120,19 @@ def main() -> None:
         samples: dict[str, list[dict]] = {k: [] for k in arms}
         for r in range(a.rounds):
             order = arms[r % len(arms):] + arms[:r % len(arms)]
-            _run("columnar", dump, tmp / f"re-{r}")  # untimed: the store the reimport arm finds filled
+            _run("columnar", dump, tmp / f"re-{r}", a.threads)  # untimed: the store the reimport arm finds filled
             for name in order:
                 st = tmp / (f"re-{r}" if name == "reimport" else f"{name}-{r}")
                 load0 = os.getloadavg()[0]
-                s = _run(name, dump, st, a.base_src)
+                s = _run(name, dump, st, a.threads, a.base_src)
                 s["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
                 samples[name].append(s)
                 print(json.dumps(s), flush=True)
             for x in tmp.glob(f"*-{r}*"):
                 shutil.rmtree(x, ignore_errors=True)
         mb = size / 2**20
-        print(f"\ndump: {a.rows} rows in {a.files} files, {mb:.1f} MB; rounds: {a.rounds}; medians")
+        print(f"\ndump: {a.rows} rows in {a.files} files, {mb:.1f} MB; rounds: {a.rounds}; pyarrow threads: "
+              f"{a.threads} of {os.cpu_count()} cores; medians")
         print("| arm | wall s | CPU s | rows/s | MB/s | peak MB | load |")
         print("|---|---|---|---|---|---|---|")
         med = {}
@@ -155,12 +161,12 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run(name: str, dump: Path, store: Path, base_src: Path | None = None) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+def _run(name: str, dump: Path, store: Path, threads: int, base_src: Path | None = None) -> dict:
+    env = dict(os.environ)
     if name.endswith("@base"):
         env["PYTHONPATH"] = os.pathsep.join([str(Path(base_src).resolve()), env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, __file__, "--arm", name.removesuffix("@base"), "--dump", str(dump),
-                          "--store", str(store)], capture_output=True, text=True, env=env, check=True).stdout
+                          "--store", str(store), "--threads", str(threads)], capture_output=True, text=True, env=env, check=True).stdout
     s = json.loads(out.strip().splitlines()[-1])
     return s | {"arm": name}
 

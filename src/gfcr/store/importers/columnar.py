@@ -339,16 +339,27 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in ROLLOUT_SCHEMA], schema=ROLLOUT_SCHEMA), prompts
 
 
-def _read(data: bytes, threads: bool = False) -> tuple[pa.Table | None, np.ndarray | None, Fallback | None]:
+def _parse(data: bytes, threads: bool = False) -> tuple[pa.Table | None, Fallback | None]:
     try:
-        # one thread: the file is parsed in the prefetch thread while the main thread maps the previous
-        # one, so two threads fill the two cores (pyarrow's own thread pool here made three compete);
-        # ``threads`` where nothing else runs (a large dump's second read, in phase 2)
-        t = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(use_threads=threads))
+        # one thread: the file is parsed in the prefetch thread while the main thread hashes and maps
+        # the previous one, so two threads fill the two cores (pyarrow's own thread pool here made three
+        # compete); ``threads`` where nothing else runs (a large dump's second read, in phase 2)
+        return pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(use_threads=threads)), None
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-        return None, None, f"arrow: {str(e).splitlines()[0][:80]}"
+        return None, f"arrow: {str(e).splitlines()[0][:80]}"
+
+
+def _lines(data: bytes, t: pa.Table | None, why: Fallback | None) -> tuple[pa.Table | None, np.ndarray | None,
+                                                                            Fallback | None]:
+    """A parsed file's ``(table, line numbers, why not columnar)``."""
+    if why is not None:
+        return None, None, why
     lines = _line_numbers(data, t.num_rows)
     return t, lines, ("blank lines" if lines is None else None)
+
+
+def _read(data: bytes, threads: bool = False) -> tuple[pa.Table | None, np.ndarray | None, Fallback | None]:
+    return _lines(data, *_parse(data, threads))
 
 
 @contextlib.contextmanager
@@ -394,7 +405,7 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
     (a prompt in several files gets the latest file's answer, as the row path leaves it), append
     the rollouts in one commit, then record every file's signature in one state write (a crash
     between the two leaves rows the next import skips by id). Phase 1 reads and parses the next
-    file in a worker thread while this one is checked. When the changed files' bytes fit
+    file in a worker thread while this one is hashed, checked and mapped. When the changed files' bytes fit
     ``hold_bytes`` (256 MiB by default), phase 1 also maps each file as it passes (overlapping the
     next file's parse) and keeps the mapped tables for phase 2; a larger dump keeps the Arrow
     tables instead. Either way what is kept is bounded by ``hold_bytes`` (the latest file's
@@ -422,8 +433,12 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
             if got == "same-hash":
                 plan.append((f, "unchanged", {**old, **sig}, "touch"))
                 continue
-            t, lines, why = got
+            data, parsed = got
             del got
+            if "sha256" not in sig:  # hashlib lets go of the GIL: the next file parses meanwhile
+                sig["sha256"] = hashlib.sha256(data).hexdigest()
+            t, lines, why = _lines(data, *parsed)
+            del data, parsed
             if why is None:
                 why = check_table(t, verdict_key)
             if why is not None:
@@ -530,15 +545,18 @@ def _changed_size(f: Path, old: dict[str, Any]) -> int:
 def _load(f: Path, old: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Any]:
     """``(signature, recorded state, what was read)`` of ``f``: None when its size and mtime are
     the recorded ones (unchanged, not read), ``"same-hash"`` when only its mtime changed, else
-    :func:`_read`'s ``(table, lines, why)`` of its bytes."""
+    ``(bytes, (table, why))`` (:func:`_parse`). A file with a recorded hash is hashed before it is
+    parsed (it may be unchanged); a new one is parsed here and hashed by the caller, in parallel
+    with the next file's parse (the parse is the longer of the two threads' work)."""
     sig = file_signature(f)
     if _unchanged(sig, old):
         return sig, old, None
     data = f.read_bytes()
-    sig["sha256"] = hashlib.sha256(data).hexdigest()
-    if old.get("sha256") == sig["sha256"]:
-        return sig, old, "same-hash"
-    return sig, old, _read(data)
+    if old.get("sha256"):
+        sig["sha256"] = hashlib.sha256(data).hexdigest()
+        if old["sha256"] == sig["sha256"]:
+            return sig, old, "same-hash"
+    return sig, old, (data, _parse(data))
 
 
 def _prefetch(pool: ThreadPoolExecutor, files: list[Path], olds: list[dict[str, Any]]) -> Iterator[Any]:
