@@ -3,7 +3,7 @@ pyarrow's own JSON reader on the same files (the floor), the row path, and a re-
 
     python bench/import_bench.py                      # 100k rows (10 files of 10k, ~1.7 KB a row), 3 rounds
     python bench/import_bench.py --rows 20000 --rounds 2 --no-rows-arm   # quicker
-    python bench/import_bench.py --no-rows-arm --base-src /work/main/src  # this code against main's
+    python bench/import_bench.py --no-rows-arm --base-src ../base/src  # against another checkout's code
 
 Arms, each run in a fresh subprocess (so peak memory is its own: ``ru_maxrss`` minus the RSS after
 imports), in turns every round with the order rotating, so machine load hits them alike:
@@ -15,10 +15,12 @@ imports), in turns every round with the order rotating, so machine load hits the
 - ``reimport``: the columnar import of the same, unchanged dump into the store it already fills
   (every file skipped by size + mtime, unread);
 - ``columnar@base`` (with ``--base-src PATH``): the ``columnar`` arm run with another checkout's
-  ``src`` first on ``PYTHONPATH`` (e.g. ``/work/main/src``), in the same turns: before/after in one run.
+  ``src`` first on ``PYTHONPATH`` (e.g. a ``git worktree`` of the commit before), in the same turns: before/after in one run.
 Reported per arm: medians over rounds of wall and CPU seconds (this process and its threads), rows/s,
 MB/s, peak memory above baseline; the ratios of columnar to pyarrow and to pyarrow+lance; ``os.getloadavg()`` before and after
-each sample. Goal (issue 26): >= 100k rows/s and >= 0.4x pyarrow's JSON read.
+each sample. Every arm runs with pyarrow's thread pool at ``--threads`` (default: the machine's
+cores), set in the arm itself: ``OMP_NUM_THREADS``, which pyarrow also reads, would otherwise cap
+the reference read (until 2026-12-04 the bench set it to 1). Goal (issue 26): >= 100k rows/s and >= 0.4x pyarrow's JSON read.
 """
 
 from __future__ import annotations
