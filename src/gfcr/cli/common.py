@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -288,3 +288,29 @@ RunIdOpt = Annotated[str | None, typer.Option(help="Run id (default: new).")]
 StepOpt = Annotated[int | None, typer.Option(help="Training step to record.")]
 SeedOpt = Annotated[int | None, typer.Option(help="Base seed.")]
 QuietOpt = Annotated[bool, typer.Option(help="No progress bar.")]
+
+
+@contextlib.contextmanager
+def import_progress(enabled: bool, console: Any = None) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A bar on stderr over an import's files, ``reading`` (parsed and checked) then ``writing``
+    (committed), removed when done; yields the ``progress`` callback of
+    :func:`gfcr.store.importers.import_rollouts` (None when not ``enabled``, e.g. stderr is no terminal)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+                   TimeElapsedColumn(), console=console or Console(stderr=True), transient=True)
+    tasks: dict[str, Any] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        for st in ("read", "write") if stage == "write" or done == total else ("read",):
+            if st not in tasks:  # "writing 0/N" shows as soon as the last file is read
+                tasks[st] = bar.add_task("reading" if st == "read" else "writing", total=total)
+        bar.update(tasks[stage], completed=done)
+
+    progress.bar = bar  # type: ignore[attr-defined] - for a caller that looks at the counts
+    with bar:
+        yield progress

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .common import fail, json_default, removed_on_failure
+from .common import QuietOpt, fail, import_progress, json_default, removed_on_failure
 
 console = Console()
 MANIFEST_NAME = "gfcr-store.json"
@@ -100,6 +101,7 @@ def import_(
     follow: Annotated[bool, typer.Option("--follow", help="Keep polling for new content (Ctrl-C stops); progress on stderr.")] = False,
     interval: Annotated[float, typer.Option(help="--follow: seconds between polls.")] = 2.0,
     create: Annotated[bool, typer.Option(help="Create the store if it does not exist.")] = True,
+    quiet: QuietOpt = False,
 ) -> None:
     """Import what is new in another framework's dump (a re-run skips rows already stored; each file's
     new rows are one commit; bad input writes nothing). --follow keeps importing a growing dump."""
@@ -133,7 +135,8 @@ def import_(
                     raise
                 kept = e
         else:
-            res = import_rollouts(store, from_, [str(f) for f in files], **opts)
+            with import_progress(enabled=not quiet and sys.stderr.isatty()) as progress:
+                res = import_rollouts(store, from_, [str(f) for f in files], progress=progress, **opts)
     if kept is not None:
         raise kept
     for n in res.notes:

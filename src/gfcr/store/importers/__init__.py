@@ -49,8 +49,12 @@ from gfcr.store.importers._common import (
     ImportResult,
     find_files,
     load_tokenizer,
+    ticking,
     validate_rollouts,
 )
+
+#: ``progress(stage, files_done, files)``, stage ``"read"`` or ``"write"`` (:func:`import_rollouts`)
+Progress = Callable[[str, int, int], None]
 
 __all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "export", "follow", "import_rollouts",
            "load_tokenizer"]
@@ -100,14 +104,15 @@ def _check(fmt: str, res: ImportResult, f: Path, seen: dict[str, Path]) -> list[
     return out
 
 
-def _write(store: RolloutStore, fmt: str, batches: list[tuple[Path, ImportResult, list[Rollout]]]) -> tuple[int, int]:
+def _write(store: RolloutStore, fmt: str, batches: list[tuple[Path, ImportResult, list[Rollout]]],
+           on_file: Callable[[], None] | None = None) -> tuple[int, int]:
     """Under the import lock: per file, skip stored ids, then prompts and the new rollouts (one
-    commit). Returns (written, skipped)."""
+    commit; ``on_file()`` after each file). Returns (written, skipped)."""
     written = skipped = 0
     inferior = getattr(_MODULES.get(fmt), "inferior_copy", None)
     rank = getattr(_MODULES.get(fmt), "copy_rank", None)
     with _import_lock(store):
-        for _f, res, rs in batches:
+        for _f, res, rs in ticking(batches, on_file):
             if not rs:
                 continue
             have = store.existing_ids([r.rollout_id for r in rs])
@@ -143,6 +148,7 @@ def import_rollouts(
     run_id: str | None = None,
     tokenizer: Any | str | None = None,
     trust_pickle: bool = False,
+    progress: Progress | None = None,
     **options: Any,
 ) -> ImportResult:
     """Import what is new in ``paths``: parse and validate every file, then (under the store's
@@ -152,7 +158,9 @@ def import_rollouts(
     (TRL), ``reward_key`` (slime), ``verdict_key`` (verl), ``evals`` (``"separate"`` or ``"skip"``:
     areal, prime-rl, slime), ``vocab`` (token ids must lie below it). A re-run imports only new
     content; the result's ``skipped`` counts rollouts already stored. On any parse error nothing is
-    written; an input with no rollouts at all is an error."""
+    written; an input with no rollouts at all is an error. ``progress(stage, done, total)`` follows
+    the files: ``"read"`` as each is parsed and checked, ``"write"`` as each one's rows are committed
+    (or found stored); e.g. a 3-file dump calls ``read`` 1, 2, 3, then ``write`` 1, 2, 3."""
     if fmt not in FORMATS:
         raise StoreError(f"unknown import format {fmt!r}; choose one of {sorted(FORMATS)}")
     if isinstance(tokenizer, str):
@@ -168,19 +176,23 @@ def import_rollouts(
     batches = []
     seen: dict[str, Path] = {}
     if fmt == "verl" and tokenizer is None and kw.pop("columnar", True) and not FOLLOWING.get():
-        return _import_columnar(store, files, run, kw, total, seen)
+        return _import_columnar(store, files, run, kw, total, seen, progress)
     kw.pop("columnar", None)
-    for f in files:
+    for i, f in enumerate(files):
         res = FORMATS[fmt]([str(f)], run, **kw)
         rs = _check(fmt, res, f, seen)
         batches.append((f, res, rs))
         total.rollouts.extend(rs)
         total.prompts.extend(res.prompts)
         total.notes.extend(n for n in res.notes if n not in total.notes)
+        if progress is not None:
+            progress("read", i + 1, len(files))
     if not total.rollouts and not FOLLOWING.get():
         raise ImportFormatError(paths[0] if paths else "-", "input", "-",
                                 f"no rollouts found in {len(files)} file(s): empty dump?")
-    total.written, total.skipped = _write(store, fmt, batches)
+    done = iter(range(1, len(files) + 1))
+    total.written, total.skipped = _write(store, fmt, batches, None if progress is None else
+                                          lambda: progress("write", next(done), len(files)))
     if len(batches) == 1:
         total.cursor = batches[0][1].cursor
     if total.skipped and not FOLLOWING.get():
@@ -203,7 +215,7 @@ class FollowStopped(ImportFormatError):
 
 
 def _import_columnar(store: RolloutStore, files: list[Path], run: str, kw: dict[str, Any], total: ImportResult,
-                     seen: dict[str, Path]) -> ImportResult:
+                     seen: dict[str, Path], progress: Progress | None = None) -> ImportResult:
     """verl without a tokenizer: :func:`gfcr.store.importers.columnar.import_files` (Arrow, one
     append per file, unchanged files skipped by content); files it cannot map exactly go through
     the row parser and :func:`_check` / :func:`_write`, as every other format does."""
@@ -218,7 +230,7 @@ def _import_columnar(store: RolloutStore, files: list[Path], run: str, kw: dict[
 
     total.written, total.skipped, total.how = columnar.import_files(
         store, files, run, kw.get("verdict_key") or "acc", row_parse, lambda b: _write(store, "verl", b),
-        lambda: _import_lock(store), hold_bytes=hold)
+        lambda: _import_lock(store), hold_bytes=hold, progress=progress)
     total.tokens = "none"
     total.notes.extend(notes or verl.text_only_note("verl", None))
     unchanged = sum(v == "unchanged" for v in total.how.values())

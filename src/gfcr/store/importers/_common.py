@@ -11,14 +11,16 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from gfcr.records import Prompt, Rollout
+
+T = TypeVar("T")
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -341,3 +343,13 @@ def validate_rollouts(rollouts: list[Rollout], path: str | os.PathLike[str]) -> 
 def from_record_error(e: Any, path: str | os.PathLike[str], where: str) -> ImportFormatError:
     """A :class:`RecordError` as the one-line import error (file, row, field, message once)."""
     return ImportFormatError(path, where, e.field, str(e).split(f"field '{e.field}': ", 1)[-1])
+
+
+def ticking(items: Iterable[T], tick: Callable[[], None] | None) -> Iterator[T]:
+    """``items`` as they are, ``tick()`` called after the caller's loop body is done with each one
+    (also when the body ``continue``s): a progress count that follows a loop with early exits.
+    Example: ``for x in ticking([1, 2], bump): ...`` calls ``bump`` twice, each after its body."""
+    for x in items:
+        yield x
+        if tick is not None:
+            tick()

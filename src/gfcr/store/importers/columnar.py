@@ -40,6 +40,7 @@ import pyarrow.json as pj
 
 from gfcr.records.classes import utcnow
 from gfcr.records.schema import COST_TYPE, MESSAGE_TYPE, PROMPT_SCHEMA, ROLLOUT_SCHEMA, TS_TYPE
+from gfcr.store.importers._common import ticking
 from gfcr.store.importers.verl import _STD
 
 #: why a file went to the row path instead (the exact mapping needs what Arrow cannot tell apart)
@@ -387,15 +388,17 @@ def _import_pool() -> Iterator[None]:
 
 def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                  row_parse: Callable[[Path], Any], row_write: Callable[[list[Any]], tuple[int, int]],
-                 lock: Callable[[], Any], hold_bytes: int = 256 << 20) -> tuple[int, int, dict[str, str]]:
+                 lock: Callable[[], Any], hold_bytes: int = 256 << 20,
+                 progress: Callable[[str, int, int], None] | None = None) -> tuple[int, int, dict[str, str]]:
     """:func:`_import_files` with Arrow's jemalloc pool (:func:`_import_pool`)."""
     with _import_pool():
-        return _import_files(store, files, run_id, verdict_key, row_parse, row_write, lock, hold_bytes)
+        return _import_files(store, files, run_id, verdict_key, row_parse, row_write, lock, hold_bytes, progress)
 
 
 def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                   row_parse: Callable[[Path], Any], row_write: Callable[[list[Any]], tuple[int, int]],
-                  lock: Callable[[], Any], hold_bytes: int = 256 << 20) -> tuple[int, int, dict[str, str]]:
+                  lock: Callable[[], Any], hold_bytes: int = 256 << 20,
+                  progress: Callable[[str, int, int], None] | None = None) -> tuple[int, int, dict[str, str]]:
     """Import verl files the columnar way. Phase 1, per file: skip it if unchanged since its last
     import into ``run_id`` (size and mtime, else SHA-256), read it as Arrow and check it
     (:func:`check_table`); a file that needs the row path is parsed and validated by ``row_parse``
@@ -412,6 +415,8 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
     always): a dump beyond it is read twice, so memory stays bounded by about 2 × ``hold_bytes``
     (or one file, if larger) plus the two files being read and mapped. Returns (written, skipped, how each file went: ``unchanged`` |
     ``columnar`` | ``rows: <why>``); an unchanged file counts its recorded rows as skipped.
+    ``progress(stage, done, len(files))``: ``"read"`` after each file's phase 1, ``"write"`` as
+    files are committed (a batch's files at once; an unchanged file at its turn).
 
     Long because: the two phases (check every file, then write) share the plan, the held tables and
     the write batch, which one function keeps in one place."""
@@ -426,7 +431,9 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
     early = sum(_changed_size(f, o) for f, o in zip(files, olds, strict=True)) <= hold_bytes
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gfcr-import-read") as pool:
         # the next file is read, hashed and parsed while this one is checked and mapped
-        for f, (sig, old, got) in zip(files, _prefetch(pool, files, olds), strict=True):
+        read = iter(range(1, len(files) + 1))
+        for f, (sig, old, got) in ticking(zip(files, _prefetch(pool, files, olds), strict=True),
+                                          None if progress is None else lambda: progress("read", next(read), len(files))):
             if got is None:
                 plan.append((f, "unchanged", old, None))
                 continue
@@ -460,6 +467,13 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
     how: dict[str, str] = {}
     batch: list[tuple[Path, dict[str, Any], pa.Table, pa.Table]] = []
     batch_bytes = 0
+    committed = 0  # files whose rows are all stored (for ``progress``)
+
+    def done(k: int) -> None:
+        nonlocal committed
+        committed += k
+        if progress is not None and k:
+            progress("write", committed, len(files))
 
     def flush() -> None:  # one prompt upsert, one append and one state write for the batch's files
         nonlocal written, skipped, batch_bytes
@@ -483,6 +497,7 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
         store.put_states({_state_key(run_id, bf): sig for bf, sig, _, _ in batch})
         written += table.num_rows
         skipped += len(have)
+        done(len(batch))
         batch.clear()
         batch_bytes = 0
 
@@ -492,6 +507,7 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
             skipped += int(sig.get("rows", 0))
             if extra == "touch":
                 store.put_state(_state_key(run_id, f), sig)
+            done(1)
             continue
         if mode.startswith("rows"):
             flush()
@@ -500,6 +516,7 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
             store.put_state(_state_key(run_id, f), sig)
             written += w
             skipped += s
+            done(1)
             continue
         kind, a, b = held.pop(f, ("", None, None))
         if kind == "mapped":
