@@ -158,3 +158,11 @@ def test_the_import_runs_on_arrows_jemalloc_pool_and_restores_the_default(tmp_pa
     (d / "6.jsonl").unlink()
     import_rollouts(RolloutStore.open(tmp_path / "t", create=True), "verl", [str(d)], run_id="v")
     assert seen[-1] == before
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 1 << 20])
+def test_newline_count_by_chunks_equals_bytes_count(chunk):
+    from gfcr.store.importers.columnar import _newlines
+
+    for data in (b"", b"\n", b"a\nb", b"\n" * 5, b"x" * 6 + b"\n", bytes(range(256)) * 40 + b"\n\n"):
+        assert _newlines(data, chunk=chunk) == data.count(b"\n"), (data[:12], chunk)

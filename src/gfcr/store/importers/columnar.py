@@ -70,10 +70,22 @@ def _js(v: Any) -> str:
     return _q(v) if isinstance(v, str) else json.dumps(v)
 
 
+def _newlines(data: bytes, chunk: int = 1 << 20) -> int:
+    """``data.count(b"\\n")`` by numpy, 1 MiB at a time into one reused mask: no fresh pages per file
+    (a whole-file mask cost ~3k page faults, 0.04 s of kernel time, per 100k-row import)."""
+    a = np.frombuffer(data, np.uint8)
+    mask = np.empty(min(len(a), chunk), bool)
+    n = 0
+    for i in range(0, len(a), chunk):
+        m = mask[: min(chunk, len(a) - i)]
+        np.equal(a[i : i + chunk], 10, out=m)
+        n += int(np.count_nonzero(m))
+    return n
+
+
 def _line_numbers(data: bytes, n: int) -> np.ndarray | None:
     """1-based line numbers of the ``n`` rows when the file has no blank line (else None: row path)."""
-    # (numpy counts at about 2.5x bytes.count's speed here, and releases the GIL)
-    nl = int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10)) - (1 if data.endswith(b"\n") else 0)
+    nl = _newlines(data) - (1 if data.endswith(b"\n") else 0)
     if nl != n - 1 or b"\r" in data:  # one row per line: no blank line (pyarrow skips those)
         return None
     return np.arange(1, n + 1)
