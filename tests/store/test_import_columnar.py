@@ -125,7 +125,7 @@ def test_columnar_equals_rows_on_escapes_float_forms_and_shared_prompts(tmp_path
 def test_interleave_of_two_text_columns():
     import pyarrow as pa
 
-    from gfcr.store.importers.columnar import _interleave
+    from gfcr.store.importers.arrow_text import interleave as _interleave
 
     a, b = pa.array(["q1", "", "ü∂", "x"]), pa.array(["a1", "bb", "", "y"])
     assert _interleave(a, b).to_pylist() == ["q1", "a1", "", "bb", "ü∂", "", "x", "y"]
