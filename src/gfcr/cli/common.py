@@ -306,10 +306,11 @@ def import_progress(enabled: bool, console: Any = None) -> Iterator[Callable[[st
     tasks: dict[str, Any] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
-        for st in ("read", "write") if stage == "write" or done == total else ("read",):
-            if st not in tasks:  # "writing 0/N" shows as soon as the last file is read
-                tasks[st] = bar.add_task("reading" if st == "read" else "writing", total=total)
+        if stage not in tasks:
+            tasks[stage] = bar.add_task("reading" if stage == "read" else "writing", total=total)
         bar.update(tasks[stage], completed=done)
+        if stage == "read" and done == total and "write" not in tasks:  # "writing 0/N" while it commits
+            tasks["write"] = bar.add_task("writing", total=total)
 
     progress.bar = bar  # type: ignore[attr-defined] - for a caller that looks at the counts
     with bar:

@@ -47,14 +47,12 @@ from gfcr.store.importers._common import (
     FOLLOWING,
     ImportFormatError,
     ImportResult,
+    Progress,
     find_files,
     load_tokenizer,
     ticking,
     validate_rollouts,
 )
-
-#: ``progress(stage, files_done, files)``, stage ``"read"`` or ``"write"`` (:func:`import_rollouts`)
-Progress = Callable[[str, int, int], None]
 
 __all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "export", "follow", "import_rollouts",
            "load_tokenizer"]
@@ -105,14 +103,14 @@ def _check(fmt: str, res: ImportResult, f: Path, seen: dict[str, Path]) -> list[
 
 
 def _write(store: RolloutStore, fmt: str, batches: list[tuple[Path, ImportResult, list[Rollout]]],
-           on_file: Callable[[], None] | None = None) -> tuple[int, int]:
+           progress: Progress | None = None) -> tuple[int, int]:
     """Under the import lock: per file, skip stored ids, then prompts and the new rollouts (one
-    commit; ``on_file()`` after each file). Returns (written, skipped)."""
+    commit; ``progress("write", k, files)`` after each). Returns (written, skipped)."""
     written = skipped = 0
     inferior = getattr(_MODULES.get(fmt), "inferior_copy", None)
     rank = getattr(_MODULES.get(fmt), "copy_rank", None)
     with _import_lock(store):
-        for _f, res, rs in ticking(batches, on_file):
+        for _f, res, rs in ticking(batches, progress, "write", len(batches)):
             if not rs:
                 continue
             have = store.existing_ids([r.rollout_id for r in rs])
@@ -178,21 +176,17 @@ def import_rollouts(
     if fmt == "verl" and tokenizer is None and kw.pop("columnar", True) and not FOLLOWING.get():
         return _import_columnar(store, files, run, kw, total, seen, progress)
     kw.pop("columnar", None)
-    for i, f in enumerate(files):
+    for f in ticking(files, progress, "read", len(files)):
         res = FORMATS[fmt]([str(f)], run, **kw)
         rs = _check(fmt, res, f, seen)
         batches.append((f, res, rs))
         total.rollouts.extend(rs)
         total.prompts.extend(res.prompts)
         total.notes.extend(n for n in res.notes if n not in total.notes)
-        if progress is not None:
-            progress("read", i + 1, len(files))
     if not total.rollouts and not FOLLOWING.get():
         raise ImportFormatError(paths[0] if paths else "-", "input", "-",
                                 f"no rollouts found in {len(files)} file(s): empty dump?")
-    done = iter(range(1, len(files) + 1))
-    total.written, total.skipped = _write(store, fmt, batches, None if progress is None else
-                                          lambda: progress("write", next(done), len(files)))
+    total.written, total.skipped = _write(store, fmt, batches, progress)
     if len(batches) == 1:
         total.cursor = batches[0][1].cursor
     if total.skipped and not FOLLOWING.get():

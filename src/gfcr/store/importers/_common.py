@@ -345,11 +345,16 @@ def from_record_error(e: Any, path: str | os.PathLike[str], where: str) -> Impor
     return ImportFormatError(path, where, e.field, str(e).split(f"field '{e.field}': ", 1)[-1])
 
 
-def ticking(items: Iterable[T], tick: Callable[[], None] | None) -> Iterator[T]:
-    """``items`` as they are, ``tick()`` called after the caller's loop body is done with each one
-    (also when the body ``continue``s): a progress count that follows a loop with early exits.
-    Example: ``for x in ticking([1, 2], bump): ...`` calls ``bump`` twice, each after its body."""
-    for x in items:
+#: ``progress(stage, files_done, files)``, stage ``"read"`` or ``"write"`` (``import_rollouts``)
+Progress = Callable[[str, int, int], None]
+
+
+def ticking(items: Iterable[T], progress: Progress | None, stage: str, total: int) -> Iterator[T]:
+    """``items`` as they are, ``progress(stage, k, total)`` called once the caller's loop body is done
+    with the k-th (also when the body ``continue``s): a count that follows a loop with early exits.
+    Example: ``for x in ticking("ab", p, "read", 2): ...`` calls ``p("read", 1, 2)`` after the body
+    for ``"a"``, then ``p("read", 2, 2)``."""
+    for k, x in enumerate(items, 1):
         yield x
-        if tick is not None:
-            tick()
+        if progress is not None:
+            progress(stage, k, total)

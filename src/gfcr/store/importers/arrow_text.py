@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_q = json.encoder.encode_basestring_ascii  # json.dumps of a str (ensure_ascii, as the row path writes)
+json_str = json.encoder.encode_basestring_ascii  # json.dumps of a str (ensure_ascii, as the row path writes)
 
 
 def _js(v: Any) -> str:
@@ -26,7 +26,7 @@ def _js(v: Any) -> str:
         return "true"
     if v is False:
         return "false"
-    return _q(v) if isinstance(v, str) else json.dumps(v)
+    return json_str(v) if isinstance(v, str) else json.dumps(v)
 
 
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
@@ -91,7 +91,7 @@ def json_text(col: pa.Array | pa.ChunkedArray) -> pa.Array:
         out = pc.binary_join_element_wise('"', col.cast(pa.string()), '"', "")
         dirty = pc.fill_null(pc.match_substring_regex(col, _NEEDS_ESCAPE), False)
         if pc.any(dirty).as_py():
-            fixed = [_q(v) for v in col.filter(dirty).to_pylist()]
+            fixed = [json_str(v) for v in col.filter(dirty).to_pylist()]
             out = pc.replace_with_mask(out, dirty, pa.array(fixed, pa.string()))
     else:
         return pa.array([_js(v) for v in col.to_pylist()], pa.string())
@@ -125,7 +125,5 @@ def interleave(a: pa.Array, b: pa.Array) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), 2 * n, [None, pa.py_buffer(off.astype(np.int32)),
                                                       data.slice(start) if start else data])
 
-
-json_str = _q
 
 __all__ = ["float_reprs", "interleave", "json_str", "json_text", "sha1_ids"]

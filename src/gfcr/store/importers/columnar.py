@@ -39,9 +39,8 @@ import pyarrow.json as pj
 
 from gfcr.records.classes import utcnow
 from gfcr.records.schema import COST_TYPE, MESSAGE_TYPE, PROMPT_SCHEMA, ROLLOUT_SCHEMA, TS_TYPE
-from gfcr.store.importers._common import ticking
-from gfcr.store.importers.arrow_text import float_reprs, interleave, json_text, sha1_ids
-from gfcr.store.importers.arrow_text import json_str as _q
+from gfcr.store.importers._common import Progress, ticking
+from gfcr.store.importers.arrow_text import float_reprs, interleave, json_str, json_text, sha1_ids
 from gfcr.store.importers.verl import _STD
 
 #: why a file went to the row path instead (the exact mapping needs what Arrow cannot tell apart)
@@ -190,11 +189,11 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     line_s = pc.cast(pa.array(lines.astype(np.int64)), pa.string())
     parts: list[Any] = []
     for j, c in enumerate(ekeys):
-        parts += [(", " if j else "") + _q(c) + ": ", json_text(t.column(c))]
+        parts += [(", " if j else "") + json_str(c) + ": ", json_text(t.column(c))]
     req_s = json_text(t.column("request_id")) if "request_id" in names else "null"
-    meta = pc.binary_join_element_wise('{"extra": {', *parts, '}, "file": ' + _q(f.name) + ', "line": ', line_s,
+    meta = pc.binary_join_element_wise('{"extra": {', *parts, '}, "file": ' + json_str(f.name) + ', "line": ', line_s,
                                        ', "request_id": ', req_s, ', "source": "verl"}', "")
-    vk = ', "verdict_key": ' + (_q(verdict_key) if verdict_key in names else "null") + "}"
+    vk = ', "verdict_key": ' + (json_str(verdict_key) if verdict_key in names else "null") + "}"
     verifier = pc.binary_join_element_wise('{"name": "verl", "score": ', float_reprs(score), vk, "")
     # rollout_id = hid(run_id, file, line, input, output)
     rid = sha1_ids(pc.binary_join_element_wise(f"{run_id}\x1f{f.name}", line_s, inp, out, "\x1f"), "verl-")
@@ -291,7 +290,7 @@ def _import_pool() -> Iterator[None]:
 def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                  row_parse: Callable[[Path], Any], row_write: Callable[[list[Any]], tuple[int, int]],
                  lock: Callable[[], Any], hold_bytes: int = 256 << 20,
-                 progress: Callable[[str, int, int], None] | None = None) -> tuple[int, int, dict[str, str]]:
+                 progress: Progress | None = None) -> tuple[int, int, dict[str, str]]:
     """:func:`_import_files` with Arrow's jemalloc pool (:func:`_import_pool`)."""
     with _import_pool():
         return _import_files(store, files, run_id, verdict_key, row_parse, row_write, lock, hold_bytes, progress)
@@ -300,7 +299,7 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
 def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                   row_parse: Callable[[Path], Any], row_write: Callable[[list[Any]], tuple[int, int]],
                   lock: Callable[[], Any], hold_bytes: int = 256 << 20,
-                  progress: Callable[[str, int, int], None] | None = None) -> tuple[int, int, dict[str, str]]:
+                  progress: Progress | None = None) -> tuple[int, int, dict[str, str]]:
     """Import verl files the columnar way. Phase 1, per file: skip it if unchanged since its last
     import into ``run_id`` (size and mtime, else SHA-256), read it as Arrow and check it
     (:func:`check_table`); a file that needs the row path is parsed and validated by ``row_parse``
@@ -333,9 +332,8 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
     early = sum(_changed_size(f, o) for f, o in zip(files, olds, strict=True)) <= hold_bytes
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gfcr-import-read") as pool:
         # the next file is read, hashed and parsed while this one is checked and mapped
-        read = iter(range(1, len(files) + 1))
         for f, (sig, old, got) in ticking(zip(files, _prefetch(pool, files, olds), strict=True),
-                                          None if progress is None else lambda: progress("read", next(read), len(files))):
+                                          progress, "read", len(files)):
             if got is None:
                 plan.append((f, "unchanged", old, None))
                 continue
