@@ -75,7 +75,7 @@ def _run(engine, prompts, params, wait_ms: float, max_batch: int, batch_seeded: 
          stretch: float | None = None, warm: bool = False) -> dict:
     from gfcr.generate.engines import GenRequest
     from gfcr.generate.engines.openai import OpenAIEngine
-    from gfcr.generate.serve import serve_in_thread
+    from gfcr.serve import serve_in_thread
 
     _record_arrivals()
     counted = _Counting(engine)

@@ -45,9 +45,9 @@ def main() -> None:
 
     from gfcr.generate.engines.hf import HFEngine
     from gfcr.generate.engines.openai import OpenAIEngine
-    from gfcr.generate.serve import serve_in_thread
     from gfcr.generate.sync import HTTPSync, InPlaceSync, StateDictSync
     from gfcr.models import resolve_model
+    from gfcr.serve import serve_in_thread
 
     path = resolve_model(None)
     tok = AutoTokenizer.from_pretrained(path)

@@ -16,9 +16,9 @@ import random
 import time
 
 from gfcr.filters import verify_many
-from gfcr.filters.sandbox import SandboxConfig, bwrap_available, run_python, unshare_available
 from gfcr.filters.verifiers import get_verifier
 from gfcr.records import Message, Prompt, Rollout
+from gfcr.sandbox import SandboxConfig, bwrap_available, run_python, unshare_available
 
 
 def _rollouts(prompts: list[Prompt], texts: list[str]) -> list[Rollout]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gfcr.filters.sandbox import (
+from gfcr.filters.verifiers import CodeVerifier, coderl_reward, extract_code, normalize_tests
+from gfcr.sandbox import (
     SandboxConfig,
     SandboxUnavailable,
     bwrap_available,
     resolve_isolation,
     unshare_available,
 )
-from gfcr.filters.verifiers import CodeVerifier, coderl_reward, extract_code, normalize_tests
 
 needs_iso = pytest.mark.skipif(not (bwrap_available() or unshare_available()),
                                reason="needs bubblewrap, or root and `unshare` (isolation)")
@@ -95,7 +95,7 @@ def test_no_tests_is_unjudged(codev):
 
 
 def test_isolation_refused_without_permission(monkeypatch):
-    import gfcr.filters.sandbox as sb
+    import gfcr.sandbox.process as sb
 
     monkeypatch.setattr(sb, "unshare_available", lambda: False)
     monkeypatch.setattr(sb, "bwrap_status", lambda: (False, "bubblewrap is not installed"))
@@ -107,7 +107,7 @@ def test_isolation_refused_without_permission(monkeypatch):
 
 
 def test_auto_prefers_bwrap_then_unshare(monkeypatch):
-    import gfcr.filters.sandbox as sb
+    import gfcr.sandbox.process as sb
 
     monkeypatch.setattr(sb, "unshare_available", lambda: True)
     monkeypatch.setattr(sb, "bwrap_status", lambda: (True, "ok"))

@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from gfcr.filters.sandbox import SandboxConfig, bwrap_available, unshare_available
 from gfcr.filters.verifiers import CodeVerifier
+from gfcr.sandbox import SandboxConfig, bwrap_available, unshare_available
 
 pytestmark = pytest.mark.skipif(not (bwrap_available() or unshare_available()),
                                 reason="needs bubblewrap, or root and `unshare` (isolation)")

@@ -56,7 +56,7 @@ class RecordingEngine:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     from gfcr.generate.engines.hf import HFEngine
-    from gfcr.generate.serve import serve_in_thread
+    from gfcr.serve import serve_in_thread
     from gfcr.testing import save_tiny
 
     path = save_tiny(str(tmp_path_factory.mktemp("tiny-judge")))

@@ -18,8 +18,8 @@ import uuid
 
 import pytest
 
-from gfcr.filters.sandbox import RUN_UIDS, SandboxConfig, bwrap_status, run_python, unshare_available
 from gfcr.filters.verifiers import CodeVerifier
+from gfcr.sandbox import RUN_UIDS, SandboxConfig, bwrap_status, run_python, unshare_available
 
 BASE = SandboxConfig(cpu_s=2, wall_s=8, memory_mb=512, file_mb=4, nproc=32)
 LIMITS: SandboxConfig = BASE  # the current backend's limits, set by the autouse fixture below

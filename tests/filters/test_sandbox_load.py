@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from gfcr.filters.sandbox import SandboxConfig, SandboxUnavailable, resolve_isolation, run_python
 from gfcr.filters.verifiers import CodeVerifier
+from gfcr.sandbox import SandboxConfig, SandboxUnavailable, resolve_isolation, run_python
 
 LOAD_S = 90
 BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end:\n    pass\n"

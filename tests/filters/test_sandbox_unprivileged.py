@@ -19,11 +19,11 @@ import pydantic
 import pytest
 
 import gfcr
-from gfcr.filters.sandbox import bwrap_available
+from gfcr.sandbox import bwrap_available
 
 PROBE = r"""
 import json, os, sys
-from gfcr.filters.sandbox import SandboxConfig, run_python, unshare_available
+from gfcr.sandbox import SandboxConfig, run_python, unshare_available
 from gfcr.filters.verifiers import CodeVerifier
 out = {"uid": os.geteuid(), "unshare": unshare_available()}
 r = run_python("import os, socket; print(os.getuid(), [n for _, n in socket.if_nameindex()]);"

@@ -45,7 +45,7 @@ def test_engine_stops_a_repeating_sample_where_the_rule_first_fires(engine):
 
 def test_gfcr_serve_honours_repeat_ngram(engine):
     from gfcr.generate.engines.openai import OpenAIEngine
-    from gfcr.generate.serve import serve_in_thread
+    from gfcr.serve import serve_in_thread
 
     ids = engine.encode_messages([{"role": "user", "content": "Count to ten."}])
     p = SamplingParams(temperature=0.0, max_tokens=80, repeat_ngram=1, repeat_max=3)

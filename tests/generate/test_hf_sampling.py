@@ -12,15 +12,15 @@ import torch
 
 from gfcr.generate.engines import GenRequest, SamplingParams
 from gfcr.generate.engines.hf import penalized_logits, sampling_logprobs
-from gfcr.generate.serve import LOOPBACK_NAMES, host_allowed, is_loopback
-from gfcr.generate.serve_api import (
+from gfcr.serve import LOOPBACK_NAMES, host_allowed, is_loopback
+from gfcr.serve.api import (
     APIError,
     DeltaText,
     ServeLimits,
     cut_at_stop,
     resolve_max_tokens,
 )
-from gfcr.generate.serve_chat import chat_messages
+from gfcr.serve.chat import chat_messages
 
 MSGS = [{"role": "user", "content": "What is 3 + 4?"}]
 

@@ -1,4 +1,4 @@
-"""Dynamic batching in gfcr serve (gfcr.generate.batching): concurrent requests share engine calls,
+"""Dynamic batching in gfcr serve (gfcr.serve.batching): concurrent requests share engine calls,
 each client gets exactly its own answer, bad and seeded requests are isolated, and weight loads
 never land inside a generation."""
 
@@ -12,11 +12,11 @@ import httpx
 import numpy as np
 import pytest
 
-from gfcr.generate.batching import Batcher, BatcherClosedError, RequestCancelledError, split_results
 from gfcr.generate.engines import GenRequest, GenResult, SamplingParams
 from gfcr.generate.engines.hf import HFEngine, teacher_forced_logprobs
-from gfcr.generate.serve import serve_in_thread
 from gfcr.generate.sync import write_safetensors
+from gfcr.serve import serve_in_thread
+from gfcr.serve.batching import Batcher, BatcherClosedError, RequestCancelledError, split_results
 from gfcr.testing import tiny_model, tiny_tokenizer
 
 POISON = 99  # a prompt starting with this id makes the wrapped engine raise, as an engine rejecting bad input
@@ -332,7 +332,7 @@ def test_weight_update_during_concurrent_generation_never_mixes_weights(tok, tmp
 def test_cli_passes_the_batching_options(monkeypatch):
     from typer.testing import CliRunner
 
-    import gfcr.generate.serve as serve_mod
+    import gfcr.serve as serve_mod
     from gfcr.cli import app
 
     seen = {}
@@ -377,7 +377,7 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(tmp_path):
     import subprocess
     import sys
 
-    from gfcr.generate.serve import free_port
+    from gfcr.serve import free_port
     from gfcr.testing import save_tiny
 
     model_dir = save_tiny(str(tmp_path / "tiny"))

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from gfcr.generate.engines.hf import HFEngine, sampling_logprobs
-from gfcr.generate.serve import serve_in_thread
-from gfcr.generate.serve_api import ServeLimits
+from gfcr.serve import serve_in_thread
+from gfcr.serve.api import ServeLimits
 
 MSGS = [{"role": "user", "content": "What is 3 + 4?"}]
 LIMITS = ServeLimits(max_n=4, max_tokens=4000, max_logprobs=5, max_request_bytes=64 * 1024)

@@ -4,7 +4,7 @@ import pytest
 
 from gfcr.generate.engines import GenRequest, SamplingParams, make_engine
 from gfcr.generate.engines.openai import OpenAIEngine, OpenAIEngineError
-from gfcr.generate.serve import free_port, serve_in_thread
+from gfcr.serve import free_port, serve_in_thread
 
 MSGS = [{"role": "user", "content": "What is 3 + 4?"}]
 

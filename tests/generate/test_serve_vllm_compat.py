@@ -17,7 +17,7 @@ import torch
 
 from gfcr.generate.engines import GenResult
 from gfcr.generate.engines.hf import HFEngine, sampling_logprobs
-from gfcr.generate.serve import serve_in_thread
+from gfcr.serve import serve_in_thread
 from gfcr.testing import tiny_tokenizer
 
 # A ChatML template that shows tools and tool calls (as Qwen2.5's / Hermes' templates do) and reads a
@@ -88,7 +88,7 @@ def _teacher_logits(model, ids):
 
 
 def test_parse_hermes_tool_calls_hand_worked():
-    from gfcr.generate.serve_chat import parse_hermes_tool_calls
+    from gfcr.serve.chat import parse_hermes_tool_calls
 
     content, calls = parse_hermes_tool_calls(REPLY)
     assert content == "Let me add."
@@ -288,7 +288,7 @@ def test_sdk_no_op_fields_are_accepted_and_change_nothing(client):
 
 
 def test_render_chat_hand_worked(ttok):
-    from gfcr.generate.serve_chat import render_chat
+    from gfcr.serve.chat import render_chat
 
     ids = render_chat(ttok, [{"role": "user", "content": "hi"}])
     assert ttok.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"

@@ -13,7 +13,6 @@ import torch
 
 from gfcr.generate.engines import GenRequest, SamplingParams
 from gfcr.generate.engines.hf import HFEngine, teacher_forced_logprobs
-from gfcr.generate.serve import serve_in_thread
 from gfcr.generate.sync import (
     WEIGHTS_ROUTE,
     HTTPSync,
@@ -25,6 +24,7 @@ from gfcr.generate.sync import (
     write_safetensors,
 )
 from gfcr.models import model_hash
+from gfcr.serve import serve_in_thread
 from gfcr.testing import tiny_model, tiny_tokenizer
 
 MSGS = [{"role": "user", "content": "What is 3 + 4?"}]
@@ -247,7 +247,7 @@ def test_vllm_engine_without_an_in_process_model_says_how_to_fix_it(tok):
 def test_cli_refuses_weight_updates_on_a_public_address_without_a_token(monkeypatch):
     from typer.testing import CliRunner
 
-    import gfcr.generate.serve as serve_mod
+    import gfcr.serve as serve_mod
     from gfcr.cli import app
 
     seen = {}

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from gfcr.generate.serve import free_port
+from gfcr.serve import free_port
 
 UPDATE_SCRIPT = textwrap.dedent('''
     import json, sys

@@ -219,7 +219,7 @@ def test_distill_config_rules_and_build_teachers(tmp_path):
 def test_openai_teacher_through_gfcr_serve_equals_in_process_teacher():
     """A served teacher (prompt log-probs via echo) scores exactly like the same model in process."""
     from gfcr.generate.engines.hf import HFEngine
-    from gfcr.generate.serve import serve_in_thread
+    from gfcr.serve import serve_in_thread
     from gfcr.train.distill import OpenAITeacher
 
     tok = tiny_tokenizer()

@@ -45,7 +45,7 @@ def test_unusable_engines_are_refused_before_anything_is_written(tiny_dir, tmp_p
     with pytest.raises(TrainError, match=r"pip install 'gfcr\[vllm\]'"):
         train(cfg, run_dir=tmp_path / "r", progress=False)
     assert not (tmp_path / "r").exists()
-    from gfcr.generate.serve import free_port
+    from gfcr.serve import free_port
 
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"generate.engine": "openai", "generate.engine_params": {"base_url": url}})

@@ -64,7 +64,7 @@ def test_sync_every_two_samples_with_stale_weights_and_says_so(tiny_dir, tmp_pat
 
 def test_openai_engine_trains_against_gfcr_serve(tiny_dir, tmp_path):
     from gfcr.generate.engines.hf import HFEngine
-    from gfcr.generate.serve import serve_in_thread
+    from gfcr.serve import serve_in_thread
 
     served = HFEngine(tiny_dir)  # the server's own copy, loaded from the same folder
     with serve_in_thread(served, model_name="tiny", allow_weight_updates=True) as url:
@@ -99,7 +99,7 @@ def test_tree_and_multi_turn_sample_through_gfcr_serve(tiny_dir, tmp_path, topol
     """Topologies that continue token prefixes work through the server: the trainer's tokenizer
     builds the prompt ids, the server samples from exactly those ids."""
     from gfcr.generate.engines.hf import HFEngine
-    from gfcr.generate.serve import serve_in_thread
+    from gfcr.serve import serve_in_thread
 
     served = HFEngine(tiny_dir)
     with serve_in_thread(served, model_name="tiny", allow_weight_updates=True) as url:

@@ -43,7 +43,7 @@ _USER_ERRORS = (
     ("gfcr.models", "ModelError"),
     ("gfcr.train.run_setup", "TrainError"),
     ("gfcr.scale.cluster", "ScaleError"),
-    ("gfcr.filters.sandbox", "SandboxUnavailable"),
+    ("gfcr.sandbox", "SandboxUnavailable"),
     ("gfcr.generate.sync", "WeightSyncError"),
     ("gfcr.generate.engines.openai", "OpenAIEngineError"),
 )

@@ -1,5 +1,5 @@
 """``gfcr generate``, ``gfcr serve`` and ``gfcr model pull``: thin wrappers over
-:func:`gfcr.generate.run.run_generate`, :func:`gfcr.generate.serve.serve` and :mod:`gfcr.models`."""
+:func:`gfcr.generate.run.run_generate`, :func:`gfcr.serve.serve` and :mod:`gfcr.models`."""
 
 from __future__ import annotations
 
@@ -113,14 +113,14 @@ def serve_cmd(
     max_logprobs: Annotated[int, typer.Option("--max-logprobs", min=0, help="Most top log-probs per token (as vLLM).")] = 20,
 ) -> None:
     """Serve a model over an OpenAI-compatible API (/v1/completions, /v1/chat/completions, /v1/models)."""
-    from gfcr.generate.serve import serve
-    from gfcr.generate.serve_api import ServeLimits
     from gfcr.models import resolve_model
+    from gfcr.serve import serve
+    from gfcr.serve.api import ServeLimits
 
     if allow_weight_updates and host not in ("127.0.0.1", "localhost", "::1") and not admin_token:
         fail("--allow-weight-updates on a non-loopback address needs --admin-token "
              "(or GFCR_SERVE_ADMIN_TOKEN): anyone who can reach the port could swap the weights")
-    from gfcr.generate.serve_chat import TOOL_PARSERS
+    from gfcr.serve.chat import TOOL_PARSERS
 
     if tool_call_parser is not None and tool_call_parser not in TOOL_PARSERS:
         fail(f"--tool-call-parser {tool_call_parser!r} is not known (known: {', '.join(sorted(TOOL_PARSERS))})")

@@ -2,7 +2,7 @@
 
 - :mod:`~gfcr.filters.verifiers`: ``Verdict``, the ``Verifier`` protocol, ``math``, ``exact``,
   ``numeric``, ``format``, ``code``, ``env``, ``composite`` (:data:`VERIFIERS`, :func:`get_verifier`)
-- :mod:`~gfcr.filters.sandbox`: the hardened code sandbox (:func:`run_python`)
+- :mod:`~gfcr.sandbox`: the hardened code sandbox (:func:`run_python`)
 - :mod:`~gfcr.filters.apply`: :func:`verify_rollout`, :func:`verify_many`, :func:`reverify_store`
 - :mod:`~gfcr.filters.signals`: advantages (GRPO, Dr. GRPO, RLOO, SEED-GRPO), DAPO overlong
   shaping, token entropy, PRM aggregation

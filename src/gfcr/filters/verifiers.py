@@ -14,7 +14,7 @@ readers, numbers) lives in :mod:`gfcr.filters.answers`; its names are re-exporte
 
 Heavy work runs out of process, so every verifier is safe to call from threads: ``math`` uses a
 pool of math-verify worker processes (:mod:`gfcr.filters._mathpool`) and ``code`` runs tests in the
-sandbox (:mod:`gfcr.filters.sandbox`).
+sandbox (:mod:`gfcr.sandbox`).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import re
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
 from gfcr.config import StrictModel
+from gfcr.sandbox import CODE_CHILD, CODE_HARNESS, SandboxConfig, run_python
 
 from .answers import (  # noqa: F401 - the answer readers are re-exported
     ANSWER_FORMATS,
@@ -43,7 +43,6 @@ from .answers import (  # noqa: F401 - the answer readers are re-exported
     stated_answer_format,
     truncation,
 )
-from .sandbox import SandboxConfig, run_python
 
 
 @dataclass
@@ -364,10 +363,9 @@ class CodeVerifier:
         # each test may time out and cost a reload of the solution in a fresh child
         wall = min(sb.wall_s, self.config.timeout_per_test_s * (2 * len(items) + 1) + 5.0)
         sb = sb.model_copy(update={"wall_s": wall})
-        here = Path(__file__).parent
         files = {"solution.py": extract_code(completion), "tests.json": json.dumps(spec),
-                 "child.py": (here / "_code_child.py").read_text()}
-        res = run_python((here / "_code_harness.py").read_text(), config=sb, files=files)
+                 "child.py": CODE_CHILD.read_text()}
+        res = run_python(CODE_HARNESS.read_text(), config=sb, files=files)
         report = None
         for line in reversed(res.stdout.splitlines()):
             if line.startswith(nonce):

@@ -241,7 +241,7 @@ class CalculatorEnv:
 
 
 class PythonEnv:
-    """A Python tool. The last ```python block of a turn is run (in ``gfcr.filters.sandbox`` when
+    """A Python tool. The last ```python block of a turn is run (in ``gfcr.sandbox`` when
     it is installed, else in a subprocess with a timeout) and its stdout/stderr come back as
     ``<output>...</output>``; a turn without a code block ends the episode (and, when the task has a
     gold ``answer``, reports ``success`` like :class:`CalculatorEnv`)."""
@@ -262,7 +262,7 @@ class PythonEnv:
 
     def run(self, code: str) -> tuple[str, dict[str, Any]]:
         try:
-            from gfcr.filters.sandbox import SandboxConfig, run_python
+            from gfcr.sandbox import SandboxConfig, run_python
         except ImportError:
             run_python = None
         if run_python is not None:

@@ -1,6 +1,6 @@
-"""The request handling behind ``gfcr serve`` (:mod:`gfcr.generate.serve`): one :class:`_Server` per
+"""The request handling behind ``gfcr serve`` (:mod:`gfcr.serve`): one :class:`_Server` per
 app holds the engine, the batcher, the limits and the metrics, and answers completions, chat, tokenize
-and weight updates; :func:`gfcr.generate.serve.create_app` routes HTTP requests to it."""
+and weight updates; :func:`gfcr.serve.create_app` routes HTTP requests to it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from gfcr.generate.engines.base import GenRequest, GenResult, TokenEvent
-from gfcr.generate.serve_api import (
+from gfcr.serve.api import (
     APIError,
     ChatBody,
     CompletionBody,
@@ -31,8 +31,8 @@ from gfcr.generate.serve_api import (
     resolve_max_tokens,
     usage,
 )
-from gfcr.generate.serve_chat import TOOL_PARSERS, chat_messages, render_chat, template_variables
-from gfcr.generate.serve_metrics import ServeMetrics
+from gfcr.serve.chat import TOOL_PARSERS, chat_messages, render_chat, template_variables
+from gfcr.serve.metrics import ServeMetrics
 
 
 def _sse(obj: Any) -> str:
@@ -64,7 +64,7 @@ class _Server:
 
     # --- running work -------------------------------------------------------------------------
     def submit(self, reqs: list[GenRequest], cancel: threading.Event) -> Any:
-        from gfcr.generate.batching import BatcherClosedError
+        from gfcr.serve.batching import BatcherClosedError
 
         if self.closing:
             raise APIError(503, "the server is shutting down")
@@ -74,7 +74,7 @@ class _Server:
             raise APIError(503, str(e)) from e
 
     def outcome(self, fut: Any) -> list[list[GenResult]]:
-        from gfcr.generate.batching import BatcherClosedError, RequestCancelledError
+        from gfcr.serve.batching import BatcherClosedError, RequestCancelledError
 
         try:
             res = fut.result()

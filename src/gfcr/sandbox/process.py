@@ -38,7 +38,7 @@ Time limits: starting the sandbox (bwrap or unshare, the launcher, the program's
 from ~0.1 s on an idle machine to seconds under heavy load. That start-up has its own budget,
 ``startup_s``; ``wall_s`` counts from the moment the program's own code starts (the program's
 interpreter signals it on a private pipe before running any of it, see
-:mod:`gfcr.filters._sandbox_launcher`). Both are reported: ``SandboxResult.wall_s`` is the
+:mod:`gfcr.sandbox._launcher`). Both are reported: ``SandboxResult.wall_s`` is the
 program's time, ``details["startup_s"]`` the start-up's.
 """
 
@@ -63,7 +63,7 @@ from pydantic import Field
 
 from gfcr.config import StrictModel
 
-LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
+LAUNCHER = Path(__file__).with_name("_launcher.py")
 NOBODY = 65534
 #: uids given to sandboxed runs when the caller is root: one drawn at random per run
 RUN_UIDS = range(3_000_000_000, 3_100_000_000)

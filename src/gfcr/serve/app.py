@@ -14,11 +14,11 @@ Endpoints: ``GET /v1/models``, ``POST /v1/completions`` (prompt as text or token
 
 - ``stream: true`` answers server-sent events (``data: {chunk}`` … ``data: [DONE]``), one chunk per
   token, with a usage chunk when ``stream_options.include_usage``; the chunks concatenate to the text
-  the same request gives unstreamed (:class:`gfcr.generate.serve_api.DeltaText`).
+  the same request gives unstreamed (:class:`gfcr.serve.api.DeltaText`).
 - Errors use OpenAI's schema (``{"error": {"message", "type", "param", "code"}}``): 400 for bad
   parameters (never FastAPI's 422), 404 for an unknown model, 413 for a body over the size limit, 503
   while shutting down. Prompt + ``max_tokens`` over the context, ``n`` / ``max_tokens`` / log-probs over
-  the server's limits (:class:`~gfcr.generate.serve_api.ServeLimits`) and parameters it cannot honour
+  the server's limits (:class:`~gfcr.serve.api.ServeLimits`) and parameters it cannot honour
   (``tool_choice: required``, ``response_format``, ``suffix`` …) are refused with a message naming them.
 - Sampling: ``temperature``, ``top_p``, ``top_k``, ``stop``, ``stop_token_ids``, ``seed``,
   ``frequency_penalty``, ``presence_penalty``, ``logit_bias``; ``logprobs`` with ``top_logprobs`` (chat)
@@ -33,7 +33,7 @@ Endpoints: ``GET /v1/models``, ``POST /v1/completions`` (prompt as text or token
   loopback host (against DNS rebinding; look-alikes refused, ``localhost.`` accepted); request bodies are
   limited in size; with an admin token the API docs need it too.
 
-Dynamic batching (:mod:`gfcr.generate.batching`): requests arriving within ``batch_wait_ms`` of each
+Dynamic batching (:mod:`gfcr.serve.batching`): requests arriving within ``batch_wait_ms`` of each
 other (at most ``batch_stretch x batch_wait_ms`` after the first) share one engine call of up to
 ``max_batch`` rows; seeded requests share calls too unless ``batch_seeded=False``; ``batch_wait_ms=0``
 serves one request per call. One lock is held around every engine call, prompt scoring and weight load.
@@ -57,7 +57,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from gfcr.generate.serve_api import (
+from gfcr.serve.api import (
     LOOPBACK_NAMES,
     APIError,
     ChatBody,
@@ -71,9 +71,9 @@ from gfcr.generate.serve_api import (
     host_allowed,
     is_loopback,
 )
-from gfcr.generate.serve_chat import TOOL_PARSERS
-from gfcr.generate.serve_metrics import ServeMetrics
-from gfcr.generate.serve_server import _Server
+from gfcr.serve.chat import TOOL_PARSERS
+from gfcr.serve.metrics import ServeMetrics
+from gfcr.serve.server import _Server
 
 __all__ = ["LOOPBACK_NAMES", "create_app", "free_port", "host_allowed", "is_loopback", "serve", "serve_in_thread"]
 
@@ -93,13 +93,13 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     Long because: its routes are closures over the engine, batcher and lock; request logic is in ``_Server``.
 
     ``allow_weight_updates`` adds ``POST /gfcr/weights``; ``max_batch``, ``batch_wait_ms`` and
-    ``batch_seeded`` set the dynamic batching (its :class:`~gfcr.generate.batching.Batcher` is
+    ``batch_seeded`` set the dynamic batching (its :class:`~gfcr.serve.batching.Batcher` is
     ``app.state.batcher``; close it when done, or call ``app.state.shutdown()``, which also makes
     requests in flight end with 503); ``limits`` bound requests; ``allowed_hosts``: the ``Host`` names
     accepted (``None``: any; :func:`serve` passes the loopback names on a loopback bind);
     ``batch_stretch``: the window closes once no request has come for ``batch_wait_ms``, at most this many
     times ``batch_wait_ms`` after the first (1 = a fixed window; the Batcher's ``stretch``);
-    ``tool_call_parser``: a name in :data:`~gfcr.generate.serve_chat.TOOL_PARSERS` (``"hermes"``) to parse
+    ``tool_call_parser``: a name in :data:`~gfcr.serve.chat.TOOL_PARSERS` (``"hermes"``) to parse
     tool calls out of chat replies when a request gives ``tools`` (``tool_choice`` auto). With
     ``admin_token`` set, ``/docs``, ``/redoc`` and ``/openapi.json`` need the token too.
     ``app.state.drain(timeout_s)`` refuses new requests (503) and lets those in flight finish first.
@@ -109,7 +109,7 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from gfcr.generate.batching import Batcher
+    from gfcr.serve.batching import Batcher
 
     if max_batch < 1 or batch_wait_ms < 0:
         raise ValueError(f"need max_batch >= 1 and batch_wait_ms >= 0 (got {max_batch}, {batch_wait_ms})")

@@ -1,6 +1,6 @@
 """Chat requests of ``gfcr serve`` rendered as vLLM renders them: the messages (with assistant
 ``tool_calls`` and ``tool`` turns) through the tokenizer's chat template, and the ``hermes`` tool-call
-parser of replies. Pure functions over a tokenizer; the wire format is :mod:`gfcr.generate.serve_api`."""
+parser of replies. Pure functions over a tokenizer; the wire format is :mod:`gfcr.serve.api`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import uuid
 from typing import Any
 
-from gfcr.generate.serve_api import APIError
+from gfcr.serve.api import APIError
 
 
 def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """The OpenAI wire format of ``gfcr serve``: request bodies and their checks, the error schema, and the
 builders of responses and stream chunks. Pure functions over a tokenizer; the app is in
-:mod:`gfcr.generate.serve`.
+:mod:`gfcr.serve`.
 
 Errors follow OpenAI's and vLLM's schema (vLLM ``ErrorResponse``/``ErrorInfo``,
 ``vllm/entrypoints/openai/engine/protocol.py``): status 400/404/413/503 with
