@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gfcr.generate.engines.base import GenRequest, GenResult
-from gfcr.generate.topologies import (
+from gfcr.generate.rollouts import (
     derive_seed,
     encode_prompt,
     group_id_of,

@@ -6,15 +6,19 @@ token mask.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from gfcr.records.classes import Message
+
+class MessageLike(Protocol):
+    """What the views read of a message (:class:`gfcr.records.Message` has it): its role and content."""
+
+    role: str
+    content: Any
 
 
-def assistant_text_ranges(messages: Iterable[Message | dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
+def assistant_text_ranges(messages: Iterable[MessageLike | dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
     """The *assistant text* and each assistant message's char range ``[a, b)`` in it.
 
     The assistant text is the contents of the assistant messages joined by ``"\\n"``: the text a
@@ -35,7 +39,7 @@ def assistant_text_ranges(messages: Iterable[Message | dict[str, Any]]) -> tuple
     return "\n".join(parts), ranges
 
 
-def assistant_text(messages: Iterable[Message | dict[str, Any]]) -> str:
+def assistant_text(messages: Iterable[MessageLike | dict[str, Any]]) -> str:
     """The assistant text of :func:`assistant_text_ranges` (without the ranges)."""
     return assistant_text_ranges(messages)[0]
 

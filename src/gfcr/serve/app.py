@@ -73,7 +73,7 @@ from gfcr.serve.api import (
 )
 from gfcr.serve.chat import TOOL_PARSERS
 from gfcr.serve.metrics import ServeMetrics
-from gfcr.serve.server import _Server
+from gfcr.serve.server import Server
 
 __all__ = ["LOOPBACK_NAMES", "create_app", "free_port", "host_allowed", "is_loopback", "serve", "serve_in_thread"]
 
@@ -90,7 +90,7 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
                tool_call_parser: str | None = None) -> Any:
     """The FastAPI app serving ``engine`` (an :class:`~gfcr.generate.engines.hf.HFEngine`) as ``model_name``.
 
-    Long because: its routes are closures over the engine, batcher and lock; request logic is in ``_Server``.
+    Long because: its routes are closures over the engine, batcher and lock; request logic is in ``Server``.
 
     ``allow_weight_updates`` adds ``POST /gfcr/weights``; ``max_batch``, ``batch_wait_ms`` and
     ``batch_seeded`` set the dynamic batching (its :class:`~gfcr.serve.batching.Batcher` is
@@ -121,7 +121,7 @@ def create_app(engine: Any, model_name: str = "gfcr", allow_weight_updates: bool
     metrics = ServeMetrics()
     batcher = Batcher(engine, max_batch_rows=max_batch, max_wait_ms=batch_wait_ms, lock=lock, batch_seeded=batch_seeded,
                       stretch=batch_stretch, on_batch=metrics.batch)
-    srv = _Server(engine, model_name, limits, batcher, lock, tool_parser=tool_call_parser, metrics=metrics)
+    srv = Server(engine, model_name, limits, batcher, lock, tool_parser=tool_call_parser, metrics=metrics)
     app.state.batcher = batcher
     app.state.server = srv
 
@@ -258,7 +258,7 @@ def _uvicorn_server(app: Any, host: str, port: int, log_level: str, drain_s: flo
     generations) and then gives open requests at most 5 s to be written out."""
     import uvicorn
 
-    class _Server(uvicorn.Server):
+    class Server(uvicorn.Server):
         async def shutdown(self, sockets: Any = None) -> None:
             if drain_s > 0:
                 await asyncio.to_thread(app.state.drain, drain_s)
@@ -266,7 +266,7 @@ def _uvicorn_server(app: Any, host: str, port: int, log_level: str, drain_s: flo
             await super().shutdown(sockets=sockets)
 
     cfg = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off", timeout_graceful_shutdown=5)
-    return _Server(cfg)
+    return Server(cfg)
 
 
 def serve(model: Any = None, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,

@@ -1,4 +1,4 @@
-"""The request handling behind ``gfcr serve`` (:mod:`gfcr.serve`): one :class:`_Server` per
+"""The request handling behind ``gfcr serve`` (:mod:`gfcr.serve`): one :class:`Server` per
 app holds the engine, the batcher, the limits and the metrics, and answers completions, chat, tokenize
 and weight updates; :func:`gfcr.serve.create_app` routes HTTP requests to it."""
 
@@ -39,7 +39,7 @@ def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj)}\n\n"
 
 
-class _Server:
+class Server:
     """The state and handlers behind :func:`create_app` (one per app)."""
 
     def __init__(self, engine: Any, model_name: str, limits: ServeLimits, batcher: Any, lock: threading.Lock,

@@ -107,12 +107,12 @@ def decode_growing(
 
     Returns ``params.n`` results per request, for the given requests then the added ones, in the
     order they were added. Each admitted group of rows keeps the engine's own per-row decode state
-    (``_DecodeState``: penalties, logit bias, top log-probs, stop rules, seeded uniforms) and is sampled
+    (``DecodeState``: penalties, logit bias, top log-probs, stop rules, seeded uniforms) and is sampled
     by its ``step`` and recorded by the engine's own ``_take``.
     """
     import torch
 
-    from gfcr.generate.engines.hf import _cache_of, _DecodeState
+    from gfcr.generate.engines.decode import DecodeState, cache_of
 
     mb = int(max_batch or engine.max_batch)
     reqs: list[GenRequest] = []
@@ -147,7 +147,7 @@ def decode_growing(
                     if not prows:
                         continue
                     c2, a2, p2, lg2 = made()
-                    st = _DecodeState(prows, engine.eos_ids, len(engine.tokenizer), engine.model.config)
+                    st = DecodeState(prows, engine.eos_ids, len(engine.tokenizer), engine.model.config)
                     if cache is None:
                         cache, attn, pos, logits = c2, a2, p2, lg2
                     else:
@@ -181,7 +181,7 @@ def decode_growing(
             pos = pos + 1
             o = engine.model(input_ids=nxt[:, None].to(dev), attention_mask=attn, position_ids=pos,
                              use_cache=True, **{engine._cache_kw: cache})
-            cache = _cache_of(o)
+            cache = cache_of(o)
             logits = o.logits[:, -1, :].float().cpu()
     return [[r for r in rs if r is not None] for rs in out]
 
@@ -218,7 +218,7 @@ def _extend(engine: Any, part: list[tuple[tuple[Any, ...], Any]], pad: int, dev:
     import torch
     from transformers import DynamicCache
 
-    from gfcr.generate.engines.hf import _cache_of
+    from gfcr.generate.engines.decode import cache_of
 
     L = max(q for _, (_, q) in part)
     n_layers = len(part[0][1][0])
@@ -233,7 +233,7 @@ def _extend(engine: Any, part: list[tuple[tuple[Any, ...], Any]], pad: int, dev:
     last = torch.tensor([[r[2][-1]] for r, _ in part], dtype=torch.long, device=dev)
     pos = torch.tensor([[q] for _, (_, q) in part], dtype=torch.long, device=dev)
     o = engine.model(input_ids=last, attention_mask=attn, position_ids=pos, use_cache=True, **{engine._cache_kw: cache})
-    cache = _cache_of(o)
+    cache = cache_of(o)
     _layers(cache)
     return cache, attn, pos, o.logits[:, -1, :].float().cpu()
 
@@ -242,7 +242,7 @@ def _prefill(engine: Any, rows: list[tuple[Any, ...]], pad: int, dev: Any) -> tu
     """Left-padded prefill of ``rows``: ``(cache, attn [b, L], last position [b, 1], logits [b, V])``."""
     import torch
 
-    from gfcr.generate.engines.hf import _cache_of
+    from gfcr.generate.engines.decode import cache_of
 
     L = max(len(r[2]) for r in rows)
     ids = torch.full((len(rows), L), pad, dtype=torch.long)
@@ -253,13 +253,13 @@ def _prefill(engine: Any, rows: list[tuple[Any, ...]], pad: int, dev: Any) -> tu
     ids, attn = ids.to(dev), attn.to(dev)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
     o = engine.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, **engine._prefill_kw)
-    cache = _cache_of(o)
+    cache = cache_of(o)
     _layers(cache)
     return cache, attn, pos[:, -1:], o.logits[:, -1, :].float().cpu()
 
 
 def _sample_step(engine: Any, live: list[tuple[Any, int, float]], logits: Any, pad: int) -> Any:
-    """One token for every live row, by the engine's rule (its ``_DecodeState.step`` per admitted
+    """One token for every live row, by the engine's rule (its ``DecodeState.step`` per admitted
     group, then ``_take``); marks finished rows. Returns ids ``[B]``."""
     import torch
 

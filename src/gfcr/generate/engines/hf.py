@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.generate.engines.base import GenRequest, GenResult, SamplingParams, TokenEvent
+from gfcr.generate.engines.base import GenRequest, GenResult, TokenEvent
+from gfcr.generate.engines.decode import DecodeState, Row, cache_of
 from gfcr.generate.engines.hf_sampling import (  # noqa: F401 - re-exported: the engine's sampling rules
     NOISE_BLOCK,
     NgramCounter,
@@ -32,7 +33,6 @@ from gfcr.generate.engines.hf_sampling import (  # noqa: F401 - re-exported: the
     sampling_logprobs,
 )
 
-_Row = tuple[int, int, list[int], SamplingParams, GenRequest]  # (request, sample, prompt ids, params, request)
 
 def _report(req: GenRequest, ev: TokenEvent) -> None:
     """Hand ``ev`` to the request's ``on_token`` hook; a failing hook cancels only its own request."""
@@ -41,12 +41,6 @@ def _report(req: GenRequest, ev: TokenEvent) -> None:
     except Exception:  # noqa: BLE001 - a client-side hook must never break the shared batch
         if req.cancel is not None:
             req.cancel.set()
-
-
-def _exit_meta(why: str | None) -> dict[str, Any]:
-    if why == "cancelled":
-        return {"cancelled": True}
-    return {"early_exit": why} if why else {}
 
 
 @dataclass
@@ -60,139 +54,6 @@ class Scored:
     logprobs: np.ndarray
     top_ids: np.ndarray | None = None
     top_logprobs: np.ndarray | None = None
-
-
-class _DecodeState:
-    """Per-row state of one decode batch (tokens, log-probs, penalties' counts, finish reasons, each
-    row's seeded stream of uniform numbers) and the batch's sampling step (:meth:`step`)."""
-
-    def __init__(self, rows: list[_Row], eos_ids: set[int], vocab: int, config: Any):
-        import torch
-
-        B = len(rows)
-        self.rows = rows
-        self.stop_ids = [(set() if sp.ignore_eos else eos_ids) | set(sp.stop_token_ids) for _, _, _, sp, _ in rows]
-        self.toks: list[list[int]] = [[] for _ in range(B)]
-        self.lps: list[list[float]] = [[] for _ in range(B)]
-        self.ents: list[list[float]] = [[] for _ in range(B)]
-        self.tops: list[list[tuple[Any, Any]]] = [[] for _ in range(B)]
-        self.repeats = [NgramCounter(sp.repeat_ngram) for _, _, _, sp, _ in rows]  # early exit on repetition
-        self.exits: list[str | None] = [None] * B
-        self.finish: list[str | None] = [None] * B
-        self.gens = [row_generator(sp.seed, si) for _, si, _, sp, _ in rows]  # one stream of uniforms per row
-        self.noise = torch.zeros((B, 0))  # [B, drawn so far]; see uniforms()
-        V = int(getattr(config, "vocab_size", 0) or vocab)
-        self.V = V
-        penal = any(sp.frequency_penalty or sp.presence_penalty for _, _, _, sp, _ in rows)
-        self.counts = torch.zeros((B, V)) if penal else None
-        self.freq = torch.tensor([sp.frequency_penalty for _, _, _, sp, _ in rows], dtype=torch.float32)
-        self.pres = torch.tensor([sp.presence_penalty for _, _, _, sp, _ in rows], dtype=torch.float32)
-        self.bias = None
-        if any(sp.logit_bias for _, _, _, sp, _ in rows):
-            self.bias = torch.zeros((B, V))
-            for i, (_, _, _, sp, _) in enumerate(rows):
-                for tid, b in sp.logit_bias.items():
-                    if not 0 <= int(tid) < V:
-                        raise ValueError(f"logit_bias token id {tid} is outside the vocabulary [0, {V})")
-                    self.bias[i, int(tid)] = float(b)
-        self.seen = None  # [B, V] tokens of the prompt and of the sample so far (repetition penalty)
-        if any(sp.repetition_penalty != 1.0 for _, _, _, sp, _ in rows):
-            self.seen = torch.zeros((B, V), dtype=torch.bool)
-            for i, (_, _, p, _, _) in enumerate(rows):
-                self.seen[i, torch.tensor([t for t in p if 0 <= t < V], dtype=torch.long)] = True
-        self.rep = torch.tensor([sp.repetition_penalty for _, _, _, sp, _ in rows], dtype=torch.float32)
-        # rows that must not end before min_tokens: the ids they may not sample until then
-        self.no_stop = {i: sorted(eos_ids | set(sp.stop_token_ids)) for i, (_, _, _, sp, _) in enumerate(rows)
-                        if sp.min_tokens > 0}
-
-    def uniforms(self, live: list[int]) -> Any:
-        """Each live row's uniform number for its next token: float ``[len(live)]``. Row ``i``'s ``t``-th
-        token uses the ``t``-th number of its own generator's stream (drawn :data:`NOISE_BLOCK` at a time),
-        so the numbers never depend on the other rows."""
-        import torch
-
-        pos = [len(self.toks[i]) for i in live]
-        while max(pos, default=0) >= self.noise.shape[1]:
-            block = torch.stack([torch.rand(NOISE_BLOCK, generator=g) for g in self.gens])
-            self.noise = torch.cat([self.noise, block], dim=1)
-        return self.noise[torch.tensor(live, dtype=torch.long), torch.tensor(pos, dtype=torch.long)]
-
-    def step(self, logits: Any, live: list[int]) -> tuple[list[int], list[float], list[float], list[Any]]:
-        """Sample the next token of every live row from ``logits`` ``[len(live), V]``, all rows at once.
-
-        Returns per live row: the token, its log-prob under the distribution sampled from, that
-        distribution's entropy, and (top ids, top log-probs) when the row asks for top log-probs, else
-        None. Penalties and logit bias are applied to all rows together; rows sharing (temperature,
-        top_p, top_k) get their log-probs and their tokens in one call (greedy rows: the arg-max).
-        """
-        import torch
-
-        sel = torch.tensor(live, dtype=torch.long)
-        V = logits.shape[-1]
-        if self.seen is not None:  # vLLM's order: logit bias, repetition penalty, then OpenAI's penalties
-            if self.bias is not None:
-                logits = logits.float() + self.bias[sel][:, :V]
-            logits = repetition_penalized(logits, self.seen[sel][:, :V], self.rep[sel])
-            if self.counts is not None:
-                logits = penalized_logits(logits, self.counts[sel][:, :V], self.freq[sel], self.pres[sel])
-        elif self.counts is not None:
-            bias = self.bias[sel][:, :V] if self.bias is not None else None
-            logits = penalized_logits(logits, self.counts[sel][:, :V], self.freq[sel], self.pres[sel], bias)
-        elif self.bias is not None:  # logit bias alone: no [B, V] of zero counts to subtract
-            logits = logits.float() + self.bias[sel][:, :V]
-        early = [(k, self.no_stop[i]) for k, i in enumerate(live)
-                 if i in self.no_stop and len(self.toks[i]) < self.rows[i][3].min_tokens]
-        if early:  # vLLM's MinTokensLogitsProcessor: no stop token before min_tokens
-            logits = logits.float().clone()
-            for k, ids in early:
-                logits[k, torch.tensor([t for t in ids if t < V], dtype=torch.long)] = float("-inf")
-        groups: dict[tuple[float, float, int, float], list[int]] = {}
-        for k, i in enumerate(live):
-            sp = self.rows[i][3]
-            groups.setdefault((sp.temperature, sp.top_p, sp.top_k, sp.min_p), []).append(k)
-        u = self.uniforms(live) if any(key[0] > 0 for key in groups) else None
-        n = len(live)
-        tok, chosen, ent = torch.zeros(n, dtype=torch.long), torch.zeros(n), torch.zeros(n)
-        tops: list[Any] = [None] * n
-        for (temp, top_p, top_k, min_p), ks in groups.items():
-            whole = len(ks) == n
-            lp = sampling_logprobs(logits if whole else logits[ks], temp, top_p, top_k, min_p)
-            probs = lp.exp()
-            t = lp.argmax(-1) if temp == 0 else inverse_cdf_sample(probs, u if whole else u[ks])
-            idx = slice(None) if whole else torch.tensor(ks, dtype=torch.long)
-            tok[idx], chosen[idx], ent[idx] = t, lp.gather(-1, t[:, None])[:, 0], entropy_of(lp, probs)
-            n_top = max(self.rows[live[k]][3].top_logprobs for k in ks)
-            if n_top:
-                top = torch.topk(lp, min(n_top, lp.shape[-1]), dim=-1)
-                for j, k in enumerate(ks):
-                    m = self.rows[live[k]][3].top_logprobs
-                    tops[k] = (top.indices[j, :m], top.values[j, :m]) if m else None
-        return tok.tolist(), chosen.tolist(), ent.tolist(), tops
-
-    def result(self, i: int, prompt: list[int], dt: float, batch: int, tokenizer: Any) -> GenResult:
-        lp_arr = np.asarray(self.lps[i], dtype=np.float32)
-        lp_arr = np.where(np.isfinite(lp_arr), lp_arr, np.float32(-1e4)).astype(np.float32)
-        n_top = self.rows[i][3].top_logprobs
-        top_ids = top_lps = None
-        if n_top:
-            T = len(self.toks[i])
-            top_ids = np.zeros((T, n_top), np.int32)
-            top_lps = np.full((T, n_top), -9999.0, np.float32)
-            for t, (ti, tv) in enumerate(self.tops[i]):
-                top_ids[t, : len(ti)] = ti.numpy()
-                top_lps[t, : len(tv)] = np.maximum(tv.numpy(), -9999.0)
-        return GenResult(
-            token_ids=np.asarray(self.toks[i], dtype=np.int32),
-            logprobs=np.minimum(lp_arr, 0.0).astype(np.float32),
-            finish_reason=self.finish[i] or "length",
-            latency_s=dt,
-            prompt_ids=np.asarray(prompt, dtype=np.int32),
-            text=tokenizer.decode(self.toks[i], skip_special_tokens=False),
-            meta={"batch_size": batch} | _exit_meta(self.exits[i]),
-            entropies=np.asarray(self.ents[i], dtype=np.float32),
-            top_ids=top_ids,
-            top_logprobs=top_lps,
-        )
 
 
 class HFEngine:
@@ -306,7 +167,7 @@ class HFEngine:
     # --- generation ---------------------------------------------------------------------------
     def generate(self, requests: list[GenRequest]) -> list[list[GenResult]]:
         """``params.n`` results per request, in order."""
-        rows: list[_Row] = []
+        rows: list[Row] = []
         for ri, req in enumerate(requests):
             pids = self._prompt_ids(req)
             for si in range(req.params.n):
@@ -319,11 +180,11 @@ class HFEngine:
                 out[ri][si] = res
         return [[r for r in rs if r is not None] for rs in out]
 
-    def _generate_batch(self, rows: list[_Row]) -> list[GenResult]:
+    def _generate_batch(self, rows: list[Row]) -> list[GenResult]:
         """Decode one batch of rows (left-padded prefill, then one token per live row per step).
 
         Long because the decode loop keeps its per-row state in local lists for speed; the per-step
-        sampling is :meth:`_DecodeState.step`, the per-token bookkeeping :meth:`_take`.
+        sampling is :meth:`DecodeState.step`, the per-token bookkeeping :meth:`_take`.
         """
         import torch
 
@@ -336,7 +197,7 @@ class HFEngine:
         for i, (_, _, p, _, _) in enumerate(rows):
             ids[i, L - len(p) :] = torch.tensor(p, dtype=torch.long)
             attn[i, L - len(p) :] = 1
-        st = _DecodeState(rows, self.eos_ids, len(self.tokenizer), self.model.config)
+        st = DecodeState(rows, self.eos_ids, len(self.tokenizer), self.model.config)
         max_new = [sp.max_tokens for _, _, _, sp, _ in rows]
         dev = self.device
         ids, attn = ids.to(dev), attn.to(dev)
@@ -351,7 +212,7 @@ class HFEngine:
             else:
                 out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
                                  **self._prefill_kw)
-                past = _cache_of(out)
+                past = cache_of(out)
                 can_prune = hasattr(past, "batch_select_indices")
                 logits = out.logits[:, -1, :].float().cpu()  # [len(live), V]
             for _step in range(max(max_new)):
@@ -379,12 +240,12 @@ class HFEngine:
                     input_ids=nxt[:, None].to(dev), attention_mask=attn, position_ids=pos,
                     use_cache=True, **{self._cache_kw: past},
                 )
-                past = _cache_of(out)
+                past = cache_of(out)
                 logits = out.logits[:, -1, :].float().cpu()
         dt = time.perf_counter() - t0
         return [st.result(i, p, dt, B, self.tokenizer) for i, (_, _, p, _, _) in enumerate(rows)]
 
-    def _take(self, st: _DecodeState, i: int, t: int, lp: float, ent: float, top: Any) -> int:
+    def _take(self, st: DecodeState, i: int, t: int, lp: float, ent: float, top: Any) -> int:
         """Record row ``i``'s sampled token ``t`` (its log-prob ``lp``, the entropy ``ent`` of its
         distribution, its top-N or None), report it to the request's ``on_token`` and decide whether the
         row is finished."""
@@ -511,9 +372,3 @@ def teacher_forced_logprobs(model: Any, token_ids: Any, prompt_len: int, tempera
     tgt = ids[0, prompt_len:]
     got = lp.gather(-1, tgt[:, None])[:, 0]
     return got.numpy().astype(np.float32)
-
-
-def _cache_of(out: Any) -> Any:
-    """The KV cache of a model output (``cache`` in transformers >= 5.2x, ``past_key_values`` before)."""
-    c = getattr(out, "cache", None)
-    return c if c is not None else out.past_key_values
