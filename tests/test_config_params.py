@@ -113,7 +113,7 @@ def test_the_run_supplies_its_own_engine_arguments():
 
 
 def test_train_composes_generates_engine_and_topology_sub_configs(tmp_path):
-    from gfcr.generate.run import EngineConfig, TopologyConfig
+    from gfcr.generate.config import EngineConfig, TopologyConfig
 
     flat = load_config(None, {"generate.engine": "openai", "generate.engine_params": {"base_url": "u", "model": "m"},
                               "generate.topology": "multi_turn", "generate.k": 3,
@@ -144,7 +144,7 @@ def test_train_composes_generates_engine_and_topology_sub_configs(tmp_path):
 def test_gfcr_generate_checks_the_same_sub_configs():
     from pydantic import ValidationError
 
-    from gfcr.generate.run import GenerateConfig
+    from gfcr.generate.config import GenerateConfig
 
     with pytest.raises(ValidationError, match="engine.args: unknown key 'max_bach' for engine 'hf'; allowed: model, "
                                               "tokenizer, device, max_batch, policy_version, dtype"):

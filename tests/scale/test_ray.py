@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from gfcr.generate.run import GenerateConfig
+from gfcr.generate.config import GenerateConfig
 from gfcr.records import Message, Prompt, Rollout
 from gfcr.store import RolloutStore
 

@@ -211,7 +211,7 @@ def generate_config(config: Path | None, *, store: str | None = None, run_id: st
     """The ``GenerateConfig`` of a YAML file (optional) with the given flags laid over it (``None`` =
     not given); bad input is a user error. Used by ``gfcr generate`` and ``gfcr scale generate``."""
     from gfcr.config import read_yaml_mapping
-    from gfcr.generate.run import GenerateConfig
+    from gfcr.generate.config import GenerateConfig
 
     data: dict[str, Any] = read_yaml_mapping(config) if config is not None else {}
     for key, val in (("store", store), ("run_id", run_id), ("step", step), ("seed", seed), ("batch_prompts", batch_prompts)):

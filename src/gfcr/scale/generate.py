@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from gfcr.generate.run import EngineConfig, GenerateConfig, TopologyConfig
+from gfcr.generate.config import EngineConfig, GenerateConfig, TopologyConfig
 from gfcr.records import Prompt, Rollout, new_id
 
 from .cluster import ScaleError, error_cause, init_ray, kill_actors

@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
 from gfcr.config import StrictModel, check_component, load_config_model
 from gfcr.evaluate import EvalConfig as _EvalConfig
-from gfcr.generate.run import EngineConfig, TopologyConfig
+from gfcr.generate.config import EngineConfig, TopologyConfig
 from gfcr.tasks import TaskConfig as _TaskConfig
 from gfcr.train.distill import DistillConfig
 
@@ -100,10 +100,10 @@ class TrainGenerateConfig(StrictModel):
     """Generation in a training run: Generate's engine and topology sub-configs, composed, plus what
     the training step adds (prompts per step, sampling, weight sync)."""
 
-    engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig, description="The engine (gfcr.generate.run.EngineConfig): `engine: hf` with `engine_params: {...}`, or `engine: {name: hf, args: {...}}`.")
+    engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig, description="The engine (gfcr.generate.config.EngineConfig): `engine: hf` with `engine_params: {...}`, or `engine: {name: hf, args: {...}}`.")
     sync: Literal["auto", "in_place", "copy", "http", "vllm_reload"] = Field("auto", description="How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: nothing moves), 'copy' (an engine with its own weights loads the state dict: hf copy, vllm, ray actors), 'http' (POST to gfcr serve), 'vllm_reload' (openai engine on vLLM's own server in dev mode: reload_weights from a checkpoint folder, then reset its prefix cache). 'auto': in_place for hf, copy for vllm and ray, http for openai.")
     sync_every: int = Field(1, ge=1, description="Push weights to the engine every N updates (N > 1: rollouts up to N-1 updates stale, recorded in policy_version; the truncated-IS/clipped ratio corrects them). The last step always pushes. Needs sync 'copy' or 'http'.")
-    topology: TrainTopologyConfig = Field(default_factory=TrainTopologyConfig, description="Rollout topology (gfcr.generate.run.TopologyConfig): 'group' (k samples per prompt, group advantages), 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac, no_fork_after goes in params; k does not apply) or 'multi_turn' (k policy-env episodes per prompt, group advantages on the policy's tokens only; env, max_turns and obs_role go in params, max_tokens is per turn). Written `topology: NAME`, `k: K`, `params: {...}`, or `topology: {name: NAME, k: K, ...}`.")
+    topology: TrainTopologyConfig = Field(default_factory=TrainTopologyConfig, description="Rollout topology (gfcr.generate.config.TopologyConfig): 'group' (k samples per prompt, group advantages), 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac, no_fork_after goes in params; k does not apply) or 'multi_turn' (k policy-env episodes per prompt, group advantages on the policy's tokens only; env, max_turns and obs_role go in params, max_tokens is per turn). Written `topology: NAME`, `k: K`, `params: {...}`, or `topology: {name: NAME, k: K, ...}`.")
     prompts_per_step: int = Field(4, ge=1, description="Prompts selected per training step.")
     temperature: float = Field(0.7, gt=0.0, le=5.0, description="Sampling temperature (the training forward divides logits by it too).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass; keep 1.0 unless the trainer also applies top-p.")
