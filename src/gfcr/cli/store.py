@@ -222,6 +222,39 @@ def stats(
         print_rows(rows, title=f"{store.path} — {store.count()} rollouts, {store.count('prompts')} prompts")
 
 
+@store_app.command("push")
+def push(
+    path: StorePath,
+    to: Annotated[str, typer.Option("--to", help="Tracker: trackio (local-first) or wandb.")] = "trackio",
+    project: Annotated[str, typer.Option(help="The tracker's project.")] = "gfcr",
+    run: Annotated[str | None, typer.Option(help="The store's run to push (needed when it holds several).")] = None,
+    name: Annotated[str | None, typer.Option(help="The tracker run's name (default: the store's run id).")] = None,
+    steps: Annotated[str | None, typer.Option(help="Inclusive step range A:B.")] = None,
+    samples: Annotated[int, typer.Option(min=0, help="Random rollouts per step in the table.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the per-step sample.")] = 0,
+) -> None:
+    """Push per-step numbers and a sample of rollouts per step to an experiment tracker."""
+    from gfcr.integrations.trackers import make_tracker, push_store
+
+    store = _open(path)
+    rng = None
+    if steps is not None:
+        try:
+            a, b = (int(x) for x in steps.split(":"))
+        except ValueError:
+            fail(f"--steps must be A:B (two integers), got {steps!r}")
+        rng = (a, b)
+    runs = sorted({r["run_id"] for r in store.stats()})
+    if run is None and len(runs) > 1:
+        fail(f"the store holds {len(runs)} runs; name one with --run ({', '.join(runs[:5])})")
+    tracker = make_tracker(to, project, name or run or (runs[0] if runs else None), {"store": str(store.path)})
+    try:
+        n = push_store(store, tracker, run=run, steps=rng, samples=samples, seed=seed)
+    finally:
+        tracker.finish()
+    console.print(f"pushed {n['steps']} step(s) and {n['rollouts']} sampled rollout(s) to {to} project {project!r}")
+
+
 @store_app.command("query")
 def query(
     path: StorePath,

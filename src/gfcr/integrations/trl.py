@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -281,11 +282,13 @@ class TRLRecorder:
 
     ``store``: an open :class:`~gfcr.store.RolloutStore`; ``run_id``: the run's id in the store;
     ``sampler``: a :class:`GfcrSampler` to feed group outcomes to (optional); ``max_pending``:
-    steps that may wait for the writer before training blocks; ``columns``: dataset column names.
+    steps that may wait for the writer before training blocks; ``columns``: dataset column names;
+    ``tracker``: pushes each committed step to an experiment tracker
+    (:class:`~gfcr.integrations.trackers.TrackerHook`).
     """
 
     def __init__(self, store: Any, run_id: str, *, sampler: GfcrSampler | None = None, max_pending: int = 4,
-                 columns: Columns = Columns(), task: str = "trl"):
+                 columns: Columns = Columns(), task: str = "trl", tracker: Callable[[int, list[Any]], None] | None = None):
         if not run_id:
             raise ValueError("run_id must be a non-empty string")
         self.store = store
@@ -293,7 +296,7 @@ class TRLRecorder:
         self.sampler = sampler
         self.columns = columns
         self.task = task
-        self.writer = StepWriter(store, max_pending=max_pending)
+        self.writer = StepWriter(store, max_pending=max_pending, tracker=tracker)
         self.batches = 0
         self.capture_s = 0.0  # training-thread wall seconds spent in the recorder
         self.capture_cpu_s = 0.0  # and its CPU seconds
@@ -436,11 +439,13 @@ def _sampling(trainer: Any) -> dict[str, Any]:
 
 
 def attach(trainer: Any, store: Any, run_id: str, *, selector: str | None = None, max_pending: int = 4,
-           columns: Columns = Columns(), **selector_params: Any) -> TRLRecorder:
+           columns: Columns = Columns(), tracker: Callable[[int, list[Any]], None] | None = None,
+           **selector_params: Any) -> TRLRecorder:
     """One call: install a :class:`GfcrSampler` (when ``selector`` is given) and attach a
     :class:`TRLRecorder` to ``trainer``. Returns the recorder (``recorder.sampler`` is the sampler)."""
     sampler = GfcrSampler.install(trainer, store, selector, columns=columns, **selector_params) if selector else None
-    return TRLRecorder(store, run_id, sampler=sampler, max_pending=max_pending, columns=columns).attach(trainer)
+    return TRLRecorder(store, run_id, sampler=sampler, max_pending=max_pending, columns=columns,
+                       tracker=tracker).attach(trainer)
 
 
 __all__ = ["Capture", "Columns", "GfcrReward", "GfcrSampler", "TRLRecorder", "attach", "capture_to_rollouts",

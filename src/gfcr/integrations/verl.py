@@ -49,7 +49,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -300,11 +300,12 @@ class VerlRecorder:
     committed by a background :class:`~gfcr.integrations.writer.StepWriter`.
     """
 
-    def __init__(self, store: Any, run_id: str, max_pending: int = 4, tokenizer: Any = None):
+    def __init__(self, store: Any, run_id: str, max_pending: int = 4, tokenizer: Any = None,
+                 tracker: Callable[[int, list[Any]], None] | None = None):
         if not run_id:
             raise ValueError("run_id must be a non-empty string")
         self.store, self.run_id, self.tokenizer = store, run_id, tokenizer
-        self.writer = StepWriter(store, max_pending=max_pending, name="gfcr-verl-writer")
+        self.writer = StepWriter(store, max_pending=max_pending, name="gfcr-verl-writer", tracker=tracker)
 
     def __call__(self, batch: Any, global_steps: int | None = None,
                  reward_extra_info: dict[str, Sequence[Any]] | None = None) -> None:

@@ -4,7 +4,10 @@ The training thread hands over a *job* (a callable that builds the step's record
 it has already copied) and returns at once; a single writer thread runs the jobs in order and
 commits each step's rollouts with one ``store.append`` (one Lance commit: the step lands whole or
 not at all). Prompts a step mentions that the store does not hold yet are inserted first, and an
-optional ``after`` callback (e.g. saving a selector's state) runs once the rollouts are committed.
+optional ``after`` callback (e.g. saving a selector's state) runs once the rollouts are committed, and
+an optional ``tracker`` (:class:`~gfcr.integrations.trackers.TrackerHook`) pushes the step's numbers and
+a sample of its rollouts to an experiment tracker (a tracker that fails is warned about once and turned
+off; the store keeps every step).
 
 Back-pressure: at most ``max_pending`` steps wait in the queue; when the writer falls that far
 behind, ``submit`` blocks instead of dropping data or growing memory without bound. A failed job
@@ -21,6 +24,7 @@ import atexit
 import queue
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,10 +59,12 @@ class StepWriter:
     ``stats`` counts committed steps and rows, and the writer thread's wall and CPU seconds.
     """
 
-    def __init__(self, store: Any, max_pending: int = 4, name: str = "gfcr-step-writer"):
+    def __init__(self, store: Any, max_pending: int = 4, name: str = "gfcr-step-writer",
+                 tracker: Callable[[int, list[Rollout]], None] | None = None):
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
         self.store = store
+        self.tracker = tracker  # e.g. gfcr.integrations.trackers.TrackerHook: called after each commit
         self._q: queue.Queue[Any] = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
         self._failed_step: int | None = None
@@ -139,3 +145,11 @@ class StepWriter:
         self.stats["rows"] += len(batch.rollouts)
         if batch.after is not None:
             batch.after(store)
+        if self.tracker is not None and batch.rollouts:
+            try:
+                self.tracker(batch.step, batch.rollouts)
+            except Exception as e:  # noqa: BLE001 - the store is the record; a tracker outage must not stop it
+                warnings.warn(f"pushing step {batch.step} to the tracker failed ({type(e).__name__}: {e}); "
+                              "the step is in the store; the tracker is off for the rest of the run",
+                              RuntimeWarning, stacklevel=1)
+                self.tracker = None
