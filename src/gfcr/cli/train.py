@@ -88,6 +88,9 @@ def eval_cmd(
     obs_role: Annotated[str, typer.Option("--obs-role", help="With --env: chat role of the env's observations.")] = "user",
     reward_source: Annotated[str, typer.Option("--reward-source", help="With --env: what counts as solved: verifier (final turn), env (the env's success), env_or_verifier, weighted.")] = "verifier",
     env_weight: Annotated[float, typer.Option("--env-weight", help="With --env and --reward-source weighted: the env's weight in [0, 1].")] = 0.5,
+    store: Annotated[str | None, typer.Option("--store", help="Keep every generation in this store (created if new) as an eval run; compare two with `gfcr compare`.")] = None,
+    eval_run: Annotated[str | None, typer.Option("--eval-run", help="With --store: the eval run's id (default eval-<policy version>).")] = None,
+    policy_version: Annotated[str | None, typer.Option("--policy-version", help="With --store: the checkpoint's name (default: the --model value).")] = None,
 ) -> None:
     """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON).
     With --env, each sample is a whole policy-env episode (as in multi_turn training).
@@ -129,6 +132,15 @@ def eval_cmd(
         fail("no prompts to evaluate")
     if engine_name not in ("hf", "vllm"):
         fail(f"--engine {engine_name!r}: choose hf or vllm")
+    recorder = None
+    if store is not None:  # checked before the model is loaded
+        if env is not None:
+            fail("--store keeps single-answer evaluations; multi-turn episodes (--env) are not stored yet")
+        from gfcr.evaluate import EvalRecorder
+        from gfcr.store import RolloutStore
+
+        recorder = EvalRecorder(RolloutStore.open(store, create=True), None, policy_version or model, run_id=eval_run,
+                                split=split, verifier=verifier)
     eargs = parse_sets(engine_arg, option="--engine-arg")
     if engine_name == "vllm":
         from gfcr.generate.engines import make_engine
@@ -139,19 +151,54 @@ def eval_cmd(
             fail(f"--engine vllm: {e}")
     else:
         engine = HFEngine(None if model == "default" else model, device=device, **eargs)
+    if recorder is not None:
+        recorder.engine = engine
     if env is not None:
         res = evaluate_episodes(engine, prompts, env=env, max_turns=max_turns, obs_role=obs_role, k=k,
                                 verifier=verify, reward_source=reward_source, env_weight=env_weight,
                                 greedy=not no_greedy, temperature=temperature, max_tokens=max_tokens, seed=seed)
     else:
         res = evaluate_model(engine, prompts, k=k, verifier=verify, greedy=not no_greedy,
-                             temperature=temperature, max_tokens=max_tokens, seed=seed, progress=True)
+                             temperature=temperature, max_tokens=max_tokens, seed=seed, progress=True, record=recorder)
     res.info["model"] = model
+    if recorder is not None:
+        n_rows = recorder.close()
+        res.info["store"] = {"path": store, "eval_run": recorder.run_id, "rollouts": n_rows}
+        typer.echo(f"stored {n_rows} generations in {store} as eval run {recorder.run_id!r}", err=True)
     if out is not None:
         res.save(out)
         typer.echo(f"{res.summary()}\nwritten: {out}")
     else:
         typer.echo(res.to_json())
+
+
+def compare_cmd(
+    store: Annotated[str, typer.Argument(help="The store holding both eval runs (gfcr eval --store).")],
+    run_a: Annotated[str, typer.Argument(help="Eval run A (e.g. eval-after).")],
+    run_b: Annotated[str, typer.Argument(help="Eval run B (e.g. eval-base).")],
+    metric: Annotated[str, typer.Option("--metric", help="greedy_pass@1, pass@k or avg@n.")] = "greedy_pass@1",
+    show: Annotated[int, typer.Option("--show", min=0, help="Prompts listed on each side of the disagreement.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+) -> None:
+    """Two stored evaluations paired per prompt: A minus B with its CI and p-value, and the prompts they disagree on."""
+    import json
+
+    from gfcr.evaluate import compare_stored
+    from gfcr.store import RolloutStore
+
+    c = compare_stored(RolloutStore.open(store), run_a, run_b, metric=metric)
+    d = c.diff
+    if as_json:
+        typer.echo(json.dumps({"a": run_a, "b": run_b, "metric": metric, "n": d.n, "diff": d.diff, "ci": [d.ci_low, d.ci_high],
+                               "p_value": d.p_value, "test": d.test, "a_only": c.a_only, "b_only": c.b_only}))
+        return
+    sig = "significant" if d.p_value < 0.05 else "not significant"
+    typer.echo(f"{run_a} - {run_b}, {metric}: {d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}] over {d.n} prompts, "
+               f"p = {d.p_value:.2g} ({d.test}): {sig}")
+    for name, rows in ((f"better in {run_a}", c.a_only), (f"better in {run_b}", c.b_only)):
+        typer.echo(f"{len(rows)} prompt(s) {name}" + (":" if rows[:show] else ""))
+        for pid, va, vb in rows[:show]:
+            typer.echo(f"  {pid}  {va:.3g} vs {vb:.3g}")
 
 
 def demo_cmd(
@@ -169,7 +216,8 @@ def demo_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``gfcr train``, ``gfcr eval`` and ``gfcr demo`` to the top-level app."""
+    """Add ``gfcr train``, ``gfcr eval``, ``gfcr compare`` and ``gfcr demo`` to the top-level app."""
     app.command("train")(train_cmd)
     app.command("eval")(eval_cmd)
+    app.command("compare")(compare_cmd)
     app.command("demo")(demo_cmd)

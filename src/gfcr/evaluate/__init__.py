@@ -18,6 +18,10 @@ sign-flip permutation p-value otherwise (pass@k, avg@k).
 (``gfcr.generate``'s ``MultiTurn`` topology, the same env and ``max_turns`` as training), judged by
 the verifier on its final assistant turn and/or the env's own success signal (``reward_source``),
 and summarised by the same :func:`summarize`.
+
+Evaluations as stored rollouts (:mod:`~gfcr.evaluate.stored`): :class:`EvalRecorder` keeps every
+generation in a store as an eval run with the checkpoint as ``policy_version``; :func:`compare_stored`
+compares two such runs paired per prompt and lists the prompts where they disagree.
 """
 
 from gfcr.evaluate.metrics import (
@@ -33,7 +37,8 @@ from gfcr.evaluate.metrics import (
 )
 from gfcr.evaluate.paired import PairedDiff, compare_paired, mcnemar, paired_bootstrap, per_prompt_values
 from gfcr.evaluate.run import eval_prompts, evaluate_episodes, evaluate_model
+from gfcr.evaluate.stored import EvalRecorder, StoredComparison, compare_stored, stored_eval
 
-__all__ = ["TRUNCATED_FINISHES", "EvalConfig", "EvalResult", "Metric", "PairedDiff", "VerifyFn", "bootstrap_ci",
-           "compare_paired", "eval_prompts", "evaluate_episodes", "evaluate_model", "mcnemar", "paired_bootstrap",
+__all__ = ["TRUNCATED_FINISHES", "EvalConfig", "EvalRecorder", "EvalResult", "Metric", "PairedDiff",
+           "StoredComparison", "VerifyFn", "bootstrap_ci", "compare_paired", "compare_stored", "stored_eval", "eval_prompts", "evaluate_episodes", "evaluate_model", "mcnemar", "paired_bootstrap",
            "pass_at_k", "per_prompt_values", "resolve_verifier", "summarize"]

@@ -15,6 +15,9 @@ import numpy as np
 from gfcr.evaluate.metrics import TRUNCATED_FINISHES, EvalResult, VerifyFn, resolve_verifier, summarize
 from gfcr.records import Prompt
 
+#: ``record(phase, prompt, results, verdicts, params)``: a caller's hook on every generation of an evaluation
+Recorder = Callable[[str, Prompt, Sequence[Any], Sequence[bool], Any], None]
+
 
 def evaluate_model(
     engine: Any,
@@ -34,6 +37,7 @@ def evaluate_model(
     tokenizer: Any = None,
     progress: bool = False,
     allow_truncated: bool = False,
+    record: Recorder | None = None,
 ) -> EvalResult:
     """Sample ``k`` completions (and one greedy) per prompt with ``engine``, verify, summarize.
 
@@ -47,7 +51,9 @@ def evaluate_model(
     absent, decoded with ``tokenizer`` (or ``engine.tokenizer``). A completion cut by the token
     limit (``finish_reason`` length/abort) counts as wrong unless ``allow_truncated``;
     ``info["truncated"]`` counts them. ``progress`` shows a bar on stderr (prompts done per phase,
-    elapsed time), so stdout keeps only the result.
+    elapsed time), so stdout keeps only the result. ``record(phase, prompt, results, verdicts, params)``
+    receives every generation (``phase`` ``"sampled"`` or ``"greedy"``), e.g. an
+    :class:`~gfcr.evaluate.stored.EvalRecorder` that keeps them in a store.
     """
     from gfcr.generate.engines.base import GenRequest, SamplingParams
 
@@ -83,6 +89,8 @@ def evaluate_model(
             ]
             for p, results in zip(chunk, engine.generate(reqs), strict=True):
                 out[p.prompt_id] = [judge(p, r) for r in results]
+                if record is not None:
+                    record("greedy" if params.temperature == 0 else "sampled", p, results, out[p.prompt_id], params)
             bar.advance(task, len(chunk))
         return out
 
