@@ -255,6 +255,45 @@ def push(
     console.print(f"pushed {n['steps']} step(s) and {n['rollouts']} sampled rollout(s) to {to} project {project!r}")
 
 
+@store_app.command("lineage")
+def lineage_(
+    path: StorePath,
+    checkpoint: Annotated[Path | None, typer.Option(help="A gfcr train checkpoint folder (its run and step are read from it).")] = None,
+    run: Annotated[str | None, typer.Option(help="The run (with --step, instead of --checkpoint).")] = None,
+    step: Annotated[int | None, typer.Option(help="The step after which the checkpoint was saved.")] = None,
+    show: Annotated[int, typer.Option(min=0, help="Rollouts listed.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every rollout used as a JSON line.")] = False,
+) -> None:
+    """Which stored rollouts trained a checkpoint: fresh and replayed, with the steps they trained at."""
+    from dataclasses import asdict
+
+    from gfcr.store.lineage import lineage
+
+    if checkpoint is not None:
+        state_file = checkpoint / "loop_state.json"
+        if not state_file.is_file():
+            fail(f"{checkpoint} is not a gfcr train checkpoint folder (no loop_state.json)")
+        state = json.loads(state_file.read_text())
+        run, step = state["run_id"], int(state["step"])
+    if run is None or step is None:
+        fail("name the checkpoint: --checkpoint DIR, or --run RUN --step N")
+    lin = lineage(_open(path), run, step)
+    if as_json:
+        for u in lin.used:
+            print(json.dumps(asdict(u), default=json_default))
+        return
+    n_fresh = sum(c["fresh"] for c in lin.per_step.values())
+    n_rep = sum(c["replayed"] for c in lin.per_step.values())
+    console.print(f"run {run} after step {step}: {len(lin.used)} rollouts trained it "
+                  f"({n_fresh} fresh uses, {n_rep} replayed uses over {len(lin.per_step)} steps)"
+                  + (f"; {len(lin.unknown)} rows do not record whether they were trained" if lin.unknown else ""))
+    print_rows([{"step": s, **c} for s, c in lin.per_step.items()], title="uses per training step")
+    if show:
+        print_rows([{"rollout_id": u.rollout_id, "step": u.step, "trained_at": ",".join(map(str, u.trained_at)),
+                     "prompt_id": u.prompt_id, "reward": u.reward} for u in lin.used[:show]],
+                   title=f"first {min(show, len(lin.used))} of {len(lin.used)} (--json lists all)")
+
+
 @store_app.command("query")
 def query(
     path: StorePath,
