@@ -116,3 +116,27 @@ def test_cli_eval_store_and_compare(tmp_path):
     assert cmp.returncode == 0, cmp.stderr
     d = json.loads(cmp.stdout)
     assert d["n"] == 6 and d["diff"] == pytest.approx(0.0) and d["a_only"] == d["b_only"] == []  # same greedy model
+
+
+def test_train_keeps_its_before_and_after_evals_as_rollouts(tiny_dir, tmp_path):
+    from gfcr.evaluate import EvalResult
+    from gfcr.store import RolloutStore
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import train
+
+    cfg = load_config(None, {
+        "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 1, "tensorboard": False,
+        "tasks": [{"name": "arith", "n_train": 4, "n_eval": 3, "params": {"level": 1}}],
+        "generate.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4,
+        "eval.before": True, "eval.after": True, "eval.k": 2, "eval.max_tokens": 4})
+    res = train(cfg, run_dir=tmp_path / "run", progress=False)
+    evals = RolloutStore.open(res.run_dir / "evals")
+    assert sorted(r["run_id"] for r in evals.stats()) == ["eval-after", "eval-before"]
+    assert evals.count() == 2 * 3 * (2 + 1)
+    for name in ("before", "after"):
+        live = EvalResult.load(res.run_dir / f"eval_{name}.json")
+        again = stored_eval(evals, f"eval-{name}", n_boot=1000, seed=cfg.seed)
+        assert {k: m.value for k, m in again.metrics.items()} == pytest.approx({k: m.value for k, m in live.metrics.items()})
+    versions = {r["run_id"]: r["policy_version"] for r in evals.sql("SELECT DISTINCT run_id, policy_version FROM rollouts").to_pylist()}
+    assert versions == {"eval-before": "s0", "eval-after": "s1"}
+    assert compare_stored(evals, "eval-after", "eval-before").diff.n == 3

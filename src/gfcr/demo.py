@@ -89,6 +89,8 @@ def stage_train(d: Demo, say: Callable[[Any], None]) -> None:
     for name, file in (("eval (base)", "eval_before.json"), ("eval (after)", "eval_after.json")):
         if (res.run_dir / file).exists():
             d.outputs[name] = res.run_dir / file
+    if (res.run_dir / "evals").is_dir():  # every eval generation, as stored rollouts
+        d.outputs["eval generations"] = f"{res.run_dir / 'evals'} (gfcr compare {res.run_dir / 'evals'} eval-after eval-before)"
 
 
 def rl_gain_lines(after: Any, before: Any, steps: int, full: bool) -> list[str]:

@@ -301,6 +301,8 @@ class TrainEvalConfig(_EvalConfig):
 
     before: bool = Field(False, description="Evaluate the policy on held-out prompts before training.")
     after: bool = Field(False, description="Evaluate the policy on held-out prompts after training.")
+    store: bool = Field(True, description="Keep every eval generation in RUN/evals as eval runs 'eval-before' and "
+                        "'eval-after' (single-answer tasks; compare them with `gfcr compare RUN/evals eval-after eval-before`).")
 
 
 class TrainConfig(StrictModel):

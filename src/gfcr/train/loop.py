@@ -475,7 +475,7 @@ def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Pat
         before, main = None, dist.is_main()  # data parallel: rank 0 evaluates while the others wait
         if main and cfg.eval.before and t.eval_prompts and not (d / "eval_before.json").exists():
             say(f"evaluating the initial policy on {len(t.eval_prompts)} held-out prompts ...")
-            before = evaluate_policy(t)
+            before = evaluate_policy(t, "before")
             before.save(d / "eval_before.json")
             say(f"before: {before.summary()}")
         dist.barrier()
@@ -483,7 +483,7 @@ def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Pat
         res.eval_before = before
         if main and cfg.eval.after and t.eval_prompts and res.steps_done == cfg.steps:
             say(f"evaluating the trained policy on {len(t.eval_prompts)} held-out prompts ...")
-            res.eval_after = evaluate_policy(t)
+            res.eval_after = evaluate_policy(t, "after")
             res.eval_after.save(d / "eval_after.json")
             say(f"after: {res.eval_after.summary()}")
         dist.barrier()

@@ -186,11 +186,13 @@ def check_multi_turn(env: str) -> None:
         )
 
 
-def evaluate_policy(t: Any) -> Any:
+def evaluate_policy(t: Any, name: str | None = None) -> Any:
     """Evaluate the run's current policy on its held-out prompts with the run's verifier. A multi_turn
     run is evaluated on the same env episodes it trains on (same env, ``max_turns``, ``obs_role``,
-    and ``verify.reward_source`` deciding what counts as solved): :func:`gfcr.evaluate.evaluate_episodes`."""
-    from gfcr.evaluate import evaluate_episodes, evaluate_model
+    and ``verify.reward_source`` deciding what counts as solved): :func:`gfcr.evaluate.evaluate_episodes`.
+    With ``eval.store`` and a ``name``, a single-answer evaluation keeps its generations in the run's
+    ``evals`` store as eval run ``eval-<name>`` (:class:`gfcr.evaluate.EvalRecorder`)."""
+    from gfcr.evaluate import EvalRecorder, evaluate_episodes, evaluate_model
     from gfcr.filters.verifiers import stated_answer_format
 
     e, g = t.cfg.eval, t.cfg.generate
@@ -208,7 +210,19 @@ def evaluate_policy(t: Any) -> Any:
             reward_source=t.cfg.verify.reward_source, env_weight=t.cfg.verify.env_weight, greedy=e.greedy,
             temperature=e.temperature, max_tokens=max_tokens, seed=t.cfg.seed,
         )
-    return evaluate_model(
+    rec = None
+    if name is not None and getattr(e, "store", False):
+        from gfcr.store import RolloutStore
+
+        evals = RolloutStore.open(t.run_dir / "evals", create=True)
+        run_id = f"eval-{name}"
+        if evals.count(where=f"run_id = '{run_id}'") == 0:  # (a resumed run that already stored it keeps the first)
+            rec = EvalRecorder(evals, t.engine, t.policy_version, run_id=run_id, split="eval",
+                               verifier=t.cfg.verify.verifier)
+    res = evaluate_model(
         t.engine, t.eval_prompts, k=e.k, verifier=verify, greedy=e.greedy, temperature=e.temperature,
-        max_tokens=max_tokens, seed=t.cfg.seed, batch_size=g.max_batch,
+        max_tokens=max_tokens, seed=t.cfg.seed, batch_size=g.max_batch, record=rec,
     )
+    if rec is not None:
+        res.info["stored"] = {"store": str(t.run_dir / "evals"), "eval_run": rec.run_id, "rollouts": rec.close()}
+    return res
