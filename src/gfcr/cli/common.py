@@ -62,6 +62,29 @@ def one_line(msg: object) -> str:
     return out or type(msg).__name__
 
 
+def public_help(doc: str) -> str:
+    """A command's docstring as ``--help`` shows it: dedented, without the paragraphs written for
+    the code's readers (those that start ``Long because``, the house style's note on a long function).
+
+    Example: ``"Do x.\n\n    Long because: y."`` → ``"Do x."``.
+    """
+    import inspect
+
+    paras = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(p for p in paras if not p.lstrip().startswith("Long because")).strip()
+
+
+def strip_internal_help(app: typer.Typer) -> None:
+    """Set every command's help (of ``app`` and its sub-apps) to :func:`public_help` of its docstring."""
+    for info in app.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if doc and "Long because" in doc:
+            info.help = public_help(doc)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            strip_internal_help(group.typer_instance)
+
+
 def fail(msg: object) -> NoReturn:
     """End the command with ``error: msg`` (one line) on stderr and exit code 2."""
     typer.echo(f"error: {one_line(msg)}", err=True)
