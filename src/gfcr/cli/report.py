@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import fail
+from .common import check_port, fail
 
 
 def _load_configs(config: Path | None):  # noqa: ANN202 - (MetricsConfig, DetectorConfig)
@@ -133,6 +133,7 @@ def view(
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host.lower().rstrip(".") == "localhost"
+    check_port(host, port)  # before the store opens and before a URL is announced
     if not loopback:
         typer.echo(f"warning: listening on {host}: anyone who can reach it can read every rollout in {store}", err=True)
     app = create_app(store, tokenizer=tokenizer,
