@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from diag_helpers import audit, group, rollout, showcase_store
 
@@ -129,6 +130,7 @@ def test_report_in_chromium(showcase, browser, tmp_path):
     page.goto(path.as_uri())
     charts = page.locator("svg.chart")
     assert charts.count() >= 10
+    audited = sorted(set(store.get(store.audits().column("rollout_id").to_pylist(), columns=["step"]).column("step").to_pylist()))
     for i in range(charts.count()):
         c = charts.nth(i)
         title = c.get_attribute("aria-label")
@@ -136,7 +138,9 @@ def test_report_in_chromium(showcase, browser, tmp_path):
         yt = [t.strip() for t in c.locator("text.ytick").all_text_contents()]
         assert len(xt) >= 2 and all(xt) and len(yt) >= 3 and all(yt), title
         assert _round([float(v) for v in yt]), (title, yt)
-        assert xt == [str(s) for s in range(10)], (title, xt)  # ten steps: every one labelled
+        # ten steps: every one labelled; the ROSS chart spans the steps its judge audited (as `ross analyze`)
+        want = audited if title.startswith("ROSS audits (arith-steps)") else list(range(10))
+        assert xt == [str(s) for s in want], (title, xt)
         assert c.locator("text.axis-label").count() == 2, title
         # the chart and its title fit: nothing drawn outside the svg box
         box = c.bounding_box()
@@ -198,6 +202,50 @@ def test_viewer_in_chromium(showcase, browser, tmp_path):
     _no_horizontal_overflow(page)
     assert errors == []
     page.close()
+
+
+def test_viewer_shows_the_ross_judge_not_the_control(browser, tmp_path):
+    """Issue 45: with the ROSS judge's and the keep-all control's audits of the same rollouts (a
+    tie), the viewer draws arith-steps' exclusions and names it; ``?judge=keep-all`` shows the control."""
+    from playwright.sync_api import expect
+
+    from gfcr.records import Audit
+    from gfcr.testing import tiny_tokenizer
+
+    tiny_tokenizer().save_pretrained(str(tmp_path / "tokenizer"))
+    store = showcase_store(tmp_path / "store", str(tmp_path / "tokenizer"), steps=4)
+    judged = store.audits(judge="arith-steps").to_pylist()
+    roles = dict(zip(*store.get([a["rollout_id"] for a in judged], columns=["rollout_id", "token_role"]).to_pydict().values(),
+                     strict=True))
+    store.upsert_audits([Audit(rollout_id=a["rollout_id"], judge="keep-all", judge_version="1", status="kept",
+                               mask=(np.asarray(roles[a["rollout_id"]]) == 1).astype(np.uint8), excluded=[], ter=0.0)
+                         for a in judged])
+    rid = judged[0]["rollout_id"]
+    srv, th, url = _serve(store.path)
+    try:
+        page = browser.new_page()
+        errors = _watch(page)
+        page.goto(url + f"#rollout={rid}")
+        expect(page.locator("#audit-label")).to_contain_text("audit arith-steps@1: kept")
+        expect(page.locator("#f-judge")).to_have_value("arith-steps")
+        expect(page.locator("#ross-ter")).to_contain_text("ROSS judge arith-steps")
+        excluded = page.locator("#assistant-turn pre .seg-excluded")
+        assert excluded.count() == 1 and excluded.get_attribute("data-category") == "corrected_mistake"
+        assert page.locator("#token-strip .tok-unsup").count() == int(
+            (np.asarray(roles[rid]) == 1).sum() - np.asarray(judged[0]["mask"]).sum())
+        page.select_option("#f-judge", "keep-all")
+        expect(page.locator("#audit-label")).to_contain_text("audit keep-all@1: kept")
+        assert "judge=keep-all" in page.url
+        page.goto(url + f"?judge=keep-all#rollout={rid}")
+        expect(page.locator("#audit-label")).to_contain_text("audit keep-all@1")
+        expect(page.locator("#f-judge")).to_have_value("keep-all")
+        assert page.locator("#assistant-turn pre .seg-excluded").count() == 0
+        assert page.locator("#token-strip .tok-unsup").count() == 0
+        assert errors == []
+        page.close()
+    finally:
+        srv.should_exit = True
+        th.join(timeout=10)
 
 
 @pytest.fixture()

@@ -40,7 +40,7 @@ def test_summary(viewer):
     client, _, _ = viewer
     s = client.get("/api/summary").json()
     assert {r["run_id"]: r["rollouts"] for r in s["runs"]} == {"A": 15, "B": 2}
-    assert s["judges"] == [{"judge": "rule", "n": 1}]
+    assert s["judges"] == [{"judge": "rule", "n": 1, "control": False}] and s["default_judge"] == "rule"
 
 
 @pytest.mark.parametrize(

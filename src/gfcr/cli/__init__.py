@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import typer  # noqa: E402
 
 from . import generate, report, ross, scale, simulate, store, train, verify  # noqa: E402
-from .common import DEBUG, GfcrGroup  # noqa: E402
+from .common import DEBUG, GfcrGroup, strip_internal_help  # noqa: E402
 
 app = typer.Typer(
     name="gfcr",
@@ -73,6 +73,7 @@ def _root(
 
 for _group in (store, generate, verify, train, ross, simulate, report, scale):
     _group.register(app)
+strip_internal_help(app)  # "Long because" notes are for the code's readers, not --help
 
 
 def main() -> None:

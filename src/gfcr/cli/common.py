@@ -62,6 +62,57 @@ def one_line(msg: object) -> str:
     return out or type(msg).__name__
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether another socket listens on ``host:port``: a bind test as the server would bind
+    (``SO_REUSEADDR``, as uvicorn sets it, so a port left in TIME_WAIT counts as free). Port 0
+    (any free port) and a host that does not resolve are left to the server to report."""
+    import socket
+
+    if port == 0:
+        return False
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return False
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError:
+            return True
+    return False
+
+
+def check_port(host: str, port: int) -> None:
+    """End the command in one line when ``port`` on ``host`` is taken (before anything loads)."""
+    if port_in_use(host, port):
+        fail(f"port {port} on {host} is in use; pick another with --port")
+
+
+def public_help(doc: str) -> str:
+    """A command's docstring as ``--help`` shows it: dedented, without the paragraphs written for
+    the code's readers (those that start ``Long because``, the house style's note on a long function).
+
+    Example: ``"Do x.\n\n    Long because: y."`` → ``"Do x."``.
+    """
+    import inspect
+
+    paras = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(p for p in paras if not p.lstrip().startswith("Long because")).strip()
+
+
+def strip_internal_help(app: typer.Typer) -> None:
+    """Set every command's help (of ``app`` and its sub-apps) to :func:`public_help` of its docstring."""
+    for info in app.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if doc and "Long because" in doc:
+            info.help = public_help(doc)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            strip_internal_help(group.typer_instance)
+
+
 def fail(msg: object) -> NoReturn:
     """End the command with ``error: msg`` (one line) on stderr and exit code 2."""
     typer.echo(f"error: {one_line(msg)}", err=True)

@@ -26,6 +26,7 @@ from .common import (
     TaskOpt,
     TemperatureOpt,
     TopologyOpt,
+    check_port,
     fail,
     generate_config,
 )
@@ -124,6 +125,7 @@ def serve_cmd(
 
     if tool_call_parser is not None and tool_call_parser not in TOOL_PARSERS:
         fail(f"--tool-call-parser {tool_call_parser!r} is not known (known: {', '.join(sorted(TOOL_PARSERS))})")
+    check_port(host, port)  # before the model loads (~10 s for the default one)
     if model is not None:
         resolve_model(model)  # a missing model folder is named before anything starts
     serve(model, host=host, port=port, model_name=name, device=device,

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import fail
+from .common import check_port, fail
 
 
 def _load_configs(config: Path | None):  # noqa: ANN202 - (MetricsConfig, DetectorConfig)
@@ -40,9 +40,12 @@ def report(
     samples: Annotated[int, typer.Option("--samples", min=0, help="sample rollouts per bucket")] = 3,
     force: Annotated[bool, typer.Option("--force", help="replace --out if it exists")] = False,
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name for the token/text check")] = None,
+    judge: Annotated[str | None, typer.Option("--judge", help="whose ROSS audits to show (default: the ROSS judge, "
+                                              "not the keep-all control; most audits, then name)")] = None,
 ) -> None:
     """Write a self-contained HTML report: metrics over steps, detector findings, rollout health, ROSS
     tables, samples."""
+    from gfcr.diagnose.audits import resolve_judge
     from gfcr.diagnose.report import write_report
     from gfcr.store import RolloutStore
 
@@ -50,6 +53,10 @@ def report(
     st = RolloutStore.open(store)
     if out.exists() and not force:
         fail(f"{out} exists; choose another --out or pass --force to replace it")
+    try:
+        mcfg = mcfg.model_copy(update={"judge": resolve_judge(st, judge or mcfg.judge)[0]})
+    except ValueError as e:
+        fail(str(e))
     metrics, findings, health = _diagnose(st, run, mcfg, dcfg, tokenizer)
     path = write_report(st, out, run=run, overwrite=force, metrics_config=mcfg, detector_config=dcfg,
                         samples_per_bucket=samples, metrics=metrics, findings=findings, health=health)
@@ -126,6 +133,7 @@ def view(
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host.lower().rstrip(".") == "localhost"
+    check_port(host, port)  # before the store opens and before a URL is announced
     if not loopback:
         typer.echo(f"warning: listening on {host}: anyone who can reach it can read every rollout in {store}", err=True)
     app = create_app(store, tokenizer=tokenizer,

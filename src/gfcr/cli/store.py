@@ -69,11 +69,46 @@ def print_rows(rows: list[dict[str, Any]], title: str | None = None, max_width: 
 
 @store_app.command("init")
 def init(path: StorePath) -> None:
-    """Create an empty store (all tables created with their schemas)."""
+    """Create an empty store (all tables created with their schemas) in a new or empty folder."""
     from gfcr.store import RolloutStore
 
+    refuse_foreign_folder(path)
     s = RolloutStore.open(path, create=True)
     console.print(f"store ready at {s.path} (schema version {s.manifest['schema_version']})")
+
+
+def refuse_foreign_folder(path: Path, run_folder_only: bool = False) -> None:
+    """End the command in one line when ``path`` is a folder that holds files but no store (a store
+    created among a dump's files would be read as part of the dump ever after). A run folder gets
+    "did you mean RUN/store"; a store's own pieces (what a crashed init or a lost manifest leaves:
+    ``*.lance``, locks, the aggregates file) are allowed."""
+    from gfcr.store.integrity import MANIFEST
+
+    if not path.is_dir() or (path / MANIFEST).exists():
+        return
+    if (path / "store" / MANIFEST).exists():
+        fail(f"{path} is a run folder, not a store: did you mean {path / 'store'}?")
+    if run_folder_only:
+        return
+    other = sorted(e.name for e in path.iterdir()
+                   if not e.name.endswith((".lance", ".lock")) and e.name != "aggregates.parquet")
+    if other:
+        fail(f"{path} is not empty and is not a gfcr store (it holds {', '.join(other[:3])}"
+             f"{', …' if len(other) > 3 else ''}); give the store a new or empty folder")
+
+
+def check_line(t: Any, width: int = 0) -> str:
+    """One line of ``gfcr store check`` for a table's report (:class:`gfcr.store.integrity` ``TableReport``).
+
+    Example: ``rollouts  v7 · 78 rows, all readable · 6 fragments, none damaged · versions 1-7 readable ·
+    SHA-256 6/6 files``; a damaged table reads ``… · 70 of 78 rows readable · 6 fragments, damaged: 3,4 · …``.
+    """
+    damaged = [str(f.fragment_id) for f in t.fragments if not f.readable]
+    ver = f"v{t.version}" + ("" if t.recorded_version == t.version else f" (recorded v{t.recorded_version})")
+    rows = f"{t.rows} rows, all readable" if t.rows_readable == t.rows else f"{t.rows_readable} of {t.rows} rows readable"
+    frags = f"{len(t.fragments)} fragments, " + (f"damaged: {','.join(damaged)}" if damaged else "none damaged")
+    return (f"{t.name:<{width}}  {ver} · {rows} · {frags} · versions {_ranges(t.versions_readable)} readable · "
+            f"SHA-256 {t.files_digested}/{t.files_digested + t.files_not_digested} files")
 
 
 def _csv(v: str | None) -> list[str] | None:
@@ -119,6 +154,7 @@ def import_(
     if missing and not follow:  # before the store is opened: nothing is created
         fail(f"no such file or folder: {', '.join(missing)}")
     kept: BaseException | None = None
+    refuse_foreign_folder(path)
     with removed_on_failure(path):  # a failed import into a new store leaves no store behind
         store = RolloutStore.open(path, create=create)
         before = store.count()
@@ -345,6 +381,7 @@ def check(
 
     if not path.is_dir():
         fail(f"no store at {path}; check the path")
+    refuse_foreign_folder(path, run_folder_only=True)
     tables = list(TABLES)
     if accept:
         rep = integrity.accept(path, tables, integrity.new_manifest(tables))
@@ -353,12 +390,9 @@ def check(
     if as_json:
         print(json.dumps(rep.to_dict(), default=json_default))
     else:
-        print_rows([{"table": t.name, "version": t.version, "recorded": t.recorded_version, "rows": t.rows,
-                     "readable rows": t.rows_readable, "fragments": len(t.fragments),
-                     "damaged fragments": ",".join(str(f.fragment_id) for f in t.fragments if not f.readable) or "-",
-                     "readable versions": _ranges(t.versions_readable),
-                     "SHA-256 checked": f"{t.files_digested}/{t.files_digested + t.files_not_digested} files"}
-                    for t in rep.tables], title=f"check {path}")
+        width = max(len(t.name) for t in rep.tables)
+        for t in rep.tables:
+            console.print(check_line(t, width), highlight=False, soft_wrap=True)
         for p in rep.all_problems:
             console.print(f"[red]damaged:[/] {p}", highlight=False, soft_wrap=True)
         if rep.ok:

@@ -82,7 +82,8 @@ def eval_cmd(
     device: Annotated[str, typer.Option("--device", help="torch device (hf engine).")] = "cpu",
     engine_name: Annotated[str, typer.Option("--engine", help="Engine: hf (transformers) or vllm (offline vllm.LLM; make vllm).")] = "hf",
     engine_arg: Annotated[list[str] | None, typer.Option("--engine-arg", help="Engine argument KEY=VALUE (repeatable), e.g. max_model_len=1024 for vllm.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Write the JSON result here (default: stdout).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON result (metrics, per-prompt counts) here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON result on stdout instead of the summary line.")] = False,
     env: Annotated[str | None, typer.Option("--env", help="Evaluate multi-turn episodes against this env (calculator, python or pkg.module:Class) instead of single answers.")] = None,
     max_turns: Annotated[int, typer.Option("--max-turns", help="With --env: most policy turns per episode (--max-tokens is per turn).")] = 4,
     obs_role: Annotated[str, typer.Option("--obs-role", help="With --env: chat role of the env's observations.")] = "user",
@@ -92,8 +93,10 @@ def eval_cmd(
     eval_run: Annotated[str | None, typer.Option("--eval-run", help="With --store: the eval run's id (default eval-<policy version>).")] = None,
     policy_version: Annotated[str | None, typer.Option("--policy-version", help="With --store: the checkpoint's name (default: the --model value).")] = None,
 ) -> None:
-    """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts (JSON).
-    With --env, each sample is a whole policy-env episode (as in multi_turn training).
+    """Evaluate a model: unbiased pass@k, avg@k and greedy pass@1 with bootstrap CIs over prompts; prints
+    one summary line (--json: the full result). With --env, each sample is a whole policy-env episode
+    (as in multi_turn training). The default model is verified as the train and demo configs verify
+    it (numeric with lenient_fallback=true) unless --verifier-arg says otherwise.
 
     Long because: most of it is the option list, one typed line per option, as every command."""
     from gfcr.evaluate import EvalConfig, eval_prompts, evaluate_episodes, evaluate_model, resolve_verifier
@@ -117,6 +120,10 @@ def eval_cmd(
               "eval options", {"k": "--k", "max_tokens": "--max-tokens", "temperature": "--temperature"})
     kw = parse_sets(task_arg, option="--task-arg")
     vparams = parse_sets(verifier_arg, option="--verifier-arg")
+    if model == "default" and verifier == "numeric" and "lenient_fallback" not in vparams:
+        vparams["lenient_fallback"] = True  # as configs/arith-smollm2.yaml and the demo verify the default model
+        typer.echo("note: the default model is verified with numeric lenient_fallback=true, as its train and demo "
+                   "configs are (--verifier-arg lenient_fallback=false for the strict 'Answer: N' line)", err=True)
     try:
         verify = resolve_verifier(verifier, vparams)  # built once, before the model is loaded
     except (ValueError, TypeError) as e:
@@ -161,15 +168,24 @@ def eval_cmd(
         res = evaluate_model(engine, prompts, k=k, verifier=verify, greedy=not no_greedy,
                              temperature=temperature, max_tokens=max_tokens, seed=seed, progress=True, record=recorder)
     res.info["model"] = model
+    res.info["verifier"] = {"name": verifier, "params": vparams}
     if recorder is not None:
         n_rows = recorder.close()
         res.info["store"] = {"path": store, "eval_run": recorder.run_id, "rollouts": n_rows}
         typer.echo(f"stored {n_rows} generations in {store} as eval run {recorder.run_id!r}", err=True)
     if out is not None:
         res.save(out)
-        typer.echo(f"{res.summary()}\nwritten: {out}")
-    else:
-        typer.echo(res.to_json())
+        typer.echo(f"written: {out}", err=True)
+    typer.echo(res.to_json() if as_json else eval_summary_line(res))
+
+
+def eval_summary_line(res: Any) -> str:
+    """One line: prompts, samples and each metric with its 95% bootstrap CI.
+
+    Example: 4 prompts, k=4, sampled 2 of 4 right on each, greedy right on 2 →
+    ``4 prompts, k=4: pass@1 0.500 [0.500, 0.500] · pass@4 1.000 [1.000, 1.000] · avg@4 … · greedy_pass@1 0.500 [...]``."""
+    return (f"{res.n_prompts} prompts, k={res.n_samples}: "
+            + " · ".join(f"{name} {m}" for name, m in res.metrics.items()))
 
 
 def compare_cmd(

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gfcr.diagnose.audits import judges_line, latest_audits, resolve_judge, ter_by_step
 from gfcr.diagnose.charts import line_chart, stacked_bar_chart
 from gfcr.diagnose.detectors import DetectorConfig, Finding, detect
 from gfcr.diagnose.metrics import MetricsConfig, by_run, step_metrics
@@ -63,7 +64,6 @@ CHARTS: list[tuple[str, list[str], str, tuple[float | None, float | None], str]]
     ("Group control decisions", ["n_kept_groups", "n_dropped_groups"], "groups", (0.0, None), "bars"),
     ("Replay staleness", ["staleness_mean", "staleness_max"], "policy versions", (0.0, None), "line"),
     ("Replay importance weights", ["iw_mean", "iw_min", "iw_max"], "weight", (0.0, None), "line"),
-    ("ROSS audits: TER over steps", ["ter_mean", "kept_share"], "share", SHARE, "line"),
 ]
 
 CSS = """
@@ -170,7 +170,28 @@ def _metrics_table(metrics: pa.Table) -> str:
     return f'<div class="scroll" id="metrics-box"><table id="metrics"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
 
 
-def _ross_tables(store: Any, run: str | None) -> str:
+def _ross_chart(store: Any, run: str | None, judge: str | None) -> str:
+    """TER per step of ``judge``'s audits, token-pooled as ``gfcr ross analyze`` computes it
+    (:func:`gfcr.diagnose.audits.ter_by_step`), with the share of audits kept; one chart per run."""
+    rows = ter_by_step(store, judge, run)
+    runs = sorted({r["run_id"] for r in rows})
+    out = []
+    for rn in runs:
+        rr = [r for r in rows if r["run_id"] == rn]
+        nan = float("nan")
+        series = {"TER (excluded share of generated tokens)": np.array([nan if r["ter"] is None else r["ter"] for r in rr]),
+                  "audits kept": np.array([r["kept_share"] for r in rr], float)}
+        t = f"ROSS audits ({judge}): TER over steps" + ("" if len(runs) == 1 else f" — {rn}")
+        out.append(line_chart(t, np.array([r["step"] for r in rr]), series, "share", SHARE))
+    cells = "".join(f'<tr data-run="{_e(r["run_id"])}" data-step="{r["step"]}"><td>{_e(r["run_id"])}</td><td>{r["step"]}</td>'
+                    f'<td>{r["n_audited"]}</td><td>{_fmt(r["kept_share"])}</td><td>{r["generated_tokens"]}</td>'
+                    f'<td>{r["excluded_tokens"]}</td><td class="ter">{_fmt(r["ter"])}</td></tr>' for r in rows)
+    table = (f'<table id="ross-ter" data-judge="{_e(judge)}"><tr><th>run</th><th>step</th><th>audits</th><th>kept</th>'
+             f"<th>generated tokens (kept)</th><th>excluded tokens</th><th>TER</th></tr>{cells}</table>") if rows else ""
+    return '<div class="charts">' + "".join(out) + "</div>" + table
+
+
+def _ross_tables(store: Any, run: str | None, judge: str | None = None, counts: dict[str, int] | None = None) -> str:
     ids_filter = ""
     if run is not None:
         ids_filter = "WHERE a.rollout_id IN (SELECT rollout_id FROM rollouts WHERE run_id = " + \
@@ -201,14 +222,17 @@ def _ross_tables(store: Any, run: str | None) -> str:
             {'AND' if ids_filter else 'WHERE'} a.status <> 'kept' GROUP BY ALL ORDER BY n DESC LIMIT 10"""
     ).to_pylist()
     rrow = "".join(f"<tr><td>{_e(r['judge'])}</td><td>{_e(r['reason'])}</td><td>{r['n']}</td></tr>" for r in reasons)
-    out = f'<table id="ross-status">{head}{rows}</table>'
+    out = (f'<p id="ross-judge" data-judge="{_e(judge)}">The TER chart, the sample rollouts, the most-masked bucket and '
+           f"the metrics' audit columns show <b>{_e(judges_line(judge, counts or {}))}</b>. Pick another with "
+           "<code>gfcr report --judge NAME</code>.</p>" + _ross_chart(store, run, judge))
+    out += f'<h3>Audits per judge</h3><table id="ross-status">{head}{rows}</table>'
     out += f'<h3>Exclusion categories</h3><table id="ross-categories"><tr><th>judge</th><th>category</th><th>spans</th><th>chars</th></tr>{crow}</table>'
     if rrow:
         out += f'<h3>Discard reasons</h3><table id="ross-reasons"><tr><th>judge</th><th>reason</th><th>audits</th></tr>{rrow}</table>'
     return out
 
 
-def _pick(store: Any, run: str | None, n: int) -> dict[str, list[str]]:
+def _pick(store: Any, run: str | None, n: int, judge: str | None = None) -> dict[str, list[str]]:
     """Rollout ids per bucket: best, worst, truncated, most-masked — top-n queries (DuckDB over the
     store), never the whole id list in Python."""
     where = "" if run is None else "WHERE run_id = '" + run.replace("'", "''") + "'"
@@ -225,12 +249,20 @@ def _pick(store: Any, run: str | None, n: int) -> dict[str, list[str]]:
            "worst": ids(f"SELECT rollout_id FROM rollouts {where} ORDER BY reward ASC, rollout_id DESC LIMIT {n}"),
            "truncated": ids(f"SELECT rollout_id FROM rollouts {where} {and_} finish_reason = 'length' "
                             f"ORDER BY step, rollout_id LIMIT {n}")}
-    scope = "" if run is None else f"AND rollout_id IN (SELECT rollout_id FROM rollouts {where})"
-    masked = ids(f"SELECT rollout_id, max(ter) AS t FROM audits WHERE ter > 0 {scope} GROUP BY rollout_id "
-                 f"ORDER BY t DESC, rollout_id LIMIT {n}")
-    if masked or store.count("audits"):
-        out["most-masked"] = masked
+    if store.count("audits"):
+        out["most-masked"] = _most_masked(store, run, n, judge)
     return out
+
+
+def _most_masked(store: Any, run: str | None, n: int, judge: str | None) -> list[str]:
+    """The ``n`` rollouts ``judge`` masked most (highest TER of its audits), ties by id."""
+    if judge is None:
+        return []
+    scope = "" if run is None else "AND rollout_id IN (SELECT rollout_id FROM rollouts WHERE run_id = '" + \
+        run.replace("'", "''") + "')"
+    return store.sql(
+        f"SELECT rollout_id, max(ter) AS t FROM audits WHERE ter > 0 AND judge = '{judge.replace(chr(39), chr(39) * 2)}' "
+        f"{scope} GROUP BY rollout_id ORDER BY t DESC, rollout_id LIMIT {int(n)}").column("rollout_id").to_pylist()
 
 
 def render_text_segments(text: str, audit: dict[str, Any] | None) -> str:
@@ -251,7 +283,7 @@ def render_text_segments(text: str, audit: dict[str, Any] | None) -> str:
     return "".join(out)
 
 
-def _rollout_card(row: dict[str, Any], audit: dict[str, Any] | None) -> str:
+def _rollout_card(row: dict[str, Any], audit: dict[str, Any] | None, judge: str | None = None) -> str:
     role = row["token_role"]
     n_gen = sum(role)
     head = (f"<b>{_e(row['rollout_id'][:12])}</b> · run {_e(row['run_id'])} · step {row['step']} · "
@@ -260,7 +292,7 @@ def _rollout_card(row: dict[str, Any], audit: dict[str, Any] | None) -> str:
     ctx = "".join(f"<div><span class=\"muted\">{_e(m['role'])}</span><pre>{_e(m['content'])}</pre></div>"
                   for m in row["messages"] if m["role"] != "assistant")
     text = assistant_text(row["messages"])
-    audit_line = '<span class="muted">not audited</span>'
+    audit_line = f'<span class="muted">not audited{" by " + _e(judge) if judge else ""}</span>'
     if audit:
         audit_line = (f"audit {_e(audit['judge'])}@{_e(audit['judge_version'])}: <b>{_e(audit['status'])}</b>"
                       + (f" — {_e(audit['reason'])}" if audit.get("reason") else "")
@@ -274,7 +306,7 @@ def _rollout_card(row: dict[str, Any], audit: dict[str, Any] | None) -> str:
             f'<details><summary>verifier evidence</summary><pre>{_e(ver)}</pre></details></div>')
 
 
-def _buckets(store: Any, run: str | None, n: int) -> dict[str, list[str]]:
+def _buckets(store: Any, run: str | None, n: int, judge: str | None = None) -> dict[str, list[str]]:
     """The sample buckets: best, worst, truncated from the store's per-step aggregates when they
     keep enough rows per step (else top-n queries), most-masked from the audits."""
     from gfcr.store import aggregates
@@ -282,43 +314,41 @@ def _buckets(store: Any, run: str | None, n: int) -> dict[str, list[str]]:
     parts = aggregates.load(store)
     got = aggregates.samples(parts, run, int(n)) if parts is not None else None
     if got is None:
-        return _pick(store, run, n)
+        return _pick(store, run, n, judge)
     if not got:
         return {}
-    scope = "" if run is None else "AND rollout_id IN (SELECT rollout_id FROM rollouts WHERE run_id = '" + \
-        run.replace("'", "''") + "')"
     if store.count("audits"):
-        got["most-masked"] = store.sql(
-            f"SELECT rollout_id, max(ter) AS t FROM audits WHERE ter > 0 {scope} GROUP BY rollout_id "
-            f"ORDER BY t DESC, rollout_id LIMIT {int(n)}").column("rollout_id").to_pylist()
+        got["most-masked"] = _most_masked(store, run, n, judge)
     return got
 
 
-def _samples(store: Any, run: str | None, n: int) -> str:
-    buckets = _buckets(store, run, n)
+def _samples(store: Any, run: str | None, n: int, judge: str | None = None) -> str:
+    buckets = _buckets(store, run, n, judge)
     if not buckets:
         return '<p class="muted">No rollouts.</p>'
     all_ids = list(dict.fromkeys(i for ids in buckets.values() for i in ids))
     rows = {r["rollout_id"]: r for r in store.get(all_ids, columns=[
         "rollout_id", "run_id", "step", "prompt_id", "reward", "verified", "finish_reason", "messages",
         "token_role", "verifier"]).to_pylist()}
-    audits: dict[str, dict[str, Any]] = {}
-    for a in sorted(store.audits(rollout_ids=all_ids).to_pylist(), key=lambda a: a["created_at"]):
-        audits[a["rollout_id"]] = a
+    audits = latest_audits(store, all_ids, judge)
     legend = "".join(f'<span style="background:{c}">{_e(k)}</span>' for k, c in CATEGORY_COLOURS.items())
     out = [f'<p class="legend"><span class="seg-supervised">supervised</span>{legend}</p>']
     for name, ids in buckets.items():
-        cards = "".join(_rollout_card(rows[i], audits.get(i)) for i in ids) or '<p class="muted">none</p>'
+        cards = "".join(_rollout_card(rows[i], audits.get(i), judge) for i in ids) or '<p class="muted">none</p>'
         out.append(f'<h3 id="bucket-{_e(name)}">{_e(name)}</h3>{cards}')
     return "".join(out)
 
 
 def build_report(store: Any, run: str | None = None, metrics_config: MetricsConfig | None = None,
                  detector_config: DetectorConfig | None = None, samples_per_bucket: int = 3,
-                 metrics: pa.Table | None = None, findings: list[Finding] | None = None, health: Any = None) -> str:
+                 metrics: pa.Table | None = None, findings: list[Finding] | None = None, health: Any = None,
+                 judge: str | None = None) -> str:
     """The report as one HTML string (see the module docstring). ``metrics``, ``findings`` and
     ``health`` (a :class:`gfcr.diagnose.health.HealthReport`) are computed here when not given, so a
-    caller that also prints them computes them once."""
+    caller that also prints them computes them once. ``judge``: whose ROSS audits the report shows
+    (default ``metrics_config.judge``, else :func:`gfcr.diagnose.audits.resolve_judge`'s choice)."""
+    judge, counts = resolve_judge(store, judge or (metrics_config.judge if metrics_config else None))
+    metrics_config = (metrics_config or MetricsConfig()).model_copy(update={"judge": judge})
     if metrics is None:
         metrics = step_metrics(store, run=run, config=metrics_config)
     if findings is None:
@@ -338,9 +368,11 @@ def build_report(store: Any, run: str | None = None, metrics_config: MetricsConf
         '<h2 id="findings">Findings</h2>', _findings_html(findings),
         '<h2 id="health">Rollout health</h2>', _health_html(health),
         '<h2 id="plots">Metrics over steps</h2>', _charts(metrics),
-        '<h2 id="ross">ROSS audits</h2>', _ross_tables(store, run),
-        '<h2 id="samples">Sample rollouts</h2>', _samples(store, run, samples_per_bucket),
-        '<h2 id="table">Metrics table</h2>', _metrics_table(metrics),
+        '<h2 id="ross">ROSS audits</h2>', _ross_tables(store, run, judge, counts),
+        '<h2 id="samples">Sample rollouts</h2>', _samples(store, run, samples_per_bucket, judge),
+        '<h2 id="table">Metrics table</h2>',
+        f'<p class="muted">n_audited and ter_mean (the mean of per-rollout TER) read {_e(judges_line(judge, counts))}.</p>'
+        if judge else "", _metrics_table(metrics),
     ]
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")

@@ -8,8 +8,8 @@ carry a Content-Security-Policy that allows only the app's own script and style.
 
 JSON API:
 
-* ``GET /api/summary`` — runs (steps, rollouts), tasks, finish reasons, audit judges, and the
-  tokenizer the token strip is decoded with (``tokenizer``: ``name``, ``source``, ``note``).
+* ``GET /api/summary`` — runs (steps, rollouts), tasks, finish reasons, audit judges (with the
+  default one, ``default_judge``), and the tokenizer the token strip is decoded with (``tokenizer``: ``name``, ``source``, ``note``).
 * ``GET /api/rollouts`` — filters ``run``, ``step_min``, ``step_max``, ``reward_min``,
   ``reward_max``, ``verified``, ``prompt``, ``task``, ``finish``; paging ``offset``, ``limit``
   (≤ 200); sorted by run, step, prompt, sample index. With run/step filters only, the page is
@@ -18,8 +18,11 @@ JSON API:
   each item carries the prompt's text (``prompt_text``, its last user turn, cut to 200 characters).
 * ``GET /api/rollouts/{rollout_id}`` — one rollout: turns, tokens (each decoded with the store's
   tokenizer), verifier evidence, signals, its group's siblings, and each ROSS audit with its
-  excluded spans and the assistant text cut into supervised / excluded segments. 404 for an
-  unknown id.
+  excluded spans and the assistant text cut into supervised / excluded segments. ``judge``
+  (optional) names whose audit the mask overlay and ``audit`` show (default: the ROSS judge,
+  :mod:`gfcr.diagnose.audits`); the reply's ``judge`` says which. 404 for an unknown id.
+* ``GET /api/ross`` — ``judge`` (optional, as above), ``run``: that judge's TER per step,
+  token-pooled as ``gfcr ross analyze`` computes it.
 
 The tokenizer: ``--tokenizer`` when given; else the model the store records (``sampling.model``
 of its rollouts, written by the engines), loaded from local files only (the viewer never
@@ -36,9 +39,11 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from gfcr.diagnose.audits import resolve_judge, ter_by_step
 from gfcr.diagnose.paging import SORT_KEYS, read_page, select_steps, step_index
 from gfcr.diagnose.spans import segments
 from gfcr.records import FINISH_REASONS, assistant_text
+from gfcr.store.stepstats import CONTROL_JUDGES
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8"}
@@ -187,7 +192,7 @@ def token_overlays(ids: list[int], role: list[int], logprobs: list[float], signa
     * ``advantage`` — per-token advantages kept from a verl batch, else ``signals["advantage"]``
       on every generated token;
     * ``loss_mask`` — ``token_role`` (1: in the policy loss);
-    * ``ross_mask`` / ``ross_category`` — the latest kept audit's mask, and for each excluded
+    * ``ross_mask`` / ``ross_category`` — the shown judge's latest audit's mask when kept, and for each excluded
       generated token the category of the excluded span it lies in (located through the decoded
       pieces' character offsets in the assistant text; "excluded" when the tokens are not decoded
       or a piece is not found).
@@ -249,7 +254,8 @@ def token_overlays(ids: list[int], role: list[int], logprobs: list[float], signa
         out["ross_mask"], out["ross_category"] = mask, cats
         notes["ross_mask"] = f"audit {audit.get('judge')}@{audit.get('judge_version')}"
     else:
-        notes["ross_mask"] = "no kept ROSS audit"
+        notes["ross_mask"] = (f"no kept ROSS audit by {audit.get('judge')}@{audit.get('judge_version')} "
+                              f"({audit.get('status')})") if audit is not None else "no ROSS audit by the shown judge"
     out["notes"] = notes
     return out
 
@@ -352,9 +358,22 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             facts["tasks"] = store.sql("SELECT DISTINCT task FROM rollouts ORDER BY task").column("task").to_pylist() \
                 if runs else []
         tasks = facts["tasks"]
-        judges = store.sql("SELECT judge, count(*) AS n FROM audits GROUP BY judge ORDER BY judge").to_pylist()
+        default, counts = resolve_judge(store)
+        judges = [{"judge": j, "n": n, "control": j in CONTROL_JUDGES} for j, n in sorted(counts.items())]
         return JSONResponse({"store": str(store.path), "runs": runs, "tasks": tasks,
-                             "finish_reasons": list(FINISH_REASONS), "judges": judges, "tokenizer": tok_info})
+                             "finish_reasons": list(FINISH_REASONS), "judges": judges, "default_judge": default,
+                             "tokenizer": tok_info})
+
+    def _judge(judge: str | None) -> str | None:
+        try:
+            return resolve_judge(store, judge or None)[0]
+        except ValueError as e:
+            raise HTTPException(400, str(e)) from None
+
+    @app.get("/api/ross")
+    def ross(judge: str | None = None, run: str | None = None) -> JSONResponse:
+        j = _judge(judge)
+        return JSONResponse(jsonable({"judge": j, "ter_by_step": ter_by_step(store, j, run or None)}))
 
     @app.get("/api/rollouts")
     def list_rollouts(
@@ -412,7 +431,8 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
         return JSONResponse({"total": total, "offset": offset, "limit": limit, "items": items})
 
     @app.get("/api/rollouts/{rollout_id}")
-    def get_rollout(rollout_id: str) -> JSONResponse:
+    def get_rollout(rollout_id: str, judge: str | None = None) -> JSONResponse:
+        shown_judge = _judge(judge)
         try:
             row = store.get([rollout_id]).to_pylist()[0]
         except KeyError:
@@ -425,7 +445,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
         row["signals"] = dict(row["signals"])
         text = assistant_text(row["messages"])
         audits = []
-        kept_masks: list[list[int]] = []
+        shown_audit: dict[str, Any] | None = None  # the shown judge's latest audit, with its full mask
         for a in sorted(store.audits(rollout_ids=[rollout_id]).to_pylist(), key=lambda a: a["created_at"]):
             mask = a.pop("mask")
             kept = a["status"] == "kept"
@@ -433,9 +453,12 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             a["segments"] = [s.to_dict() for s in segments(text, spans, kept)]
             a["supervised_tokens"] = int(sum(m for m, r in zip(mask, role, strict=False) if r == 1))
             a["mask"] = mask[:MAX_TOKENS_SHOWN]
-            if kept:
-                kept_masks.append(mask)
+            a["shown"] = False
+            if a["judge"] == shown_judge:
+                shown_i, shown_audit = len(audits), {**a, "mask": mask}
             audits.append(a)
+        if shown_audit is not None:  # the latest audit of the shown judge is the one the views draw
+            audits[shown_i]["shown"] = True
         sib = store.scan(run=row["run_id"], steps=(row["step"], row["step"]), prompt_ids=[row["prompt_id"]],
                          columns=["rollout_id", "group_id", "sample_index", "reward", "verified", "finish_reason"])
         siblings = sorted((r for r in sib.to_pylist() if r.pop("group_id") == row["group_id"]),
@@ -443,9 +466,8 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
         tokens = []
         shown = ids[:MAX_TOKENS_SHOWN]
         pieces = [tok.decode([i]) for i in shown] if tok is not None else [None] * len(shown)
-        kept = [a for a in audits if a["status"] == "kept"]
         overlays = token_overlays(ids, role, lps, row["signals"], row["meta"] if isinstance(row["meta"], dict) else {},
-                                  {**kept[-1], "mask": kept_masks[-1]} if kept else None, pieces, text)
+                                  shown_audit, pieces, text)
         for i, (tid, r, piece) in enumerate(zip(shown, role, pieces, strict=False)):
             tokens.append({"i": i, "id": tid, "role": r, "text": piece})
         row.update(
@@ -460,6 +482,8 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             decoded=tok is not None,
             tokenizer=tok_info,
             audits=audits,
+            judge=shown_judge,
+            audit=next((a for a in audits if a["shown"]), None),
             siblings=siblings,
             overlays=overlays,
         )

@@ -279,8 +279,8 @@ def serve(model: Any = None, host: str = "127.0.0.1", port: int = 8000, model_na
 
     SIGTERM (and Ctrl-C) stop it gracefully: new requests get 503, those in flight finish (at most
     ``drain_s`` seconds, then they are cancelled), and the function returns, so ``gfcr serve`` exits 0.
-    (uvicorn re-raises the signal it caught once it has stopped; the SIGTERM handler installed here
-    absorbs it, where the default one would kill the process with status 143.)
+    (uvicorn re-raises the signal it caught once it has stopped; the SIGTERM and SIGINT handlers
+    installed here absorb it, where the defaults would end the process with status 143 or 130.)
     """
     import signal
 
@@ -290,13 +290,15 @@ def serve(model: Any = None, host: str = "127.0.0.1", port: int = 8000, model_na
                      batch_wait_ms=batch_wait_ms, batch_seeded=batch_seeded, limits=limits,
                      allowed_hosts=_hosts_for(host), batch_stretch=batch_stretch, tool_call_parser=tool_call_parser)
     main = threading.current_thread() is threading.main_thread()
-    before = signal.signal(signal.SIGTERM, lambda *_: None) if main else None
+    # uvicorn re-raises the signal that stopped it: absorbed here for SIGTERM and SIGINT alike, so a
+    # Ctrl-C after a clean shutdown exits 0 (Python's own SIGINT handler would raise KeyboardInterrupt: 130)
+    before = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)} if main else {}
     try:
         _uvicorn_server(app, host, port, log_level, drain_s=drain_s).run()
     finally:
         app.state.shutdown(1.0)
-        if main:
-            signal.signal(signal.SIGTERM, before)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _hosts_for(host: str) -> list[str] | None:

@@ -120,6 +120,8 @@ class RolloutStore:
         if not (p / MANIFEST).exists():
             integrity.refuse_lost_manifest(p, list(TABLES))
             if not create:
+                if (p / "store" / MANIFEST).exists():  # a run folder (gfcr train writes RUN/store)
+                    raise StoreError(f"{p} is not a gfcr store but holds one: did you mean {p / 'store'}?")
                 if p.exists() and any(p.iterdir()) if p.is_dir() else p.exists():
                     raise StoreError(f"{p} exists but is not a gfcr store (no {MANIFEST}); choose another path")
                 raise StoreError(f"no gfcr store at {p}; create one with `gfcr store init {p}` or open(..., create=True)")

@@ -78,7 +78,7 @@ class MetricsConfig(StrictModel):
     tail_quantile: float = Field(
         0.9, gt=0, lt=1, description="'most of the batch': the share of a step's rollouts that must have finished before the tail starts"
     )
-    judge: str | None = Field(None, description="audit judge to read; None = the judge with the most audits")
+    judge: str | None = Field(None, description="audit judge to read; None = the ROSS judge (choose_judge: not the keep-all control, most audits, then name)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,6 +315,23 @@ def _meta_walk(table: pa.Table, replayed: np.ndarray, lag: np.ndarray, iw: np.nd
     )
 
 
+#: judges whose audits are a baseline, not a judgement: ROSS's ``keep-all`` supervises every
+#: generated token of every kept rollout (the positive-rollout SFT control)
+CONTROL_JUDGES = ("keep-all",)
+
+
+def choose_judge(counts: dict[str, int]) -> str | None:
+    """The judge whose audits a view shows by default: any judge that is not a control
+    (:data:`CONTROL_JUDGES`) before a control, then the most audits, then the name (A to Z).
+
+    Example: ``{"keep-all": 6, "arith-steps": 6}`` → ``"arith-steps"``; ``{"keep-all": 9}`` →
+    ``"keep-all"``; ``{"b": 3, "a": 3, "keep-all": 10}`` → ``"a"``; ``{}`` → None.
+    """
+    if not counts:
+        return None
+    return min(counts, key=lambda j: (j in CONTROL_JUDGES, -counts[j], j))
+
+
 def audit_features(store: Any, run: str | None, cfg: MetricsConfig) -> pa.Table | None:
     """Per audited rollout of the store (of ``run``): run_id, step, status, ter, and excluded-span
     counts per category; one audit per rollout (the chosen judge's latest). Reads the audits table
@@ -324,7 +341,7 @@ def audit_features(store: Any, run: str | None, cfg: MetricsConfig) -> pa.Table 
         return None
     if cfg.judge is None:
         vc = pc.value_counts(audits.column("judge")).to_pylist()
-        top = max(vc, key=lambda d: (d["counts"], d["values"]))["values"]
+        top = choose_judge({d["values"]: d["counts"] for d in vc})
         audits = audits.filter(pc.equal(audits.column("judge"), top))
     rows = sorted(audits.to_pylist(), key=lambda a: (a["rollout_id"], a["created_at"]))
     latest = {a["rollout_id"]: a for a in rows}

@@ -1,6 +1,7 @@
 // gfcr viewer: every string from the store is inserted with textContent, never as HTML.
 "use strict";
-const state = { offset: 0, limit: 25, total: 0, selected: null, runs: [], overlay: "role" };
+const state = { offset: 0, limit: 25, total: 0, selected: null, runs: [], overlay: "role",
+  judge: new URLSearchParams(location.search).get("judge") || "" };
 const OVERLAYS = [["role", "supervision"], ["logprob", "log-prob"], ["entropy", "entropy"], ["gap", "trainer − sampler"],
   ["advantage", "advantage"], ["loss_mask", "loss mask"], ["ross_mask", "ROSS mask"]];
 const CATEGORIES = ["corrected_mistake", "redundant_exploration", "abandoned_attempt", "incorrect_claim", "other"];
@@ -52,6 +53,26 @@ async function loadSummary() {
   sliderBounds();
   const fin = document.getElementById("f-finish");
   for (const f of s.finish_reasons) fin.append(el("option", { value: f, text: f }));
+  const js = document.getElementById("f-judge");
+  for (const j of s.judges) js.append(el("option", { value: j.judge, text: `${j.judge} (${j.n}${j.control ? ", control" : ""})` }));
+  if (!state.judge) state.judge = s.default_judge || "";
+  js.value = state.judge;
+  js.disabled = !s.judges.length;
+  await loadRoss();
+}
+
+function judgeParam() { return state.judge ? `?judge=${encodeURIComponent(state.judge)}` : ""; }
+
+async function loadRoss() {
+  // the shown judge's TER per step, token-pooled as `gfcr ross analyze` computes it
+  const box = document.getElementById("ross-ter");
+  if (!state.judge) { box.textContent = "no ROSS audits"; return; }
+  try {
+    const r = await getJSON("/api/ross" + judgeParam());
+    box.textContent = `ROSS judge ${r.judge} — TER per step: ` + (r.ter_by_step.map((x) =>
+      `${x.run_id} ${x.step}: ${x.ter === null ? "–" : (100 * x.ter).toFixed(1) + "%"}`).join(" · ") || "none");
+    box.dataset.judge = r.judge;
+  } catch (e) { box.textContent = e.message; box.className = "note warn"; }
 }
 
 async function loadList() {
@@ -195,7 +216,7 @@ async function compareWith(d) {
   let hit = await getJSON(base + `&prompt=${encodeURIComponent(d.prompt_id)}`);
   if (!hit.items.length) hit = await getJSON(base);
   if (!hit.items.length) return { missing: `run ${runB} has no rollout at step ${d.step}` };
-  return getJSON("/api/rollouts/" + encodeURIComponent(hit.items[0].rollout_id));
+  return getJSON("/api/rollouts/" + encodeURIComponent(hit.items[0].rollout_id) + judgeParam());
 }
 
 function detailNode(d, side) {
@@ -210,7 +231,7 @@ async function openRollout(id, tr) {
   if (tr) tr.classList.add("selected");
   if (!tr) { const row = document.querySelector(`#rollouts tr[data-id="${CSS.escape(id)}"]`); if (row) row.classList.add("selected"); }
   let d, other;
-  try { d = await getJSON("/api/rollouts/" + encodeURIComponent(id)); other = await compareWith(d); }
+  try { d = await getJSON("/api/rollouts/" + encodeURIComponent(id) + judgeParam()); other = await compareWith(d); }
   catch (e) { pane.replaceChildren(el("p", { class: "err", text: e.message })); return; }
   if (location.hash !== `#rollout=${encodeURIComponent(id)}`) history.replaceState(null, "", `#rollout=${encodeURIComponent(id)}`);
   state.shown = [d, other];
@@ -228,7 +249,7 @@ function renderDetail() {
 }
 
 function detailNodes(d) {
-  const audit = d.audits.length ? d.audits[d.audits.length - 1] : null;
+  const audit = d.audit;
   const nodes = [
     el("h2", { text: `Rollout ${d.rollout_id}` }),
     el("div", { class: "muted", text: `run ${d.run_id} · step ${d.step} · prompt ${d.prompt_id} · sample ${d.sample_index} · task ${d.task} · policy ${d.policy_version}` }),
@@ -243,14 +264,18 @@ function detailNodes(d) {
   }
   const legend = el("div", { class: "legend" }, el("span", { class: "seg-supervised", text: "supervised" }));
   for (const c of ["corrected_mistake", "redundant_exploration", "abandoned_attempt", "incorrect_claim", "other"]) legend.append(el("span", { class: `cat-${c}`, text: c }));
-  nodes.push(el("div", { class: "turn", id: "assistant-turn" }, el("div", { class: "role", text: "assistant" }), legend,
+  const label = audit ? `audit ${audit.judge}@${audit.judge_version}: ${audit.status}${audit.ter === null || audit.ter === undefined ? "" : " · TER " + fmt(audit.ter)}`
+    : d.judge ? `not audited by ${d.judge}` : "not audited";
+  nodes.push(el("div", { class: "turn", id: "assistant-turn", "data-judge": d.judge || "" }, el("div", { class: "role", text: "assistant" }),
+    el("div", { class: "muted", id: "audit-label", text: label }), legend,
     segmentsNode(audit && audit.status === "kept" ? audit.segments : d.segments)));
   nodes.push(el("h2", { text: `ROSS audits (${d.audits.length})` }));
   if (!d.audits.length) nodes.push(el("p", { class: "muted", id: "no-audit", text: "not audited" }));
   for (const a of d.audits) {
     const ul = el("ul");
     for (const s of a.excluded) ul.append(el("li", {}, el("span", { class: `cat-${s.category}`, text: s.category }), ` [${s.start}, ${s.end}) `, el("code", { text: s.quote || "" })));
-    nodes.push(el("div", { class: "audit" }, el("b", { text: `${a.judge}@${a.judge_version}: ${a.status}` }),
+    nodes.push(el("div", { class: a.shown ? "audit shown" : "audit", "data-judge": a.judge },
+      el("b", { text: `${a.judge}@${a.judge_version}: ${a.status}${a.shown ? " (shown)" : ""}` }),
       el("span", { class: "muted", text: ` TER ${fmt(a.ter)} · ${a.supervised_tokens} supervised tokens${a.reason ? " · " + a.reason : ""}` }), ul));
   }
   nodes.push(el("h2", { text: `Tokens (${d.n_context} context, ${d.n_generated} generated)` }), tokensNode(d, audit, state.overlay));
@@ -276,6 +301,14 @@ document.addEventListener("DOMContentLoaded", async () => {
   });
   document.getElementById("f-step-on").addEventListener("change", () => { sliderBounds(); state.offset = 0; loadList(); });
   document.getElementById("f-run").addEventListener("change", () => sliderBounds());
+  document.getElementById("f-judge").addEventListener("change", (ev) => {
+    state.judge = ev.target.value;
+    const u = new URL(location.href);
+    if (state.judge) u.searchParams.set("judge", state.judge); else u.searchParams.delete("judge");
+    history.replaceState(null, "", u);
+    loadRoss();
+    if (state.shown && state.shown[0]) openRollout(state.shown[0].rollout_id, null);
+  });
   document.getElementById("f-run-b").addEventListener("change", () => { if (state.shown && state.shown[0]) openRollout(state.shown[0].rollout_id, null); });
   window.addEventListener("hashchange", () => { const id = hashId(); if (id) openRollout(id, null); });
   try { await loadSummary(); } catch (e) { document.getElementById("store").textContent = e.message; }
