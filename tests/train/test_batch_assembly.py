@@ -322,9 +322,27 @@ def test_exgrpo_alone_follows_the_authors_script(tiny_dir, tmp_path):
     assert b["shaping"] == [None, None, None, 0.1]
     assert adv(b) == pytest.approx([-0.25, -0.25, -0.25, 0.75])
     t.close()
-    over = {"replay.buffer": "exgrpo", "signals.advantage": "grpo", "loss.clip": True, "loss.agg": "token-mean"}
+    over = {"replay.buffer": "exgrpo", "signals.advantage": "grpo", "loss.clip": True, "loss.agg": "token-mean",
+            "optim.mini_batch": None}
     c = load_config(None, {"model": tiny_dir} | over)  # what the config names stays
-    assert (c.signals.advantage, c.loss.clip, c.loss.agg) == ("grpo", True, "token-mean")
+    assert (c.signals.advantage, c.loss.clip, c.loss.agg, c.optim.mini_batch) == ("grpo", True, "token-mean", None)
+
+
+def test_exgrpo_takes_two_optimizer_steps_a_step_as_its_script(tiny_dir, tmp_path):
+    """Issue 47: the authors' run_exgrpo.sh trains data.train_batch_size=128 prompts in
+    actor.ppo_mini_batch_size=64 mini-batches (x rollout.n in mix_fsdp_worker.py), split in order
+    (mix_actor.py ``batch.split(ppo_mini_batch_size)``), ppo_epochs 1: two optimizer steps a training
+    step; gfcr took one. Two prompts x K = 4: mini-batches of 4 rows, the first prompt's group, then
+    the second's; a config naming optim.mini_batch keeps it."""
+    t = _run(tiny_dir, tmp_path, n_train=2, **{"replay.buffer": "exgrpo", "generate.prompts_per_step": 2})
+    assert t.cfg.optim.mini_batch == 4
+    Script(t, {0: [[[1, 0, 0, 0], [1, 1, 0, 0]]]})
+    row = t.step(0)
+    assert row["n_optimizer_steps"] == 2.0
+    t.close()
+    assert load_config(None, {"model": tiny_dir, "replay.buffer": "exgrpo", "generate.k": 3,
+                              "generate.prompts_per_step": 3}).optim.mini_batch == 5  # 9 rows: 5 + 4
+    assert load_config(None, {"model": tiny_dir}).optim.mini_batch is None  # other methods: one step, as before
 
 
 def test_starpo_s_keeps_the_highest_std_groups_in_the_loop(tiny_dir, tmp_path):

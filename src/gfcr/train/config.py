@@ -288,7 +288,7 @@ class OptimConfig(StrictModel):
     grad_clip: float = Field(1.0, ge=0.0, description="Max global gradient norm (0 = no clipping).")
     micro_batch: int = Field(4, ge=1, description="Sequences per forward/backward; gradients accumulate to one optimizer step per update.")
     epochs: int = Field(1, ge=1, description="Passes over each step's batch; >1 makes later passes off-policy (clipping matters).")
-    mini_batch: int | None = Field(None, ge=1, description="PPO mini-batch: rollouts per optimizer step (verl's ppo_mini_batch_size); the step's batch is cut in order into mini-batches, each one optimizer step with its own token/sequence denominators, so epochs × mini-batches steps per training step. null = the whole batch is one mini-batch (one step per epoch).")
+    mini_batch: int | None = Field(None, ge=1, description="PPO mini-batch: rollouts per optimizer step (verl's ppo_mini_batch_size); the step's batch is cut in order into mini-batches, each one optimizer step with its own token/sequence denominators, so epochs × mini-batches steps per training step. null = the whole batch is one mini-batch (one step per epoch). Unset with replay.buffer exgrpo, it is half the step's prompts_per_step × k rows (the authors' script: two optimizer steps a step).")
 
 
 class CheckpointConfig(StrictModel):
@@ -339,6 +339,8 @@ class TrainConfig(StrictModel):
                 self.loss.clip = False  # actor.loss_remove_clip=True
             if "agg" not in self.loss.model_fields_set:
                 self.loss.agg = "seq-mean-token-sum-norm"  # actor.loss_remove_token_mean=True: Σ tokens / max length
+            if "mini_batch" not in self.optim.model_fields_set:  # ppo_mini_batch_size=64 of train_batch_size=128:
+                self.optim.mini_batch = -(-self.generate.prompts_per_step * self.generate.k // 2)  # two steps a step
         if self.loss.agg == "seq-mean-token-sum-norm" and self.loss.norm_len is None:
             self.loss.norm_len = self.generate.max_tokens
         if self.eval.max_tokens is None:
