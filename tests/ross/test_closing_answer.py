@@ -93,3 +93,11 @@ def test_answer_line_pattern():
 
 def test_version_bumped():
     assert ArithSteps.version == "6"  # audits by version 5 excluded the closing line: never mix them
+
+
+def test_an_intermediate_answer_phrase_is_not_a_wrong_answer_line(tok):
+    # "the answer to the first step" names an intermediate: a correct line, kept
+    text = "The answer to the first step is 30.\n30 + 48 = 78\n78 + 29 = 107\nThe answer is: 107"
+    a, obj, kept = _run(tok, text, "107")
+    assert obj["exclude"] == [] and kept == text
+    assert answer_line_value("The answer to the first step is 30.") is None

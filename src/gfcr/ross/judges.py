@@ -99,7 +99,10 @@ def _norm(s: str) -> str:
 #: "The answer to your question is:", "**Answer:**", "answer = ", then markup ("**", "$", "\\boxed{")
 _ANSWER_LEAD = (r"\banswer\b(?:[ \t]+(?:to|for|of)\b[^\n:=\d]{0,40}?)?[ \t]*(?:\bis\b[ \t]*[:：]?|[:：=])"
                 r"[ \t]*(?:\*\*|\$|\\boxed\{|\\\(|[ \t])*")
-_ANSWER_VALUE = re.compile(_ANSWER_LEAD + r"(?P<val>-?\d[\d,]*(?:\.\d+)?)(?![\w]|\.\d)", re.IGNORECASE)
+#: a bare answer line and its number ("Answer: 18", "The final answer is 18"): no "to/for/of …" words, which
+#: may name an intermediate ("the answer to the first step is 12")
+_ANSWER_VALUE = re.compile(r"\banswer\b[ \t]*(?:\bis\b[ \t]*[:：]?|[:：=])[ \t]*(?:\*\*|\$|\\boxed\{|\\\(|[ \t])*"
+                           r"(?P<val>-?\d[\d,]*(?:\.\d+)?)(?![\w]|\.\d)", re.IGNORECASE)
 
 
 def answer_line(answer: str) -> re.Pattern[str]:
@@ -123,7 +126,7 @@ def _same_number(a: str, b: str | None) -> bool:
 
 
 def answer_line_value(text: str) -> str | None:
-    """The number an answer line in ``text`` states ("Answer: 18" → "18"), or None."""
+    """The number a bare answer line in ``text`` states ("Answer: 18" → "18"), or None."""
     m = _ANSWER_VALUE.search(text)
     return m.group("val") if m else None
 
