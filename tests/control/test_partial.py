@@ -66,3 +66,66 @@ def test_the_loop_carries_unfinished_rollouts_and_trains_them_when_complete(tiny
     t.close()
     with pytest.raises(Exception, match="partial_budget"):
         load_config(None, over | {"generate.topology": "tree"})
+
+
+def test_partial_rollouts_default_to_areals_decoupled_objective(tiny_dir, tmp_path, monkeypatch):
+    """Issue 47: partial rollouts took the clipped ratio against the stale sampler log-probs unless
+    loss.tis_cap was set. A segment sampled by an older policy is off-policy, and AReaL runs such data
+    with its decoupled objective (examples/math/gsm8k_grpo.yaml: use_decoupled_loss true, cap 5.0), so
+    partial_budget now sets tis_cap 5.0 unless the config names tis_cap itself.
+
+    Hand-worked, one token, A = +1, clip 0.2: the sampler gave it p = 0.2, the policy now gives 0.6.
+    Against the sampler the ratio is 3, the clipped branch (1.2) is active and the token gets no
+    gradient at all. Decoupled: ratio π/π_prox = 1 (unclipped), weight w = 0.6 / 0.2 = 3 <= 5, so
+    ℓ = −3·ratio and dℓ/dlogp = −3."""
+    import math
+
+    import torch
+
+    import gfcr.train.trainer as trainer_mod
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import TrainingRun, prepare_run
+    from gfcr.train.losses import policy_gradient_loss
+
+    def grad(**kw):
+        logp = torch.tensor([[0.0, math.log(0.6)]], requires_grad=True)
+        out = policy_gradient_loss(logp, torch.tensor([[0.0, math.log(0.2)]]), torch.tensor([1.0]),
+                                   torch.tensor([[0, 1]]), agg="token-mean", **kw)
+        out.loss.backward()
+        return float(logp.grad[0, 1])
+
+    assert grad() == 0.0  # the old default: clipped against the stale sampler, no gradient
+    assert grad(proximal_logp=torch.tensor([[0.0, math.log(0.6)]]), tis_cap=5.0) == pytest.approx(-3.0)
+
+    over = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 3, "tensorboard": False,
+            "tasks": [{"name": "arith", "n_train": 2, "n_eval": 0, "params": {"level": 1}}],
+            "generate.k": 2, "generate.prompts_per_step": 1, "generate.max_tokens": 6,
+            "generate.partial_budget": 2, "signals.entropy": False}
+    assert load_config(None, over).loss.tis_cap == 5.0
+    assert load_config(None, over | {"loss.tis_cap": None}).loss.tis_cap is None  # opting out stays possible
+    assert load_config(None, over | {"loss.tis_cap": 2.0}).loss.tis_cap == 2.0
+    assert load_config(None, {k: v for k, v in over.items() if k != "generate.partial_budget"}).loss.tis_cap is None
+    calls = []
+    real = trainer_mod.policy_gradient_loss
+
+    def spy(*a, **k):
+        calls.append((k["proximal_logp"], k["tis_cap"]))
+        return real(*a, **k)
+
+    monkeypatch.setattr(trainer_mod, "policy_gradient_loss", spy)
+    cfg = load_config(None, over)
+    d, _ = prepare_run(cfg)
+    t = TrainingRun(cfg, d, False, progress=False)
+    t.setup()
+    t._end = cfg.steps
+    real_update = t.update.update
+
+    def signed(rollouts, advantages, *a, **k):  # a random tiny model is always wrong: give the group a spread
+        advantages = [np.full_like(np.asarray(x, dtype=np.float32), 1.0 - 2.0 * (i % 2)) for i, x in enumerate(advantages)]
+        return real_update(rollouts, advantages, *a, **k)
+
+    t.update.update = signed
+    for s in range(3):
+        t.step(s)
+    assert calls and all(p is not None and cap == 5.0 for p, cap in calls)  # the rollouts trained at step 2
+    t.close()

@@ -188,3 +188,33 @@ def test_restart_through_store(tmp_path, name):
     rng1, rng2 = np.random.default_rng(5), np.random.default_rng(5)
     assert s.select(3, rng1) == t.select(3, rng2)
 
+
+
+def test_greso_group_test_matches_its_code_on_its_scale_and_01_rewards_at_k10():
+    """Issue 47: GRESO's 0.98 / 0.11 mean thresholds were set for its reward scale (1.0 right,
+    0.1 wrong with an answer, 0.0 none; n = 8). On 0/1 rewards at K = 10 a group with one right
+    answer has mean 0.1 <= 0.11 and counted as all-wrong (kept with p_hard, 0.49 after a step)."""
+    from gfcr.control.selectors import greso_group_kind
+
+    one_right = [1] + [0] * 9
+    assert greso_group_kind(one_right) == (False, False)  # informative: never on a streak
+    assert greso_group_kind(one_right, test="mean") == (False, True)  # the old reading
+    # GRESO's own scale at n = 8: its mean test and the per-reward test agree on every group kind
+    for g in ([1.0] * 8, [0.1] * 8, [0.1, 0.0] * 4, [1.0] + [0.1] * 7, [1.0] * 7 + [0.1], [0.0] * 8):
+        assert greso_group_kind(g) == greso_group_kind(g, test="mean"), g
+    assert greso_group_kind([1] * 49 + [0]) == (False, False)  # K = 50, one wrong: mean 0.98 said all-correct
+    with pytest.raises(ValueError, match="group_test"):
+        GRESO(IDS, group_test="median")
+
+    s = GRESO(IDS, p_easy=0.5, p_hard=0.5)
+    for pid in IDS:  # one step of all-wrong groups (share 1 >= 2/12) drives p_hard to 0.49
+        s.observe(pid, [0] * 10, 0)
+    s.end_step()
+    assert s.p_hard == pytest.approx(0.49)
+    s.observe("q0", one_right, 1)
+    s.observe("q1", [0] * 10, 1)
+    keep = dict(zip(IDS, s.keep_prob(), strict=True))
+    assert keep["q0"] == 1.0 and keep["q1"] == pytest.approx(0.49 ** 2)  # GRESO's code keeps q0 for sure
+    old = GRESO(IDS, p_easy=0.5, p_hard=0.5, group_test="mean")
+    old.observe("q0", one_right, 0)
+    assert old.prompt_state("q0")["k_hard"] == 1  # the departure, kept behind its name

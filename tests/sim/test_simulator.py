@@ -55,6 +55,29 @@ def test_dynamic_sampling_trains_only_on_effective_groups():
     assert r["effective_samples"] >= (r["steps"] - 1) * cfg.train_prompts * cfg.group_size
 
 
+def test_dynamic_sampling_refill_rounds_never_redraw_within_a_step():
+    """Issue 47: DAPO's recipe refills from the epoch's next prompts; the simulator's refill rounds
+    redrew prompts already drawn that step. 40 prompts, 8 a round, up to 10 rounds: the pool runs out
+    after 5 rounds, and no prompt of a step is generated twice."""
+    from gfcr.sim.simulator import _Run
+
+    strat = StrategyConfig(name="dapo", control="dynamic_sampling", gen_factor=1.0, max_num_gen_batches=10)
+    run = _Run(SimConfig(n_prompts=40, train_prompts=8, budget_tokens=4e5, seed=3, strategies=[strat]), strat)
+    drawn: list[int] = []
+    real = run.gen
+
+    def spy(idx, k, used=None):
+        drawn.extend(idx.tolist())
+        return real(idx, k, used)
+
+    run.gen = spy
+    for _ in range(6):
+        drawn.clear()
+        run.step_dynamic_sampling()
+        run.step += 1
+        assert len(drawn) == len(set(drawn)) and len(drawn) <= 40, drawn
+
+
 def test_simulate_writes_json_and_plot(tmp_path):
     cfg = SimConfig(**TINY, strategies=[StrategyConfig(name="uniform"), StrategyConfig(name="dapo", control="dynamic_sampling"),
                                         StrategyConfig(name="greso", selector="greso", control="dynamic_sampling", adaptive_gen=True),

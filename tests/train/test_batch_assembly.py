@@ -175,18 +175,41 @@ def test_dynamic_sampling_decides_on_accuracy_not_the_shaped_reward(tiny_dir, tm
     DAPO (metric acc) drops it and samples another round; decide_on: reward keeps it."""
     plan = {0: [[[(0, 2), (0, 3), (0, 2), (0, 2)]], [[1, 0, 0, 0]]]}
     over = {"control.group": "dynamic_sampling", "signals.overlong_buffer": 2, "control.group_params": {"max_num_gen_batches": 3}}
-    t = _run(tiny_dir, tmp_path, **over)
+    t = _run(tiny_dir, tmp_path, n_train=2, **over)  # two prompts: a refill round never redraws one (issue 47)
     sc = Script(t, plan)
     t.step(0)
     (b,) = sc.batches
     assert all(r.group_id.endswith("#r1") for r in b["rollouts"])
-    stored = {r.group_id: r.reward for r in t.store.rollouts() if r.sample_index == 1}
-    assert stored[b["rollouts"][0].group_id.replace("#r1", "")] == pytest.approx(-0.5)
+    (first,) = [r.reward for r in t.store.rollouts() if r.sample_index == 1 and "#r" not in r.group_id]
+    assert first == pytest.approx(-0.5)  # round 0's dropped group, another prompt than round 1's
     t.close()
-    t = _run(tiny_dir, tmp_path, **over, **{"control.decide_on": "reward"})
+    t = _run(tiny_dir, tmp_path, n_train=2, **over, **{"control.decide_on": "reward"})
     sc = Script(t, plan)
     t.step(0)
     assert not any(r.group_id.endswith("#r1") for r in sc.batches[0]["rollouts"])
+    t.close()
+
+
+def test_dynamic_sampling_refills_never_redraw_a_prompt_of_the_step(tiny_dir, tmp_path):
+    """Issue 47: DAPO's refill rounds take the epoch's next prompts (verl ``recipe/dapo/dapo_ray_trainer.py``:
+    ``continue`` inside ``for batch_dict in self.train_dataloader``); gfcr's redrew prompts drawn that
+    step. Pool of 4, one prompt a round: three zero-variance rounds, then one with variance, then the
+    next step; every round of a step draws a new prompt, and a round with the pool used up generates nothing."""
+    zero, mixed = [[0, 0, 0, 0]], [[1, 0, 0, 0]]
+    plan = {0: [zero, zero, zero, mixed], 1: [zero, zero, zero, zero]}
+    t = _run(tiny_dir, tmp_path, n_train=4, **{"control.group": "dynamic_sampling",
+                                              "control.group_params": {"max_num_gen_batches": 6}})
+    sc = Script(t, plan)  # a fifth round of step 1 would find no plan: generation must not be called
+    t.step(0)
+    t.step(1)
+    rounds: dict[int, list[str]] = {}
+    for r in t.store.rollouts():
+        if r.sample_index == 0:
+            rounds.setdefault(r.step, []).append(r.prompt_id)
+    pool = sorted(p.prompt_id for p in t.train_prompts)
+    assert sorted(rounds[0]) == pool and sorted(rounds[1]) == pool  # 4 rounds, 4 distinct prompts each step
+    solved = {r.prompt_id for r in t.store.rollouts() if r.step == 0 and r.verified}
+    assert [r.prompt_id for r in sc.batches[0]["rollouts"]] == [*solved] * 4  # the round with variance trains
     t.close()
 
 
@@ -299,9 +322,27 @@ def test_exgrpo_alone_follows_the_authors_script(tiny_dir, tmp_path):
     assert b["shaping"] == [None, None, None, 0.1]
     assert adv(b) == pytest.approx([-0.25, -0.25, -0.25, 0.75])
     t.close()
-    over = {"replay.buffer": "exgrpo", "signals.advantage": "grpo", "loss.clip": True, "loss.agg": "token-mean"}
+    over = {"replay.buffer": "exgrpo", "signals.advantage": "grpo", "loss.clip": True, "loss.agg": "token-mean",
+            "optim.mini_batch": None}
     c = load_config(None, {"model": tiny_dir} | over)  # what the config names stays
-    assert (c.signals.advantage, c.loss.clip, c.loss.agg) == ("grpo", True, "token-mean")
+    assert (c.signals.advantage, c.loss.clip, c.loss.agg, c.optim.mini_batch) == ("grpo", True, "token-mean", None)
+
+
+def test_exgrpo_takes_two_optimizer_steps_a_step_as_its_script(tiny_dir, tmp_path):
+    """Issue 47: the authors' run_exgrpo.sh trains data.train_batch_size=128 prompts in
+    actor.ppo_mini_batch_size=64 mini-batches (x rollout.n in mix_fsdp_worker.py), split in order
+    (mix_actor.py ``batch.split(ppo_mini_batch_size)``), ppo_epochs 1: two optimizer steps a training
+    step; gfcr took one. Two prompts x K = 4: mini-batches of 4 rows, the first prompt's group, then
+    the second's; a config naming optim.mini_batch keeps it."""
+    t = _run(tiny_dir, tmp_path, n_train=2, **{"replay.buffer": "exgrpo", "generate.prompts_per_step": 2})
+    assert t.cfg.optim.mini_batch == 4
+    Script(t, {0: [[[1, 0, 0, 0], [1, 1, 0, 0]]]})
+    row = t.step(0)
+    assert row["n_optimizer_steps"] == 2.0
+    t.close()
+    assert load_config(None, {"model": tiny_dir, "replay.buffer": "exgrpo", "generate.k": 3,
+                              "generate.prompts_per_step": 3}).optim.mini_batch == 5  # 9 rows: 5 + 4
+    assert load_config(None, {"model": tiny_dir}).optim.mini_batch is None  # other methods: one step, as before
 
 
 def test_starpo_s_keeps_the_highest_std_groups_in_the_loop(tiny_dir, tmp_path):

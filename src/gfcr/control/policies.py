@@ -131,7 +131,11 @@ class DynamicSamplingPolicy(_Stateless):
     """DAPO dynamic sampling over :class:`DynamicSampling`, deciding on ``decide`` (accuracy).
 
     ``train_prompts`` / ``gen_prompts`` default to the step's ``n`` prompts (verl's recipe draws
-    3× as many per round; set ``gen_prompts`` for that).
+    3× as many per round; set ``gen_prompts`` for that). A refill round draws only prompts the
+    step has not drawn yet: the recipe (verl ``recipe/dapo/dapo_ray_trainer.py``) refills with
+    ``continue`` inside ``for batch_dict in self.train_dataloader``, i.e. the epoch's next prompts,
+    never one drawn before in the epoch. The loop's sampler (``gfcr.train.sampling.StepSampler``)
+    and the simulator exclude them; a round left with no prompt (the pool used up) generates nothing.
     """
 
     def __init__(self, train_prompts: int | None = None, gen_prompts: int | None = None,
@@ -145,6 +149,8 @@ class DynamicSamplingPolicy(_Stateless):
 
         def one_round(n: int) -> list[Group]:
             pids = sampler.select(n)
+            if not pids:  # every prompt of the pool was drawn this step
+                return []
             groups = sampler.generate(pids, {p: k for p in pids})
             generated.extend(groups)
             return groups

@@ -25,53 +25,17 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from gfcr.control.greso_rules import (  # noqa: F401  (re-exported: the pure maths of GRESO)
+    GRESO_GROUP_TESTS,
+    greso_adapt,
+    greso_batch_size,
+    greso_group_kind,
+    greso_keep_prob,
+)
+
 # ---------------------------------------------------------------------------------------------
 # Pure maths
 # ---------------------------------------------------------------------------------------------
-
-
-def greso_keep_prob(k_easy: np.ndarray, k_hard: np.ndarray, p_easy: float, p_hard: float,
-                    min_keep: float = 0.01) -> np.ndarray:
-    """GRESO keep (explore) probability per prompt.
-
-    ``keep = max(p_easy**k_easy, min_keep)`` when the prompt is on an easy streak (k_easy > 0),
-    else ``max(p_hard**k_hard, min_keep)``; a prompt on no streak (or never seen) is always kept.
-
-    Shapes: k_easy, k_hard (N,) int -> (N,) float. Example: k_easy=3, p_easy=0.5 -> 0.125.
-    """
-    k_easy = np.asarray(k_easy)
-    k_hard = np.asarray(k_hard)
-    keep = np.ones(k_easy.shape, dtype=np.float64)
-    easy = k_easy > 0
-    hard = (~easy) & (k_hard > 0)
-    keep[easy] = np.maximum(np.power(p_easy, k_easy[easy].astype(np.float64)), min_keep)
-    keep[hard] = np.maximum(np.power(p_hard, k_hard[hard].astype(np.float64)), min_keep)
-    return keep
-
-
-def greso_adapt(p: float, observed_ratio: float, target: float, delta: float = 0.01,
-                p_min: float = 0.05, p_max: float = 0.95) -> float:
-    """One GRESO step of an exploration probability toward its zero-variance target share.
-
-    Too many zero-variance groups of this kind (``observed_ratio >= target``) -> explore less
-    (``p - delta``, floored at p_min); otherwise explore more (``p + delta``, capped at p_max).
-    Example: p=0.5, observed 0.3 >= target 0.1667 -> 0.49.
-    """
-    if observed_ratio >= target:
-        return max(p - delta, p_min)
-    return min(p + delta, p_max)
-
-
-def greso_batch_size(remaining: int, zero_var_ratio: float, n: int, default_bs: int,
-                     min_bs: int = 64, margin: float = 1.25) -> int:
-    """GRESO's adaptive rollout batch (in prompts): ``remaining / (1 - zv) / n * margin``.
-
-    ``remaining`` counts responses still needed for the train batch, ``n`` responses per prompt;
-    the result is clipped to [min_bs, default_bs]. Example: remaining=1024, zv=0.5, n=8 -> 320.
-    """
-    zv = min(max(zero_var_ratio, 0.0), 0.99)
-    bs = int(np.ceil(remaining / (1.0 - zv) / n * margin))
-    return int(min(max(bs, min_bs), default_bs))
 
 
 def binary_group_variance(k: np.ndarray | int, g: np.ndarray | int) -> np.ndarray:
@@ -331,15 +295,20 @@ class Uniform(_PoolSelector):
 class GRESO(_PoolSelector):
     """GRESO, "Act Only When It Pays" (arXiv 2506.02177): skip prompts likely to give zero variance.
 
-    Rule: a prompt whose last k consecutive groups were all-correct (mean >= easy_threshold) is
-    kept with probability ``max(p_easy**k, 0.01)``, all-wrong (mean <= hard_threshold) with
-    ``max(p_hard**k, 0.01)``; after each step p_easy/p_hard move by ±delta so the observed
-    easy/hard zero-variance shares approach target/3 and 2·target/3.
+    Rule: a prompt whose last k consecutive groups were all-correct is kept with probability
+    ``max(p_easy**k, 0.01)``, all-wrong with ``max(p_hard**k, 0.01)``; after each step
+    p_easy/p_hard move by ±delta so the observed easy/hard zero-variance shares approach target/3
+    and 2·target/3. All-correct: every reward >= ``easy_threshold``; all-wrong: every reward <=
+    ``hard_threshold`` (:func:`greso_group_kind`, ``group_test="each"``). GRESO's code compares
+    the group *mean* (Infini-AI-Lab/GRESO ``verl/trainer/ttis/presampling_selector.py`` l. 61,
+    82-88) on its 1.0 / 0.1 / 0.0 reward scale at n = 8, where that mean test is this per-reward
+    one; on 0/1 rewards it is not (``group_test="mean"``, gfcr before issue 47).
     Departures: candidates are drawn from a fresh random permutation of the whole pool each call
     (the reference code filters its dataloader's shuffled epoch); when a pass over the pool keeps
     fewer than n prompts, further passes are made (at most ``max_passes``), then the rest is
     filled uniformly from the skipped prompts. The adaptive rollout batch size is the pure
-    function :func:`greso_batch_size`.
+    function :func:`greso_batch_size`. The shares that adapt p count the streaks' groups (GRESO's
+    ``compute_reward_metrics`` counts all-1.0 and all-0.1 groups only: 0/1 rewards have no third value).
     """
 
     key = "greso"
@@ -350,8 +319,11 @@ class GRESO(_PoolSelector):
                  key: str | None = None, p_easy: float = 0.5, p_hard: float = 0.5,
                  target_zero_variance: float = 0.25, delta: float = 0.01, p_min: float = 0.05,
                  p_max: float = 0.95, min_keep: float = 0.01, easy_threshold: float = 0.98,
-                 hard_threshold: float = 0.11, max_passes: int = 20):
+                 hard_threshold: float = 0.11, max_passes: int = 20, group_test: str = "each"):
         super().__init__(prompt_ids, categories, key)
+        if group_test not in GRESO_GROUP_TESTS:
+            raise ValueError(f"GRESO: group_test must be one of {GRESO_GROUP_TESTS}, got {group_test!r}")
+        self.group_test = group_test
         for name, v in (("p_easy", p_easy), ("p_hard", p_hard), ("target_zero_variance", target_zero_variance)):
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"GRESO: {name} must lie in [0, 1], got {v}")
@@ -387,14 +359,14 @@ class GRESO(_PoolSelector):
         return [self.prompt_ids[i] for i in out]
 
     def _observe(self, i: int, r: np.ndarray, step: int) -> None:
-        m = float(r.mean())
+        easy, hard = greso_group_kind(r, self.easy_threshold, self.hard_threshold, self.group_test)
         self.n_seen[i] += 1
         self.n_obs += 1
-        if m >= self.easy_threshold:
+        if easy:
             self.k_easy[i] += 1
             self.k_hard[i] = 0
             self.n_easy += 1
-        elif m <= self.hard_threshold:
+        elif hard:
             self.k_hard[i] += 1
             self.k_easy[i] = 0
             self.n_hard += 1

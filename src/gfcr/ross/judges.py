@@ -95,17 +95,63 @@ def _norm(s: str) -> str:
     return " ".join(s.lower().split())
 
 
+#: the words of an answer line up to its value: "Answer:", "The answer is", "The final answer is:",
+#: "The answer to your question is:", "**Answer:**", "answer = ", then markup ("**", "$", "\\boxed{")
+_ANSWER_LEAD = (r"\banswer\b(?:[ \t]+(?:to|for|of)\b[^\n:=\d]{0,40}?)?[ \t]*(?:\bis\b[ \t]*[:：]?|[:：=])"
+                r"[ \t]*(?:\*\*|\$|\\boxed\{|\\\(|[ \t])*")
+#: a bare answer line and its number ("Answer: 18", "The final answer is 18"): no "to/for/of …" words, which
+#: may name an intermediate ("the answer to the first step is 12")
+_ANSWER_VALUE = re.compile(r"\banswer\b[ \t]*(?:\bis\b[ \t]*[:：]?|[:：=])[ \t]*(?:\*\*|\$|\\boxed\{|\\\(|[ \t])*"
+                           r"(?P<val>-?\d[\d,]*(?:\.\d+)?)(?![\w]|\.\d)", re.IGNORECASE)
+
+
+def answer_line(answer: str) -> re.Pattern[str]:
+    """The pattern of a line stating ``answer`` as the answer: an answer phrase then the value,
+    or ``\\boxed{answer}``.
+
+    >>> bool(answer_line("88").search("The answer to your question is: 88"))
+    True
+    >>> bool(answer_line("9").search("The final answer is N, which is 9."))
+    False
+    """
+    a = re.escape(answer.strip())
+    return re.compile(rf"{_ANSWER_LEAD}{a}(?![\w]|\.\d)|\\boxed\{{\s*{a}\s*\}}", re.IGNORECASE)
+
+
+def _same_number(a: str, b: str | None) -> bool:
+    try:
+        return abs(float(a.replace(",", "")) - float(str(b).replace(",", "").strip())) <= 1e-9
+    except ValueError:
+        return a.strip() == str(b).strip()
+
+
+def answer_line_value(text: str) -> str | None:
+    """The number a bare answer line in ``text`` states ("Answer: 18" → "18"), or None."""
+    m = _ANSWER_VALUE.search(text)
+    return m.group("val") if m else None
+
+
 class ArithSteps:
     """Rule-based step judge for the procedural arithmetic tasks (gfcr's stand-in for ROSS's LLM
     judge, arXiv 2609.35954, on tasks where every step can be recomputed).
 
-    Rule: recompute every arithmetic claim (:func:`gfcr.ross.claims.find_claims`: equations,
-    chains and running totals, "gives"/"results in"/"is"…, word operations such as "multiply 11
-    by 9"); a false one later restated correctly → ``corrected_mistake`` (with the claim-free
-    units in between, the doubt and chatter; only the claim itself, quoted, when the fix is in
-    the same unit or the unit states the answer); a false one never corrected →
-    ``incorrect_claim``; a repeated unit, and everything after the unit stating the final
-    answer → ``redundant_exploration``. Discard rule: a false claim that is never corrected, in a
+    Rule: the solution closes on the *closing answer statement* (:meth:`_final_unit`): the last
+    answer line stating the verified answer ("Answer: 9", "The final answer is: 9", "The answer
+    to your question is: 9", "**Answer:** 9", "\\boxed{9}"); without an answer line, the last unit
+    whose correct claim states it ("3 + 6 = 9"); else the unit holding the answer's last mention.
+    That unit is kept, and the after-answer end-of-sequence rule then supervises the stop right
+    after it. Recompute every arithmetic claim up to it (:func:`gfcr.ross.claims.find_claims`:
+    equations, chains and running totals, "gives"/"results in"/"is"…, word operations such as
+    "multiply 11 by 9"); a false one later restated correctly → ``corrected_mistake`` (with the
+    claim-free units in between, the doubt and chatter; only the claim itself, quoted, when the
+    fix is in the same unit or the unit states the answer); a false one never corrected →
+    ``incorrect_claim``; an answer line with another value before the closing one →
+    ``corrected_mistake``; ``redundant_exploration``: a repeated unit, a claim-free answer line
+    before the closing one (a restatement of it), and everything after the closing statement.
+    Correct lines between the first answer-bearing line and the closing one (re-checks,
+    restatements with a claim) are kept: the paper keeps correct re-checks ("正确的复核应当保留",
+    seeds/002, section 06) and selects "pieces that form a correct, complete solution".
+    Discard rule: a false claim that is never corrected, in a
     text where no correct claim reaches the final answer, means a solution would need missing
     reasoning: the rollout is discarded (e.g. "7 + 6 = 12 … divisible by 13", verified only by a
     last-number reading of 13). Doubt filler is never kept: the text between a false claim and
@@ -115,11 +161,15 @@ class ArithSteps:
     position and a short list of doubt words. Version 2: claims beyond ``a op b = c`` (version 1
     saw only those); version 3: the discard rule; version 4: doubt filler excluded; version 5:
     without an answer line, the answer is stated where a correct claim first reaches it, so a
-    later unit that only repeats the number is excluded as chatter after the answer.
+    later unit that only repeats the number is excluded as chatter after the answer; version 6
+    (issue 47): the closing answer statement is the *last* answer-bearing unit, not the first,
+    and answer lines with words between "answer" and the number ("The answer is: 9", "The
+    answer to your question is: 9") are recognised. Version 5 excluded the verified answer's
+    closing line in 80 of 108 excluded spans on a demo store.
     """
 
     name = "arith-steps"
-    version = "5"
+    version = "6"
     mode = "select-keep"
 
     def respond(self, request: JudgeRequest, feedback: str | None = None) -> JudgeReply:
@@ -170,6 +220,10 @@ class ArithSteps:
             if key in seen:
                 excl.setdefault(u.number, "redundant_exploration")
             seen.add(key)
+            stated = answer_line_value(u.text)
+            if stated is not None and not eqs[u.number]:  # an answer line before the closing one
+                right = _same_number(stated, request.answer)
+                excl.setdefault(u.number, "redundant_exploration" if right else "corrected_mistake")
         for u in units[final:]:
             excl[u.number] = "redundant_exploration"
         uncorrected = any(c == "incorrect_claim" for c in excl.values()) or any(
@@ -208,27 +262,28 @@ class ArithSteps:
 
     @staticmethod
     def _final_unit(request: JudgeRequest) -> int | None:
-        """The unit that states the final answer: the first answer line ("Answer: 9", "the answer
-        is 9"); else the first unit with a correct claim stating it ("3 + 6 = 9": the derivation
-        ends there, and a later unit that only repeats the number, such as "I added the numbers 140
-        to the original equation.", is chatter after the answer); else the unit holding the
-        answer's last mention (the verifier's last-number reading)."""
+        """The closing answer statement's unit: the last answer line stating the verified
+        answer (:func:`answer_line`); else the last unit with a correct claim stating it ("3 + 6 =
+        9": a later unit that only repeats the number, such as "I added the numbers 140 to the
+        original equation.", is chatter after the answer); else the unit holding the answer's last
+        mention (the verifier's last-number reading)."""
         ans = (request.answer or "").strip()
         if not ans:
             return None
-        line = re.compile(r"answer\s*(?:[:：=]|\bis\b)\s*\**\s*" + re.escape(ans) + r"(?![\w]|\.\d)", re.IGNORECASE)
-        for u in request.units:
-            if line.search(u.text):
-                return u.number
+        line = answer_line(ans)
+        hit = [u.number for u in request.units if line.search(u.text)]
+        if hit:
+            return hit[-1]
         try:
             value = float(ans.replace(",", ""))
         except ValueError:
             value = None
         if value is not None:
-            for u in request.units:
-                if any(c.correct and abs(c.stated - value) <= 1e-9 * max(1.0, abs(value))
-                       for c in find_claims(request.text, u.start, u.end)):
-                    return u.number
+            hit = [u.number for u in request.units
+                   if any(c.correct and abs(c.stated - value) <= 1e-9 * max(1.0, abs(value))
+                          for c in find_claims(request.text, u.start, u.end))]
+            if hit:
+                return hit[-1]
         hits = answer_positions(request.text, ans)
         if not hits:
             return None

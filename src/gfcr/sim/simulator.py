@@ -330,13 +330,16 @@ class _Run:
         cfg, strat, g = self.cfg, self.strat, self.g
         ds = DynamicSampling(cfg.train_prompts, int(round(strat.gen_factor * cfg.train_prompts)), strat.max_num_gen_batches)
         kept_so_far = 0
+        drawn = np.zeros(len(self.world.prompt_ids), dtype=bool)  # a refill never redraws (DAPO's epoch order)
 
         def generate(n: int) -> list:
             nonlocal kept_so_far
             if strat.adaptive_gen:
                 remaining = (cfg.train_prompts - kept_so_far) * g
                 n = greso_batch_size(remaining, self.zero_var_recent, g, ds.gen_prompts, min_bs=max(1, cfg.train_prompts // 4))
-            idx = self.select(n)
+            idx = self.select(min(drawn.size, n + int(drawn.sum())))
+            idx = idx[~drawn[idx]][:n]
+            drawn[idx] = True
             rw, ln = self.gen(idx, g)
             self.observe(idx, rw)
             zv = rw.std(axis=1) == 0

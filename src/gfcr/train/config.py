@@ -276,7 +276,7 @@ class LossConfig(StrictModel):
     clip: bool = Field(True, description="Clip the importance ratio to [1 − clip_low, 1 + clip_high] (PPO/GRPO). false: the unclipped −A·ratio (ExGRPO's loss_remove_clip, the default with replay.buffer exgrpo).")
     norm_len: int | None = Field(None, ge=1, description="Constant length for seq-mean-token-sum-norm (default: generate.max_tokens).")
     kl_coef: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the initial (reference) policy; 0 = no reference model.")
-    tis_cap: float | None = Field(None, gt=0.0, description="Cap of the behaviour importance weight exp(proximal − behaviour) for stale/replayed rollouts (AReaL decoupled loss); null = off.")
+    tis_cap: float | None = Field(None, gt=0.0, description="Cap of the behaviour importance weight exp(proximal − behaviour) for stale/replayed rollouts (AReaL decoupled loss: the clipped ratio against the policy at the start of the update, times that weight); null = off. Unset with generate.partial_budget, it is 5.0 (AReaL's off-policy default); set null to turn it off there.")
     tis_mode: Literal["mask", "clamp"] = Field("mask", description="mask (AReaL: tokens whose weight exceeds tis_cap get weight 0) or clamp (truncated IS: min(weight, tis_cap)).")
     mask_truncated: bool = Field(False, description="DAPO overlong filtering: rollouts that hit max_tokens get no loss.")
 
@@ -288,7 +288,7 @@ class OptimConfig(StrictModel):
     grad_clip: float = Field(1.0, ge=0.0, description="Max global gradient norm (0 = no clipping).")
     micro_batch: int = Field(4, ge=1, description="Sequences per forward/backward; gradients accumulate to one optimizer step per update.")
     epochs: int = Field(1, ge=1, description="Passes over each step's batch; >1 makes later passes off-policy (clipping matters).")
-    mini_batch: int | None = Field(None, ge=1, description="PPO mini-batch: rollouts per optimizer step (verl's ppo_mini_batch_size); the step's batch is cut in order into mini-batches, each one optimizer step with its own token/sequence denominators, so epochs × mini-batches steps per training step. null = the whole batch is one mini-batch (one step per epoch).")
+    mini_batch: int | None = Field(None, ge=1, description="PPO mini-batch: rollouts per optimizer step (verl's ppo_mini_batch_size); the step's batch is cut in order into mini-batches, each one optimizer step with its own token/sequence denominators, so epochs × mini-batches steps per training step. null = the whole batch is one mini-batch (one step per epoch). Unset with replay.buffer exgrpo, it is half the step's prompts_per_step × k rows (the authors' script: two optimizer steps a step).")
 
 
 class CheckpointConfig(StrictModel):
@@ -341,6 +341,8 @@ class TrainConfig(StrictModel):
                 self.loss.clip = False  # actor.loss_remove_clip=True
             if "agg" not in self.loss.model_fields_set:
                 self.loss.agg = "seq-mean-token-sum-norm"  # actor.loss_remove_token_mean=True: Σ tokens / max length
+            if "mini_batch" not in self.optim.model_fields_set:  # ppo_mini_batch_size=64 of train_batch_size=128:
+                self.optim.mini_batch = -(-self.generate.prompts_per_step * self.generate.k // 2)  # two steps a step
         if self.loss.agg == "seq-mean-token-sum-norm" and self.loss.norm_len is None:
             self.loss.norm_len = self.generate.max_tokens
         if self.eval.max_tokens is None:
@@ -388,6 +390,8 @@ class TrainConfig(StrictModel):
         if g.partial_budget is not None and g.topology.name != "group":
             raise ValueError(f"generate.partial_budget continues single rollouts from their tokens; topology "
                              f"{g.topology.name!r} shapes its rollouts itself: use topology group, or partial_budget: null")
+        if g.partial_budget is not None and "tis_cap" not in self.loss.model_fields_set:
+            self.loss.tis_cap = PARTIAL_TIS_CAP  # a partial rollout's segments are off-policy: AReaL's decoupled loss
         if g.topology.name == "multi_turn" and "env" not in g.topology.model_fields_set:
             from gfcr.generate.envs import ENVS
 
@@ -413,6 +417,13 @@ class TrainConfig(StrictModel):
                              "`gfcr serve --allow-weight-updates` server")
         return self
 
+
+#: ``loss.tis_cap`` when ``generate.partial_budget`` is set and the config leaves ``tis_cap`` unset: AReaL's
+#: decoupled objective for off-policy data, with its cap (inclusionAI/AReaL ``examples/math/gsm8k_grpo.yaml``:
+#: ``use_decoupled_loss: true``, ``rejection_sampling: {metric: ratio, upper: 5.0}``, token mask; the older
+#: ``behave_imp_weight_cap=5.0``). AReaL's dataclass default is off because its default is synchronous RL
+#: (``max_head_offpolicyness: 0``); partial rollouts are never synchronous.
+PARTIAL_TIS_CAP = 5.0
 
 #: length rewards (``signals.length_reward``) → their class, whose parameters ``signals.length_params`` gives
 LENGTH_REWARDS: dict[str, str] = {"shorter_better": "gfcr.filters.reward:ShorterBetter"}

@@ -76,18 +76,20 @@ class StepSampler:
         self.run, self.step, self.timer, self.stored = run, step, timer, stored
         self.selects = self.rounds = 0
         self.reserved: dict[str, int] = {}
+        self.drawn: set[str] = set()  # a step never draws a prompt twice (DAPO's refill rounds, issue 47)
 
     def select(self, n: int) -> list[str]:
         run, cfg = self.run, self.run.cfg
         with self.timer("select"):
             if self.selects == 0 and run.buffer is not None:
                 self.reserved = run.buffer.reserve(n, self.step, step_rng(cfg.seed, self.step, "reserve"))
-            skip = (run.buffer.exclude() if run.buffer is not None else set()) | set(self.reserved)
+            skip = (run.buffer.exclude() if run.buffer is not None else set()) | set(self.reserved) | self.drawn
             want = n - len(self.reserved) if self.selects == 0 else n
             ask = min(len(run.train_prompts), want + len(skip & run.prompt_by_id.keys()))
             got = run.selector.select(ask, step_rng(cfg.seed, self.step, f"select{self.selects}"))
             self.selects += 1
             fresh = [p for p in got if p not in skip][: max(want, 0)]
+            self.drawn.update(fresh)
             return (list(self.reserved) if self.selects == 1 else []) + fresh
 
     def generate(self, prompt_ids: Sequence[str], sizes: Mapping[str, int]) -> list[list[Rollout]]:

@@ -1,0 +1,103 @@
+"""Issue 47: the ``arith-steps`` judge keeps the statement of the verified final answer that closes
+the solution. Version 5 excluded it in 80 of 108 excluded spans of a demo store: its answer-line
+pattern missed "The answer is: N" and the words of "The answer to your question is: N", and every
+line after the first answer-bearing one was "redundant exploration". The rollouts below are shaped
+like the demo model's (the first two are its own, quoted in the issue)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gfcr.ross.audit import judge_rollout, make_audit
+from gfcr.ross.judges import ArithSteps, answer_line, answer_line_value
+
+from .conftest import make_prompt, make_rollout
+
+Q = "What is 78 + 29?"
+
+
+def _run(tok, text, gold):
+    r = make_rollout(tok, Q, text, gold=gold)
+    judge = ArithSteps()
+    dec, err, raws, cost, meta = judge_rollout(r, make_prompt(Q, gold), judge)
+    assert err is None, raws
+    a = make_audit(r, dec, err, tok, judge, raws, cost, meta)
+    kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k) if dec.status == "kept" else ""
+    return a, json.loads(raws[-1]), kept
+
+
+def test_demo_rollout_keeps_its_closing_answer_line(tok):
+    text = "78 + 29 = 107\n\nThe final answer is: 107"
+    a, obj, kept = _run(tok, text, "107")
+    assert a.status == "kept" and obj["exclude"] == [] and kept == text
+    assert a.meta["eos_supervised"] is True  # the stop right after the closing statement is taught
+
+
+def test_demo_rollout_keeps_a_correct_restatement_and_the_closing_line(tok):
+    text = ("To add 64 and 24, add the tens and then the ones.\n\n64 + 24 = 88\n\nSo, 64 + 24 = 88.\n\n"
+            "The answer to your question is: 88")
+    a, obj, kept = _run(tok, text, "88")
+    assert a.status == "kept", obj
+    assert kept.endswith("So, 64 + 24 = 88.\n\nThe answer to your question is: 88")  # v5 excluded both
+    assert a.meta["eos_supervised"] is True
+
+
+@pytest.mark.parametrize("closing", [
+    "Answer: 107", "The answer is 107.", "**Answer:** 107", "The answer is: 107", "The final answer is: $107$",
+    "The answer to the question is: **107**", "\\boxed{107}", "So the answer for this sum is 107.",
+])
+def test_closing_answer_forms_are_kept_and_close_the_solution(tok, closing):
+    text = f"Let me add. 78 + 29 = 107\nCheck: 107 - 29 = 78.\n{closing}\nHope this helps!\n"
+    a, obj, kept = _run(tok, text, "107")
+    assert a.status == "kept"
+    # the check before the closing line is a correct line, kept; the chatter after it is not
+    assert kept == f"Let me add. 78 + 29 = 107\nCheck: 107 - 29 = 78.\n{closing}\n", obj
+    assert obj["exclude"] == [{"unit": 4, "category": "redundant_exploration"}]
+    assert a.meta["eos_supervised"] is True
+
+
+def test_wrong_intermediate_then_corrected_is_still_excluded(tok):
+    text = "78 + 29 = 97\nWait, that is not right.\n78 + 29 = 107\n\nThe answer is: 107"
+    a, obj, kept = _run(tok, text, "107")
+    cats = {e["unit"]: e["category"] for e in obj["exclude"]}
+    assert cats == {1: "corrected_mistake", 2: "corrected_mistake"}
+    assert kept == "78 + 29 = 107\n\nThe answer is: 107" and a.meta["eos_supervised"] is True
+
+
+def test_uncorrected_false_claim_is_excluded_and_the_closing_line_kept(tok):
+    text = "We know 2 * 2 = 5.\n78 + 29 = 107\n\nAnswer: 107"
+    a, obj, kept = _run(tok, text, "107")
+    assert {"unit": 1, "category": "incorrect_claim"} in obj["exclude"]
+    assert kept == "78 + 29 = 107\n\nAnswer: 107"
+
+
+def test_earlier_answer_lines_go_the_closing_one_stays(tok):
+    # a claim-free restatement before the closing line may go; a wrong answer line is a mistake
+    text = "78 + 29 = 107\nThe answer is 107.\nAnswer: 97\nCheck: 107 - 29 = 78.\nThe answer is: 107"
+    a, obj, kept = _run(tok, text, "107")
+    cats = {e["unit"]: e["category"] for e in obj["exclude"]}
+    assert cats == {2: "redundant_exploration", 3: "corrected_mistake"}
+    assert kept == "78 + 29 = 107\nCheck: 107 - 29 = 78.\nThe answer is: 107"
+
+
+def test_answer_line_pattern():
+    assert answer_line("88").search("The answer to your question is: 88")
+    assert answer_line("107").search("the final answer is: 107")
+    assert not answer_line("10").search("The answer is: 107")  # no prefix match
+    assert not answer_line("9").search("The final answer is N, which is 9.")
+    assert not answer_line("5").search("The answer to step 1 is: 5")  # an intermediate, not the answer
+    assert answer_line_value("**Answer:** 1,250") == "1,250" and answer_line_value("12 + 7 = 19") is None
+
+
+def test_version_bumped():
+    assert ArithSteps.version == "6"  # audits by version 5 excluded the closing line: never mix them
+
+
+def test_an_intermediate_answer_phrase_is_not_a_wrong_answer_line(tok):
+    # "the answer to the first step" names an intermediate: a correct line, kept
+    text = "The answer to the first step is 30.\n30 + 48 = 78\n78 + 29 = 107\nThe answer is: 107"
+    a, obj, kept = _run(tok, text, "107")
+    assert obj["exclude"] == [] and kept == text
+    assert answer_line_value("The answer to the first step is 30.") is None
