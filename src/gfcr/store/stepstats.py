@@ -1,12 +1,15 @@
 """Per-step rollout statistics: per-rollout features and the per-(run, step) metrics over them.
 
-The store keeps these per step with its rows (:mod:`gfcr.store.aggregates`); ``gfcr.diagnose``
-reads them (:func:`gfcr.diagnose.metrics.step_metrics`) and judges them (the detectors).
+The one implementation of gfcr's per-step summary. Its readers derive it from the rows when they
+need it: ``gfcr.diagnose`` (:func:`gfcr.diagnose.metrics.step_metrics`, cached per store version;
+the report, ``gfcr diagnose``, the detectors) and the training loop's per-step row and progress
+bar (:func:`summarize` of the step's own rollouts, ``gfcr.train.metrics``), under the same names.
+The store's write path computes none of it.
 
-One pass over the store: per-rollout features are computed with numpy from a column subset
-(no token ids, no messages), then aggregated per (run, step) with DuckDB over that Arrow table.
-The result, :func:`step_metrics`, is an Arrow table with one row per (run, step); the columns are
-listed in :data:`METRIC_COLUMNS` and described in ``docs/diagnose.md``.
+One pass over the rows: per-rollout features are computed with numpy from a column subset
+(no token ids, no messages), then aggregated per (run, step) with DuckDB over that Arrow table
+(:func:`metrics_of`): an Arrow table with one row per (run, step); the columns are listed in
+:data:`METRIC_COLUMNS` and described in ``docs/diagnose.md``.
 
 The keys the metrics read (configurable in :class:`MetricsConfig`):
 
@@ -57,6 +60,19 @@ METRIC_COLUMNS = [
     "n_dropped_groups", "n_replayed", "replay_share", "staleness_mean",
     "staleness_max", "iw_mean", "iw_min", "iw_max", "n_audited", "kept_share", "ter_mean",
     *[f"excl_{c}" for c in EXCLUSION_CATEGORIES],
+]
+
+
+#: the columns of :data:`METRIC_COLUMNS` that one step's own generated rows decide: what the training
+#: loop reports per step (:func:`summarize`). Left out: ``run_id``/``step`` (the row's key), the
+#: replay and audit columns (recorded by other steps' rows and by audits) and ``hack_rate`` (on a
+#: step nobody passed it is judged against the run's passing median, from other steps)
+STEP_COLUMNS = [
+    "n_rollouts", "n_groups", "n_verdicts", "scored_share", "reward_mean", "reward_std", "verified_rate",
+    "zero_var_share", "all_correct_share", "all_wrong_share", "gen_tokens", "wasted_tokens", "waste_share",
+    "len_mean", "len_p95", "len_max", "n_truncated", "trunc_rate", "abort_rate", "tail_time_share",
+    "tail_token_share", "tail_timed", "entropy_mean", "nll_mean", "adv_disagreement", "low_std_share",
+    "n_kept_groups", "n_dropped_groups",
 ]
 
 
@@ -538,3 +554,29 @@ def _sql_select() -> str:
         LEFT JOIN e USING (run_id, step) LEFT JOIN au USING (run_id, step)
         LEFT JOIN rows_at ra USING (run_id, step)
         ORDER BY s.run_id, s.step"""
+
+
+_COUNTS = {"n_rollouts", "n_groups", "n_verdicts", "gen_tokens", "wasted_tokens", "n_truncated"}
+
+
+def summarize(table: pa.Table, config: MetricsConfig | None = None) -> dict[str, Any]:
+    """The :data:`STEP_COLUMNS` of one step's rows: :func:`metrics_of` over ``table`` (a rollouts
+    table of one (run, step), at least :data:`FEATURE_COLUMNS`), as plain Python values (DuckDB's
+    decimal ``tail_timed`` as a float). What the training loop reports per step, so its numbers are
+    the report's for the same rows under the same names. No rows: the counts 0, the rest None.
+
+    Example: one step, groups [1, 1] and [0, 1] (verified as rewarded) → ``zero_var_share`` 0.5,
+    ``verified_rate`` 0.75, ``reward_mean`` 0.75."""
+    cfg = config or MetricsConfig()
+    keys = table.select(["run_id", "step"]).group_by(["run_id", "step"]).aggregate([]) if table.num_rows else None
+    if keys is not None and keys.num_rows > 1:
+        raise ValueError(f"summarize takes the rows of one (run, step); these hold {keys.num_rows}")
+    feats, events = rollout_features(table, cfg)
+    m = metrics_of(feats, events, None, cfg) if table.num_rows else None
+    if m is not None:
+        m = m.filter(pc.and_(pc.equal(m.column("run_id"), keys.column("run_id")[0]),
+                             pc.equal(m.column("step"), keys.column("step")[0])))
+    if m is None or m.num_rows == 0:
+        return {c: 0 if c in _COUNTS else None for c in STEP_COLUMNS}
+    row = m.select(STEP_COLUMNS).to_pylist()[0]
+    return {k: float(v) if v is not None and not isinstance(v, int | float) else v for k, v in row.items()}
