@@ -109,6 +109,7 @@ class RolloutStore:
 
     def __init__(self, path: Path, versions: dict[str, int] | None = None, auto_compact: int = AUTO_COMPACT):
         self.path = Path(path)
+        self._uris = {name: str(self.path / f"{name}.lance") for name in TABLES}
         self._pinned = versions  # None = follow the latest version of every table
         self.manifest = integrity.read_manifest(self.path)
         self.auto_compact = int(auto_compact)
@@ -168,7 +169,7 @@ class RolloutStore:
         integrity.record_commit(self.path, name, ds if ds is not None else lance.dataset(self._uri(name)))
 
     def _uri(self, name: str) -> str:
-        return str(self.path / f"{name}.lance")
+        return self._uris[name] if name in self._uris else str(self.path / f"{name}.lance")
 
     def dataset(self, name: str) -> lance.LanceDataset:
         """The Lance dataset of table ``name`` at the pinned (or latest) version."""
@@ -274,22 +275,29 @@ class RolloutStore:
                 raise StoreError(
                     f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
                 )
-            self._allow_nulls(table)
-            uri = self._uri("rollouts")
-            after = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
+            # the write goes through the dataset just opened (Lance then opens none of its own; a
+            # commit that landed since is rebased on, as for a path); after a schema change, the new one
+            target = self.dataset("rollouts") if self._allow_nulls(table, before) else before
+            after = _retry(lambda: lance.write_dataset(table, target, mode="append"))
             idx.committed(before, after, hashes)
         self._record("rollouts", after)
         self._upkeep("rollouts", after)
         return table.num_rows
 
-    def _allow_nulls(self, table: pa.Table) -> None:
+    def _allow_nulls(self, table: pa.Table, ds: lance.LanceDataset) -> bool:
         """Stores created before a rollout field became nullable (``finish_reason``: null = not
-        recorded by the source) get that field relaxed, once, before the first null is written."""
-        ds = self.dataset("rollouts")
-        for f in ROLLOUT_SCHEMA:
-            if f.nullable and table.column(f.name).null_count and not ds.schema.field(f.name).nullable:
+        recorded by the source) get that field relaxed, once, before the first null is written.
+        ``ds``: the rollouts table as the caller just opened it. Returns whether it changed the schema."""
+        nulls = [f for f in ROLLOUT_SCHEMA if f.nullable and table.column(f.name).null_count]
+        if not nulls:
+            return False
+        schema, changed = ds.schema, False
+        for f in nulls:
+            if not schema.field(f.name).nullable:
                 _retry(lambda f=f: lance.dataset(self._uri("rollouts")).alter_columns({"path": f.name, "nullable": True}))
                 self._record("rollouts")
+                changed = True
+        return changed
 
     def update(self, records: Iterable[Rollout] | pa.Table) -> int:
         """Replace stored rollouts that have the same ``rollout_id`` (a new version; the old rows stay
