@@ -194,3 +194,22 @@ def test_one_steps_own_summary_equals_its_row_in_the_report(tmp_path, seed):
         assert not bad, (key, bad)
     with pytest.raises(ValueError, match="one \\(run, step\\)"):
         summarize(table)
+
+
+def test_signal_values_hand_worked_and_against_a_python_walk():
+    import pyarrow as pa
+
+    from gfcr.store.stepstats import _signals
+
+    t = pa.array([[("a", 1.0), ("b", 2.0)], [], [("b", 3.0)], None], pa.map_(pa.string(), pa.float64()))
+    b, c = _signals(pa.chunked_array([t]), ["b", "c"])
+    assert b[0] == 2.0 and b[2] == 3.0 and np.isnan(b[1]) and np.isnan(b[3]) and np.isnan(c).all()
+    rng = np.random.default_rng(0)
+    rows = [[(str(k), float(rng.integers(5))) for k in rng.choice(["x", "y", "z"], int(rng.integers(0, 4)))]
+            for _ in range(300)]
+    col = pa.chunked_array([pa.array(rows[:100], pa.map_(pa.string(), pa.float64())),
+                            pa.array(rows[100:], pa.map_(pa.string(), pa.float64()))]).slice(7, 250)
+    got = _signals(col, ["x", "z"])
+    for key, arr in zip(["x", "z"], got, strict=True):
+        want = [dict(r).get(key, float("nan")) for r in rows[7:257]]  # (a repeated key: its last value)
+        assert np.allclose(arr, want, equal_nan=True), key

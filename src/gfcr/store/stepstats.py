@@ -180,21 +180,35 @@ def _row_index(list_col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.nda
     return values, np.repeat(np.arange(len(arr)), lengths)
 
 
-def _signal(signals: pa.ChunkedArray, key: str) -> np.ndarray:
-    """Per row, the value of ``key`` in a map<string, float64> column (nan when absent)."""
+def _list_values(list_col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """The flat values of a list column (:func:`_row_index` without the row of each value)."""
+    arr = list_col.combine_chunks() if isinstance(list_col, pa.ChunkedArray) else list_col
+    offsets = arr.offsets.to_numpy()
+    return arr.values.slice(offsets[0], offsets[-1] - offsets[0]).to_numpy(zero_copy_only=False)
+
+
+def _signals(signals: pa.ChunkedArray, keys: list[str]) -> list[np.ndarray]:
+    """Per key, per row, the value of that key in a map<string, float64> column (nan when absent;
+    a key repeated in one row: its last value). The map's entries are walked once for all keys,
+    compared as Arrow strings; only the entries that match find their row (a binary search of the
+    offsets). Example: rows [{a: 1, b: 2}, {}, {b: 3}], keys [b, c] → [[2, nan, 3], [nan, nan, nan]]."""
     arr = signals.combine_chunks()
     n = len(arr)
-    out = np.full(n, np.nan)
+    outs = [np.full(n, np.nan) for _ in keys]
     if n == 0:
-        return out
+        return outs
     offsets = arr.offsets.to_numpy()
     a, b = int(offsets[0]), int(offsets[-1])
-    keys = arr.keys.slice(a, b - a).to_numpy(zero_copy_only=False)
-    items = arr.items.slice(a, b - a).to_numpy(zero_copy_only=False)
-    rows = np.repeat(np.arange(n), np.diff(offsets))
-    hit = np.nonzero(keys == key)[0]
-    out[rows[hit]] = items[hit].astype(float)
-    return out
+    if b == a:
+        return outs
+    names = arr.keys.slice(a, b - a)
+    items = arr.items.slice(a, b - a)
+    for key, out in zip(keys, outs, strict=True):
+        hit = np.flatnonzero(pc.fill_null(pc.equal(names, key), False).to_numpy(zero_copy_only=False))
+        if len(hit):
+            rows = np.searchsorted(offsets, hit + a, side="right") - 1
+            out[rows] = items.take(pa.array(hit, pa.int64())).to_numpy(zero_copy_only=False).astype(float)
+    return outs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,22 +226,20 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
     cfg = config or MetricsConfig()
     n = table.num_rows
     role, rrow = _row_index(table.column("token_role"))
-    lp, _ = _row_index(table.column("logprobs"))
+    lp = _list_values(table.column("logprobs"))  # (as long as token_role, row by row)
     gen = role.astype(bool)
-    gen_len = np.bincount(rrow[gen], minlength=n).astype(np.int64)
+    rows_gen = rrow[gen]
+    n_gen_tok = np.bincount(rows_gen, minlength=n)
+    gen_len = n_gen_tok.astype(np.int64)
     cost_gen = pc.struct_field(table.column("cost"), "gen_tokens").to_numpy(zero_copy_only=False)
     latency = pc.struct_field(table.column("cost"), "latency_s").to_numpy(zero_copy_only=False).astype(float)
     gen_len = np.where(gen_len == 0, np.nan_to_num(cost_gen.astype(float)).astype(np.int64), gen_len)
-    nll_sum = np.bincount(rrow[gen], weights=-lp[gen].astype(float), minlength=n)
-    n_gen_tok = np.bincount(rrow[gen], minlength=n)
+    nll_sum = np.bincount(rows_gen, weights=-lp[gen].astype(float), minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
         nll_mean = np.where(n_gen_tok > 0, nll_sum / np.maximum(n_gen_tok, 1), np.nan)
-    sig = table.column("signals")
-    adv = _signal(sig, cfg.advantage_key)
-    ent = _signal(sig, cfg.entropy_key)
-    replayed = np.nan_to_num(_signal(sig, cfg.replayed_key)) > 0
-    lag = _signal(sig, cfg.staleness_key)
-    iw = _signal(sig, cfg.iw_key)
+    adv, ent, rep, lag, iw = _signals(table.column("signals"), [cfg.advantage_key, cfg.entropy_key, cfg.replayed_key,
+                                                                 cfg.staleness_key, cfg.iw_key])
+    replayed = np.nan_to_num(rep) > 0
 
     trained, events = _meta_walk(table, replayed, lag, iw)
     scored = scored_mask(table.column("verified"), table.column("verifier"))
