@@ -15,13 +15,15 @@ steps, groups of 8; built as Arrow tables in 1M-row appends) timing, per size:
   after the store changed (it builds the per-step index), then pages at random offsets (median of
   fresh samples, each a new offset), alternated with the full-scan baseline (every row's list
   columns read and sorted, what the viewer did before);
+* the per-step metrics alone (``step_metrics``: derived from the rows on read, issue 44) with the
+  process's cache emptied first ("cold": what ``gfcr report`` pays, a fresh process) alternated
+  with the cached read (the same store version again);
 * ``gfcr report``'s work: metrics once, findings, health checks, the HTML (``build_report``),
-  from the per-step aggregates kept with the store, alternated (up to ``--baseline-max``) with
-  the same report computed from a scan of the rows;
+  cold, alternated with the same report with the metrics cached;
 * the viewer's summary page (``GET /api/summary``).
 
-``--cache DIR`` builds each store once (1M-row appends, which keep the aggregates, then
-``compact()``) and reuses it on later runs.
+``--cache DIR`` builds each store once (1M-row appends, then ``compact()``) and reuses it on later
+runs.
 
 Goals (issue 27): list page <= 200 ms and report <= 5 s at 10M rows. Wall and CPU seconds, the
 machine's load average before and after.
@@ -162,8 +164,8 @@ def scale(sizes: list[int], samples: int, baseline_max: int, report_max: int, ca
 
     from fastapi.testclient import TestClient
 
+    from gfcr.diagnose.metrics import clear_cache
     from gfcr.diagnose.viewer import create_app
-    from gfcr.store import aggregates
 
     rng = np.random.default_rng(0)
     print(f"load before: {os.getloadavg()}")
@@ -173,10 +175,6 @@ def scale(sizes: list[int], samples: int, baseline_max: int, report_max: int, ca
         if build_only:
             print(f"{n:,} rows built at {store.path} ({w_build} s)")
             continue
-        w_rebuild = c_rebuild = None
-        if aggregates.state(store)[0] != "fresh":  # a store whose aggregates predate this gfcr: rebuilt once
-            _, w_rebuild, c_rebuild = _timed(lambda st=store: aggregates.load(st))
-        assert aggregates.state(store)[0] == "fresh", aggregates.state(store)
         client = TestClient(create_app(store.path))
         (r, w_first, c_first) = _timed(lambda c=client: c.get("/api/rollouts", params={"limit": 50}))
         assert r.status_code == 200 and r.json()["total"] == n
@@ -191,74 +189,46 @@ def scale(sizes: list[int], samples: int, baseline_max: int, report_max: int, ca
                 assert b.column("rollout_id").to_pylist() == [i["rollout_id"] for i in r.json()["items"]]
                 base.append(w), base_cpu.append(c)
         _, w_sum, c_sum = _timed(lambda c=client: c.get("/api/summary"))
-        reps, rep_cpu, scans, scan_cpu, kib = [], [], [], [], 0.0
-        for _ in range(report_samples if n <= report_max else 0):  # aggregates vs scan, alternated
-            html, w, c = _timed(lambda st=store: build_report(st))
-            reps.append(w), rep_cpu.append(c)
-            kib = len(html) / 1024
-            if n <= baseline_max:
-                _, w, c = _timed(lambda st=store: scan_report(st))
-                scans.append(w), scan_cpu.append(c)
+        t: dict[str, list[float]] = defaultdict(list)
+        kib = 0.0
+        for i in range(report_samples if n <= report_max else 0):  # cold vs cached, alternated
+            for arm in ("cold", "cached") if i % 2 == 0 else ("cached", "cold"):
+                if arm == "cold":
+                    clear_cache()
+                else:
+                    step_metrics(store)  # (cached: a no-op when it already is)
+                _, w, c = _timed(lambda st=store: step_metrics(st))
+                t[f"metrics_{arm}"].append(w), t[f"metrics_{arm}_cpu"].append(c)
+                if arm == "cold":
+                    clear_cache()
+                html, w, c = _timed(lambda st=store: build_report(st))
+                t[f"report_{arm}"].append(w), t[f"report_{arm}_cpu"].append(c)
+                kib = len(html) / 1024
         med = statistics.median
-        row = {"n": n, "build_s": w_build, "rebuild_s": w_rebuild, "rebuild_cpu_s": c_rebuild, "first_page_s": w_first, "first_page_cpu_s": c_first,
+        row = {"n": n, "build_s": w_build, "first_page_s": w_first, "first_page_cpu_s": c_first,
                "page_ms": 1000 * med(pages), "page_cpu_ms": 1000 * med(cpus),
                "full_scan_ms": 1000 * med(base) if base else None,
                "full_scan_cpu_ms": 1000 * med(base_cpu) if base else None,
                "summary_ms": 1000 * w_sum, "summary_cpu_ms": 1000 * c_sum,
-               "report_s": med(reps) if reps else None, "report_cpu_s": med(rep_cpu) if reps else None,
-               "scan_report_s": med(scans) if scans else None, "scan_report_cpu_s": med(scan_cpu) if scans else None,
-               "report_kib": kib, "load": os.getloadavg()}
+               **{f"{k}_s": med(v) for k, v in t.items()}, "report_kib": kib, "load": os.getloadavg()}
         rows.append(row)
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
         if tmp is not None:
             tmp.cleanup()
     print(f"load after: {os.getloadavg()}")
     print("| rows | list page (median, wall / CPU) | full-scan page | first page (builds the index) | summary | "
-          "report (aggregates, wall / CPU) | report scanning the rows (wall / CPU) |")
+          "step metrics cold / cached (wall / CPU) | report cold / metrics cached (wall / CPU) |")
     print("|---|---|---|---|---|---|---|")
+
+    def pair(r: dict, what: str) -> str:
+        if f"{what}_cold_s" not in r:
+            return "not run"
+        return " · ".join(f"{r[f'{what}_{a}_s']:.3f} / {r[f'{what}_{a}_cpu_s']:.3f} s" for a in ("cold", "cached"))
+
     for r in rows:
         fs = f"{r['full_scan_ms']:.0f} / {r['full_scan_cpu_ms']:.0f} ms" if r["full_scan_ms"] is not None else "not run"
-        rep = f"{r['report_s']:.2f} / {r['report_cpu_s']:.2f} s" if r["report_s"] is not None else "not run"
-        sc = f"{r['scan_report_s']:.2f} / {r['scan_report_cpu_s']:.2f} s" if r["scan_report_s"] is not None else "not run"
         print(f"| {r['n']:,} | {r['page_ms']:.0f} / {r['page_cpu_ms']:.0f} ms | {fs} | {r['first_page_s']:.2f} s | "
-              f"{r['summary_ms']:.0f} ms | {rep} | {sc} |")
-
-
-def scan_report(store: RolloutStore) -> str:
-    """The report's work without the aggregates: metrics and health checks from a scan of the rows."""
-    from gfcr.diagnose.health import run_health_checks
-
-    m = step_metrics(store, use_aggregates=False)
-    return build_report(store, metrics=m, health=run_health_checks(store, use_aggregates=False))
-
-
-def append_overhead(n_appends: int = 20, rows: int = 64, tokens: int = 256) -> None:
-    """What keeping the aggregates adds to an append: ``n_appends`` commits of ``rows`` rows (a new
-    step each) into two stores, one keeping the aggregates and one with the hook switched off,
-    alternated; medians of wall and CPU seconds."""
-    import os
-
-    import gfcr.store.core as core
-    from gfcr.records import rollouts_to_table
-    from gfcr.store import aggregates
-
-    real = aggregates.committed
-    res: dict[str, list[float]] = defaultdict(list)
-    base = rollouts_to_table(make_rollouts(rows * n_appends, n_appends, 8, tokens, seed=3))
-    print(f"load before: {os.getloadavg()}")
-    with tempfile.TemporaryDirectory() as d:
-        stores = {k: RolloutStore.open(Path(d) / k, create=True) for k in ("kept", "off")}
-        try:
-            for i in range(n_appends):
-                for arm in ("kept", "off") if i % 2 == 0 else ("off", "kept"):
-                    core.aggregates.committed = real if arm == "kept" else (lambda *a, **k: None)
-                    _, w, c = _timed(lambda arm=arm, i=i: stores[arm].append(base.slice(i * rows, rows)))
-                    res[arm].append(w), res[f"{arm}_cpu"].append(c)
-        finally:
-            core.aggregates.committed = real
-    med = {k: 1000 * statistics.median(v) for k, v in res.items()}
-    print(f"append of {rows} rows x {tokens} tokens (median of {n_appends}): aggregates kept {med['kept']:.0f} ms wall / "
-          f"{med['kept_cpu']:.0f} ms CPU, switched off {med['off']:.0f} / {med['off_cpu']:.0f} ms; load after: {os.getloadavg()}")
+              f"{r['summary_ms']:.0f} ms | {pair(r, 'metrics')} | {pair(r, 'report')} |")
 
 
 def main() -> None:
@@ -272,15 +242,11 @@ def main() -> None:
     ap.add_argument("--report-samples", type=int, default=3, help="scale run: reports timed per size")
     ap.add_argument("--cache", type=Path, default=None,
                     help="scale run: keep the built stores here and reuse them (e.g. ~/.cache/gfcr/bench)")
-    ap.add_argument("--append-overhead", action="store_true", help="time what keeping the aggregates adds to an append")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
     a = ap.parse_args()
-    if a.append_overhead:
-        append_overhead()
-        return
     if a.scale:
         scale([int(x) for x in a.scale.split(",")], a.samples, a.baseline_max, a.report_max,
               a.cache.expanduser() if a.cache else None, a.report_samples, a.build_budget_s, a.build_only)

@@ -293,7 +293,7 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
                 row = t.step(step)
                 append_jsonl(d / "study.jsonl", step_record(step, row, time.perf_counter() - w0, time.process_time() - c0))
                 last_step[arm] = step
-                print(f"step {step} {arm}: {time.perf_counter() - w0:.1f}s zero-var {row['zero_variance_share']:.2f} "
+                print(f"step {step} {arm}: {time.perf_counter() - w0:.1f}s zero-var {row['zero_var_share'] or 0.0:.2f} "
                       f"tokens {int(row['gen_tokens'])} live {int(row.get('n_live', 0))}", flush=True)
             round_wall.append(time.perf_counter() - r0 - ev_s)  # the steps alone
             if ev_s:
@@ -332,12 +332,12 @@ def round_estimate(step_walls: list[float], eval_walls: list[float], evaluates: 
 
 
 def step_record(step: int, row: dict[str, Any], wall: float, cpu: float) -> dict[str, Any]:
-    n_prompts = int(row["n_prompts"])
-    return {"step": step, "n_prompts": n_prompts, "zero_variance_share": float(row["zero_variance_share"]),
-            "zero_var_groups": round(float(row["zero_variance_share"]) * n_prompts),
-            "zero_variance_tokens": int(row["zero_variance_tokens"]), "gen_tokens": int(row["gen_tokens"]),
+    n_groups, zv = int(row["n_groups"]), float(row["zero_var_share"] or 0.0)  # the report's names (issue 44)
+    return {"step": step, "n_prompts": int(row["n_prompts"]), "n_groups": n_groups, "zero_var_share": zv,
+            "zero_var_groups": round(zv * n_groups), "wasted_tokens": int(row["wasted_tokens"]),
+            "gen_tokens": int(row["gen_tokens"]),
             "n_live": int(row.get("n_live", 0)), "n_seqs": int(row.get("n_seqs", 0)),
-            "reward_mean": float(row.get("reward_mean", 0.0)), "wall_s": wall, "cpu_s": cpu,
+            "reward_mean": float(row.get("reward_mean") or 0.0), "wall_s": wall, "cpu_s": cpu,
             "load_1m": os.getloadavg()[0], "time": datetime.now(UTC).isoformat(),
             "stage_s": {k.removeprefix("seconds/"): float(v) for k, v in row.items()
                         if k.startswith("seconds/") and k != "seconds/step"}}
@@ -366,8 +366,8 @@ def summarize(state: Path, arms: list[str]) -> dict[str, Any]:
     for a in arms:
         gen, live = col(a, "gen_tokens"), col(a, "n_live")
         arm = {"gen_tokens": int(gen.sum()), "live_rows": int(live.sum()),
-               "zero_var_groups": int(col(a, "zero_var_groups").sum()), "groups": int(col(a, "n_prompts").sum()),
-               "zero_var_token_share": float(col(a, "zero_variance_tokens").sum() / max(gen.sum(), 1)),
+               "zero_var_groups": int(col(a, "zero_var_groups").sum()), "groups": int(col(a, "n_groups").sum()),
+               "zero_var_token_share": float(col(a, "wasted_tokens").sum() / max(gen.sum(), 1)),
                "tokens_per_effective_sample": float(gen.sum() / live.sum()) if live.sum() else None,
                "wall_s": float(col(a, "wall_s").sum()), "cpu_s": float(col(a, "cpu_s").sum()),
                "eval_wall_s": float(sum(e["wall_s"] for e in evals[a].values())),
@@ -377,7 +377,7 @@ def summarize(state: Path, arms: list[str]) -> dict[str, Any]:
                "stage_s_median": {k: float(np.median([rows[a][s]["stage_s"][k] for s in steps if k in rows[a][s].get("stage_s", {})]))
                                   for k in sorted({k for s in steps for k in rows[a][s].get("stage_s", {})})}}
         if a != base and steps:
-            dz = col(a, "zero_variance_share") - col(base, "zero_variance_share")
+            dz = col(a, "zero_var_share") - col(base, "zero_var_share")
             arm["zero_var_share_diff_by_step"] = bootstrap_mean(dz)
             arm["zero_var_share_sign_test"] = sign_test(dz)
             arm["tokens_per_effective_ratio"] = ratio_ci(gen, live, col(base, "gen_tokens"), col(base, "n_live"))

@@ -17,7 +17,7 @@ The table (``bench/out/perf_all.md``, also printed) has one line per row: what, 
 verdict (met / partly / not met, judged on every quantity the goal names; rows without a goal say
 so), the load during the benchmark, its wall and CPU time, and the exact command. The RL-step row
 runs ``gfcr train configs/arith-smollm2.yaml`` for a few steps without evaluation and reads the
-per-step ``seconds/*`` keys and ``zero_variance_share`` of its ``metrics.jsonl``; its run folder is
+per-step ``seconds/*`` keys and ``zero_var_share`` of its ``metrics.jsonl``; its run folder is
 deleted afterwards (only the metrics are kept).
 """
 
@@ -325,14 +325,14 @@ def m_rl_step(j: dict) -> Measured:
     step = tot.pop("step")
     gen, upd = tot.pop("generate", 0.0), tot.pop("update", 0.0)
     other = [kv for kv in sorted(tot.items(), key=lambda kv: -kv[1])[:3] if kv[1] >= 0.005 * step]
-    groups = sum(r["n_prompts"] for r in steps)
-    zero = sum(round(r["zero_variance_share"] * r["n_prompts"]) for r in steps)
+    groups = sum(r["n_groups"] for r in steps)  # groups of two or more (the report's n_groups)
+    zero = sum(round((r["zero_var_share"] or 0.0) * r["n_groups"]) for r in steps)
     gen_tokens = sum(r["gen_tokens"] for r in steps)
     text = (f"{count(len(steps), 'step')}, {step:.1f} s: generation {gen / step:.0%}, update {upd / step:.0%}, "
             f"other {(step - gen - upd) / step:.0%} (" + ", ".join(f"{k} {v / step:.0%}" for k, v in other)
             + f"); {zero} of {groups} groups had zero reward variance; {gen_tokens} generated tokens")
-    if all("zero_variance_tokens" in r for r in steps):
-        text += f", {sum(r['zero_variance_tokens'] for r in steps) / max(gen_tokens, 1):.0%} of them on those groups"
+    if all("wasted_tokens" in r for r in steps):
+        text += f", {sum(r['wasted_tokens'] for r in steps) / max(gen_tokens, 1):.0%} of them on zero-advantage groups"
     return Measured(text)
 
 

@@ -115,12 +115,13 @@ def main() -> None:
             stats[name]["effective"] += int(row.get("n_live", 0))  # batch rows with a non-zero advantage
             stats[name]["rows"] += int(row.get("n_seqs", 0))
             stats[name]["replayed"] += int(row.get("n_replayed", 0))
-            stats[name]["groups"] += int(row["n_prompts"])
-            stats[name]["zero_var_groups"] += round(row["zero_variance_share"] * row["n_prompts"])
-            stats[name]["zero_var_tokens"] += int(row["zero_variance_tokens"])
-            per_step[name].append(float(row["zero_variance_share"]))
-            print(f"step {step} {name}: {row.get('seconds/step', 0):.1f}s reward {row.get('reward_mean', 0):.2f} "
-                  f"replayed {row.get('n_replayed', 0)} zero-var {row['zero_variance_share']:.2f}", flush=True)
+            zv = row["zero_var_share"] or 0.0  # (None: no group of two or more this step)
+            stats[name]["groups"] += int(row["n_groups"])
+            stats[name]["zero_var_groups"] += round(zv * row["n_groups"])
+            stats[name]["zero_var_tokens"] += int(row["wasted_tokens"])
+            per_step[name].append(float(zv))
+            print(f"step {step} {name}: {row.get('seconds/step', 0):.1f}s reward {row.get('reward_mean') or 0:.2f} "
+                  f"replayed {row.get('n_replayed', 0)} zero-var {zv:.2f}", flush=True)
         loads.append(os.getloadavg()[0])
     evals = {}
     for name, t in runs.items():

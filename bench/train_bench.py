@@ -48,9 +48,9 @@ def main() -> None:
         # the per-rollout entropy forward (signals["entropy"]) against the stages it sits between
         "entropy_over_generate": round(stage_s.get("entropy", 0.0) / max(stage_s.get("generate", 0.0), 1e-9), 3),
         "entropy_over_update": round(stage_s.get("entropy", 0.0) / max(stage_s.get("update", 0.0), 1e-9), 3),
-        "reward_per_step": [round(r["reward_mean"], 3) for r in rows],
+        "reward_per_step": [None if r["reward_mean"] is None else round(r["reward_mean"], 3) for r in rows],
         "format_rate_per_step": [round(r["format_rate"], 3) for r in rows],
-        "zero_variance_share_per_step": [round(r["zero_variance_share"], 3) for r in rows],
+        "zero_var_share_per_step": [None if r["zero_var_share"] is None else round(r["zero_var_share"], 3) for r in rows],
     }
     p = Path("bench/out/train_bench.json")
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -60,9 +60,9 @@ def results(**over) -> dict:
             "32": {"tok_per_s": 39.0, "tok_per_cpu_s": 39.3},
             "batch32_over_batch1_wall": 3.9, "batch32_over_batch1_cpu": 6.14}},
         "train": {"steps": [
-            {"n_prompts": 4, "zero_variance_share": 0.75, "zero_variance_tokens": 300, "gen_tokens": 500, "seconds/step": 10.0,
+            {"n_prompts": 4, "n_groups": 4, "zero_var_share": 0.75, "wasted_tokens": 300, "gen_tokens": 500, "seconds/step": 10.0,
              "seconds/generate": 8.0, "seconds/update": 1.0, "seconds/verify": 0.5, "seconds/append": 0.5},
-            {"n_prompts": 4, "zero_variance_share": 1.0, "zero_variance_tokens": 400, "gen_tokens": 400, "seconds/step": 10.0,
+            {"n_prompts": 4, "n_groups": 4, "zero_var_share": 1.0, "wasted_tokens": 400, "gen_tokens": 400, "seconds/step": 10.0,
              "seconds/generate": 7.0, "seconds/update": 1.0, "seconds/checkpoint": 2.0}]},
         "serve": {"ratio_tokens_per_s": 2.65, "on_tokens_per_s": 5.07, "off_tokens_per_s": 1.91, "clients": 16,
                   "greedy_same_tokens": "16/16", "rounds": 3, "max_tokens": 32,
@@ -129,7 +129,7 @@ def test_table_verdicts_from_benchmark_json(pa):
     assert rows["3"][7] == "`OMP_NUM_THREADS=1 python bench/align.py --x 1`"
     # the RL step split: 20 s, generation 15 s (75%), update 2 s (10%), other 3 s; 7 of 8 groups zero variance
     assert "generation 75%, update 10%, other 15% (checkpoint 10%, verify 2%, append 2%)" in rows["6"][3]
-    assert "7 of 8 groups had zero reward variance; 900 generated tokens, 78% of them on those groups" in rows["6"][3]
+    assert "7 of 8 groups had zero reward variance; 900 generated tokens, 78% of them on zero-advantage groups" in rows["6"][3]
     assert "engine calls per 16-client burst: 1, 2" in rows["7"][3]
     assert rows["1"][3].startswith("100k rows × 512 tokens: store/raw 1.20× wall")
 

@@ -288,28 +288,3 @@ def close(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
     return a == b
-
-
-#: metric columns whose values are the same bits on both paths (quantiles and maxima)
-EXACT_METRICS = {"len_p95", "len_max", "tail_time_share", "tail_timed"}
-
-
-def assert_metrics_match(got: Any, want: Any, nan_ok: bool = False) -> None:
-    """Two step-metrics tables (numpy's and DuckDB's) row by row: :data:`EXACT_METRICS` equal, the
-    rest :func:`close` (floats to 1e-12 relative); with ``nan_ok`` a NaN on both sides matches."""
-    for g, w in zip(got.to_pylist(), want.to_pylist(), strict=True):
-        bad = {k: (g[k], w[k]) for k in w
-               if not (g[k] == w[k] if k in EXACT_METRICS else close(g[k], w[k]) or (nan_ok and g[k] != g[k] and w[k] != w[k]))}
-        assert not bad, (w["run_id"], w["step"], bad)
-
-
-def duckdb_partials(table: Any) -> Any:
-    """``aggregates.partials`` with every batch sent through DuckDB's queries."""
-    from gfcr.store import aggregates
-
-    keep = aggregates.SMALL_ROWS, aggregates.NUMPY_STEPS
-    try:
-        aggregates.SMALL_ROWS = aggregates.NUMPY_STEPS = 0
-        return aggregates.partials(table)
-    finally:
-        aggregates.SMALL_ROWS, aggregates.NUMPY_STEPS = keep

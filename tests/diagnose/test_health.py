@@ -277,3 +277,14 @@ def test_cli_diagnose_and_report_list_them(store, tmp_path):
     assert rep.exit_code == 0 and "[health] Zero completion tokens: 1" in rep.output
     page = out.read_text()
     assert 'id="health"' in page and 'data-check="zero_completion"' in page and "dangling" in page
+
+
+def test_the_stores_ngram_count_is_the_early_exits():
+    from gfcr.control.groups import tail_ngram_count as control_count
+    from gfcr.store.checks import tail_ngram_count
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        t = rng.integers(0, 3, int(rng.integers(0, 40)))
+        n = int(rng.integers(1, 6))
+        assert tail_ngram_count(t, n) == control_count(t, n)

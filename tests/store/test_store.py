@@ -159,3 +159,22 @@ def test_store_import_needs_no_torch():
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+def test_a_store_from_before_a_field_became_nullable_takes_nulls(tmp_path):
+    """A store whose rollouts table was created with ``finish_reason`` NOT NULL: the first null
+    relaxes the field (one schema commit), then the rows land through the reopened table."""
+    import lance
+    import pyarrow as pa
+
+    from gfcr.records import ROLLOUT_SCHEMA
+
+    old = pa.schema([f.with_nullable(False) if f.name == "finish_reason" else f for f in ROLLOUT_SCHEMA])
+    (tmp_path / "s").mkdir()  # the table as an older gfcr created it; init keeps a table it finds
+    lance.write_dataset(pa.Table.from_batches([], schema=old), str(tmp_path / "s" / "rollouts.lance"), mode="create")
+    store = RolloutStore.open(tmp_path / "s", create=True)
+    assert not store.dataset("rollouts").schema.field("finish_reason").nullable
+    rs = [make_rollout(i, finish_reason=None) for i in range(3)] + [make_rollout(3)]
+    assert store.append(rs) == 4
+    assert store.dataset("rollouts").schema.field("finish_reason").nullable
+    assert sorted(store.scan(columns=["finish_reason"]).column(0).to_pylist(), key=str) == [None, None, None, "stop"]

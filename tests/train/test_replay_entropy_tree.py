@@ -66,7 +66,7 @@ def test_replay_is_recorded_in_the_store_and_read_by_diagnose(tiny_dir, tmp_path
     rows = _rows(res)
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert [r["n_replayed"] for r in rows] == [0, 3, 3]
-    assert any(0 < r["pass_rate"] < 1 for r in rows)  # rewards vary, so advantages are non-zero
+    assert any(0 < (r["verified_rate"] or 0) < 1 for r in rows)  # rewards vary, so advantages are non-zero
     for r in rows[1:]:  # replayed rollouts are mixed into the update
         assert r["n_seqs"] == r["n_trained"] + 3
         assert r["replay_lag_mean"] >= 1

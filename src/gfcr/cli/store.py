@@ -395,11 +395,9 @@ def check(
             console.print(check_line(t, width), highlight=False, soft_wrap=True)
         for p in rep.all_problems:
             console.print(f"[red]damaged:[/] {p}", highlight=False, soft_wrap=True)
-        if rep.ok:
-            from gfcr.store import aggregates
-
-            state, detail = aggregates.state(RolloutStore.open(path, verify=False))
-            console.print(f"aggregates: {state} ({detail})", highlight=False, soft_wrap=True)
+        if rep.ok and (path / "aggregates.parquet").exists():
+            console.print("aggregates.parquet: left by an older gfcr, no longer read or written (per-step "
+                          "metrics are derived from the rows on read); safe to delete", highlight=False, soft_wrap=True)
     if salvage_to is not None:
         copied = integrity.salvage(path, salvage_to, tables, lambda p: RolloutStore.open(p, create=True).path)
         console.print(f"salvaged into {salvage_to}: " + ", ".join(f"{k} {v} rows" for k, v in copied.items()),

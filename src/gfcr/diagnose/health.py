@@ -1,8 +1,8 @@
 """Rollout health checks over a store (the checks themselves: :mod:`gfcr.store.checks`).
 
-:func:`run_health_checks` reads the checks that need no tokenizer from the store's per-step
-aggregates (:mod:`gfcr.store.aggregates`, kept with the rows and updated on append) and runs the
-token/text check, which needs a tokenizer, over the first ``max_decode`` rows it can judge.
+:func:`run_health_checks` reads the rows in batches (the columns the checks need), screens each
+batch column-wise, and runs the token/text check, which needs a tokenizer, over the first
+``max_decode`` rows it can judge. The store's write path computes none of it.
 """
 
 from __future__ import annotations
@@ -53,19 +53,13 @@ def _finish(tally: Tally, tok: Any | None, skipped: dict[str, str]) -> HealthRep
 
 
 def run_health_checks(store: Any, run: str | None = None, tokenizer: Any | None = None,
-                      config: HealthConfig | None = None, decode: bool = True,
-                      use_aggregates: bool = True) -> HealthReport:
+                      config: HealthConfig | None = None, decode: bool = True) -> HealthReport:
     """Run every check over the store's rollouts (one run with ``run``), in batches.
 
     Each batch is screened column-wise (numpy / Arrow compute: generated-token counts, repeated
     tails, turn roles and contents, tool-call presence, log-prob sources in ``meta``); only the
     rows a screen flags go through the per-record functions above, for their evidence. The token/
     text check decodes at most ``max_decode`` rows (``checked`` says how many).
-
-    With the default ``config``, the checks that need no tokenizer are read from the store's
-    per-step aggregates (:mod:`gfcr.diagnose.aggregates`, kept with the store, rebuilt when stale):
-    the same counts, evidence kept in (run, step) order; the token/text check then reads rows only
-    until it has decoded ``max_decode`` of them.
 
     ``tokenizer``: an HF tokenizer or a path/name; None uses the store's own model when its files
     are on this machine (never downloads). ``decode=False`` skips the token/text check.
@@ -74,17 +68,6 @@ def run_health_checks(store: Any, run: str | None = None, tokenizer: Any | None 
     skipped: dict[str, str] = {}
     tok = _tokenizer_or_skip(store, tokenizer, decode, skipped)
     flt = None if run is None else f"run_id = {_quote(run)}"
-    from gfcr.store import aggregates
-
-    parts = aggregates.load(store) if use_aggregates and cfg == HealthConfig() else None
-    if parts is not None:
-        tally = aggregates.health_tally(parts, run, cfg)
-        if tok is not None:
-            for batch in store.dataset("rollouts").to_batches(columns=COLUMNS, filter=flt, batch_size=cfg.batch_size):
-                screen_batch(pa.Table.from_batches([batch]), tally, tok, record_checks=False)
-                if tally.checked["token_text_mismatch"] >= cfg.max_decode:
-                    break
-        return _finish(tally, tok, skipped)
     tally = Tally(cfg)
     for batch in store.dataset("rollouts").to_batches(columns=COLUMNS, filter=flt, batch_size=cfg.batch_size):
         screen_batch(pa.Table.from_batches([batch]), tally, tok)

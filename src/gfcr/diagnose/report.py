@@ -306,24 +306,8 @@ def _rollout_card(row: dict[str, Any], audit: dict[str, Any] | None, judge: str 
             f'<details><summary>verifier evidence</summary><pre>{_e(ver)}</pre></details></div>')
 
 
-def _buckets(store: Any, run: str | None, n: int, judge: str | None = None) -> dict[str, list[str]]:
-    """The sample buckets: best, worst, truncated from the store's per-step aggregates when they
-    keep enough rows per step (else top-n queries), most-masked from the audits."""
-    from gfcr.store import aggregates
-
-    parts = aggregates.load(store)
-    got = aggregates.samples(parts, run, int(n)) if parts is not None else None
-    if got is None:
-        return _pick(store, run, n, judge)
-    if not got:
-        return {}
-    if store.count("audits"):
-        got["most-masked"] = _most_masked(store, run, n, judge)
-    return got
-
-
 def _samples(store: Any, run: str | None, n: int, judge: str | None = None) -> str:
-    buckets = _buckets(store, run, n, judge)
+    buckets = _pick(store, run, n, judge)
     if not buckets:
         return '<p class="muted">No rollouts.</p>'
     all_ids = list(dict.fromkeys(i for ids in buckets.values() for i in ids))
@@ -379,13 +363,9 @@ def build_report(store: Any, run: str | None = None, metrics_config: MetricsConf
 
 
 def store_runs(store: Any) -> list[str]:
-    """The runs of the store, from its per-step aggregates (a scan of ``run_id`` without them)."""
-    from gfcr.store import aggregates
-
-    parts = aggregates.load(store)
-    if parts is not None:
-        return sorted(set(parts.column("run_id").to_pylist()))
-    return sorted(set(store.scan(columns=["run_id"]).column("run_id").to_pylist()))
+    """The runs of the store (the distinct values of its ``run_id`` column)."""
+    t = store.scan(columns=["run_id"])
+    return sorted(pc.unique(t.column("run_id")).to_pylist()) if t.num_rows else []
 
 
 def write_report(store: Any, out: str | Path, run: str | None = None, overwrite: bool = False, **kw: Any) -> Path:

@@ -135,13 +135,8 @@ def role_runs(token_role: list[int]) -> list[dict[str, int]]:
 
 
 def store_model(store: Any) -> str | None:
-    """The model most of the store's rollouts were sampled from (``sampling.model``), or None; from
-    the store's per-step aggregates when it has them (:func:`gfcr.store.aggregates.model`)."""
-    from gfcr.store import aggregates
-
-    parts = aggregates.load(store)
-    if parts is not None:
-        return aggregates.model(parts)
+    """The model most of the store's rollouts were sampled from (``sampling.model``; ties: the first
+    by name), or None."""
     try:
         rows = store.sql(
             "SELECT json_extract_string(sampling, '$.model') AS m, count(*) AS n FROM rollouts "
@@ -342,14 +337,9 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
 
     @app.get("/api/summary")
     def summary() -> JSONResponse:
-        from gfcr.store import aggregates
-
         _, index, facts = current()
         runs = []
-        parts = aggregates.load(store)  # per-step aggregates kept with the store: runs and tasks
-        if parts is not None:
-            runs, facts["tasks"] = aggregates.summary(parts)
-        elif index.num_rows:
+        if index.num_rows:  # the per-step index of the list pages: runs from it, no scan
             g = index.group_by("run_id").aggregate([("step", "min"), ("step", "max"), ("n", "sum")])
             g = g.take(pc.sort_indices(g, sort_keys=[("run_id", "ascending")]))
             runs = [{"run_id": r["run_id"], "step_min": r["step_min"], "step_max": r["step_max"], "rollouts": r["n_sum"]}

@@ -1,6 +1,6 @@
 """Rollout health checks: per-record faults in what a store holds, each with its evidence.
 
-A detector (:mod:`gfcr.diagnose.detectors`) reads per-step aggregates and names a training
+A detector (:mod:`gfcr.diagnose.detectors`) reads the per-step metrics and names a training
 pathology; a health check reads single records and names a fault in the data itself, the kind
 that silently poisons a training step. Each check returns evidence (the rollout, what was seen,
 the numbers), never a verdict on whether an answer is correct:

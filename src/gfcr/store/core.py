@@ -23,6 +23,10 @@ Integrity (:mod:`gfcr.store.integrity`): every commit records its Lance version 
 manifest; :meth:`RolloutStore.open` checks cheaply that the files still match (one line names any
 damaged file); ``gfcr store check`` verifies everything.
 
+Summaries: the write path writes rows and what integrity needs, nothing else. Per-step summaries
+(the report's metrics, the health checks, the viewer's run list) are derived from the rows by their
+readers (:func:`gfcr.diagnose.metrics.step_metrics`, cached per store version in the process).
+
 Reads (:mod:`gfcr.store.reads`): :meth:`RolloutStore.get` and :meth:`RolloutStore.sample` take rows
 by row id or offset, never through a filtered scan of whole rows.
 """
@@ -57,7 +61,7 @@ from gfcr.records import (
     table_to_rollouts,
     utcnow,
 )
-from gfcr.store import aggprep, aggregates, integrity
+from gfcr.store import integrity
 from gfcr.store.integrity import MANIFEST, StoreError  # noqa: F401 - re-exported
 from gfcr.store.integrity import retry_commit as _retry
 from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, rows_in, sample_rows, take_ids
@@ -105,6 +109,7 @@ class RolloutStore:
 
     def __init__(self, path: Path, versions: dict[str, int] | None = None, auto_compact: int = AUTO_COMPACT):
         self.path = Path(path)
+        self._uris = {name: str(self.path / f"{name}.lance") for name in TABLES}
         self._pinned = versions  # None = follow the latest version of every table
         self.manifest = integrity.read_manifest(self.path)
         self.auto_compact = int(auto_compact)
@@ -158,7 +163,6 @@ class RolloutStore:
                     lance.write_dataset(pa.Table.from_batches([], schema=schema), uri, mode="create")
                 ds = lance.dataset(uri)
                 committed[name] = {"version": ds.version, "rows": ds.count_rows()}
-            aggregates.write(p, aggregates.empty(), committed["rollouts"]["version"])
             integrity.write_manifest(p, {**integrity.new_manifest(list(TABLES)), "committed": committed})
 
     # --- low level ------------------------------------------------------------------------------
@@ -167,7 +171,7 @@ class RolloutStore:
         integrity.record_commit(self.path, name, ds if ds is not None else lance.dataset(self._uri(name)))
 
     def _uri(self, name: str) -> str:
-        return str(self.path / f"{name}.lance")
+        return self._uris[name] if name in self._uris else str(self.path / f"{name}.lance")
 
     def dataset(self, name: str) -> lance.LanceDataset:
         """The Lance dataset of table ``name`` at the pinned (or latest) version."""
@@ -192,11 +196,8 @@ class RolloutStore:
         self._upkeep(name, ds)
         return ds
 
-    def _merge(self, name: str, table: pa.Table, on: str | list[str], insert: bool = True,
-               steps: set[tuple[str, int]] | None = None) -> None:
-        """Merge ``table`` into table ``name`` (one commit); ``steps``: the (run, step)s of rollouts
-        it rewrites, whose per-step aggregates are recomputed (:func:`gfcr.store.aggregates.committed`)."""
-        pre = lance.dataset(self._uri(name)).version
+    def _merge(self, name: str, table: pa.Table, on: str | list[str], insert: bool = True) -> None:
+        """Merge ``table`` into table ``name`` (one commit)."""
 
         def go() -> None:
             b = lance.dataset(self._uri(name)).merge_insert(on).when_matched_update_all()
@@ -206,8 +207,6 @@ class RolloutStore:
 
         _retry(go)
         ds = lance.dataset(self._uri(name))
-        if name == "rollouts":
-            aggregates.committed(self.path, pre, ds, keys=steps or set())
         self._record(name, ds)
         self._upkeep(name, ds)
 
@@ -222,9 +221,7 @@ class RolloutStore:
                 frags, rows = fragment_set(ds), ds.count_rows()
                 done = compact_small(ds, self.auto_compact)
                 if done:
-                    after = lance.dataset(self._uri(name))
-                    idx.compacted(frags, rows, after)
-                    aggregates.committed(self.path, ds.version, after)  # the same rows: re-tagged
+                    idx.compacted(frags, rows, lance.dataset(self._uri(name)))
         else:
             done = compact_small(ds, self.auto_compact)
         if done:
@@ -253,20 +250,14 @@ class RolloutStore:
             found.update(t.column(0).to_pylist())
         return found
 
-    def prepare_append(self, table: pa.Table) -> tuple[pa.Table, Any]:
-        """Start the per-step aggregates of ``table`` (a large batch about to be appended) in a worker
-        thread, overlapping the caller's work before ``append(table, ready=...)``; nothing written."""
-        return table, aggprep.prepare(self.path, lance.dataset(self._uri("rollouts")).version,
-                                      self._as_rollout_table(table, "append"))
-
-    def append(self, records: Iterable[Rollout] | pa.Table, source: str = "append", check_existing: bool = True,
-               ready: tuple[pa.Table, Any] | None = None) -> int:
+    def append(self, records: Iterable[Rollout] | pa.Table, source: str = "append", check_existing: bool = True) -> int:
         """Append rollouts as one commit. Rejects duplicate ``rollout_id``s (within the batch or
         against the store) before writing anything. Returns the number of rows written.
         ``check_existing=False`` skips the look-up against stored ids (cheap through the in-process id index,
         whose first use in a process reads every stored id) for writers whose ids are fresh by construction
         (random uuids), e.g. the live recorders; duplicates within the batch are still refused.
-        ``ready``: :meth:`prepare_append` of this same table object (else ignored)."""
+        Only the rows and what integrity needs are written: per-step summaries are derived by
+        readers (:func:`gfcr.diagnose.metrics.step_metrics`)."""
         self._writable()
         table = self._as_rollout_table(records, source)
         if table.num_rows == 0:
@@ -286,28 +277,29 @@ class RolloutStore:
                 raise StoreError(
                     f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
                 )
-            self._allow_nulls(table)
-            uri = self._uri("rollouts")
-            pre = lance.dataset(uri).version
-            mine = ready is not None and ready[0] is records  # prepare_append's (started, or not needed)
-            ready = ready[1] if mine else aggprep.prepare(self.path, pre, table)  # aggregates, as it is written
-            after = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
+            # the write goes through the dataset just opened (Lance then opens none of its own; a
+            # commit that landed since is rebased on, as for a path); after a schema change, the new one
+            target = self.dataset("rollouts") if self._allow_nulls(table, before) else before
+            after = _retry(lambda: lance.write_dataset(table, target, mode="append"))
             idx.committed(before, after, hashes)
-            aggregates.committed(self.path, pre, after, batch=table, ready=ready)
         self._record("rollouts", after)
         self._upkeep("rollouts", after)
         return table.num_rows
 
-    def _allow_nulls(self, table: pa.Table) -> None:
+    def _allow_nulls(self, table: pa.Table, ds: lance.LanceDataset) -> bool:
         """Stores created before a rollout field became nullable (``finish_reason``: null = not
-        recorded by the source) get that field relaxed, once, before the first null is written."""
-        ds = self.dataset("rollouts")
-        for f in ROLLOUT_SCHEMA:
-            if f.nullable and table.column(f.name).null_count and not ds.schema.field(f.name).nullable:
-                pre = lance.dataset(self._uri("rollouts")).version
+        recorded by the source) get that field relaxed, once, before the first null is written.
+        ``ds``: the rollouts table as the caller just opened it. Returns whether it changed the schema."""
+        nulls = [f for f in ROLLOUT_SCHEMA if f.nullable and table.column(f.name).null_count]
+        if not nulls:
+            return False
+        schema, changed = ds.schema, False
+        for f in nulls:
+            if not schema.field(f.name).nullable:
                 _retry(lambda f=f: lance.dataset(self._uri("rollouts")).alter_columns({"path": f.name, "nullable": True}))
-                aggregates.committed(self.path, pre, lance.dataset(self._uri("rollouts")))
                 self._record("rollouts")
+                changed = True
+        return changed
 
     def update(self, records: Iterable[Rollout] | pa.Table) -> int:
         """Replace stored rollouts that have the same ``rollout_id`` (a new version; the old rows stay
@@ -322,10 +314,7 @@ class RolloutStore:
         missing = set(ids) - self.existing_ids(ids)
         if missing:
             raise StoreError(f"{len(missing)} rollout_id(s) not in the store (e.g. {sorted(missing)[0]!r}); use append")
-        old = self.get(ids, columns=["run_id", "step"])
-        steps = set(zip(old.column("run_id").to_pylist(), old.column("step").to_pylist(), strict=True))
-        steps |= set(zip(table.column("run_id").to_pylist(), table.column("step").to_pylist(), strict=True))
-        self._merge("rollouts", table, "rollout_id", insert=False, steps=steps)
+        self._merge("rollouts", table, "rollout_id", insert=False)
         return table.num_rows
 
     @staticmethod
@@ -560,19 +549,15 @@ class RolloutStore:
             if idx is not None:
                 with idx.lock:
                     idx.catch_up(ds)
-                    frags, rows, pre = fragment_set(ds), ds.count_rows(), ds.version
+                    frags, rows = fragment_set(ds), ds.count_rows()
                     metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
-                    after = lance.dataset(self._uri(name))
-                    idx.compacted(frags, rows, after)
-                    aggregates.committed(self.path, pre, after)
+                    idx.compacted(frags, rows, lance.dataset(self._uri(name)))
             else:
                 metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
             self._record(name)
             out[name] = {"fragments_before": before, "fragments_after": len(lance.dataset(self._uri(name)).get_fragments()),
                          "fragments_removed": getattr(metrics, "fragments_removed", None), "index": None}
-        pre = lance.dataset(self._uri("rollouts")).version
         if _retry(lambda: build_id_index(self._uri("rollouts"))):
-            aggregates.committed(self.path, pre, lance.dataset(self._uri("rollouts")))
             self._record("rollouts")
             out["rollouts"]["index"] = "rollout_id (BTREE)"
         return out

@@ -1,12 +1,15 @@
 """Per-step rollout statistics: per-rollout features and the per-(run, step) metrics over them.
 
-The store keeps these per step with its rows (:mod:`gfcr.store.aggregates`); ``gfcr.diagnose``
-reads them (:func:`gfcr.diagnose.metrics.step_metrics`) and judges them (the detectors).
+The one implementation of gfcr's per-step summary. Its readers derive it from the rows when they
+need it: ``gfcr.diagnose`` (:func:`gfcr.diagnose.metrics.step_metrics`, cached per store version;
+the report, ``gfcr diagnose``, the detectors) and the training loop's per-step row and progress
+bar (:func:`summarize` of the step's own rollouts, ``gfcr.train.metrics``), under the same names.
+The store's write path computes none of it.
 
-One pass over the store: per-rollout features are computed with numpy from a column subset
-(no token ids, no messages), then aggregated per (run, step) with DuckDB over that Arrow table.
-The result, :func:`step_metrics`, is an Arrow table with one row per (run, step); the columns are
-listed in :data:`METRIC_COLUMNS` and described in ``docs/diagnose.md``.
+One pass over the rows: per-rollout features are computed with numpy from a column subset
+(no token ids, no messages), then aggregated per (run, step) with DuckDB over that Arrow table
+(:func:`metrics_of`): an Arrow table with one row per (run, step); the columns are listed in
+:data:`METRIC_COLUMNS` and described in ``docs/diagnose.md``.
 
 The keys the metrics read (configurable in :class:`MetricsConfig`):
 
@@ -57,6 +60,19 @@ METRIC_COLUMNS = [
     "n_dropped_groups", "n_replayed", "replay_share", "staleness_mean",
     "staleness_max", "iw_mean", "iw_min", "iw_max", "n_audited", "kept_share", "ter_mean",
     *[f"excl_{c}" for c in EXCLUSION_CATEGORIES],
+]
+
+
+#: the columns of :data:`METRIC_COLUMNS` that one step's own generated rows decide: what the training
+#: loop reports per step (:func:`summarize`). Left out: ``run_id``/``step`` (the row's key), the
+#: replay and audit columns (recorded by other steps' rows and by audits) and ``hack_rate`` (on a
+#: step nobody passed it is judged against the run's passing median, from other steps)
+STEP_COLUMNS = [
+    "n_rollouts", "n_groups", "n_verdicts", "scored_share", "reward_mean", "reward_std", "verified_rate",
+    "zero_var_share", "all_correct_share", "all_wrong_share", "gen_tokens", "wasted_tokens", "waste_share",
+    "len_mean", "len_p95", "len_max", "n_truncated", "trunc_rate", "abort_rate", "tail_time_share",
+    "tail_token_share", "tail_timed", "entropy_mean", "nll_mean", "adv_disagreement", "low_std_share",
+    "n_kept_groups", "n_dropped_groups",
 ]
 
 
@@ -164,21 +180,35 @@ def _row_index(list_col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.nda
     return values, np.repeat(np.arange(len(arr)), lengths)
 
 
-def _signal(signals: pa.ChunkedArray, key: str) -> np.ndarray:
-    """Per row, the value of ``key`` in a map<string, float64> column (nan when absent)."""
+def _list_values(list_col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """The flat values of a list column (:func:`_row_index` without the row of each value)."""
+    arr = list_col.combine_chunks() if isinstance(list_col, pa.ChunkedArray) else list_col
+    offsets = arr.offsets.to_numpy()
+    return arr.values.slice(offsets[0], offsets[-1] - offsets[0]).to_numpy(zero_copy_only=False)
+
+
+def _signals(signals: pa.ChunkedArray, keys: list[str]) -> list[np.ndarray]:
+    """Per key, per row, the value of that key in a map<string, float64> column (nan when absent;
+    a key repeated in one row: its last value). The map's entries are walked once for all keys,
+    compared as Arrow strings; only the entries that match find their row (a binary search of the
+    offsets). Example: rows [{a: 1, b: 2}, {}, {b: 3}], keys [b, c] → [[2, nan, 3], [nan, nan, nan]]."""
     arr = signals.combine_chunks()
     n = len(arr)
-    out = np.full(n, np.nan)
+    outs = [np.full(n, np.nan) for _ in keys]
     if n == 0:
-        return out
+        return outs
     offsets = arr.offsets.to_numpy()
     a, b = int(offsets[0]), int(offsets[-1])
-    keys = arr.keys.slice(a, b - a).to_numpy(zero_copy_only=False)
-    items = arr.items.slice(a, b - a).to_numpy(zero_copy_only=False)
-    rows = np.repeat(np.arange(n), np.diff(offsets))
-    hit = np.nonzero(keys == key)[0]
-    out[rows[hit]] = items[hit].astype(float)
-    return out
+    if b == a:
+        return outs
+    names = arr.keys.slice(a, b - a)
+    items = arr.items.slice(a, b - a)
+    for key, out in zip(keys, outs, strict=True):
+        hit = np.flatnonzero(pc.fill_null(pc.equal(names, key), False).to_numpy(zero_copy_only=False))
+        if len(hit):
+            rows = np.searchsorted(offsets, hit + a, side="right") - 1
+            out[rows] = items.take(pa.array(hit, pa.int64())).to_numpy(zero_copy_only=False).astype(float)
+    return outs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,22 +226,20 @@ def rollout_features(table: pa.Table, config: MetricsConfig | None = None) -> tu
     cfg = config or MetricsConfig()
     n = table.num_rows
     role, rrow = _row_index(table.column("token_role"))
-    lp, _ = _row_index(table.column("logprobs"))
+    lp = _list_values(table.column("logprobs"))  # (as long as token_role, row by row)
     gen = role.astype(bool)
-    gen_len = np.bincount(rrow[gen], minlength=n).astype(np.int64)
+    rows_gen = rrow[gen]
+    n_gen_tok = np.bincount(rows_gen, minlength=n)
+    gen_len = n_gen_tok.astype(np.int64)
     cost_gen = pc.struct_field(table.column("cost"), "gen_tokens").to_numpy(zero_copy_only=False)
     latency = pc.struct_field(table.column("cost"), "latency_s").to_numpy(zero_copy_only=False).astype(float)
     gen_len = np.where(gen_len == 0, np.nan_to_num(cost_gen.astype(float)).astype(np.int64), gen_len)
-    nll_sum = np.bincount(rrow[gen], weights=-lp[gen].astype(float), minlength=n)
-    n_gen_tok = np.bincount(rrow[gen], minlength=n)
+    nll_sum = np.bincount(rows_gen, weights=-lp[gen].astype(float), minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
         nll_mean = np.where(n_gen_tok > 0, nll_sum / np.maximum(n_gen_tok, 1), np.nan)
-    sig = table.column("signals")
-    adv = _signal(sig, cfg.advantage_key)
-    ent = _signal(sig, cfg.entropy_key)
-    replayed = np.nan_to_num(_signal(sig, cfg.replayed_key)) > 0
-    lag = _signal(sig, cfg.staleness_key)
-    iw = _signal(sig, cfg.iw_key)
+    adv, ent, rep, lag, iw = _signals(table.column("signals"), [cfg.advantage_key, cfg.entropy_key, cfg.replayed_key,
+                                                                 cfg.staleness_key, cfg.iw_key])
+    replayed = np.nan_to_num(rep) > 0
 
     trained, events = _meta_walk(table, replayed, lag, iw)
     scored = scored_mask(table.column("verified"), table.column("verifier"))
@@ -555,3 +583,29 @@ def _sql_select() -> str:
         LEFT JOIN e USING (run_id, step) LEFT JOIN au USING (run_id, step)
         LEFT JOIN rows_at ra USING (run_id, step)
         ORDER BY s.run_id, s.step"""
+
+
+_COUNTS = {"n_rollouts", "n_groups", "n_verdicts", "gen_tokens", "wasted_tokens", "n_truncated"}
+
+
+def summarize(table: pa.Table, config: MetricsConfig | None = None) -> dict[str, Any]:
+    """The :data:`STEP_COLUMNS` of one step's rows: :func:`metrics_of` over ``table`` (a rollouts
+    table of one (run, step), at least :data:`FEATURE_COLUMNS`), as plain Python values (DuckDB's
+    decimal ``tail_timed`` as a float). What the training loop reports per step, so its numbers are
+    the report's for the same rows under the same names. No rows: the counts 0, the rest None.
+
+    Example: one step, groups [1, 1] and [0, 1] (verified as rewarded) → ``zero_var_share`` 0.5,
+    ``verified_rate`` 0.75, ``reward_mean`` 0.75."""
+    cfg = config or MetricsConfig()
+    keys = table.select(["run_id", "step"]).group_by(["run_id", "step"]).aggregate([]) if table.num_rows else None
+    if keys is not None and keys.num_rows > 1:
+        raise ValueError(f"summarize takes the rows of one (run, step); these hold {keys.num_rows}")
+    feats, events = rollout_features(table, cfg)
+    m = metrics_of(feats, events, None, cfg) if table.num_rows else None
+    if m is not None:
+        m = m.filter(pc.and_(pc.equal(m.column("run_id"), keys.column("run_id")[0]),
+                             pc.equal(m.column("step"), keys.column("step")[0])))
+    if m is None or m.num_rows == 0:
+        return {c: 0 if c in _COUNTS else None for c in STEP_COLUMNS}
+    row = m.select(STEP_COLUMNS).to_pylist()[0]
+    return {k: float(v) if v is not None and not isinstance(v, int | float) else v for k, v in row.items()}

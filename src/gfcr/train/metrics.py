@@ -1,4 +1,9 @@
-"""Per-step metrics (JSONL row), TensorBoard writer, progress bar."""
+"""Per-step metrics (JSONL row), TensorBoard writer, progress bar.
+
+The row's rollout statistics are the store's per-step summary of the step's own rollouts
+(:func:`gfcr.store.stepstats.summarize`, the function behind ``gfcr report`` and ``gfcr diagnose``):
+the same names and the same definitions, so the progress bar and the report agree on the same rows.
+"""
 
 from __future__ import annotations
 
@@ -11,36 +16,31 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.records import Rollout
+from gfcr.records import Rollout, rollouts_to_table
+from gfcr.store.stepstats import summarize
 
 
 def step_metrics(step: int, generated: list[list[Rollout]], kept: list[list[Rollout]], replayed: list[Any],
                  ustats: dict[str, float], seconds: dict[str, float], info: dict[str, Any]) -> dict[str, Any]:
-    """The JSONL row of one step (rewards, pass rate, zero-variance share, tokens, update stats, timings)."""
+    """The JSONL row of one step: the step's rollout statistics under the store's names
+    (:data:`gfcr.store.stepstats.STEP_COLUMNS`: ``reward_mean``, ``verified_rate``,
+    ``zero_var_share``, ``wasted_tokens``, ``len_mean``, ``trunc_rate``, ``entropy_mean``...; a value
+    that is undefined for the step is None), what only the loop knows (``n_prompts``, ``n_trained``,
+    ``n_replayed``: replayed samples trained at this step, ``format_rate``, ``teacher_kl``), the
+    update's stats and the timings.
+
+    Example: groups a [1, 1], b [1, 0], c [0, 0, 0], d [0] (one row) → ``zero_var_share`` 2/3 (a
+    and c among the three groups of two or more), ``n_prompts`` 4."""
     rs = [r for g in generated for r in g]
-    rewards = np.array([r.reward for r in rs]) if rs else np.zeros(0)
-    lens = np.array([r.n_generated for r in rs]) if rs else np.zeros(0)
-    zero_var = [g for g in generated if len(g) > 1 and np.std([r.reward for r in g]) == 0]
     out: dict[str, Any] = {
         "step": step,
         "time": datetime.now().isoformat(timespec="seconds"),
         "n_prompts": len(generated),
-        "n_rollouts": len(rs),
         "n_trained": sum(len(g) for g in kept),
         "n_replayed": len(replayed),
-        "reward_mean": float(rewards.mean()) if rs else 0.0,
-        "pass_rate": float(np.mean([bool(r.verified) for r in rs])) if rs else 0.0,
         "format_rate": float(np.mean([r.signals.get("format", 0.0) for r in rs])) if rs else 0.0,
-        "zero_variance_share": len(zero_var) / max(len(generated), 1),
-        "zero_variance_tokens": int(sum(r.n_generated for g in zero_var for r in g)),  # spent on groups with no signal
-        "gen_tokens": int(lens.sum()),
-        "length_mean": float(lens.mean()) if rs else 0.0,
-        "length_max": int(lens.max()) if rs else 0,
-        "truncated_share": float(np.mean([r.finish_reason == "length" for r in rs])) if rs else 0.0,
+        **summarize(rollouts_to_table(rs)),
     }
-    ents = [r.signals["entropy"] for r in rs if "entropy" in r.signals]
-    if ents:  # mean token entropy of what the sampling policy generated (the update's `entropy` is its forward's)
-        out["rollout_entropy"] = float(np.mean(ents))
     kls = [r.signals["teacher_kl"] for r in rs if "teacher_kl" in r.signals]
     if kls:  # on-policy distillation: mean sampled-token reverse KL to the teacher (gfcr.train.distill)
         out["teacher_kl"] = float(np.mean(kls))
@@ -69,6 +69,19 @@ def tensorboard_writer(run_dir: Path) -> Any:
     return SummaryWriter(str(run_dir / "tb"))
 
 
+#: what the progress bar shows: keys of the step row, shown under these names (the report's)
+BAR_FIELDS = ("reward_mean", "verified_rate", "zero_var_share")
+
+
+def bar_text(m: dict[str, Any]) -> str:
+    """The progress bar's text for a step row: :data:`BAR_FIELDS` under the report's names (an
+    undefined value as ``-``) and the step's seconds.
+    Example: {reward_mean: 0.5, verified_rate: None, zero_var_share: 0.25, seconds/step: 2} →
+    ``reward_mean 0.50 verified_rate - zero_var_share 0.25 2.0s/step``."""
+    parts = [f"{key} {'-' if m.get(key) is None else format(m[key], '.2f')}" for key in BAR_FIELDS]
+    return " ".join(parts) + f" {m.get('seconds/step', 0):.1f}s/step"
+
+
 @contextlib.contextmanager
 def progress_bar(enabled: bool, total: int, start: int) -> Iterator[Callable[[int, dict[str, Any]], None]]:
     if not enabled:
@@ -82,8 +95,6 @@ def progress_bar(enabled: bool, total: int, start: int) -> Iterator[Callable[[in
         task = prog.add_task("", total=total, completed=start)
 
         def update(step: int, m: dict[str, Any]) -> None:
-            prog.update(task, completed=step + 1, description=(
-                f"reward {m.get('reward_mean', 0):.2f} pass {m.get('pass_rate', 0):.2f} "
-                f"zero-var {m.get('zero_variance_share', 0):.2f} {m.get('seconds/step', 0):.1f}s/step"))
+            prog.update(task, completed=step + 1, description=bar_text(m))
 
         yield update

@@ -69,7 +69,7 @@ class ImportResult:
 def find_files(paths: list[str], patterns: tuple[str, ...], exclude_dirs: tuple[str, ...] = ()) -> list[Path]:
     """Files named by ``paths``; a directory is searched recursively for ``patterns``, skipping any
     file below a folder named in ``exclude_dirs`` and any file inside a gfcr store (a folder holding
-    ``gfcr-store.json``: its own Parquet files, such as the per-step aggregates, are not a dump)."""
+    ``gfcr-store.json``: its own files, such as the aggregates.parquet of older stores, are not a dump)."""
     out: list[Path] = []
     for p in paths:
         pp = Path(p)

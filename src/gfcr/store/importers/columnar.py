@@ -389,9 +389,8 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                 table = table.filter(keep)
                 prompts = prompts.filter(pc.is_in(prompts.column("prompt_id"), table.column("prompt_id")))
             if table.num_rows:
-                ready = store.prepare_append(table)  # the aggregates run while the prompts are upserted
                 store.upsert_prompts(prompts)
-                store.append(table, source="verl", ready=ready)
+                store.append(table, source="verl")
         for _bf, sig, bt, _ in batch:  # each file's rows, new and already stored
             sig["rows"] = bt.num_rows
         store.put_states({_state_key(run_id, bf): sig for bf, sig, _, _ in batch})
