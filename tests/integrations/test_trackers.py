@@ -56,13 +56,14 @@ def test_push_store_logs_the_stores_step_numbers_and_real_rollouts(store, tracki
     tracker.finish()
     assert n == {"steps": 2, "rollouts": 6}
     logs = _logs("proj", "run-a")
-    scalars = {e["step"]: e for e in logs if "gfcr/mean_reward" in e}
+    scalars = {e["step"]: e for e in logs if "gfcr/reward_mean" in e}
     stats = {r["step"]: r for r in store.stats()}
     assert sorted(scalars) == [0, 1]
     for step, e in scalars.items():
-        assert e["gfcr/rollouts"] == stats[step]["rollouts"] == 4
-        assert e["gfcr/mean_reward"] == pytest.approx(stats[step]["mean_reward"])
-        assert e["gfcr/verified_share"] == pytest.approx(1 / 3)  # 1 of the 3 rollouts with a verdict
+        assert e["gfcr/n_rollouts"] == stats[step]["n_rollouts"] == 4
+        assert e["gfcr/reward_mean"] == pytest.approx(stats[step]["reward_mean"])
+        assert e["gfcr/len_mean"] == pytest.approx(6.0) and "gfcr/n_groups" in e  # the report's whole step row
+        assert e["gfcr/verified_rate"] == pytest.approx(1 / 3)  # 1 of the 3 rollouts with a verdict
     tables = {e["step"]: e["gfcr/rollouts"]["_value"] for e in logs if "gfcr/rollouts" in e
               and isinstance(e["gfcr/rollouts"], dict)}
     assert sorted(tables) == [0, 1]
@@ -103,7 +104,7 @@ def test_cli_push_to_trackio(store, trackio_dir, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "pushed 1 step(s) and 2 sampled rollout(s) to trackio" in out.stdout
     logs = _logs("cli", "run-a")
-    assert {e["step"] for e in logs if "gfcr/mean_reward" in e} == {1}
+    assert {e["step"] for e in logs if "gfcr/reward_mean" in e} == {1}
     bad = subprocess.run([sys.executable, "-m", "gfcr", "store", "push", str(store.path), "--steps", "x"],
                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--steps must be A:B" in bad.stderr
@@ -117,10 +118,10 @@ def test_live_writer_pushes_each_committed_step(store, trackio_dir):
     w.close()
     tracker.finish()
     logs = _logs("live", "run-a")
-    scalars = {e["step"]: e for e in logs if "gfcr/rollouts" in e and not isinstance(e["gfcr/rollouts"], dict)}
+    scalars = {e["step"]: e for e in logs if "gfcr/n_rollouts" in e}
     assert sorted(scalars) == [0, 1, 2]
-    assert all(e["gfcr/mean_reward"] == pytest.approx(0.25) and e["gfcr/rollouts"] == 4 for e in scalars.values())
-    stored = {r["step"]: r["mean_reward"] for r in store.stats()}
+    assert all(e["gfcr/reward_mean"] == pytest.approx(0.25) and e["gfcr/n_rollouts"] == 4 for e in scalars.values())
+    stored = {r["step"]: r["reward_mean"] for r in store.stats()}
     assert stored == {0: pytest.approx(0.25), 1: pytest.approx(0.25), 2: pytest.approx(0.25)}
 
 

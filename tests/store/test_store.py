@@ -84,9 +84,16 @@ def test_stats(store):
     store.append([make_rollout(i, step=i // 2, reward=float(i), verified=i % 2 == 0) for i in range(4)])
     st = store.stats()
     assert st == [
-        {"run_id": "run-a", "step": 0, "rollouts": 2, "gen_tokens": 12, "mean_reward": 0.5, "verified_share": 0.5},
-        {"run_id": "run-a", "step": 1, "rollouts": 2, "gen_tokens": 12, "mean_reward": 2.5, "verified_share": 0.5},
+        {"run_id": "run-a", "step": 0, "n_rollouts": 2, "gen_tokens": 12, "reward_mean": 0.5, "verified_rate": 0.5},
+        {"run_id": "run-a", "step": 1, "n_rollouts": 2, "gen_tokens": 12, "reward_mean": 2.5, "verified_rate": 0.5},
     ]
+    # the report's names and numbers for the same rows (one vocabulary)
+    from gfcr.store.stepstats import FEATURE_COLUMNS, summarize
+
+    for row in st:
+        m = summarize(store.scan(steps=(row["step"], row["step"]), columns=FEATURE_COLUMNS))
+        assert {k: m[k] for k in ("n_rollouts", "gen_tokens", "reward_mean", "verified_rate")} == \
+            {k: row[k] for k in ("n_rollouts", "gen_tokens", "reward_mean", "verified_rate")}
 
 
 def test_update_versions_checkout_compact(store):

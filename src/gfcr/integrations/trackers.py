@@ -3,8 +3,9 @@ experiment tracker (trackio, local-first; W&B when the user has it).
 
 What is pushed, per (run, step) of the store:
 
-* scalars under ``gfcr/<name>``: ``rollouts``, ``gen_tokens``, ``mean_reward``, ``verified_share``
-  (the store's :meth:`~gfcr.store.RolloutStore.stats`, the numbers ``gfcr store stats`` prints);
+* scalars under ``gfcr/<name>``: the step's own metrics, :func:`gfcr.store.stepstats.summarize` over its
+  rows (``n_rollouts``, ``reward_mean``, ``verified_rate``, ``zero_var_share``, ``len_mean``,
+  ``trunc_rate``, ...): the names and numbers of the training progress bar and ``gfcr report``;
 * one table ``gfcr/rollouts`` of at most ``samples`` rollouts drawn at random from the step (seeded),
   one row each: ``step``, ``rollout_id``, ``prompt_id``, ``task``, ``prompt`` (the last user turn),
   ``completion`` (the assistant text), ``reward``, ``verified``, ``finish_reason``, ``gen_tokens``.
@@ -22,13 +23,14 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from gfcr.records import Rollout, assistant_text
+from gfcr.records import Rollout, assistant_text, rollouts_to_table
+from gfcr.store.stepstats import FEATURE_COLUMNS, STEP_COLUMNS, summarize
 
 #: the columns of the pushed rollout table, in order
 COLUMNS = ["step", "rollout_id", "prompt_id", "task", "prompt", "completion", "reward", "verified",
            "finish_reason", "gen_tokens"]
-#: the per-step scalars pushed (``gfcr/<name>``), as :meth:`RolloutStore.stats` names them
-SCALARS = ["rollouts", "gen_tokens", "mean_reward", "verified_share"]
+#: the per-step scalars pushed (``gfcr/<name>``): the step's own metrics, as the report names them
+SCALARS = STEP_COLUMNS
 
 
 class Tracker(Protocol):
@@ -123,6 +125,10 @@ def rollout_rows(rows: Iterable[dict[str, Any]], max_chars: int = 2000) -> list[
     return out
 
 
+def _scalars(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {f"gfcr/{k}": v for k, v in metrics.items() if k in SCALARS and v is not None}
+
+
 _SAMPLE_COLUMNS = ["step", "rollout_id", "prompt_id", "task", "messages", "reward", "verified", "finish_reason", "cost"]
 
 
@@ -146,7 +152,7 @@ def push_store(store: Any, tracker: Tracker, run: str | None = None, steps: tupl
         step = int(row["step"])
         if steps is not None and not steps[0] <= step <= steps[1]:
             continue
-        tracker.log({f"gfcr/{k}": row[k] for k in SCALARS if row.get(k) is not None}, step=step)
+        tracker.log(_scalars(summarize(store.scan(run=run, steps=(step, step), columns=FEATURE_COLUMNS))), step=step)
         if samples > 0:
             where = f"run_id = '{run.replace(chr(39), chr(39) * 2)}' AND step = {step}"
             t = store.sample(samples, where=where, seed=seed + step, columns=_SAMPLE_COLUMNS)
@@ -160,7 +166,7 @@ def push_store(store: Any, tracker: Tracker, run: str | None = None, steps: tupl
 class TrackerHook:
     """After each step a live recorder commits: that step's scalars (over the committed rollouts) and
     ``samples`` of its rollouts, to ``tracker`` (:class:`~gfcr.integrations.writer.StepWriter`'s
-    ``tracker=``). The scalars are computed from the step's rollouts, with :data:`SCALARS`' names."""
+    ``tracker=``). The scalars are :func:`~gfcr.store.stepstats.summarize` of the step's rollouts."""
 
     def __init__(self, tracker: Tracker, samples: int = 8, seed: int = 0, max_chars: int = 2000):
         self.tracker, self.samples, self.max_chars = tracker, int(samples), int(max_chars)
@@ -169,14 +175,7 @@ class TrackerHook:
     def __call__(self, step: int, rollouts: Sequence[Rollout]) -> None:
         if not rollouts:
             return
-        rewards = [r.reward for r in rollouts if r.reward is not None]
-        verdicts = [r.verified for r in rollouts if r.verified is not None]
-        values: dict[str, Any] = {"gfcr/rollouts": len(rollouts),
-                                  "gfcr/gen_tokens": sum(int(r.cost.gen_tokens) for r in rollouts)}
-        if rewards:
-            values["gfcr/mean_reward"] = sum(rewards) / len(rewards)
-        if verdicts:
-            values["gfcr/verified_share"] = sum(1.0 for v in verdicts if v) / len(verdicts)
+        values = _scalars(summarize(rollouts_to_table(rollouts).select(FEATURE_COLUMNS)))
         self.tracker.log(values, step=step)
         if self.samples > 0:
             pick = self._rng.sample(list(rollouts), min(self.samples, len(rollouts)))

@@ -563,14 +563,16 @@ class RolloutStore:
         return out
 
     def stats(self, run: str | None = None) -> list[dict[str, Any]]:
-        """Per (run, step): rollouts, generated tokens, mean reward, verified share."""
+        """Per (run, step): ``n_rollouts``, ``gen_tokens``, ``reward_mean``, ``verified_rate`` (the share
+        verified among rows with a verdict): the report's names (:data:`gfcr.store.stepstats.STEP_COLUMNS`)
+        and definitions, counted in one SQL query."""
         where = f"WHERE run_id = {_quote(run)}" if run is not None else ""
         t = self.sql(
             f"""
-            SELECT run_id, step, count(*) AS rollouts,
+            SELECT run_id, step, count(*) AS n_rollouts,
                    coalesce(sum(list_sum(token_role)), 0)::BIGINT AS gen_tokens,
-                   avg(reward) AS mean_reward,
-                   avg(CASE WHEN verified THEN 1.0 WHEN verified = false THEN 0.0 END) AS verified_share
+                   avg(reward) AS reward_mean,
+                   avg(CASE WHEN verified THEN 1.0 WHEN verified = false THEN 0.0 END) AS verified_rate
             FROM rollouts {where} GROUP BY run_id, step ORDER BY run_id, step
             """
         )
