@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from gfcr.records import Prompt, Rollout
+from gfcr.records import Cost, Prompt, Rollout
 
 T = TypeVar("T")
 
@@ -85,6 +85,34 @@ def find_files(paths: list[str], patterns: tuple[str, ...], exclude_dirs: tuple[
         else:
             raise ImportFormatError(pp, "path", "-", "no such file or directory")
     return out
+
+
+def file_scopes(paths: list[str], files: list[Path], strip: tuple[str, ...] = ()) -> dict[Path, str]:
+    """Each file's scope: the folder it lies in, relative to the directory of ``paths`` it was found
+    under, as a POSIX path; ``""`` for a file directly in that directory or named by itself (so the
+    ids of a single-folder dump stay what they were). A trailing folder a framework always writes
+    (``strip``, e.g. TRL's ``completions``) is left out, so ``out/completions/x.parquet`` under
+    ``out`` scopes as ``""`` and ``runs/a/completions/x.parquet`` under ``runs`` as ``a``. Ids and
+    groups of files in different scopes never meet: two experiments under one parent stay apart."""
+    roots = [Path(p) for p in paths if Path(p).is_dir()]
+    out: dict[Path, str] = {}
+    for f in files:
+        parts: tuple[str, ...] = ()
+        for r in roots:
+            try:
+                parts = f.relative_to(r).parts[:-1]
+                break
+            except ValueError:
+                continue
+        while parts and parts[-1] in strip:
+            parts = parts[:-1]
+        out[f] = "/".join(parts)
+    return out
+
+
+def scoped(scope: str, name: str) -> str:
+    """``name`` under ``scope`` (``a/1.jsonl``), or ``name`` alone for the root scope."""
+    return f"{scope}/{name}" if scope else name
 
 
 def _in_store(f: Path, root: Path) -> bool:
@@ -232,6 +260,16 @@ class Tokenize:
         ids = np.asarray(list(p) + list(c), np.int32)
         role = np.asarray([0] * len(p) + [1] * len(c), np.int8)
         return dict(token_ids=ids, token_role=role, logprobs=np.zeros(len(ids), np.float32), tokens_source="retokenized")
+
+
+def text_lengths(prompt: str, completion: str, toks: dict[str, Any]) -> tuple[Cost, str]:
+    """(cost, unit) of a text-only row: token counts when :class:`Tokenize` retokenized it
+    (``"tokens"``), else character counts (``"chars"``), so length metrics see the row; the unit
+    goes to ``meta.length_unit``. Example: ("What?", "It is 5.", no tokenizer) → prompt 5, gen 8, chars."""
+    if toks.get("tokens_source") == "none":
+        return Cost(prompt_tokens=len(prompt), gen_tokens=len(completion)), "chars"
+    g = int(np.asarray(toks["token_role"]).sum())
+    return Cost(prompt_tokens=len(toks["token_role"]) - g, gen_tokens=g), "tokens"
 
 
 def text_only_note(fmt: str, tokenizer: Any | None) -> list[str]:
