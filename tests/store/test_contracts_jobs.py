@@ -63,6 +63,7 @@ def test_trl_two_runs_under_one_parent_share_no_group(store, tmp_path):
     groups = store.sql("SELECT group_id, count(*) AS n FROM rollouts GROUP BY group_id").to_pylist()
     assert len(groups) == 12 and {g["n"] for g in groups} == {2}
     assert {g["group_id"].split("/")[1] for g in groups} == {"seed-1", "seed-2"}
+    assert all(g["group_id"].startswith("both/seed-") for g in groups)
     assert {r.meta["file"].split("/")[0] for r in store.rollouts(run="both")} == {"seed-1", "seed-2"}
 
 
@@ -71,6 +72,7 @@ def test_trl_single_folder_ids_unchanged(store):
     a = import_rollouts(store, "trl", [str(FIX / "trl_collapse")], run_id="s")
     again = import_rollouts(store, "trl", [str(FIX / "trl_collapse" / "completions")], run_id="s")
     assert a.written == 12 and again.written == 0 and again.skipped == 12
+    assert all(r.group_id == f"s/{r.prompt_id}@{r.step}" for r in a.rollouts)  # as before
     r = next(r for r in a.rollouts if r.meta["row"] == 0 and r.meta["file"] == "completions_00001.parquet")
     from gfcr.store.importers._common import hid
 
@@ -111,6 +113,7 @@ def test_verl_single_folder_ids_unchanged_and_paths_agree(store, tmp_path):
     a = import_rollouts(store, "verl", [str(FIX / "verl")], run_id="v")
     b = import_rollouts(store, "verl", [str(FIX / "verl")], run_id="v", columnar=False)
     assert a.written == 8 and b.written == 0 and b.skipped == 8
+    assert all(r.group_id == f"v/{r.prompt_id}@{r.step}" for r in store.rollouts(run="v"))  # as before
     from gfcr.store.importers._common import hid
 
     r = next(r for r in store.rollouts(run="v") if r.meta["file"] == "1.jsonl" and r.meta["line"] == 1)
@@ -187,3 +190,75 @@ def test_cli_imports_a_two_experiment_verl_folder(tmp_path):
     q = gfcr("store", "query", st, "SELECT count(DISTINCT group_id) AS g, count(DISTINCT rollout_id) AS n FROM rollouts",
              "--json")
     assert json.loads(q.stdout.splitlines()[0]) == {"g": 13, "n": 24}  # 8 + 2 + 3 (exp-b's copied row has its own prompt)
+
+
+# --- ATIF: a Harbor job folder (Harbor 0.26's own models and writer) ------------------------------------
+
+
+def test_harbor_job_folder_imports_each_trajectory_once(store):
+    """A job folder also holds config.json, result.json, verifier/reward.json, artifacts/manifest.json:
+    every *.json was taken for a trajectory. A continued session (trajectory.json + trajectory.cont-1.json,
+    one session_id) was refused as a duplicate, a root without session_id refused, content parts refused."""
+    exp = json.loads((FIX / "harbor_job.expected.json").read_text())
+    res = import_rollouts(store, "atif", [str(FIX / "harbor_job")], run_id="h")
+    assert res.written == store.count() == exp["rollouts"] == 4
+    skipped = [n for n in res.notes if n.startswith("skipped")]
+    assert len(skipped) == 1 and "13 file(s)" in skipped[0] and "config.json" in skipped[0]
+    rs = {r.meta["file"]: r for r in store.rollouts(run="h")}
+    assert set(rs) == {"t1/agent/trajectory.json", "t2/agent/trajectory.json", "t2/agent/trajectory.cont-1.json",
+                       "t3/agent/trajectory.json"}
+    for f, r in rs.items():  # the trial's verifier reward, as Harbor's Verifier reads it
+        assert r.reward == exp["rewards"][f.split("/")[0]]
+    assert rs["t3/agent/trajectory.json"].signals == {"reward/reward": 1.0, "reward/style": 0.5}
+    # the continuation: its own rollout, its copied context is context, its new step keeps its token ids
+    cont = rs["t2/agent/trajectory.cont-1.json"]
+    assert cont.meta["continuation_index"] == 1 and cont.meta["session_id"] == "sess-t2"
+    assert cont.token_ids.tolist() == [1, 10, 2, 1, 11, 2, 50, 51, 60, 61]
+    assert cont.token_role.tolist() == [0] * 8 + [1, 1] and cont.logprobs.tolist() == [0.0] * 8 + [-0.75, -0.5]
+    assert cont.rollout_id != rs["t2/agent/trajectory.json"].rollout_id
+    # no session_id (v1.7): imported, keyed by its path; content parts: text kept, the parts in meta
+    t3 = rs["t3/agent/trajectory.json"]
+    assert t3.meta["session_id"] is None and t3.messages[0].content == "What does the picture show?"
+    assert [p["type"] for p in t3.meta["atif"]["steps"][0]["message_parts"]] == ["text", "image"]
+    # the two trials of one task form one group (of this job: the job folder is the import root)
+    t1, t2 = rs["t1/agent/trajectory.json"], rs["t2/agent/trajectory.json"]
+    assert t1.group_id == t2.group_id == f"h/{t1.prompt_id}"
+    again = import_rollouts(store, "atif", [str(FIX / "harbor_job")], run_id="h")
+    assert again.written == 0 and store.count() == 4
+
+
+def test_atif_lone_surrogate_names_file_and_field(store, tmp_path):
+    """A lone surrogate (a JSON \\ud800 escape) ended in a bare UnicodeEncodeError naming no file."""
+    import_rollouts(store, "atif", [str(FIX / "atif")], run_id="a")
+    before = (store.count(), len(store.versions()))
+    d = tmp_path / "job" / "t1" / "agent"
+    d.mkdir(parents=True)
+    text = (FIX / "harbor_job" / "t1" / "agent" / "trajectory.json").read_text()
+    (d / "trajectory.json").write_text(text.replace('"What is 2 + 3?"', '"What is 2 \\ud800 3?"'))
+    from gfcr.store.importers import ImportFormatError
+
+    with pytest.raises(ImportFormatError, match=r"trajectory\.json: trajectory: field 'steps\[1\]\.message': lone surrogate"):
+        import_rollouts(store, "atif", [str(tmp_path / "job")], run_id="a")
+    assert (store.count(), len(store.versions())) == before
+
+
+def test_cli_imports_a_harbor_job_folder(tmp_path):
+    st = tmp_path / "st"
+    gfcr("store", "init", st)
+    out = gfcr("store", "import", st, FIX / "harbor_job", "--from", "atif", "--run", "h").stdout
+    assert "imported 4 new rollouts" in out and "skipped 13 file(s)" in out
+    q = gfcr("store", "query", st, "SELECT count(*) AS n, count(reward) AS scored FROM rollouts", "--json")
+    assert json.loads(q.stdout.splitlines()[0]) == {"n": 4, "scored": 4}
+
+
+def test_two_harbor_jobs_under_one_parent_keep_their_groups(store, tmp_path):
+    """Two jobs (their own session ids) under one parent: the same task's trials stay in their job's group."""
+    for name in ("job-1", "job-2"):
+        shutil.copytree(FIX / "harbor_job", tmp_path / "jobs" / name)
+        for f in (tmp_path / "jobs" / name).rglob("trajectory*.json"):
+            f.write_text(f.read_text().replace('"sess-', f'"{name}-sess-'))
+    res = import_rollouts(store, "atif", [str(tmp_path / "jobs")], run_id="h")
+    assert res.written == 8
+    groups = store.sql("SELECT group_id, count(*) AS n FROM rollouts GROUP BY group_id").to_pylist()
+    assert sorted(g["n"] for g in groups) == [1, 1, 1, 1, 2, 2]
+    assert {g["group_id"].split("/")[1] for g in groups} == {"job-1", "job-2"}

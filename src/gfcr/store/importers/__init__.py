@@ -192,6 +192,9 @@ def import_rollouts(
         total.rollouts.extend(rs)
         total.prompts.extend(res.prompts)
         total.notes.extend(n for n in res.notes if n not in total.notes)
+    ignored = [x for _f, res, _rs in batches for x in res.ignored]
+    if ignored and not FOLLOWING.get():
+        total.notes.append(ignored_note(fmt, ignored))
     if not total.rollouts and not FOLLOWING.get():
         raise ImportFormatError(paths[0] if paths else "-", "input", "-",
                                 f"no rollouts found in {len(files)} file(s): empty dump?")
@@ -201,6 +204,14 @@ def import_rollouts(
     if total.skipped and not FOLLOWING.get():
         total.notes.append(f"{total.skipped} rollout(s) were already in the store and were skipped")
     return total
+
+
+def ignored_note(fmt: str, ignored: list[tuple[str, str]], show: int = 4) -> str:
+    """One line for the files a job folder holds beside the format's own, e.g. ``skipped 3 file(s)
+    that are not atif data: config.json (not an ATIF trajectory …), …``."""
+    shown = ", ".join(f"{Path(p).name} ({why})" for p, why in ignored[:show])
+    more = f" and {len(ignored) - show} more" if len(ignored) > show else ""
+    return f"skipped {len(ignored)} file(s) that are not {fmt} data: {shown}{more}"
 
 
 class FollowStopped(ImportFormatError):

@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class ImportResult:
     how: dict[str, str] = field(default_factory=dict)
     #: a resumable format's read position (prime-rl-stream): what ``follow`` hands to the next poll
     cursor: dict[str, Any] | None = None
+    #: files found but not the format's data (a job folder's other JSON), with why: ``(path, why)``
+    ignored: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def tokens_source(self) -> str:
@@ -110,9 +113,12 @@ def file_scopes(paths: list[str], files: list[Path], strip: tuple[str, ...] = ()
     return out
 
 
-def scoped(scope: str, name: str) -> str:
-    """``name`` under ``scope`` (``a/1.jsonl``), or ``name`` alone for the root scope."""
-    return f"{scope}/{name}" if scope else name
+def scoped(scope: str, name: str, run: bool = False) -> str:
+    """``name`` under ``scope`` (``a/1.jsonl``), or ``name`` alone for the root scope; with ``run``,
+    the group prefix of run ``name`` (``r/a``, or ``r`` for the root scope: the ids of before)."""
+    if not scope:
+        return name
+    return f"{name}/{scope}" if run else f"{scope}/{name}"
 
 
 def _in_store(f: Path, root: Path) -> bool:
@@ -145,10 +151,63 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         except json.JSONDecodeError as e:
             raise ImportFormatError(path, f"line {i}", "-", f"not valid JSON ({e.msg}); truncated line?") from e
         except RecursionError as e:
-            raise ImportFormatError(path, f"line {i}", "-", "JSON nested too deeply") from e
+            raise ImportFormatError(path, f"line {i}", deep_field(text), "JSON nested too deeply") from e
         if not isinstance(obj, dict):
             raise ImportFormatError(path, f"line {i}", "-", f"expected a JSON object, got {type(obj).__name__}")
+        if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+            check_unicode(obj, path, f"line {i}")
         yield i, obj
+
+
+#: a JSON ``\\uD800``-``\\uDFFF`` escape: a surrogate, valid only as half of a pair
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def check_unicode(obj: Any, path: str | os.PathLike[str], where: str, key: str = "") -> None:
+    """Refuse a string holding a lone surrogate (a JSON ``"\\ud800"`` escape decodes to one; UTF-8,
+    and so the store, cannot hold it) with one line naming the field, instead of a bare
+    ``UnicodeEncodeError`` at write time. Example: ``{"steps": [{"message": "a\\ud800"}]}`` raises
+    ``…: field 'steps[0].message': lone surrogate '\\ud800' at character 1: not valid Unicode text``."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ImportFormatError(path, where, key or "-", f"lone surrogate {obj[e.start]!r} at character {e.start}: "
+                                    "not valid Unicode text") from None
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            check_unicode(k, path, where, key or "-")
+            check_unicode(v, path, where, f"{key}.{k}" if key else str(k))
+    elif isinstance(obj, list):
+        for j, v in enumerate(obj):
+            check_unicode(v, path, where, f"{key}[{j}]")
+
+
+def deep_field(text: str, limit: int = 256) -> str:
+    """The top-level key of a JSON object text under which nesting first passes ``limit`` levels
+    (what a ``RecursionError`` from ``json.loads`` does not say), or ``-``. A scan of the text that
+    skips strings; e.g. ``'{"a": 1, "b": [[[…]]]}'`` → ``b``."""
+    depth, key, last, i, n = 0, "-", None, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            last = text[i + 1:j]
+            i = j + 1
+            continue
+        if c == ":" and depth == 1 and last is not None:
+            key = last
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return key
+        elif c in "]}":
+            depth -= 1
+        i += 1
+    return "-"
+
 
 
 def req(obj: dict[str, Any], key: str, types: type | tuple[type, ...], path: Path, where: str) -> Any:

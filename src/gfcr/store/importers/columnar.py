@@ -239,7 +239,7 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
         "step": pa.array(step.astype(np.int64)),
         "policy_version": pc.binary_join_element_wise("step-", step_s, ""),
         "prompt_id": pid_arr,
-        "group_id": pc.binary_join_element_wise(f"{scoped(run_id, scope)}/", pid_arr, "@", step_s, ""),
+        "group_id": pc.binary_join_element_wise(f"{scoped(scope, run_id, True)}/", pid_arr, "@", step_s, ""),
         "sample_index": pa.array(sample_index),
         "parent_id": pa.nulls(n, pa.string()),
         "branch_pos": pa.nulls(n, pa.int64()),

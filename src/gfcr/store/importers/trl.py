@@ -277,7 +277,7 @@ def _rollout(row: dict[str, Any], i: int, f: Path, names: list[str], weights: di
     return Rollout(
         rollout_id="trl-" + hid(run_id, fname, i, ptext, json.dumps([m.to_dict() for m in cmsgs])),
         run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid,
-        group_id=f"{scoped(run_id, scope)}/{pid}@{step}",
+        group_id=f"{scoped(scope, run_id, True)}/{pid}@{step}",
         sample_index=k, task="trl", messages=[*pmsgs, *cmsgs], reward=reward, verified=verified,
         finish_reason=None, signals=sig, cost=cost,
         verifier={"name": "trl", "reward_functions": weights, "scored": scored},

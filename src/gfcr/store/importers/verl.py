@@ -138,7 +138,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, verdict_k
                 Rollout(
                     rollout_id="verl-" + hid(run_id, scoped(scope, f.name), i, inp, out),
                     run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid,
-                    group_id=f"{scoped(run_id, scope)}/{pid}@{step}", sample_index=k, task="verl",
+                    group_id=f"{scoped(scope, run_id, True)}/{pid}@{step}", sample_index=k, task="verl",
                     messages=[*pmsgs, Message("assistant", out)], cost=cost,
                     reward=score, verified=verified, finish_reason=None, signals=sig,
                     verifier={"name": "verl", "score": score, "verdict_key": verdict_key if verified is not None else None},
