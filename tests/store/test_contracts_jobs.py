@@ -262,3 +262,29 @@ def test_two_harbor_jobs_under_one_parent_keep_their_groups(store, tmp_path):
     groups = store.sql("SELECT group_id, count(*) AS n FROM rollouts GROUP BY group_id").to_pylist()
     assert sorted(g["n"] for g in groups) == [1, 1, 1, 1, 2, 2]
     assert {g["group_id"].split("/")[1] for g in groups} == {"job-1", "job-2"}
+
+
+# --- ART 0.5.23 (its own write_trajectory_groups_parquet) ----------------------------------------------
+
+
+def test_art_0523_sentinel_finish_reason_and_policy_versions(store):
+    """A group whose every rollout raised is one sentinel row: it was stored as a rollout with no
+    messages. finish_reason and the policy versions are in trajectory_json: stored null and step-N."""
+    exp = json.loads((FIX / "art_0523" / "expected.json").read_text())
+    res = import_rollouts(store, "art", [str(FIX / "art_0523")], run_id="a")
+    assert res.written == store.count() == exp["rollouts"] == 3
+    assert any("skipped 1 group(s) whose every rollout raised" in n for n in res.notes)
+    rs = sorted(store.rollouts(run="a"), key=lambda r: (r.meta["group_index"], r.sample_index))
+    assert all(r.messages for r in rs)
+    assert [r.finish_reason for r in rs] == exp["finish"]
+    assert [r.policy_version for r in rs] == exp["policy"]
+    assert rs[1].meta["policy_versions"] == [4, 5]
+    assert [[m.role, m.content] for m in rs[2].messages] == exp["exchange_messages"]  # messages column null
+    assert rs[2].reward == 0.25 and rs[2].meta["trainable"] == [1]
+
+
+def test_art_0518_layout_unchanged(store):
+    """The older writer (no trajectory_json): finish reason null, policy version from the file name."""
+    import_rollouts(store, "art", [str(FIX / "art")], run_id="o")
+    rs = store.rollouts(run="o")
+    assert rs and all(r.finish_reason is None and r.policy_version == "step-3" for r in rs)
