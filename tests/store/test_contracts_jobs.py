@@ -288,3 +288,68 @@ def test_art_0518_layout_unchanged(store):
     import_rollouts(store, "art", [str(FIX / "art")], run_id="o")
     rs = store.rollouts(run="o")
     assert rs and all(r.finish_reason is None and r.policy_version == "step-3" for r in rs)
+
+
+# --- Atropos: ManagedServer's 1.0 padding of missing log-probs -----------------------------------------
+
+
+def test_atropos_padded_logprobs_are_missing_not_refused(store):
+    """ManagedServer pads log-probs the server did not return with 1.0: the file was refused
+    ("a log-probability must be <= 0"). They are unknown: 0 in the array, counted and placed in meta."""
+    exp = json.loads((FIX / "atropos_padded" / "expected.json").read_text())
+    res = import_rollouts(store, "atropos", [str(FIX / "atropos_padded")], run_id="p")
+    assert res.written == 2
+    rs = sorted(store.rollouts(run="p"), key=lambda r: r.sample_index)
+    assert [r.logprobs.tolist() for r in rs] == exp["logprobs"]
+    assert [r.meta.get("logprobs_missing", 0) for r in rs] == exp["missing"]
+    assert rs[1].meta["logprobs_missing_at"] == [5, 6] and rs[1].finish_reason == "length"
+
+
+# --- prime-rl: left from the malformed-input suite ----------------------------------------------------
+
+
+def _reindex(lines: list[str], index: Path) -> None:
+    rows = [json.loads(x) for x in index.read_text().splitlines()]
+    off = 0
+    for r, line in zip(rows, lines, strict=True):
+        r["offset"] = off
+        off += len(line.encode()) + 1
+    index.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_prime_rl_stream_annotation_longer_than_its_branch_refused(store, tmp_path):
+    """A trainer annotation whose log-prob stream is longer than the branch's tokens was accepted
+    (exit 0, the values cut): refused, one line naming the annotation file, row and stream."""
+    d = tmp_path / "single"
+    shutil.copytree(FIX / "prime_rl_stream" / "single", d)
+    ann = d / "monitors" / "file" / "traces" / "annotations" / "trainer.jsonl"
+    lines = ann.read_text().splitlines()
+    o = json.loads(lines[0])
+    o["branches"][0]["trainer_logprobs"] += [-0.1, -0.2]
+    lines[0] = json.dumps(o, separators=(",", ":"))
+    ann.write_text("".join(x + "\n" for x in lines))
+    _reindex(lines, ann.with_name("trainer.index.jsonl"))
+    from gfcr.store.importers import ImportFormatError
+
+    with pytest.raises(ImportFormatError, match=r"trainer\.jsonl: row 1 .*field 'branches\[0\]\.trainer_logprobs': "
+                                                r"16 values for the 14 tokens"):
+        import_rollouts(store, "prime-rl-stream", [str(d)], run_id="x")
+    assert store.count() == 0
+
+
+@pytest.mark.parametrize("fmt", ["verl", "prime-rl"])
+def test_json_nested_too_deeply_names_the_field(store, tmp_path, fmt):
+    """"JSON nested too deeply" named field '-'."""
+    from gfcr.store.importers import ImportFormatError
+
+    deep = "[" * 5000 + "]" * 5000
+    if fmt == "verl":
+        f = tmp_path / "1.jsonl"
+        f.write_text('{"input": "q", "output": "a", "score": 1.0, "step": 1, "meta_blob": ' + deep + "}\n")
+    else:
+        f = tmp_path / "rollouts" / "step_1" / "train" / "all" / "traces.jsonl"
+        f.parent.mkdir(parents=True)
+        f.write_text('{"id": "e1", "info": ' + deep + ', "traces": []}\n')
+    key = "meta_blob" if fmt == "verl" else "info"
+    with pytest.raises(ImportFormatError, match=rf"line 1: field '{key}': JSON nested too deeply"):
+        import_rollouts(store, fmt, [str(tmp_path)], run_id="x", columnar=False)
