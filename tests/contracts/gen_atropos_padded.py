@@ -19,8 +19,8 @@ import ast
 import json
 import os
 import sys
-from pathlib import Path
 import typing
+from pathlib import Path
 from typing import Any
 
 
