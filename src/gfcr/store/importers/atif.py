@@ -16,11 +16,20 @@ its ``tool_calls`` as OpenAI-style JSON, each observation result → a ``tool`` 
 ``prompt_token_ids`` and each prompt extends the tokens so far (a prefix-consistent conversation):
 the new part of each prompt is context (role 0), each completion is generated (role 1) with its
 ``logprobs`` (0 where none are given); otherwise text only (``tokens_source = "none"``) and the
-per-step ids stay in ``meta.atif``. ``session_id`` → rollout id source and group; agent
+per-step ids stay in ``meta.atif``. ``session_id`` → rollout id source; agent
 ``model_name`` → ``policy_version`` (``unknown`` without one); ``cost`` from the metrics' token
-counts. ATIF holds no reward, verdict, finish reason or training step: reward null, verified null,
-finish reason null, step 0. Everything else (agent, notes, final metrics, step timestamps, reasoning,
+counts. ATIF holds no reward, verdict, finish reason or training step: verified null, finish
+reason null, step 0; reward null unless a Harbor trial's verifier file gives it. Everything else (agent, notes, final metrics, step timestamps, reasoning,
 metrics extras, root extra) → ``meta.atif``.
+
+Harbor job folders and ATIF v1.5–v1.8 (harbor 0.26.0, ``harbor/models/trajectories/``): only
+trajectory files are read (``trajectory*.json``, or any ``*.json`` with an ``ATIF-*``
+``schema_version``); the rest of a job (``config.json``, ``result.json``, ``verifier/reward.json``, …)
+is listed in ``ImportResult.ignored``. A continuation segment (``trajectory.cont-N.json``) is its own
+rollout, id from ``session_id`` + ``cont-N``; ``is_copied_context`` steps carry no token ids and are
+context of the next prompt; ``session_id`` is optional (v1.7: then ``trajectory_id``, else the
+file's path); content parts (v1.6) → their text joined, the parts in ``meta.atif``; the trial's
+``verifier/reward.txt`` / ``reward.json`` → reward (:func:`trial_reward`); groups per job folder.
 
 Export (:func:`rollout_to_atif`): one trajectory per rollout, ``schema_version`` ``ATIF-v1.4``,
 ``session_id`` = the rollout id, one step per message (tool turns become the preceding agent step's

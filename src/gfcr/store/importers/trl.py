@@ -28,10 +28,14 @@ batch sampled at global step ``g`` is first logged at step ``g + 1``: ``step`` a
 stores it); with ``logging_steps > 1`` that is the latest step it can have been sampled at, and
 ``meta.sampled_step_range`` gives the bounds [previous log step, log step − 1]. (2) With
 ``num_iterations > 1`` (or ``steps_per_generation`` above gradient accumulation) a logging step with
-no new generation writes the same deque again. TRL logs no id, so the key is the row itself: every
-column but ``step``, compared with the previous log file of the same folder (the only snapshot the
-deque can repeat); a row found there is the same completion logged again and is skipped (counted in
-a note), even when only the later file is imported.
+no new generation writes the same deque again. Which files those are is read from the run's
+config, never from content (a collapsed policy logs identical rows at consecutive steps too): the
+``training_args.bin`` beside ``completions/`` (or in the newest ``checkpoint-*``), read without
+executing the pickle (:func:`read_training_args`), and :func:`generation_of`; a re-logged file is
+skipped (counted in a note). Without it nothing is dropped, and a note counts the rows equal to the
+previous file's. Lengths: characters of prompt and completion (``meta.length_unit``; tokens when
+retokenized). Ids and groups are scoped by the run's folder under the dump root (``SCOPE_STRIP``:
+``completions/`` is not part of it), so two runs under one parent never share a group.
 """
 
 from __future__ import annotations

@@ -10,9 +10,13 @@ the trainer used), ``step``, every ``reward_extra_info`` key with one value per 
 
 Mapping: ``score`` → ``reward``; ``acc`` (or ``verdict_key``) → ``verified`` (a bool as is, a number
 ``> 0`` = correct; absent → null); numeric extra keys → ``signals``; other keys and ``request_id`` →
-``meta["extra"]``; ``gts`` → the prompt's gold answer. Lost: tokens (text only; retokenize with a
-tokenizer), log-probs, finish reason (null), policy version (``step-N``), group uid (rows are
-grouped by prompt text and step).
+``meta["extra"]``; ``gts`` → the prompt's gold answer; ``input`` (the prompt after the chat
+template) split back into turns by :func:`split_prompt` (or kept verbatim, ``meta.prompt_format =
+"templated"``); ``cost`` = characters of ``input`` / ``output`` (``meta.length_unit``; tokens when
+retokenized). Ids and groups are scoped by the file's folder under the dump root (two experiments
+under one parent stay apart; a file directly in it keeps the ids of before). Lost: tokens (text
+only; retokenize with a tokenizer), log-probs, finish reason (null), policy version (``step-N``),
+group uid (rows are grouped by prompt text and step).
 """
 
 from __future__ import annotations
