@@ -31,9 +31,12 @@ context of the next prompt; ``session_id`` is optional (v1.7: then ``trajectory_
 file's path); content parts (v1.6) → their text joined, the parts in ``meta.atif``; the trial's
 ``verifier/reward.txt`` / ``reward.json`` → reward (:func:`trial_reward`); groups per job folder.
 
-Export (:func:`rollout_to_atif`): one trajectory per rollout, ``schema_version`` ``ATIF-v1.4``,
+Export (:func:`rollout_to_atif`): one trajectory per rollout, ``schema_version`` ``ATIF-v1.8``
+(valid for harbor 0.26.0's ``TrajectoryValidator``, ``tests/contracts/check_atif_export.py``),
 ``session_id`` = the rollout id, one step per message (tool turns become the preceding agent step's
-observation), each generated run of tokens on its assistant step as ``completion_token_ids`` /
+observation, its ``source_call_id`` only when it names a call of that step, else the name in the
+result's ``extra.gfcr_name``; a rollout with no messages gets one empty agent step, ATIF's minimum,
+marked ``extra.gfcr_placeholder``), each generated run of tokens on its assistant step as ``completion_token_ids`` /
 ``logprobs`` with ``prompt_token_ids`` = every token before it, when the runs and the assistant
 turns pair up one to one. What ATIF has no field for (run, step, policy version, group, reward,
 verdict, finish reason, signals, verifier, sampling, meta, and the token arrays when they do not
@@ -69,7 +72,7 @@ from gfcr.store.importers._common import (
 
 PATTERNS = ("*.json", "*.atif.jsonl")
 SCOPED = True  # a Harbor job folder: {job}/{trial}/agent/trajectory.json
-SCHEMA_VERSION = "ATIF-v1.4"
+SCHEMA_VERSION = "ATIF-v1.8"  # what the export writes (validated by harbor 0.26.0's TrajectoryValidator)
 _ROLE = {"system": "system", "user": "user", "agent": "assistant"}
 
 
@@ -211,6 +214,9 @@ def _rollout(obj: dict[str, Any], f: Path, w: str, run_id: str | None, vocab: in
         message, parts = _text(s.get("message", ""), f, sw, "message")
         copied = s.get("is_copied_context") is True  # v1.5: context from an earlier segment, no tokens
         ex = s.get("extra") if isinstance(s.get("extra"), dict) else {}
+        if ex.get("gfcr_placeholder"):  # the export's one step of a rollout with no messages
+            step_meta.append({})
+            continue
         tc = ex["gfcr_tool_calls"] if "gfcr_tool_calls" in ex else _tool_calls_out(s.get("tool_calls"), f, sw)
         msgs.append(Message(ex.get("gfcr_role") or _ROLE[src], message, tool_calls=tc, name=ex.get("gfcr_name")))
         m = s.get("metrics") if isinstance(s.get("metrics"), dict) else {}
@@ -248,8 +254,9 @@ def _rollout(obj: dict[str, Any], f: Path, w: str, run_id: str | None, vocab: in
                 c = res.get("content")
                 if isinstance(c, list):
                     c = _text(c, f, f"{sw} observation.results[{j}]", "content")[0]
+                rex = res.get("extra") if isinstance(res.get("extra"), dict) else {}
                 msgs.append(Message("tool", c if isinstance(c, str) else json.dumps(c) if c is not None else "",
-                                    name=res.get("source_call_id")))
+                                    name=res.get("source_call_id") or rex.get("gfcr_name")))
         step_meta.append({k2: v for k2, v in s.items() if k2 not in ("source", "message", "tool_calls", "observation")
                           and v is not None} | ({"message_parts": parts} if parts is not None else {}))
     g = obj.get("extra", {}).get("gfcr") if isinstance(obj.get("extra"), dict) else None
@@ -349,9 +356,12 @@ def rollout_to_atif(r: Rollout) -> dict[str, Any]:
     k = 0
     for m in r.messages:
         if m.role == "tool" and steps and steps[-1]["source"] == "agent":
-            res = {"content": m.content}
-            if m.name is not None:
+            res: dict[str, Any] = {"content": m.content}
+            called = {c["tool_call_id"] for c in steps[-1].get("tool_calls") or []}
+            if m.name is not None and m.name in called:  # ATIF: must name a call of its step
                 res["source_call_id"] = m.name
+            elif m.name is not None:  # a tool name, or a call the step does not hold
+                res["extra"] = {"gfcr_name": m.name}
             steps[-1].setdefault("observation", {"results": []})["results"].append(res)
             continue
         src = {"system": "system", "assistant": "agent"}.get(m.role, "user")
@@ -383,6 +393,8 @@ def rollout_to_atif(r: Rollout) -> dict[str, Any]:
         "signals": r.signals, "sampling": r.sampling, "cost": r.cost.to_dict(), "tokens_source": r.tokens_source,
         "created_at": r.created_at.isoformat(), "meta": r.meta,
     }
+    if not steps:  # ATIF needs one step at least (``Trajectory.steps``, min_length=1)
+        steps.append({"step_id": 1, "source": "agent", "message": "", "extra": {"gfcr_placeholder": True}})
     tail = ids[runs[-1][1]:] if paired else []
     if paired and tail:
         g["trailing_token_ids"] = tail
