@@ -13,7 +13,8 @@ an update: 4 → 5) and choices that finished ``stop`` and ``length``; (1) a gro
 rollout raised: ``TrajectoryGroup([RuntimeError, RuntimeError])`` keeps no trajectory, and the
 writer writes its one sentinel row (``trajectory_index`` null); (2) a trajectory recorded as a
 chat-completions exchange (``exchanges.chat_completions``), for which the writer leaves the
-``messages`` column null. Run:
+``messages`` column null; (3) a two-turn exchange trajectory with exact token ids and log-probs in
+its responses (vLLM's ``prompt_token_ids`` / ``token_ids`` and ``token_id:N`` log-prob tokens). Run:
 
     ART_SRC=/tmp/wheels/x/openpipe_art /tmp/venv-art/bin/python tests/contracts/gen_art_0523.py \\
         tests/contracts/fixtures/art_0523
@@ -73,9 +74,29 @@ def main(out: str) -> None:
                                     request={"model": "tiny", "messages": [{"role": "user", "content": "Say hello."}]})
     g2 = tr.TrajectoryGroup([tr.Trajectory(exchanges=tr.TrajectoryExchanges(chat_completions=[ex]), reward=0.25,
                                            initial_policy_version=5, final_policy_version=5)])
+    # (3) a two-turn chat trajectory served by vLLM with exact ids: the responses carry
+    # ``prompt_token_ids`` and ``choices[0].token_ids`` (vLLM's return_token_ids) and per-token
+    # log-probs whose tokens read ``token_id:N`` (return_tokens_as_token_ids), as ART's tokenizer
+    # (``art/trajectories/_tokenize.py`` ``_chat_choice_tokens``) reads them
+    def exact(rid: str, prompt: list[int], out: list[int], lps: list[float], text: str, finish: str):
+        return ChatCompletion.model_validate({
+            "id": rid, "object": "chat.completion", "created": 0, "model": "tiny", "prompt_token_ids": prompt,
+            "choices": [{"index": 0, "finish_reason": finish, "token_ids": out,
+                         "logprobs": {"content": [{"token": f"token_id:{t}", "logprob": lp, "bytes": None,
+                                                   "top_logprobs": []} for t, lp in zip(out, lps, strict=True)]},
+                         "message": {"role": "assistant", "content": text}}]})
+
+    turn1 = [{"role": "user", "content": "Add 2 and 3."}]
+    r1 = exact("c-2", [1, 10, 11, 2], [20, 21, 2], [-0.5, -0.25, -0.125], "5.", "stop")
+    turn2 = [*turn1, {"role": "assistant", "content": "5."}, {"role": "user", "content": "Times 2?"}]
+    r2 = exact("c-3", [1, 10, 11, 2, 20, 21, 2, 1, 12, 2], [30, 2], [-0.75, -0.5], "10.", "stop")
+    ex1 = tr.ChatCompletionsExchange(start_time=t0, end_time=t0, response=r1, request={"model": "tiny", "messages": turn1})
+    ex2 = tr.ChatCompletionsExchange(start_time=t0, end_time=t0, response=r2, request={"model": "tiny", "messages": turn2})
+    g3 = tr.TrajectoryGroup([tr.Trajectory(exchanges=tr.TrajectoryExchanges(chat_completions=[ex1, ex2]), reward=1.0,
+                                           initial_policy_version=5, final_policy_version=5)])
     d = root / "trajectories" / "train"
     d.mkdir(parents=True)
-    write([g0, g1, g2], d / "0005.parquet")
+    write([g0, g1, g2, g3], d / "0005.parquet")
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -83,8 +104,10 @@ def main(out: str) -> None:
     except PackageNotFoundError:
         v = "0.5.23 (unpacked wheel)"
     (root / "expected.json").write_text(json.dumps({
-        "art": v, "rows": 4, "rollouts": 3, "sentinel_groups": 1,
-        "finish": ["stop", "length", "length"], "policy": ["step-4", "step-4..5", "step-5"],
+        "art": v, "rows": 5, "rollouts": 4, "sentinel_groups": 1,
+        "finish": ["stop", "length", "length", "stop"], "policy": ["step-4", "step-4..5", "step-5", "step-5"],
+        "exact": {"token_ids": [1, 10, 11, 2, 20, 21, 2, 1, 12, 2, 30, 2], "token_role": [0] * 4 + [1] * 3 + [0] * 3 + [1] * 2,
+                  "logprobs": [0.0] * 4 + [-0.5, -0.25, -0.125] + [0.0] * 3 + [-0.75, -0.5]},
         "exchange_messages": [["user", "Say hello."], ["assistant", "Hel"]]}, indent=1))
     print(sorted(str(p) for p in root.rglob("*") if p.is_file()))
 

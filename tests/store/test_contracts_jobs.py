@@ -272,7 +272,7 @@ def test_art_0523_sentinel_finish_reason_and_policy_versions(store):
     messages. finish_reason and the policy versions are in trajectory_json: stored null and step-N."""
     exp = json.loads((FIX / "art_0523" / "expected.json").read_text())
     res = import_rollouts(store, "art", [str(FIX / "art_0523")], run_id="a")
-    assert res.written == store.count() == exp["rollouts"] == 3
+    assert res.written == store.count() == exp["rollouts"] == 4
     assert any("skipped 1 group(s) whose every rollout raised" in n for n in res.notes)
     rs = sorted(store.rollouts(run="a"), key=lambda r: (r.meta["group_index"], r.sample_index))
     assert all(r.messages for r in rs)
@@ -280,7 +280,12 @@ def test_art_0523_sentinel_finish_reason_and_policy_versions(store):
     assert [r.policy_version for r in rs] == exp["policy"]
     assert rs[1].meta["policy_versions"] == [4, 5]
     assert [[m.role, m.content] for m in rs[2].messages] == exp["exchange_messages"]  # messages column null
-    assert rs[2].reward == 0.25 and rs[2].meta["trainable"] == [1]
+    assert rs[2].reward == 0.25 and rs[2].meta["trainable"] == [1] and rs[2].tokens_source == "none"
+    # exact ids in the exchanges (vLLM's prompt_token_ids / token_ids): tokens and log-probs, two turns
+    ex = rs[3]
+    assert ex.tokens_source == "engine" and ex.token_ids.tolist() == exp["exact"]["token_ids"]
+    assert ex.token_role.tolist() == exp["exact"]["token_role"]
+    assert ex.logprobs.tolist() == pytest.approx(exp["exact"]["logprobs"]) and ex.meta["trainable"] == [1, 3]
 
 
 def test_art_0518_layout_unchanged(store):

@@ -26,13 +26,16 @@ chat-completions exchange's response); ``policy_version`` = ``step-{initial}`` (
 when the trajectory spans an update; both in ``meta.policy_versions``); a null ``messages`` column
 → the last exchange's request messages and response; a sentinel row → skipped, counted in a note.
 Null, never invented: finish reason and policy version of older files (``step-N`` from the file
-name), verdict. Text only: no tokens (``tokens_source = none``).
+name), verdict. Tokens: only where the chat exchanges carry exact ids (vLLM's ``prompt_token_ids``
+/ ``token_ids`` or ``token_id:N`` log-prob tokens; :func:`exchange_tokens`), with their log-probs;
+else text only (``tokens_source = none``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +46,12 @@ from gfcr.records import Message, Prompt, Rollout
 from gfcr.store.importers._common import (
     ImportFormatError,
     ImportResult,
+    check_logprobs,
     eval_run,
     find_files,
     hid,
     norm_finish,
+    token_ids,
 )
 
 PATTERNS = ("*.parquet",)
@@ -95,7 +100,9 @@ def _exchange_view(tj: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None
         return [], None
     req_msgs = (ex[-1].get("request") or {}).get("messages") or []
     choices = (ex[-1].get("response") or {}).get("choices") or []
-    out = [m for m in req_msgs if isinstance(m, dict)]
+    said = {json.dumps(_first_choice(e).get("message", {}).get("content")) for e in ex[:-1] if isinstance(e, dict)}
+    out = [({**m, "trainable": True} if m.get("role") == "assistant" and json.dumps(m.get("content")) in said else m)
+           for m in req_msgs if isinstance(m, dict)]  # an earlier response in the history: generated
     finish = None
     if choices and isinstance(choices[0], dict):
         finish = norm_finish(choices[0].get("finish_reason"))
@@ -107,6 +114,59 @@ def _exchange_view(tj: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None
         if m.get("tool_calls") and not isinstance(m["tool_calls"], str):
             m["tool_calls"] = json.dumps(m["tool_calls"])
     return out, finish
+
+
+def _first_choice(ex: dict[str, Any]) -> dict[str, Any]:
+    ch = (ex.get("response") or {}).get("choices") or []
+    return ch[0] if len(ch) == 1 and isinstance(ch[0], dict) else {}
+
+
+_TOKEN_ID = re.compile(r"token_id:(\d+)")
+
+
+def exchange_tokens(tj: dict[str, Any], f: Path, w: str, vocab: int | None = None
+                    ) -> tuple[list[int], list[int], list[float], list[int]] | None:
+    """Exact tokens of ART's chat-completions exchanges, as ART's own tokenizer reads them
+    (openpipe-art 0.5.23 ``art/trajectories/_tokenize.py`` ``_chat_choice_tokens``): per exchange, the
+    prompt ids (``choices[0].prompt_token_ids``, else the response's ``prompt_token_ids``) and the
+    generated ids (``choices[0].token_ids``, else each log-prob entry's ``token_id:N`` token) with
+    their log-probs (``logprobs.content[].logprob``). Each prompt must extend the tokens so far: its new
+    part is context (role 0), the output generated (role 1). Returns (ids, roles, log-probs, positions
+    whose log-prob the response did not give: 0 there), or None when an exchange lacks exact ids or
+    a prompt does not extend the history (the row stays text only). Example: prompts [1, 2] then
+    [1, 2, 5, 3], outputs [5] then [6] → ids [1, 2, 5, 3, 6], roles [0, 0, 1, 0, 1]."""
+    exs = ((tj.get("exchanges") or {}).get("chat_completions") or []) if isinstance(tj.get("exchanges"), dict) else []
+    ids: list[int] = []
+    role: list[int] = []
+    lps: list[float] = []
+    missing: list[int] = []
+    for k, ex in enumerate(exs if isinstance(exs, list) else []):
+        ch = _first_choice(ex) if isinstance(ex, dict) else {}
+        prompt = ch.get("prompt_token_ids") or (ex.get("response") or {}).get("prompt_token_ids")
+        entries = (ch.get("logprobs") or {}).get("content") or []
+        out = ch.get("token_ids")
+        if out is None and entries:
+            got = [_TOKEN_ID.fullmatch(str(e.get("token"))) if isinstance(e, dict) else None for e in entries]
+            out = [int(m.group(1)) for m in got] if all(got) else None
+        if not ch or prompt is None or out is None:
+            return None
+        ew = f"{w} exchanges.chat_completions[{k}]"
+        prompt = token_ids(prompt, f, ew, "prompt_token_ids", vocab)
+        out = token_ids(out, f, ew, "token_ids", vocab)
+        if prompt[:len(ids)] != ids:
+            return None
+        vals = [e.get("logprob") if isinstance(e, dict) else None for e in entries]
+        if entries and len(vals) != len(out):
+            raise ImportFormatError(f, ew, "logprobs.content", f"{len(vals)} log-probs for {len(out)} generated tokens")
+        vals = vals or [None] * len(out)
+        base = len(prompt)
+        gone = [j for j, v in enumerate(vals) if v is None]
+        it = iter(check_logprobs([v for v in vals if v is not None], len(out) - len(gone), f, ew, "logprobs.content"))
+        ids += prompt[len(ids):] + out
+        role += [0] * (base - len(role)) + [1] * len(out)
+        lps += [0.0] * (base - len(lps)) + [0.0 if j in gone else next(it) for j in range(len(out))]
+        missing += [base + j for j in gone]
+    return (ids, role, lps, missing) if ids else None
 
 
 def _policy(tj: dict[str, Any], step: int) -> tuple[str, list[int | None] | None]:
@@ -122,7 +182,7 @@ def _policy(tj: dict[str, Any], step: int) -> tuple[str, list[int | None] | None
 
 
 def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, evals: str = "separate",
-          **_: Any) -> ImportResult:
+          vocab: int | None = None, **_: Any) -> ImportResult:
     """Long because: one pass per row that reads the materialised columns and, where ART 0.5.2x
     writes it, the authoritative ``trajectory_json`` (finish reason, policy versions, exchanges)."""
     files = find_files(paths, PATTERNS)
@@ -180,6 +240,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, evals: st
                    if isinstance(v, int | float) and math.isfinite(float(v))}
             k = seen[g] = seen.get(g, -1) + 1
             pv, versions = _policy(tj, step)
+            toks = exchange_tokens(tj, f, w, vocab)
             meta = {"source": "art", "file": f.name, "split": split, "row": i, "group_index": g,
                     "trainable": trainable, "tool_call_ids": tool_ids, "metrics": metrics,
                     "metadata": _json(row.get("metadata"), f, w, "metadata"),
@@ -189,14 +250,18 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, evals: st
                               "logs": row.get("group_logs")}}
             if versions is not None:
                 meta["policy_versions"] = versions
+            if toks is not None and toks[3]:
+                meta["logprobs_missing"], meta["logprobs_missing_at"] = len(toks[3]), toks[3]
             rollouts.append(Rollout(
                 rollout_id="art-" + hid(run, split, f.name, i), run_id=run, prompt_id=pid,
                 group_id=f"{run}/art-{split}-{step}-{g}", sample_index=k, task="art", step=step,
-                policy_version=pv, messages=msgs, token_ids=[], token_role=[], logprobs=[],
-                tokens_source="none", finish_reason=finish, reward=reward, verified=None, signals=sig,
+                policy_version=pv, messages=msgs, token_ids=toks[0] if toks else [],
+                token_role=toks[1] if toks else [], logprobs=toks[2] if toks else [],
+                tokens_source="engine" if toks else "none", finish_reason=finish, reward=reward, verified=None, signals=sig,
                 verifier={"name": "art"}, meta=meta))
-    notes = ["ART trajectory Parquet holds text only (no token ids): tokens_source 'none'; finish reason and "
-             "policy versions from trajectory_json where ART writes it (0.5.2x), else null and step-N"]
+    notes = ["ART trajectory Parquet: tokens only where its chat exchanges carry exact ids (0.5.2x, vLLM's "
+             "token ids), else text only (tokens_source 'none'); finish reason and policy versions from "
+             "trajectory_json where ART writes it (0.5.2x), else null and step-N"]
     if failed_groups:
         notes.append(f"skipped {len(failed_groups)} group(s) whose every rollout raised (ART writes one sentinel "
                      f"row for each, no trajectory): {', '.join(failed_groups[:4])}")
