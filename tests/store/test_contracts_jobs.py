@@ -358,3 +358,16 @@ def test_json_nested_too_deeply_names_the_field(store, tmp_path, fmt):
     key = "meta_blob" if fmt == "verl" else "info"
     with pytest.raises(ImportFormatError, match=rf"line 1: field '{key}': JSON nested too deeply"):
         import_rollouts(store, fmt, [str(tmp_path)], run_id="x", columnar=False)
+
+
+def test_verl_decoded_away_template_split_with_the_runs_tokenizer(store):
+    """Qwen-style ChatML whose marks were special tokens (decoded away: ``user\\n…\\nassistant\\n``) is
+    split when the tokenizer's own chat template renders the cut back to the very text."""
+    from gfcr.testing import tiny_tokenizer
+
+    res = import_rollouts(store, "verl", [str(FIX / "verl")], run_id="v", tokenizer=tiny_tokenizer())
+    assert not any("warning" in n for n in res.notes)
+    for r in store.rollouts(run="v"):
+        assert r.meta["prompt_format"] == "chat_template" and [m.role for m in r.messages] == ["user", "assistant"]
+        assert r.messages[0].content.startswith("What is ") and r.messages[0].content.endswith("\\boxed{}.")
+        assert r.meta["length_unit"] == "tokens" and r.cost.gen_tokens == int(r.token_role.sum()) > 0

@@ -12,7 +12,8 @@ Mapping: ``score`` → ``reward``; ``acc`` (or ``verdict_key``) → ``verified``
 ``> 0`` = correct; absent → null); numeric extra keys → ``signals``; other keys and ``request_id`` →
 ``meta["extra"]``; ``gts`` → the prompt's gold answer; ``input`` (the prompt after the chat
 template) split back into turns by :func:`split_prompt` (or kept verbatim, ``meta.prompt_format =
-"templated"``); ``cost`` = characters of ``input`` / ``output`` (``meta.length_unit``; tokens when
+"templated"``; with a tokenizer, a prompt whose template marks were decoded away is split when the
+tokenizer's chat template confirms it, :func:`split_with_template`, ``chat_template``); ``cost`` = characters of ``input`` / ``output`` (``meta.length_unit``; tokens when
 retokenized). Ids and groups are scoped by the file's folder under the dump root (two experiments
 under one parent stay apart; a file directly in it keeps the ids of before). Lost: tokens (text
 only; retokenize with a tokenizer), log-probs, finish reason (null), policy version (``step-N``),
@@ -81,6 +82,32 @@ def split_prompt(text: str) -> tuple[list[tuple[str, str]], str]:
     return [("user", text)], ("templated" if _TEMPLATED.search(text) else "text")
 
 
+_ROLE_LINE = re.compile(r"(?:\A|\n)(system|user|assistant|tool)\n")
+
+
+def split_with_template(text: str, tokenizer: Any) -> list[tuple[str, str]] | None:
+    """Turns of a prompt whose template marks were special tokens, decoded away (Qwen's ChatML read
+    with ``skip_special_tokens=True``: ``system\\n…\\nuser\\n…\\nassistant\\n``), confirmed with the
+    run's tokenizer: the text is cut at its role lines and the cut is kept only when the tokenizer's
+    own chat template renders those turns (with the generation prompt), encoded and decoded as verl
+    decodes them, back to exactly ``text``. None when it does not (kept verbatim then)."""
+    marks = list(_ROLE_LINE.finditer(text))
+    if not marks or marks[0].start() != 0 or getattr(tokenizer, "chat_template", None) is None:
+        return None
+    turns = [(a.group(1), text[a.end():b.start() if b is not None else len(text)])
+             for a, b in zip(marks, [*marks[1:], None], strict=True)]
+    if turns[-1] != ("assistant", "") or len(turns) < 2:
+        return None
+    turns = turns[:-1]
+    try:
+        rendered = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in turns], tokenize=False,
+                                                 add_generation_prompt=True)
+        back = tokenizer.decode(tokenizer(rendered, add_special_tokens=False)["input_ids"], skip_special_tokens=True)
+    except (ValueError, TypeError, KeyError):  # a template that refuses these turns: not confirmed
+        return None
+    return turns if back == text else None
+
+
 def verdict_of(acc: Any) -> bool | None:
     """verl's ``acc`` reward-extra value as a verdict: a bool as it is (``math_dapo`` returns
     ``{"score", "acc", "pred"}``); a number ``> 0`` is correct (for a scorer that returns a float the
@@ -111,6 +138,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, verdict_k
     tok = Tokenize(tokenizer)
     rollouts, prompts = [], {}
     templated = 0
+    confirmed: dict[str, list[tuple[str, str]] | None] = {}  # per prompt text: split_with_template
     for f in files:
         counters: dict[tuple[int, str], int] = {}
         for i, obj in read_jsonl(f):
@@ -123,6 +151,11 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, verdict_k
             gts = obj.get("gts")
             pid = "verl-" + hid(inp)
             turns, pfmt = split_prompt(inp)
+            if pfmt == "templated" and tokenizer is not None:
+                if inp not in confirmed:
+                    confirmed[inp] = split_with_template(inp, tokenizer)
+                if confirmed[inp] is not None:
+                    turns, pfmt = confirmed[inp], "chat_template"
             pmsgs = [Message(r, c) for r, c in turns]
             templated += pfmt == "templated"
             prompts.setdefault(pid, Prompt(prompt_id=pid, task="verl", messages=pmsgs,
