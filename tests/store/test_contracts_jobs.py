@@ -371,3 +371,19 @@ def test_verl_decoded_away_template_split_with_the_runs_tokenizer(store):
         assert r.meta["prompt_format"] == "chat_template" and [m.role for m in r.messages] == ["user", "assistant"]
         assert r.messages[0].content.startswith("What is ") and r.messages[0].content.endswith("\\boxed{}.")
         assert r.meta["length_unit"] == "tokens" and r.cost.gen_tokens == int(r.token_role.sum()) > 0
+
+
+# --- RedNote Relax (slime-style .pt dumps) -------------------------------------------------------------
+
+
+def test_relax_dump_through_the_slime_importer(store):
+    """Relax's save_debug_rollout_data (slime's layout, Relax's Sample): a log-prob Relax marks as no
+    longer matching its token (rollout_log_probs_mask False) is unknown, not a probability of 1."""
+    exp = json.loads((FIX / "relax" / "expected.json").read_text())
+    res = import_rollouts(store, "slime", [str(FIX / "relax")], run_id="rx")
+    assert res.written == exp["train"] + exp["eval"]
+    rs = sorted(store.rollouts(run="rx"), key=lambda r: r.sample_index)
+    assert [r.finish_reason for r in rs] == exp["finish"] and [r.policy_version for r in rs] == exp["policy"]
+    assert [r.logprobs.tolist() for r in rs] == exp["logprobs"]  # float32-exact values
+    assert [r.meta.get("logprobs_missing_at", []) for r in rs] == exp["missing_at"]
+    assert [r.reward for r in rs] == [1.0, -1.0] and len(store.rollouts(run="rx-eval")) == exp["eval"]
