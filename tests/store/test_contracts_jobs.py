@@ -387,3 +387,16 @@ def test_relax_dump_through_the_slime_importer(store):
     assert [r.logprobs.tolist() for r in rs] == exp["logprobs"]  # float32-exact values
     assert [r.meta.get("logprobs_missing_at", []) for r in rs] == exp["missing_at"]
     assert [r.reward for r in rs] == [1.0, -1.0] and len(store.rollouts(run="rx-eval")) == exp["eval"]
+
+
+def test_follow_scopes_like_the_bulk_import(store, tmp_path):
+    """--follow reads one file at a time: it must key ids by the same folder scope as a bulk import
+    of the same parent, or the two would store every rollout twice."""
+    from gfcr.store.importers import follow
+
+    for name in ("exp-a", "exp-b"):
+        shutil.copytree(FIX / "verl", tmp_path / "dump" / name)
+    got = follow(store, "verl", [str(tmp_path / "dump")], run_id="v", interval=0.01, max_polls=1)
+    assert got.written == store.count() == 16
+    again = import_rollouts(store, "verl", [str(tmp_path / "dump")], run_id="v")
+    assert again.written == 0 and store.count() == 16
