@@ -11,6 +11,8 @@ regenerates only every ``steps_per_generation * num_iterations`` micro-steps
 (``GRPOTrainer._prepare_inputs``), while ``GRPOTrainer.log`` writes its ``_logs`` deque (the last
 ``generation_batch_size`` rows) at every logging step, with ``step = state.global_step`` at log
 time: so `completions_00002.parquet` repeats the batch of `_00001` (and `_00004` that of `_00003`).
+``training_args.bin`` (``Trainer.save_model``) is kept beside ``completions/``: gfcr reads the
+reuse from it, never from equal content alone.
 The policy is a tiny random Llama whose `generate` is scripted (varied answers, so rewards differ);
 everything else is TRL's. ``expected.json`` records, from inside TRL, each call of
 ``_generate_and_score_completions``: ``state.global_step`` at that moment (the step a live recorder
@@ -79,10 +81,12 @@ def main(out: str) -> None:
 
         trainer._generate_and_score_completions = spy
         trainer.train()
+        trainer.save_model(tmp)  # writes training_args.bin (the GRPOConfig), as a real run's output_dir holds it
         dst = Path(out) / "completions"
         dst.mkdir(parents=True, exist_ok=True)
         for f in sorted((Path(tmp) / "completions").glob("*.parquet")):
             (dst / f.name).write_bytes(f.read_bytes())
+        (Path(out) / "training_args.bin").write_bytes((Path(tmp) / "training_args.bin").read_bytes())
     import trl
 
     (Path(out) / "expected.json").write_text(json.dumps(

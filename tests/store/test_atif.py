@@ -1,4 +1,4 @@
-"""ATIF (Harbor RFC 0001 v1.4): import of a trajectory written field by field from the published
+"""ATIF (Harbor RFC 0001; v1.4 to v1.8): import of a trajectory written field by field from the published
 schema (tests/contracts/gen_atif.py), and gfcr's export read back by the import with every field
 equal."""
 
@@ -54,7 +54,7 @@ def _rows(store):
     return store.scan().sort_by("rollout_id").to_pylist()
 
 
-@pytest.mark.parametrize("source", ["prime-rl", "trl", "atif", "made"])
+@pytest.mark.parametrize("source", ["prime-rl", "trl", "atif", "harbor", "atropos", "made"])
 def test_atif_export_reads_back_with_every_field_equal(tmp_path, source):
     from gfcr.testing import make_rollout
 
@@ -65,6 +65,10 @@ def test_atif_export_reads_back_with_every_field_equal(tmp_path, source):
         import_rollouts(a, "trl", [str(FIX / "trl")], run_id="t", reward_columns=["accuracy_reward", "format_reward"])
     elif source == "atif":
         import_rollouts(a, "atif", [str(FIX / "atif" / "trajectory.json")], run_id="x")
+    elif source == "harbor":  # v1.6-v1.8: continuation, content parts, no session_id, verifier rewards
+        import_rollouts(a, "atif", [str(FIX / "harbor_job")], run_id="h")
+    elif source == "atropos":  # tokens and no messages at all (an empty ATIF steps list was invalid)
+        import_rollouts(a, "atropos", [str(FIX / "atropos")], run_id="at")
     else:  # tokens that do not pair up with assistant turns, a verdict, trailing context
         rs = [make_rollout(i, n_ctx=3, n_gen=4) for i in range(3)]
         rs[1].verified, rs[1].reward, rs[1].finish_reason = True, 0.5, "length"
@@ -75,7 +79,12 @@ def test_atif_export_reads_back_with_every_field_equal(tmp_path, source):
     assert n == a.count() == len(lines) > 0
     for line in lines:
         t = json.loads(line)
-        assert t["schema_version"] == "ATIF-v1.4" and {s["source"] for s in t["steps"]} <= {"system", "user", "agent"}
+        assert t["schema_version"] == "ATIF-v1.8" and {s["source"] for s in t["steps"]} <= {"system", "user", "agent"}
+        assert t["steps"]  # Harbor's Trajectory: min_length=1
+        for s in t["steps"]:  # Harbor's validator: a result's source_call_id names a call of its step
+            calls = {c["tool_call_id"] for c in s.get("tool_calls") or []}
+            assert all(r.get("source_call_id") in calls for r in (s.get("observation") or {}).get("results", [])
+                       if "source_call_id" in r)
         assert [s["step_id"] for s in t["steps"]] == list(range(1, len(t["steps"]) + 1))
         if source in ("prime-rl", "atif"):  # exact tokens reach ATIF readers in the standard fields
             agent = [s for s in t["steps"] if s["source"] == "agent"]

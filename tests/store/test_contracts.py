@@ -78,6 +78,7 @@ def test_trl_relogged_file_alone_adds_nothing(store, tmp_path):
     d.mkdir()
     for n in ("completions_00001.parquet", "completions_00002.parquet", "completions_00003.parquet"):
         shutil.copy(src / n, d / n)
+    shutil.copy(src.parent / "training_args.bin", tmp_path / "training_args.bin")  # the run's GRPOConfig
     import_rollouts(store, "trl", [str(d / "completions_00001.parquet")], run_id="t")
     res = import_rollouts(store, "trl", [str(d / "completions_00002.parquet"), str(d / "completions_00003.parquet")],
                           run_id="t")

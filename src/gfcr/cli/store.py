@@ -202,7 +202,7 @@ def _committed_since(store: Any, before: int) -> bool:
 def export_(
     path: StorePath,
     out: Annotated[Path, typer.Argument(help="Output file (must not exist).")],
-    to: Annotated[str, typer.Option("--to", help="jsonl | parquet | atif (one ATIF v1.4 trajectory per line)")] = "jsonl",
+    to: Annotated[str, typer.Option("--to", help="jsonl | parquet | atif (one ATIF v1.8 trajectory per line)")] = "jsonl",
     where: Annotated[str | None, typer.Option(help="DuckDB SQL predicate over rollouts, e.g. \"reward > 0\".")] = None,
 ) -> None:
     """Export rollouts in gfcr's own schema (importable again with --from jsonl/parquet)."""

@@ -89,7 +89,7 @@ def export(store: RolloutStore, fmt: str, out: str | os.PathLike[str], where: st
     if fmt not in ("jsonl", "parquet", "atif"):
         raise StoreError(f"unknown export format {fmt!r}; choose jsonl, parquet or atif")
     out = refuse_existing(out)
-    if fmt == "atif":  # one ATIF v1.4 trajectory per line (gfcr.store.importers.atif), read back by --from atif
+    if fmt == "atif":  # one ATIF v1.8 trajectory per line (gfcr.store.importers.atif), read back by --from atif
         return _export_atif(store, out, where)
     pout = refuse_existing(prompts_path(out)) if with_prompts else None
     t = store.sql(f"SELECT * FROM rollouts WHERE {where}") if where else store.scan()

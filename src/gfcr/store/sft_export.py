@@ -196,7 +196,9 @@ def export_sft(
 
     Returns ``{"path", "format", "rows", "matched", "duplicates_dropped", "skipped", "dropped_fields"}``
     where ``skipped`` counts rows left out by reason (``no_tokens``: stored without token ids, in the
-    ``tokens`` format; ``no_assistant_turn``: nothing to supervise; ``truncated``). Raises :class:`StoreError`
+    ``tokens`` format; ``no_assistant_turn``: nothing to supervise; ``truncated``; ``templated_prompt``:
+    a prompt an importer kept verbatim with its chat template, ``meta.prompt_format = "templated"``,
+    which a text format would template a second time). Raises :class:`StoreError`
     (nothing written) on an unknown format, an existing ``out``, bad SQL or no row to write.
     """
     schema = sft_schema(fmt)
@@ -227,6 +229,9 @@ def export_sft(
                 continue
             conv: list[dict[str, Any]] = []
         else:
+            if json.loads(meta["meta"][i] or "{}").get("prompt_format") == "templated":  # a template kept verbatim
+                skipped["templated_prompt"] += 1  # (verl import): re-rendering it would template it twice
+                continue
             completion = None
             if not any(m["role"] == "assistant" for m in msgs) and np.any(role == GENERATED):
                 if tokenizer is None:

@@ -48,6 +48,7 @@ from gfcr.store.importers._common import (
     ImportFormatError,
     ImportResult,
     Progress,
+    file_scopes,
     find_files,
     load_tokenizer,
     ticking,
@@ -147,6 +148,7 @@ def import_rollouts(
     tokenizer: Any | str | None = None,
     trust_pickle: bool = False,
     progress: Progress | None = None,
+    scope_roots: list[str] | None = None,
     **options: Any,
 ) -> ImportResult:
     """Import what is new in ``paths``: parse and validate every file, then (under the store's
@@ -158,7 +160,11 @@ def import_rollouts(
     content; the result's ``skipped`` counts rollouts already stored. On any parse error nothing is
     written; an input with no rollouts at all is an error. ``progress(stage, done, total)`` follows
     the files: ``"read"`` as each is parsed and checked, ``"write"`` as each one's rows are committed
-    (or found stored); e.g. a 3-file dump calls ``read`` 1, 2, 3, then ``write`` 1, 2, 3."""
+    (or found stored); e.g. a 3-file dump calls ``read`` 1, 2, 3, then ``write`` 1, 2, 3.
+
+    Scope: a format whose module sets ``SCOPED`` gets each file's folder relative to the directory
+    it was found under (``scope_roots``, default ``paths``; :func:`file_scopes`) and keys its ids and
+    groups by it, so two runs' folders under one parent never share an id or a group."""
     if fmt not in FORMATS:
         raise StoreError(f"unknown import format {fmt!r}; choose one of {sorted(FORMATS)}")
     if isinstance(tokenizer, str):
@@ -170,19 +176,25 @@ def import_rollouts(
     kw: dict[str, Any] = {"tokenizer": tokenizer, "trust_pickle": trust_pickle,
                           **{k: v for k, v in options.items() if v is not None}}
     files = _sorted(fmt, find_files(paths, _PATTERNS[fmt]))
+    mod = _MODULES.get(fmt)
+    scopes = file_scopes(scope_roots or paths, files, getattr(mod, "SCOPE_STRIP", ()))
+    scoped = bool(getattr(mod, "SCOPED", False))
     total = ImportResult(fmt, [str(f) for f in files], [], [])
     batches = []
     seen: dict[str, Path] = {}
     if fmt == "verl" and tokenizer is None and kw.pop("columnar", True) and not FOLLOWING.get():
-        return _import_columnar(store, files, run, kw, total, seen, progress)
+        return _import_columnar(store, files, run, kw, total, seen, progress, scopes)
     kw.pop("columnar", None)
     for f in ticking(files, progress, "read", len(files)):
-        res = FORMATS[fmt]([str(f)], run, **kw)
+        res = FORMATS[fmt]([str(f)], run, **({**kw, "scope": scopes[f]} if scoped else kw))
         rs = _check(fmt, res, f, seen)
         batches.append((f, res, rs))
         total.rollouts.extend(rs)
         total.prompts.extend(res.prompts)
         total.notes.extend(n for n in res.notes if n not in total.notes)
+    ignored = [x for _f, res, _rs in batches for x in res.ignored]
+    if ignored and not FOLLOWING.get():
+        total.notes.append(ignored_note(fmt, ignored))
     if not total.rollouts and not FOLLOWING.get():
         raise ImportFormatError(paths[0] if paths else "-", "input", "-",
                                 f"no rollouts found in {len(files)} file(s): empty dump?")
@@ -192,6 +204,14 @@ def import_rollouts(
     if total.skipped and not FOLLOWING.get():
         total.notes.append(f"{total.skipped} rollout(s) were already in the store and were skipped")
     return total
+
+
+def ignored_note(fmt: str, ignored: list[tuple[str, str]], show: int = 4) -> str:
+    """One line for the files a job folder holds beside the format's own, e.g. ``skipped 3 file(s)
+    that are not atif data: config.json (not an ATIF trajectory …), …``."""
+    shown = ", ".join(f"{Path(p).name} ({why})" for p, why in ignored[:show])
+    more = f" and {len(ignored) - show} more" if len(ignored) > show else ""
+    return f"skipped {len(ignored)} file(s) that are not {fmt} data: {shown}{more}"
 
 
 class FollowStopped(ImportFormatError):
@@ -209,24 +229,27 @@ class FollowStopped(ImportFormatError):
 
 
 def _import_columnar(store: RolloutStore, files: list[Path], run: str, kw: dict[str, Any], total: ImportResult,
-                     seen: dict[str, Path], progress: Progress | None = None) -> ImportResult:
+                     seen: dict[str, Path], progress: Progress | None = None,
+                     scopes: dict[Path, str] | None = None) -> ImportResult:
     """verl without a tokenizer: :func:`gfcr.store.importers.columnar.import_files` (Arrow, one
     append per file, unchanged files skipped by content); files it cannot map exactly go through
     the row parser and :func:`_check` / :func:`_write`, as every other format does."""
     notes: list[str] = []
     kw = dict(kw)
     hold = kw.pop("hold_bytes", 256 << 20)
+    stats: dict[str, int] = {}
 
     def row_parse(f: Path) -> tuple[Path, ImportResult, list[Rollout]]:
-        res = FORMATS["verl"]([str(f)], run, **kw)
+        res = FORMATS["verl"]([str(f)], run, **kw, scope=(scopes or {}).get(f, ""))
         notes.extend(n for n in res.notes if n not in notes)
         return f, res, _check("verl", res, f, seen)
 
     total.written, total.skipped, total.how = columnar.import_files(
         store, files, run, kw.get("verdict_key") or "acc", row_parse, lambda b: _write(store, "verl", b),
-        lambda: _import_lock(store), hold_bytes=hold, progress=progress)
+        lambda: _import_lock(store), hold_bytes=hold, progress=progress, scopes=scopes, stats=stats)
     total.tokens = "none"
     total.notes.extend(notes or verl.text_only_note("verl", None))
+    total.notes.extend(n for n in verl.templated_note(stats.get("templated", 0)) if n not in total.notes)
     unchanged = sum(v == "unchanged" for v in total.how.values())
     if unchanged:
         total.notes.append(f"{unchanged} file(s) unchanged since they were imported into run {run!r}: skipped unread")
@@ -272,7 +295,7 @@ def follow(
                     continue
                 fkw = {**kw, "cursor": cursors.get(f)} if getattr(mod, "RESUMABLE", False) else kw
                 try:
-                    res = import_rollouts(store, fmt, [str(f)], **fkw)
+                    res = import_rollouts(store, fmt, [str(f)], scope_roots=paths, **fkw)
                 except ImportFormatError as e:
                     cursors.pop(f, None)  # advanced in place by the failed parse: start that file over
                     if time.time() - st.st_mtime < settle:

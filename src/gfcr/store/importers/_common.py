@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from gfcr.records import Prompt, Rollout
+from gfcr.records import Cost, Prompt, Rollout
 
 T = TypeVar("T")
 
@@ -57,6 +58,8 @@ class ImportResult:
     how: dict[str, str] = field(default_factory=dict)
     #: a resumable format's read position (prime-rl-stream): what ``follow`` hands to the next poll
     cursor: dict[str, Any] | None = None
+    #: files found but not the format's data (a job folder's other JSON), with why: ``(path, why)``
+    ignored: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def tokens_source(self) -> str:
@@ -85,6 +88,37 @@ def find_files(paths: list[str], patterns: tuple[str, ...], exclude_dirs: tuple[
         else:
             raise ImportFormatError(pp, "path", "-", "no such file or directory")
     return out
+
+
+def file_scopes(paths: list[str], files: list[Path], strip: tuple[str, ...] = ()) -> dict[Path, str]:
+    """Each file's scope: the folder it lies in, relative to the directory of ``paths`` it was found
+    under, as a POSIX path; ``""`` for a file directly in that directory or named by itself (so the
+    ids of a single-folder dump stay what they were). A trailing folder a framework always writes
+    (``strip``, e.g. TRL's ``completions``) is left out, so ``out/completions/x.parquet`` under
+    ``out`` scopes as ``""`` and ``runs/a/completions/x.parquet`` under ``runs`` as ``a``. Ids and
+    groups of files in different scopes never meet: two experiments under one parent stay apart."""
+    roots = [Path(p) for p in paths if Path(p).is_dir()]
+    out: dict[Path, str] = {}
+    for f in files:
+        parts: tuple[str, ...] = ()
+        for r in roots:
+            try:
+                parts = f.relative_to(r).parts[:-1]
+                break
+            except ValueError:
+                continue
+        while parts and parts[-1] in strip:
+            parts = parts[:-1]
+        out[f] = "/".join(parts)
+    return out
+
+
+def scoped(scope: str, name: str, run: bool = False) -> str:
+    """``name`` under ``scope`` (``a/1.jsonl``), or ``name`` alone for the root scope; with ``run``,
+    the group prefix of run ``name`` (``r/a``, or ``r`` for the root scope: the ids of before)."""
+    if not scope:
+        return name
+    return f"{name}/{scope}" if run else f"{scope}/{name}"
 
 
 def _in_store(f: Path, root: Path) -> bool:
@@ -117,10 +151,63 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         except json.JSONDecodeError as e:
             raise ImportFormatError(path, f"line {i}", "-", f"not valid JSON ({e.msg}); truncated line?") from e
         except RecursionError as e:
-            raise ImportFormatError(path, f"line {i}", "-", "JSON nested too deeply") from e
+            raise ImportFormatError(path, f"line {i}", deep_field(text), "JSON nested too deeply") from e
         if not isinstance(obj, dict):
             raise ImportFormatError(path, f"line {i}", "-", f"expected a JSON object, got {type(obj).__name__}")
+        if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+            check_unicode(obj, path, f"line {i}")
         yield i, obj
+
+
+#: a JSON ``\\uD800``-``\\uDFFF`` escape: a surrogate, valid only as half of a pair
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def check_unicode(obj: Any, path: str | os.PathLike[str], where: str, key: str = "") -> None:
+    """Refuse a string holding a lone surrogate (a JSON ``"\\ud800"`` escape decodes to one; UTF-8,
+    and so the store, cannot hold it) with one line naming the field, instead of a bare
+    ``UnicodeEncodeError`` at write time. Example: ``{"steps": [{"message": "a\\ud800"}]}`` raises
+    ``…: field 'steps[0].message': lone surrogate '\\ud800' at character 1: not valid Unicode text``."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ImportFormatError(path, where, key or "-", f"lone surrogate {obj[e.start]!r} at character {e.start}: "
+                                    "not valid Unicode text") from None
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            check_unicode(k, path, where, key or "-")
+            check_unicode(v, path, where, f"{key}.{k}" if key else str(k))
+    elif isinstance(obj, list):
+        for j, v in enumerate(obj):
+            check_unicode(v, path, where, f"{key}[{j}]")
+
+
+def deep_field(text: str, limit: int = 256) -> str:
+    """The top-level key of a JSON object text under which nesting first passes ``limit`` levels
+    (what a ``RecursionError`` from ``json.loads`` does not say), or ``-``. A scan of the text that
+    skips strings; e.g. ``'{"a": 1, "b": [[[…]]]}'`` → ``b``."""
+    depth, key, last, i, n = 0, "-", None, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            last = text[i + 1:j]
+            i = j + 1
+            continue
+        if c == ":" and depth == 1 and last is not None:
+            key = last
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return key
+        elif c in "]}":
+            depth -= 1
+        i += 1
+    return "-"
+
 
 
 def req(obj: dict[str, Any], key: str, types: type | tuple[type, ...], path: Path, where: str) -> Any:
@@ -232,6 +319,16 @@ class Tokenize:
         ids = np.asarray(list(p) + list(c), np.int32)
         role = np.asarray([0] * len(p) + [1] * len(c), np.int8)
         return dict(token_ids=ids, token_role=role, logprobs=np.zeros(len(ids), np.float32), tokens_source="retokenized")
+
+
+def text_lengths(prompt: str, completion: str, toks: dict[str, Any]) -> tuple[Cost, str]:
+    """(cost, unit) of a text-only row: token counts when :class:`Tokenize` retokenized it
+    (``"tokens"``), else character counts (``"chars"``), so length metrics see the row; the unit
+    goes to ``meta.length_unit``. Example: ("What?", "It is 5.", no tokenizer) → prompt 5, gen 8, chars."""
+    if toks.get("tokens_source") == "none":
+        return Cost(prompt_tokens=len(prompt), gen_tokens=len(completion)), "chars"
+    g = int(np.asarray(toks["token_role"]).sum())
+    return Cost(prompt_tokens=len(toks["token_role"]) - g, gen_tokens=g), "tokens"
 
 
 def text_only_note(fmt: str, tokenizer: Any | None) -> list[str]:

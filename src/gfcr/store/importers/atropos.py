@@ -13,7 +13,10 @@ on, the token id itself on trained ones), ``scores`` ``[float]``, and the option
 
 Mapping: one rollout per sample; ``token_ids`` = ``tokens[i]``; role 1 where ``masks[i] != -100``
 (and then it must equal the token); ``logprobs`` = ``inference_logprobs[i]`` on role-1 tokens
-(checked finite and <= 0), 0 on context (the ``1.0`` placeholder is not a log-prob); ``reward`` =
+(checked finite and <= 0), 0 on context (the ``1.0`` placeholder is not a log-prob); a generated
+position holding ``1.0`` is ManagedServer's padding for a log-prob the server did not return
+(``_create_sequence_node`` pads a short list with ``1.0``): unknown, stored as 0 and listed in
+``meta.logprobs_missing`` (count) / ``logprobs_missing_at`` (positions); ``reward`` =
 ``scores[i]``; ``signals["advantage"]`` = the mean of ``advantages[i]`` over role-1 tokens;
 ``messages`` = ``messages[i]`` (else empty); one group per line (``group_id`` from run, file and
 line), ``sample_index`` = ``i``. Lost: the dump records no training step and no policy version
@@ -45,6 +48,7 @@ from gfcr.store.importers._common import (
 
 PATTERNS = ("*.jsonl",)
 MASKED = -100
+PAD = 1.0  # ManagedServer's log-prob on prompt positions and on generated ones the server left out
 
 
 def _per_sample(obj: dict[str, Any], key: str, n: int, f: Path, w: str) -> list[Any] | None:
@@ -70,11 +74,15 @@ def _sample(obj: dict[str, Any], i: int, f: Path, w: str, run_id: str, line: int
         raise ImportFormatError(f, sw, f"masks[{bad}]", f"expected -100 or the token id {ids[bad]}, got {mask[bad]!r}")
     lp = [0.0] * len(ids)
     inf = obj.get("inference_logprobs")
+    missing: list[int] = []
     if inf:
         row = inf[i]
         if not isinstance(row, list) or len(row) != len(ids):
             raise ImportFormatError(f, sw, "inference_logprobs", f"expected {len(ids)} values (one per token)")
-        sel = [j for j, g in enumerate(gen) if g]
+        # ManagedServer pads the log-probs the server did not return with 1.0 (_create_sequence_node):
+        # unknown, never a probability; stored as 0 and counted, as a missing log-prob is elsewhere
+        missing = [j for j, g in enumerate(gen) if g and row[j] == PAD and not isinstance(row[j], bool)]
+        sel = [j for j, g in enumerate(gen) if g and j not in set(missing)]
         for j, x in zip(sel, check_logprobs([row[j] for j in sel], len(sel), f, sw, "inference_logprobs"), strict=True):
             lp[j] = x
     score = opt_num(obj["scores"][i], f, sw, "scores")
@@ -109,7 +117,8 @@ def _sample(obj: dict[str, Any], i: int, f: Path, w: str, run_id: str, line: int
         sampling=obj.get("generation_params") if isinstance(obj.get("generation_params"), dict) else {},
         tokens_source="engine",
         meta={"source": "atropos", "file": f.name, "line": line, "sample": i, "step_in_dump": False,
-              "logprobs_in_dump": bool(inf), "overrides": ov, "group_overrides": obj.get("group_overrides"),
+              "logprobs_in_dump": bool(inf), "overrides": ov,
+              **({"logprobs_missing": len(missing), "logprobs_missing_at": missing} if missing else {}), "group_overrides": obj.get("group_overrides"),
               "ref_logprobs": (obj.get("ref_logprobs") or [None] * (i + 1))[i]},
     )
     first_gen = next((k for k, m in enumerate(msgs) if m.role == "assistant"), len(msgs))

@@ -39,9 +39,9 @@ import pyarrow.json as pj
 
 from gfcr.records.classes import utcnow
 from gfcr.records.schema import COST_TYPE, MESSAGE_TYPE, PROMPT_SCHEMA, ROLLOUT_SCHEMA, TS_TYPE
-from gfcr.store.importers._common import Progress, ticking
+from gfcr.store.importers._common import Progress, scoped, ticking
 from gfcr.store.importers.arrow_text import float_reprs, interleave, json_str, json_text, sha1_ids
-from gfcr.store.importers.verl import _STD
+from gfcr.store.importers.verl import _STD, split_prompt
 
 #: why a file went to the row path instead (the exact mapping needs what Arrow cannot tell apart)
 Fallback = str
@@ -116,8 +116,8 @@ def check_table(t: pa.Table, verdict_key: str) -> Fallback | None:
     return None
 
 
-def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.ndarray
-              ) -> tuple[pa.Table, pa.Table]:
+def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.ndarray, scope: str = "",
+              stats: dict[str, int] | None = None) -> tuple[pa.Table, pa.Table]:
     """verl dump rows (an Arrow table of the JSON lines, :func:`check_table` passed) → (rollout
     table, prompt table), exactly as :func:`gfcr.store.importers.verl.parse` maps them.
 
@@ -167,10 +167,22 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
         answers = pa.nulls(nu, pa.string())
     now = np.datetime64(utcnow().replace(tzinfo=None), "us")
     pnul = pa.nulls(nu, pa.string())
+    # each distinct prompt split back into its turns (verl.split_prompt), flattened: turn k of prompt
+    # u at t_off[u] + k
+    split = [split_prompt(x) for x in udict.to_pylist()]
+    t_len = np.fromiter((len(sp[0]) for sp in split), np.int64, nu)
+    t_off = np.r_[0, np.cumsum(t_len)].astype(np.int32)
+    t_role = pa.array([r for sp in split for r, _ in sp[0]], pa.string())
+    t_text = pa.array([c for sp in split for _, c in sp[0]], pa.string())
+    pfmt = pa.array([json_str(sp[1]) for sp in split], pa.string()).take(enc.indices)
+    if stats is not None:  # rows whose template is not recognised, for the import's warning
+        stats["templated"] = stats.get("templated", 0) + int(np.isin(codes, [u for u, sp in enumerate(split)
+                                                                              if sp[1] == "templated"]).sum())
+    tnul = pa.nulls(len(t_text), pa.string())
     prompts = pa.Table.from_arrays([
         upid, pa.repeat(pa.scalar("verl"), nu),
-        pa.ListArray.from_arrays(pa.array(np.arange(nu + 1, dtype=np.int32)), pa.StructArray.from_arrays(
-            [pa.repeat(pa.scalar("user"), nu), udict, pnul, pnul], fields=list(MESSAGE_TYPE))),
+        pa.ListArray.from_arrays(pa.array(t_off), pa.StructArray.from_arrays(
+            [t_role, t_text, tnul, tnul], fields=list(MESSAGE_TYPE))),
         answers, pnul, pnul, pa.nulls(nu, pa.float64()), pnul, pa.repeat(pa.scalar("{}"), nu),
         pa.array(np.full(nu, now), TS_TYPE), pa.repeat(pa.scalar("{}"), nu)], schema=PROMPT_SCHEMA)
     # sample_index: the running count of (step, prompt) in line order
@@ -191,18 +203,29 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     for j, c in enumerate(ekeys):
         parts += [(", " if j else "") + json_str(c) + ": ", json_text(t.column(c))]
     req_s = json_text(t.column("request_id")) if "request_id" in names else "null"
-    meta = pc.binary_join_element_wise('{"extra": {', *parts, '}, "file": ' + json_str(f.name) + ', "line": ', line_s,
+    meta = pc.binary_join_element_wise('{"extra": {', *parts, '}, "file": ' + json_str(scoped(scope, f.name))
+                                       + ', "length_unit": "chars", "line": ', line_s, ', "prompt_format": ', pfmt,
                                        ', "request_id": ', req_s, ', "source": "verl"}', "")
     vk = ', "verdict_key": ' + (json_str(verdict_key) if verdict_key in names else "null") + "}"
     verifier = pc.binary_join_element_wise('{"name": "verl", "score": ', float_reprs(score), vk, "")
     # rollout_id = hid(run_id, file, line, input, output)
-    rid = sha1_ids(pc.binary_join_element_wise(f"{run_id}\x1f{f.name}", line_s, inp, out, "\x1f"), "verl-")
+    rid = sha1_ids(pc.binary_join_element_wise(f"{run_id}\x1f{scoped(scope, f.name)}", line_s, inp, out, "\x1f"), "verl-")
     step_s = pc.cast(t.column("step"), pa.string())
-    # messages: [user input, assistant output] per row, as one flat struct array with offsets
-    contents = interleave(inp, out)
-    roles = pa.array(["user", "assistant"], pa.string()).take(pa.array(np.tile(np.array([0, 1], np.int8), n)))
-    nul = pa.nulls(2 * n, pa.string())
-    msgs = pa.ListArray.from_arrays(pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int32)),
+    # messages: the prompt's turns, then the assistant output, per row, as one flat struct array
+    if int(t_len.max(initial=0)) == 1 and all(sp[1] in ("text", "templated") for sp in split):
+        contents = interleave(inp, out)  # one user turn each (the common, fast case)
+        roles = pa.array(["user", "assistant"], pa.string()).take(pa.array(np.tile(np.array([0, 1], np.int8), n)))
+        m_off = np.arange(0, 2 * n + 1, 2, dtype=np.int32)
+    else:  # row j: turns t_off[c]..t_off[c+1] of its prompt c, then output j (index len(t_text) + j)
+        lens = t_len[codes] + 1
+        m_off = np.r_[0, np.cumsum(lens)].astype(np.int32)
+        pos = np.arange(m_off[-1]) - np.repeat(m_off[:-1], lens)
+        last = pos == np.repeat(lens - 1, lens)
+        src = np.where(last, len(t_text) + np.repeat(np.arange(n), lens), np.repeat(t_off[:-1][codes], lens) + pos)
+        contents = pa.concat_arrays([t_text, out]).take(pa.array(src))
+        roles = pa.concat_arrays([t_role, pa.repeat(pa.scalar("assistant"), n)]).take(pa.array(src))
+    nul = pa.nulls(len(contents), pa.string())
+    msgs = pa.ListArray.from_arrays(pa.array(m_off),
                                     pa.StructArray.from_arrays([roles, contents, nul, nul], fields=list(MESSAGE_TYPE)))
     empty_off = pa.array(np.zeros(n + 1, np.int32))
     sig_off = pa.array((np.arange(n + 1) * len(sig_keys)).astype(np.int32))
@@ -216,7 +239,7 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
         "step": pa.array(step.astype(np.int64)),
         "policy_version": pc.binary_join_element_wise("step-", step_s, ""),
         "prompt_id": pid_arr,
-        "group_id": pc.binary_join_element_wise(f"{run_id}/", pid_arr, "@", step_s, ""),
+        "group_id": pc.binary_join_element_wise(f"{scoped(scope, run_id, True)}/", pid_arr, "@", step_s, ""),
         "sample_index": pa.array(sample_index),
         "parent_id": pa.nulls(n, pa.string()),
         "branch_pos": pa.nulls(n, pa.int64()),
@@ -231,8 +254,8 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
         "verifier": verifier,
         "signals": pa.MapArray.from_arrays(sig_off, sig_k, sig_v),
         "sampling": const("{}", pa.string()),
-        "cost": pa.StructArray.from_arrays([pa.array(np.zeros(n, np.int64)), pa.array(np.zeros(n, np.int64)),
-                                            pa.array(np.zeros(n))], fields=list(COST_TYPE)),
+        "cost": pa.StructArray.from_arrays([pc.utf8_length(inp).cast(pa.int64()), pc.utf8_length(out).cast(pa.int64()),
+                                            pa.array(np.zeros(n))], fields=list(COST_TYPE)),  # characters
         "tokens_source": const("none", pa.string()),
         "created_at": pa.array(np.full(n, now), TS_TYPE),
         "meta": meta,
@@ -290,16 +313,21 @@ def _import_pool() -> Iterator[None]:
 def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                  row_parse: Callable[[Path], Any], row_write: Callable[[list[Any]], tuple[int, int]],
                  lock: Callable[[], Any], hold_bytes: int = 256 << 20,
-                 progress: Progress | None = None) -> tuple[int, int, dict[str, str]]:
-    """:func:`_import_files` with Arrow's jemalloc pool (:func:`_import_pool`)."""
+                 progress: Progress | None = None, scopes: dict[Path, str] | None = None,
+                 stats: dict[str, int] | None = None) -> tuple[int, int, dict[str, str]]:
+    """:func:`_import_files` with Arrow's jemalloc pool (:func:`_import_pool`); ``scopes``: each
+    file's folder relative to the dump root (:func:`gfcr.store.importers._common.file_scopes`);
+    ``stats`` gains ``templated``, the rows whose chat template is kept verbatim."""
     with _import_pool():
-        return _import_files(store, files, run_id, verdict_key, row_parse, row_write, lock, hold_bytes, progress)
+        return _import_files(store, files, run_id, verdict_key, row_parse, row_write, lock, hold_bytes, progress,
+                             scopes or {}, stats)
 
 
 def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                   row_parse: Callable[[Path], Any], row_write: Callable[[list[Any]], tuple[int, int]],
                   lock: Callable[[], Any], hold_bytes: int = 256 << 20,
-                  progress: Progress | None = None) -> tuple[int, int, dict[str, str]]:
+                  progress: Progress | None = None, scopes: dict[Path, str] | None = None,
+                  stats: dict[str, int] | None = None) -> tuple[int, int, dict[str, str]]:
     """Import verl files the columnar way. Phase 1, per file: skip it if unchanged since its last
     import into ``run_id`` (size and mtime, else SHA-256), read it as Arrow and check it
     (:func:`check_table`); a file that needs the row path is parsed and validated by ``row_parse``
@@ -353,7 +381,8 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                 continue
             plan.append((f, "columnar", sig, None))
             if early:
-                entry: tuple[str, Any, Any] = ("mapped", *map_table(t, f, run_id, verdict_key, lines))
+                entry: tuple[str, Any, Any] = ("mapped", *map_table(t, f, run_id, verdict_key, lines,
+                                                                    (scopes or {}).get(f, ""), stats))
                 size = entry[1].nbytes + entry[2].nbytes
             else:
                 entry, size = ("read", t, lines), t.nbytes
@@ -428,7 +457,7 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                 if why is not None or check_table(t, verdict_key) is not None:
                     raise RuntimeError(f"{f}: changed while being imported; run the import again")
             del a, b
-            table, prompts = map_table(t, f, run_id, verdict_key, lines)
+            table, prompts = map_table(t, f, run_id, verdict_key, lines, (scopes or {}).get(f, ""), stats)
             del t
         if batch and batch_bytes + table.nbytes > hold_bytes:
             flush()

@@ -45,7 +45,15 @@ from typing import Any
 
 from gfcr.records import Prompt, Rollout
 from gfcr.store.importers import prime_rl
-from gfcr.store.importers._common import FOLLOWING, ImportFormatError, ImportResult, find_files, opt_num
+from gfcr.store.importers._common import (
+    FOLLOWING,
+    ImportFormatError,
+    ImportResult,
+    check_unicode,
+    deep_field,
+    find_files,
+    opt_num,
+)
 from gfcr.store.importers._seekable import SealedReader, ZstdUnavailable
 
 PATTERNS = ("stream.index.jsonl",)
@@ -141,6 +149,9 @@ def _index_rows(index: Path, start: int, row0: int) -> tuple[list[tuple[int, dic
             obj = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ImportFormatError(index, f"row {k}", "-", f"not valid JSON ({e})") from e
+        except RecursionError as e:
+            raise ImportFormatError(index, f"row {k}", deep_field(raw.decode("utf-8", "replace")),
+                                    "JSON nested too deeply") from e
         if not isinstance(obj, dict):
             raise ImportFormatError(index, f"row {k}", "-", f"expected a JSON object, got {type(obj).__name__}")
         rows.append((k, obj))
@@ -167,8 +178,13 @@ def _load_line(chunks: _Chunks, chunk: int, offset: int, index: Path, where: str
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ImportFormatError(p, f"{where} (offset {offset})", "offset",
                                 f"not a JSON line there ({e}): the offset does not start a record") from e
+    except RecursionError as e:
+        raise ImportFormatError(p, f"{where} (offset {offset})", deep_field(raw.decode("utf-8", "replace")),
+                                "JSON nested too deeply") from e
     if not isinstance(obj, dict):
         raise ImportFormatError(p, f"{where} (offset {offset})", "-", "expected a JSON object")
+    if b"\\u" in raw:
+        check_unicode(obj, p, f"{where} (offset {offset})")
     return p, obj
 
 
@@ -200,6 +216,26 @@ def _check_update(u: dict[str, Any], p: Path, w: str) -> None:
                 x = opt_num(v, p, w, key)
                 if fld == "trainer_logprobs" and (x is None or x > _LOGPROB_TOL or not math.isfinite(x)):
                     raise ImportFormatError(p, w, key, f"a log-prob must be finite and <= 0, got {v!r}")
+
+
+def _check_lengths(u: dict[str, Any], trace: dict[str, Any], p: Path, w: str) -> None:
+    """A branch stream covers the branch's token prefix (prime-rl's ``trace/update.py``: "full-length
+    across the branch's token prefix"): shorter is a stream still being written (its tail nodes stay
+    unannotated, as ``fold_trace_updates`` leaves them); LONGER than the branch's tokens cannot
+    belong to this trace, so the update is refused, naming the annotation file, row and stream
+    (the update was stored silently, its values cut or dropped)."""
+    nodes = trace.get("nodes") or []
+    paths = _paths(nodes)
+    for b, br in enumerate(u.get("branches") or []):
+        bi = br.get("index")
+        if isinstance(bi, bool) or not isinstance(bi, int) or not 0 <= bi < len(paths):
+            continue
+        n = sum(len(nodes[k].get("token_ids") or []) for k in paths[bi] if isinstance(nodes[k], dict))
+        for fld in STREAM_FIELDS:
+            s = br.get(fld)
+            if isinstance(s, list) and len(s) > n:
+                raise ImportFormatError(p, w, f"branches[{b}].{fld}", f"{len(s)} values for the {n} tokens of branch "
+                                        f"{bi} of trace {trace.get('id')!r}: longer than the branch it annotates")
 
 
 def fold_updates(trace: dict[str, Any], updates: list[dict[str, Any]]) -> None:
@@ -353,6 +389,7 @@ def _episode(f: Path, k: int, at: tuple[int, int, str], chunks: _Chunks, readers
         for name, row, c, o in cur["updates"].get(str(tr.get("id")), []):
             ap, u = _load_line(readers[name], c, o, traces_index(f, name), f"row {row}")
             _check_update(u, ap, f"row {row} (offset {o})")
+            _check_lengths(u, tr, ap, f"row {row} (offset {o})")
             if u.get("trace_id") != tr.get("id"):
                 raise ImportFormatError(traces_index(f, name), f"row {row}", "offset",
                                         f"points at an update of {u.get('trace_id')!r}, not {tr.get('id')!r}")

@@ -17,7 +17,11 @@ finish reason; ``label`` → the prompt's gold answer; ``remove_sample`` → ``m
 (slime zeroes its loss mask when training; the tokens are kept as sampled); ``group_index`` →
 group. ``eval_*.pt`` go to the run ``{run}-eval`` (or are skipped with ``evals="skip"``). A pickle:
 ``torch.load(weights_only=True)`` unless ``trust_pickle``. Lost: top-p token sets, routed experts,
-multimodal inputs, teacher log-probs.
+multimodal inputs, teacher log-probs. RedNote's Relax (redai-infra/Relax @ 2765d18a,
+``relax/utils/training/train_dump_utils.py`` ``save_debug_rollout_data``) writes the same layout
+with its own ``Sample`` (``relax/utils/types.py``): also ``rollout_log_probs_mask`` (False where the
+token and its behaviour log-prob no longer correspond: that log-prob is unknown, stored as 0 and
+listed in ``meta.logprobs_missing_at``), ``decoded_tokens``, ``spec_info``, ``prefix_cache_info``.
 """
 
 from __future__ import annotations
@@ -90,11 +94,18 @@ def _sample(s: Any, i: int, f: Path, rid: int, run: str, reward_key: str | None,
         raise ImportFormatError(f, w, "loss_mask", f"length {len(mask)} != response_length {rlen}")
     lp_raw = s.get("rollout_log_probs")
     lp = [0.0] * rlen
+    missing: list[int] = []
     if lp_raw is not None:
         raw = _lst(lp_raw)
         if len(raw) != rlen:
             raise ImportFormatError(f, w, "rollout_log_probs", f"length {len(raw)} != response_length {rlen}")
-        sel = [j for j, m in enumerate(mask) if m]  # only the trained tokens' log-probs are stored
+        pair = s.get("rollout_log_probs_mask")  # Relax: False where token and behaviour log-prob no
+        if pair is not None:  # longer correspond (relax/utils/types.py): that log-prob is unknown
+            pair = [bool(x) for x in _lst(pair)]
+            if len(pair) != rlen:
+                raise ImportFormatError(f, w, "rollout_log_probs_mask", f"length {len(pair)} != response_length {rlen}")
+            missing = [plen + j for j, (m, ok) in enumerate(zip(mask, pair, strict=True)) if m and not ok]
+        sel = [j for j, m in enumerate(mask) if m and (pair is None or pair[j])]  # trained tokens' log-probs
         for j, x in zip(sel, check_logprobs([raw[j] for j in sel], len(sel), f, w, "rollout_log_probs"), strict=True):
             lp[j] = x
     reward, sig = _reward(s, reward_key, f, w)
@@ -122,6 +133,7 @@ def _sample(s: Any, i: int, f: Path, rid: int, run: str, reward_key: str | None,
         meta={"source": "slime", "file": f.name, "rollout_id": rid, "sample": i, "index": idx,
               "remove_sample": bool(s.get("remove_sample", False)), "status": str(status),
               "weight_versions": versions, "logprobs_in_dump": lp_raw is not None,
+              **({"logprobs_missing": len(missing), "logprobs_missing_at": missing} if missing else {}),
               "metadata": s.get("metadata") if isinstance(s.get("metadata"), dict) else None},
         tokens_source="engine",
     )

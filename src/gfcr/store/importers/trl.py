@@ -28,16 +28,23 @@ batch sampled at global step ``g`` is first logged at step ``g + 1``: ``step`` a
 stores it); with ``logging_steps > 1`` that is the latest step it can have been sampled at, and
 ``meta.sampled_step_range`` gives the bounds [previous log step, log step − 1]. (2) With
 ``num_iterations > 1`` (or ``steps_per_generation`` above gradient accumulation) a logging step with
-no new generation writes the same deque again. TRL logs no id, so the key is the row itself: every
-column but ``step``, compared with the previous log file of the same folder (the only snapshot the
-deque can repeat); a row found there is the same completion logged again and is skipped (counted in
-a note), even when only the later file is imported.
+no new generation writes the same deque again. Which files those are is read from the run's
+config, never from content (a collapsed policy logs identical rows at consecutive steps too): the
+``training_args.bin`` beside ``completions/`` (or in the newest ``checkpoint-*``), read without
+executing the pickle (:func:`read_training_args`), and :func:`generation_of`; a re-logged file is
+skipped (counted in a note). Without it nothing is dropped, and a note counts the rows equal to the
+previous file's. Lengths: characters of prompt and completion (``meta.length_unit``; tokens when
+retokenized). Ids and groups are scoped by the run's folder under the dump root (``SCOPE_STRIP``:
+``completions/`` is not part of it), so two runs under one parent never share a group.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import pickle
+import zipfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -53,11 +60,17 @@ from gfcr.store.importers._common import (
     find_files,
     hid,
     opt_num,
+    scoped,
     step_int,
+    text_lengths,
     text_only_note,
 )
 
 PATTERNS = ("completions_*.parquet",)
+SCOPED = True  # ids and groups keyed by the run's folder under the dump root
+SCOPE_STRIP = ("completions",)  # TRL's own subfolder of ``output_dir``: not part of the scope
+#: the GRPOConfig fields that decide generation reuse (trl 1.16.0 ``GRPOTrainer._prepare_inputs``)
+_REUSE_FIELDS = ("num_iterations", "steps_per_generation", "gradient_accumulation_steps", "logging_steps")
 _STD = ("step", "prompt", "completion", "advantage")
 
 
@@ -128,6 +141,75 @@ def _row_keys(t: pa.Table) -> list[str]:
     return [json.dumps(r, sort_keys=True, default=str) for r in rest.to_pylist()]
 
 
+class _Inert:
+    """Stands for every class a pickled ``GRPOConfig`` names: records its arguments and state,
+    runs nothing (:func:`read_training_args` never imports or calls the pickle's classes)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        self.args, self.kw = args, kw
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+
+class _InertUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        return type(name, (_Inert,), {})
+
+    def persistent_load(self, pid: Any) -> None:  # a tensor's storage: not needed for the config
+        return None
+
+
+def read_training_args(path: Path) -> dict[str, Any] | None:
+    """The reuse-relevant fields (:data:`_REUSE_FIELDS`) of the ``training_args.bin`` that
+    ``Trainer.save_model`` / a checkpoint writes (``torch.save`` of the ``GRPOConfig``: a zip holding
+    ``*/data.pkl``), read without executing the pickle: every class it names becomes an inert
+    record, so a hostile file cannot run code. None when the file cannot be read so."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            name = next((n for n in z.namelist() if n.endswith("/data.pkl")), None)
+            if name is None:
+                return None
+            obj = _InertUnpickler(io.BytesIO(z.read(name))).load()
+    except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError):
+        return None
+    state = getattr(obj, "state", None)
+    if isinstance(state, tuple):  # (dict, slots) from __reduce_ex__
+        state = state[0]
+    if not isinstance(state, dict) or "num_iterations" not in state:
+        return None
+    return {k: state.get(k) for k in _REUSE_FIELDS}
+
+
+def _training_args(f: Path) -> tuple[dict[str, Any] | None, Path | None]:
+    """The run's config for a log file ``{output_dir}/completions/completions_N.parquet``: the
+    ``training_args.bin`` in ``output_dir`` (``save_model``), else in its newest ``checkpoint-*``."""
+    out = f.parent.parent if f.parent.name == "completions" else f.parent
+    cands = [out / "training_args.bin", *sorted(out.glob("checkpoint-*/training_args.bin"),
+                                                 key=lambda p: _ckpt(p.parent.name), reverse=True)]
+    for c in cands:
+        if c.is_file() and (cfg := read_training_args(c)) is not None:
+            return cfg, c
+    return None, None
+
+
+def _ckpt(name: str) -> int:
+    n = name.removeprefix("checkpoint-")
+    return int(n) if n.isdigit() else -1
+
+
+def generation_of(log_step: int, cfg: dict[str, Any]) -> int | None:
+    """Which generation batch TRL's ``_logs`` deque holds when it writes the log of optimizer step
+    ``log_step``: generation ``k`` happens at micro-step ``k * steps_per_generation *
+    num_iterations`` (``_prepare_inputs``), and step ``s`` is logged after micro-step ``s * GA - 1``
+    (GA = gradient accumulation), so ``floor((s * GA - 1) / (spg * ni))``. None when the config lacks
+    a value. Example: GA 1, spg 1, ni 2 → steps 1, 2, 3, 4 hold generations 0, 0, 1, 1."""
+    ga, spg, ni = cfg.get("gradient_accumulation_steps"), cfg.get("steps_per_generation"), cfg.get("num_iterations")
+    if not all(isinstance(v, int) and v >= 1 for v in (ga, spg, ni)) or log_step < 1:
+        return None
+    return (log_step * ga - 1) // (spg * ni)
+
+
 def _previous_log(f: Path) -> tuple[int | None, Counter[str]]:
     """(step, row keys) of the log file written just before ``f`` in its folder (none: (None, {}))."""
     s = _log_step(f)
@@ -143,15 +225,83 @@ def _previous_log(f: Path) -> tuple[int | None, Counter[str]]:
         return k, Counter()
 
 
+def _relogged(f: Path, log_step: int | None, prev_step: int | None) -> tuple[bool | None, Path | None]:
+    """Whether log file ``f`` holds a generation batch an earlier logging step wrote already, from the
+    run's config (:func:`generation_of`); None (unknown) without a readable ``training_args.bin``."""
+    cfg, src = _training_args(f)
+    if cfg is None or log_step is None:
+        return None, None
+    ls = cfg.get("logging_steps")
+    prev = log_step - ls if isinstance(ls, int) and not isinstance(ls, bool) and ls >= 1 else prev_step
+    if prev is None or prev < 1:
+        return False, src
+    g, h = generation_of(log_step, cfg), generation_of(prev, cfg)
+    return (g is not None and g == h), src
+
+
+def _rollout(row: dict[str, Any], i: int, f: Path, names: list[str], weights: dict[str, float],
+             verdict_key: str | None, run_id: str, scope: str, log_step: int, prev_step: int | None,
+             counters: dict[tuple[int, str], int], prompts: dict[str, Prompt], tok: Tokenize) -> Rollout:
+    """One logged row → its rollout (its prompt added to ``prompts``; ``counters`` numbers the
+    samples of one prompt in one step). Lengths: tokens when retokenized, else characters
+    (``meta.length_unit``); TRL logs no finish reason (null)."""
+    w = f"row {i}"
+    step = max(log_step - 1, 0)  # logged after the update of the step that sampled it
+    prompt = row["prompt"]
+    if isinstance(prompt, list):  # conversational prompt
+        pmsgs = _messages(prompt, f, w, "prompt")
+        ptext = "\n".join(m.content for m in pmsgs)
+    elif isinstance(prompt, str):
+        pmsgs, ptext = [Message("user", prompt)], prompt
+    else:
+        raise ImportFormatError(f, w, "prompt", f"expected text or messages, got {type(prompt).__name__}")
+    comp = row["completion"]
+    if isinstance(comp, list):
+        cmsgs = _messages(comp, f, w, "completion")
+        ctext = "".join(m.content for m in cmsgs if m.role == "assistant")
+    elif isinstance(comp, str):
+        cmsgs, ctext = [Message("assistant", comp)], comp
+    else:
+        raise ImportFormatError(f, w, "completion", f"expected text or messages, got {type(comp).__name__}")
+    reward, scored, sig, extra = _columns(row, names, weights, f, w)
+    verified = None
+    if verdict_key is not None:
+        x = opt_num(row[verdict_key], f, w, verdict_key)
+        verified = None if x is None else x > 0
+    pid = "trl-" + hid(ptext)
+    prompts.setdefault(pid, Prompt(prompt_id=pid, task="trl", messages=pmsgs))
+    fname = scoped(scope, f.name)
+    k = counters[(step, pid)] = counters.get((step, pid), -1) + 1
+    if not scored:  # every reward function returned None: TRL itself logs the reward as NaN
+        reward = None
+    elif not math.isfinite(reward):
+        raise ImportFormatError(f, w, "-", f"weighted reward is not finite ({reward})")
+    toks = tok(ptext, ctext)
+    cost, unit = text_lengths(ptext, ctext, toks)
+    return Rollout(
+        rollout_id="trl-" + hid(run_id, fname, i, ptext, json.dumps([m.to_dict() for m in cmsgs])),
+        run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid,
+        group_id=f"{scoped(scope, run_id, True)}/{pid}@{step}",
+        sample_index=k, task="trl", messages=[*pmsgs, *cmsgs], reward=reward, verified=verified,
+        finish_reason=None, signals=sig, cost=cost,
+        verifier={"name": "trl", "reward_functions": weights, "scored": scored},
+        meta={"source": "trl", "file": fname, "row": i, "extra": extra, "unscorable": not scored,
+              "log_step": log_step, "sampled_step_range": [min(prev_step or 0, step), step], "length_unit": unit},
+        **toks,
+    )
+
+
 def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, reward_columns: list[str] | None = None,
-          reward_weights: list[float] | None = None, verdict_key: str | None = None, **_: Any) -> ImportResult:
+          reward_weights: list[float] | None = None, verdict_key: str | None = None, scope: str = "",
+          **_: Any) -> ImportResult:
     files = find_files(paths, PATTERNS)
     if reward_weights is not None and (not reward_columns or len(reward_weights) != len(reward_columns)):
         raise ImportFormatError(files[0] if files else paths[0], "options", "reward_weights",
                                 "give one weight per --reward-columns entry")
     tok = Tokenize(tokenizer)
     rollouts, prompts = [], {}
-    relogged = 0
+    relogged = same_kept = 0
+    cfg_src: Path | None = None
     for f in files:
         try:
             t = pq.read_table(f)
@@ -168,57 +318,26 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, reward_co
             raise ImportFormatError(f, "schema", verdict_key, "the verdict column is missing")
         counters: dict[tuple[int, str], int] = {}
         prev_step, prev_rows = _previous_log(f)
+        again, src = _relogged(f, _log_step(f), prev_step)
+        cfg_src = cfg_src or src
         keys = _row_keys(t)
         for i, row in enumerate(t.to_pylist()):
             w = f"row {i}"
             log_step = step_int(row["step"], f, w)
-            if prev_rows[keys[i]] > 0:  # the deque written again: the same completion, logged twice
-                prev_rows[keys[i]] -= 1
+            if again:  # the config says: no generation since the last log; the deque written again
                 relogged += 1
                 continue
-            step = max(log_step - 1, 0)  # logged after the update of the step that sampled it
-            prompt = row["prompt"]
-            if isinstance(prompt, list):  # conversational prompt
-                pmsgs = _messages(prompt, f, w, "prompt")
-                ptext = "\n".join(m.content for m in pmsgs)
-            elif isinstance(prompt, str):
-                pmsgs, ptext = [Message("user", prompt)], prompt
-            else:
-                raise ImportFormatError(f, w, "prompt", f"expected text or messages, got {type(prompt).__name__}")
-            comp = row["completion"]
-            if isinstance(comp, list):
-                cmsgs = _messages(comp, f, w, "completion")
-                ctext = "".join(m.content for m in cmsgs if m.role == "assistant")
-            elif isinstance(comp, str):
-                cmsgs, ctext = [Message("assistant", comp)], comp
-            else:
-                raise ImportFormatError(f, w, "completion", f"expected text or messages, got {type(comp).__name__}")
-            reward, scored, sig, extra = _columns(row, t.column_names, weights, f, w)
-            verified = None
-            if verdict_key is not None:
-                x = opt_num(row[verdict_key], f, w, verdict_key)
-                verified = None if x is None else x > 0
-            pid = "trl-" + hid(ptext)
-            prompts.setdefault(pid, Prompt(prompt_id=pid, task="trl", messages=pmsgs))
-            k = counters[(step, pid)] = counters.get((step, pid), -1) + 1
-            if not scored:  # every reward function returned None: TRL itself logs the reward as NaN
-                reward = None
-            elif not math.isfinite(reward):
-                raise ImportFormatError(f, w, "-", f"weighted reward is not finite ({reward})")
-            rollouts.append(
-                Rollout(
-                    rollout_id="trl-" + hid(run_id, f.name, i, ptext, json.dumps([m.to_dict() for m in cmsgs])),
-                    run_id=run_id, step=step, policy_version=f"step-{step}", prompt_id=pid, group_id=f"{run_id}/{pid}@{step}",
-                    sample_index=k, task="trl", messages=[*pmsgs, *cmsgs], reward=reward, verified=verified,
-                    finish_reason=None, signals=sig,
-                    verifier={"name": "trl", "reward_functions": weights, "scored": scored},
-                    meta={"source": "trl", "file": f.name, "row": i, "extra": extra, "unscorable": not scored,
-                          "log_step": log_step, "sampled_step_range": [min(prev_step or 0, step), step]},
-                    **tok(ptext, ctext),
-                )
-            )
+            if again is None and prev_rows[keys[i]] > 0:  # equal content alone proves no reuse: kept
+                prev_rows[keys[i]] -= 1
+                same_kept += 1
+            rollouts.append(_rollout(row, i, f, t.column_names, weights, verdict_key, run_id, scope, log_step,
+                                     prev_step, counters, prompts, tok))
     notes = text_only_note("TRL", tokenizer)
     if relogged:
-        notes.append(f"skipped {relogged} row(s) that TRL logged again unchanged (the same generation batch "
-                     "written at a later logging step: num_iterations > 1 or steps_per_generation reuse)")
+        notes.append(f"skipped {relogged} row(s) that TRL logged again (no generation between two logging steps: "
+                     f"num_iterations / steps_per_generation in {cfg_src})")
+    if same_kept:
+        notes.append(f"kept {same_kept} row(s) equal to a row of the previous log file: without the run's "
+                     "training_args.bin gfcr cannot tell a re-logged batch (num_iterations > 1) from a policy that "
+                     "repeats itself, and never drops rows by content alone")
     return ImportResult("trl", [str(f) for f in files], rollouts, list(prompts.values()), notes)
