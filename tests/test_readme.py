@@ -117,11 +117,11 @@ RULES: dict[str, tuple[str, object]] = {
                                "replace": {"runs/RUN/checkpoints/step_000019": "runs/RUN/checkpoints/step_000002"},
                                "before": "add_solved_rollouts"}),
     "gfcr simulate": ("tiny", {}),
-    "gfcr report": ("tiny", {}),
-    "gfcr diagnose": ("tiny", {}),
-    "gfcr store check": ("tiny", {}),
+    "gfcr report": ("tiny", {"check": "stdout_has:report.html"}),
+    "gfcr diagnose": ("tiny", {"check": "stdout_nonempty"}),  # findings and health lines, or "no finding, ..."
+    "gfcr store check": ("tiny", {"check": "stdout_has:ok: runs/gen verified"}),
     "gfcr view": ("tiny", {"server": "/api/summary", "add": ["--port", "{port}"]}),
-    "gfcr scale verify": ("tiny", {"replace": {"4": "1"}}),
+    "gfcr scale verify": ("tiny", {"replace": {"4": "1"}, "check": "stdout_json"}),
 }
 #: how a later command reaches a server the README starts in the background
 SERVE_CONFIG = {"configs/arith-smollm2-serve.yaml": ["--set", "generate.engine_params.base_url=http://127.0.0.1:{port}/v1"]}
@@ -258,8 +258,10 @@ def test_readme_commands_run_on_tiny_settings(tmp_path):
                 check = rule.get("check")
                 if check == "stdout_json":
                     json.loads(proc.stdout)  # progress went to stderr, the summary alone to stdout
+                elif check == "stdout_nonempty":
+                    assert proc.stdout.strip(), f"{' '.join(argv)} printed nothing"
                 elif isinstance(check, str) and check.startswith("stdout_has:"):
-                    assert check.split(":", 1)[1] in proc.stdout
+                    assert check.split(":", 1)[1] in proc.stdout, f"{' '.join(argv)}:\n{proc.stdout[-2000:]}"
                 ran.append(" ".join(argv))
             for p in servers:
                 p.terminate()

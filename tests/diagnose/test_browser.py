@@ -248,6 +248,55 @@ def test_viewer_shows_the_ross_judge_not_the_control(browser, tmp_path):
         th.join(timeout=10)
 
 
+def test_viewer_search_sort_page_size_and_filters_in_the_url(browser, tmp_path):
+    """Issue 45, part 2: text search, a header click sorts (twice reverses), every filter in the URL (a
+    reload opens the same list), page size."""
+    from playwright.sync_api import expect
+
+    store = RolloutStore.open(tmp_path / "store", create=True)
+    rows = [rollout("run-a", i % 4, f"p{i}", reward=round(i / 40, 3), gen_len=6 + i % 7, verified=i % 2 == 0,
+                    text="a zebra, then the sum" if i % 10 == 3 else f"the sum is {i}", rollout_id=f"r{i:02d}")
+            for i in range(40)]
+    store.append(rows)
+    srv, th, url = _serve(store.path)
+    try:
+        page = browser.new_page()
+        errors = _watch(page)
+        page.goto(url)
+        expect(page.locator("#rollouts tbody tr")).to_have_count(25)
+        page.fill("#f-q", "ZEBRA")
+        page.click("#f-apply")
+        expect(page.locator("#page-info")).to_have_text("1–4 of 4")
+        assert "q=ZEBRA" in page.url
+        page.click("#rollouts th[data-sort='reward']")  # the first click on reward sorts high to low
+        expect(page.locator("#rollouts tbody tr").first).to_have_attribute("data-id", "r33")
+        assert "sort=reward" in page.url and "order=desc" in page.url
+        page.click("#rollouts th[data-sort='reward']")
+        expect(page.locator("#rollouts tbody tr").first).to_have_attribute("data-id", "r03")
+        ids = page.locator("#rollouts tbody tr").evaluate_all("(rs) => rs.map((r) => r.dataset.id)")
+        assert ids == ["r03", "r13", "r23", "r33"]
+        page.goto(page.url)  # a shared link / reload: the same filters, order and rows
+        expect(page.locator("#page-info")).to_have_text("1–4 of 4")
+        assert page.locator("#f-q").input_value() == "ZEBRA" and page.locator("#f-sort").input_value() == "reward"
+        assert page.locator("#rollouts tbody tr").evaluate_all("(rs) => rs.map((r) => r.dataset.id)") == ids
+        expect(page.locator("#rollouts th[data-sort='reward']")).to_have_attribute("data-on", "asc")
+        page.fill("#f-q", "")
+        page.fill("#f-gen-min", "12")
+        page.click("#f-apply")
+        expect(page.locator("#page-info")).to_have_text("1–5 of 5")  # gen_len 12 on i % 7 == 6
+        page.fill("#f-gen-min", "")
+        page.click("#f-apply")
+        page.select_option("#f-limit", "50")
+        expect(page.locator("#rollouts tbody tr")).to_have_count(40)
+        assert "limit=50" in page.url
+        _no_horizontal_overflow(page)
+        assert errors == []
+        page.close()
+    finally:
+        srv.should_exit = True
+        th.join(timeout=10)
+
+
 @pytest.fixture()
 def small_server(tmp_path):
     store = RolloutStore.open(tmp_path / "store", create=True)
@@ -337,7 +386,8 @@ def test_viewer_overlays_slider_and_two_runs(two_runs, browser, tmp_path):
     a = store.sql("SELECT a.rollout_id, r.step, r.prompt_id FROM audits a JOIN rollouts r USING (rollout_id) "
                   "WHERE r.run_id = 'grpo-sums' ORDER BY r.step LIMIT 1").to_pylist()[0]
     page.select_option("#f-run-b", "grpo-sums-b")
-    page.goto(url + f"#rollout={a['rollout_id']}")
+    assert "compare=grpo-sums-b" in page.url  # the compared run is in the URL with the filters
+    page.goto(page.url.split("#")[0] + f"#rollout={a['rollout_id']}")  # same page, filters kept
     page.wait_for_selector("#detail-pane.compare [data-side=b] #token-strip")
     left, right = page.locator("[data-side=a]"), page.locator("[data-side=b]")
     expect(left.locator("h2").first).to_have_text(f"Rollout {a['rollout_id']}")
