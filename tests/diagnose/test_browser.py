@@ -190,6 +190,10 @@ def test_viewer_in_chromium(showcase, browser, tmp_path):
     assert "Compute" in "".join(pieces)
     excluded = page.locator("#assistant-turn pre .seg-excluded")
     assert excluded.count() == 1 and excluded.get_attribute("data-category") == "corrected_mistake"
+    for col in (1, 2, 4, 5, 6, 7, 8):  # the list's short columns are whole beside an open rollout
+        cut = page.locator(f"#rollouts tbody td:nth-child({col})").evaluate_all(
+            "(cs) => cs.filter((c) => c.scrollWidth > c.clientWidth + 1).length")
+        assert cut == 0, (col, cut)
     # siblings: the group's other samples, one click away
     sib = page.locator("#siblings a.sibling")
     assert sib.count() == 3
@@ -396,6 +400,14 @@ def test_viewer_overlays_slider_and_two_runs(two_runs, browser, tmp_path):
         strip = side.locator("#token-strip")
         sw, cw = strip.evaluate("(e) => [e.scrollWidth, e.clientWidth]")
         assert sw <= cw + 1, "token strip runs past its column"
+    # issue 45: with the compare pane open the list keeps the page's width (it shrank to ~260 px),
+    # above the two columns, and no run, step, reward or finish cell is cut
+    lw = page.locator("#list-pane").evaluate("(e) => e.getBoundingClientRect().width")
+    assert lw > 0.9 * WIDTH, lw
+    for col in (1, 2, 5, 7):
+        cut = page.locator(f"#rollouts tbody td:nth-child({col})").evaluate_all(
+            "(cs) => cs.filter((c) => c.scrollWidth > c.clientWidth + 1).length")
+        assert cut == 0, (col, cut)
     _no_horizontal_overflow(page)
     _overlay_shot(page, tmp_path, "viewer-compare")
     d = store.get([a["rollout_id"]]).to_pylist()[0]
