@@ -266,3 +266,38 @@ def test_engine_override_drops_the_other_engines_args(tmp_path, capsys):
     # the config's own engine keeps its args
     cfg = generate_config(shipped, store=str(tmp_path / "st"), engine="hf")
     assert cfg.engine.args == {"device": "cpu", "max_batch": 32}
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_on_view_exits_0(small_store):
+    """SIGINT on ``gfcr view`` in a subprocess: a clean stop, exit 0 (a guard: serve exited 130)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from gfcr.serve import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gfcr", "view", str(small_store.path), "--port", str(port)],
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/summary", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() - t0 < 60, proc.stdout.read().decode()[-2000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=30)
+        log = proc.stdout.read().decode()
+        assert rc == 0 and "Traceback" not in log, log[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
