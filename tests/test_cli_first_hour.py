@@ -205,3 +205,99 @@ def test_store_check_prints_one_line_per_table(tmp_path):
     assert len(lines) == len(TABLES) + 2, res.output  # a line per table, the aggregates, ok
     assert lines[0].startswith("rollouts  v") and "5 rows, all readable" in lines[0] and "none damaged" in lines[0]
     assert lines[-1] == f"ok: {s.path} verified"
+
+
+@pytest.fixture
+def small_store(tmp_path):
+    from gfcr.store import RolloutStore
+    from gfcr.testing import make_rollout
+
+    s = RolloutStore.open(tmp_path / "st", create=True)
+    s.append([make_rollout(i) for i in range(4)])
+    return s
+
+
+def test_tokenizer_default_means_the_default_model(small_store, monkeypatch, tmp_path):
+    import gfcr.models
+    from gfcr.testing import save_tiny
+
+    tiny = save_tiny(str(tmp_path / "tiny"))
+    monkeypatch.setattr(gfcr.models, "pull_default", lambda *a, **kw: tmp_path / "tiny")
+    assert gfcr.models.load_tokenizer("default").name_or_path == tiny
+    res = CliRunner().invoke(app, ["diagnose", str(small_store.path), "--tokenizer", "default", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "token_text_mismatch" not in json.loads(res.stdout)["health"]["skipped"]  # the check ran, decoded
+
+
+@pytest.mark.parametrize("offline", ["env", "unreachable"])
+def test_an_uncached_hub_tokenizer_offline_fails_fast_in_one_line(small_store, monkeypatch, offline):
+    import time
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    if offline == "env":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        why = "HF_HUB_OFFLINE is set"
+    else:
+        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+        why = "cannot connect to 127.0.0.1:9"
+    t0 = time.monotonic()
+    res = CliRunner().invoke(app, ["diagnose", str(small_store.path), "--tokenizer", "no-such-org/no-such-tokenizer"])
+    assert time.monotonic() - t0 < 10  # transformers alone retried for 28-52 s
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert line.startswith("error: --tokenizer 'no-such-org/no-such-tokenizer': tokenizer") and why in line, line
+
+
+def test_engine_override_drops_the_other_engines_args(tmp_path, capsys):
+    from pathlib import Path
+
+    from gfcr.cli.common import foreign_engine_args, generate_config
+    from gfcr.generate.engines import make_engine
+
+    assert foreign_engine_args("openai", {"device": "cpu", "max_batch": 32, "timeout_s": 9, "api_key_env": "K"}) == \
+        ["device", "max_batch"]
+    shipped = Path(__file__).resolve().parents[1] / "configs" / "generate-arith.yaml"
+    cfg = generate_config(shipped, store=str(tmp_path / "st"), engine="openai", base_url="http://127.0.0.1:9/v1")
+    assert cfg.engine.name == "openai" and cfg.engine.args == {"base_url": "http://127.0.0.1:9/v1"}
+    err = capsys.readouterr().err
+    assert "note: --engine openai: dropped the config's hf engine args device, max_batch" in err
+    make_engine(cfg.engine.name, model="default", **cfg.engine.args)  # builds (it failed on device=)
+    # the config's own engine keeps its args
+    cfg = generate_config(shipped, store=str(tmp_path / "st"), engine="hf")
+    assert cfg.engine.args == {"device": "cpu", "max_batch": 32}
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_on_view_exits_0(small_store):
+    """SIGINT on ``gfcr view`` in a subprocess: a clean stop, exit 0 (a guard: serve exited 130)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from gfcr.serve import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gfcr", "view", str(small_store.path), "--port", str(port)],
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/summary", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() - t0 < 60, proc.stdout.read().decode()[-2000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=30)
+        log = proc.stdout.read().decode()
+        assert rc == 0 and "Traceback" not in log, log[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -13,6 +13,10 @@ README edit is checked as soon as it lands. Every command needs a rule in :data:
   ROSS stage as they are; only its before/after evaluations run on 2 prompts per task, not 8 + 24);
 * ``skip`` — only the installation lines and ``make test`` (which is this suite).
 
+A rule's ``check`` asserts what the README's comment says the command prints (the walkthrough's
+dumps, stats and SQL; the import's count; ``store check``'s ``ok:``; the eval's one line with a
+non-zero greedy pass@1 on the real model).
+
 A new README command without a rule fails :func:`test_every_readme_command_has_a_rule`.
 The ```python blocks run after the bash blocks, against the store they made; the live-capture block
 (the one that imports ``trl``) runs on its own, :func:`test_readme_live_trl_block_records_a_run`,
@@ -96,11 +100,14 @@ RULES: dict[str, tuple[str, object]] = {
     # the main job is the default model's: a random tiny policy solves nothing, and ROSS has nothing to relearn
     "make demo": ("real", {"why": "the main job on the default model (`gfcr demo`)", "add": "{demo_small_eval}"}),
     "pip install": ("skip", "installation: `make test` installs the same on every fresh CI machine"),
-    "gfcr store walkthrough": ("tiny", {}),
-    "gfcr store import": ("tiny", {"replace": {"path/to/rollout_data_dir": "{verl_dump}"}}),
+    # each README comment's claim, as the command prints it
+    "gfcr store walkthrough": ("tiny", {"check": ["stdout_has:verl dump", "stdout_has:trl dump", "stdout_has:prime-rl dump",
+                                                  "stdout_has:per run and step", "stdout_has:SQL>"]}),
+    "gfcr store import": ("tiny", {"replace": {"path/to/rollout_data_dir": "{verl_dump}"},
+                                   "check": "stdout_has:imported 24 new rollouts"}),
     "gfcr store query": ("tiny", {"check": "stdout_has:avg(reward)"}),
     "gfcr store export": ("tiny", {}),
-    "gfcr store export-sft": ("tiny", {}),
+    "gfcr store export-sft": ("tiny", {"check": "stdout_has:(messages;"}),
     "gfcr generate": ("tiny", {"add": ["--model", "{tiny}", "--n", "4", "--max-tokens", "8"], "check": "stdout_json"}),
     "gfcr verify": ("tiny", {}),
     "gfcr train": ("tiny", {"add": [*_tiny_train(), "--no-progress"]}),
@@ -117,11 +124,11 @@ RULES: dict[str, tuple[str, object]] = {
                                "replace": {"runs/RUN/checkpoints/step_000019": "runs/RUN/checkpoints/step_000002"},
                                "before": "add_solved_rollouts"}),
     "gfcr simulate": ("tiny", {}),
-    "gfcr report": ("tiny", {}),
-    "gfcr diagnose": ("tiny", {}),
-    "gfcr store check": ("tiny", {}),
+    "gfcr report": ("tiny", {"check": "stdout_has:report.html"}),
+    "gfcr diagnose": ("tiny", {"check": "stdout_nonempty"}),  # findings and health lines, or "no finding, ..."
+    "gfcr store check": ("tiny", {"check": "stdout_has:ok: runs/gen verified"}),
     "gfcr view": ("tiny", {"server": "/api/summary", "add": ["--port", "{port}"]}),
-    "gfcr scale verify": ("tiny", {"replace": {"4": "1"}}),
+    "gfcr scale verify": ("tiny", {"replace": {"4": "1"}, "check": "stdout_json"}),
 }
 #: how a later command reaches a server the README starts in the background
 SERVE_CONFIG = {"configs/arith-smollm2-serve.yaml": ["--set", "generate.engine_params.base_url=http://127.0.0.1:{port}/v1"]}
@@ -255,11 +262,15 @@ def test_readme_commands_run_on_tiny_settings(tmp_path):
                 proc = subprocess.run(cmd, cwd=work, env=_env(), capture_output=True, text=True, timeout=600)
                 print(f"{time.perf_counter() - t0:6.1f} s  {' '.join(argv)}")  # the cost of each, with -s
                 assert proc.returncode == 0, f"README command failed: {' '.join(argv)}\n{proc.stderr[-3000:]}"
-                check = rule.get("check")
-                if check == "stdout_json":
-                    json.loads(proc.stdout)  # progress went to stderr, the summary alone to stdout
-                elif isinstance(check, str) and check.startswith("stdout_has:"):
-                    assert check.split(":", 1)[1] in proc.stdout
+                checks = rule.get("check")
+                for check in checks if isinstance(checks, list) else [checks] if checks else []:
+                    if check == "stdout_json":
+                        json.loads(proc.stdout)  # progress went to stderr, the summary alone to stdout
+                    elif check == "stdout_nonempty":
+                        assert proc.stdout.strip(), f"{' '.join(argv)} printed nothing"
+                    elif check.startswith("stdout_has:"):
+                        assert check.split(":", 1)[1] in " ".join(proc.stdout.split()), \
+                            f"{' '.join(argv)}:\n{proc.stdout[-2000:]}"
                 ran.append(" ".join(argv))
             for p in servers:
                 p.terminate()

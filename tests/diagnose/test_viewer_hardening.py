@@ -38,9 +38,10 @@ def _api_routes(app):
 def test_the_routes_fuzzed_are_all_of_them(app):
     """Guard: the fuzz below walks the app's own route table, so a new parameter is fuzzed too."""
     routes = {p: q for p, q, _ in _api_routes(app)}
-    assert set(routes) == {"/api/summary", "/api/rollouts", "/api/rollouts/{rollout_id}"}
-    assert {"step_min", "step_max", "reward_min", "reward_max", "offset", "limit", "verified", "finish"} <= set(
-        routes["/api/rollouts"])
+    assert set(routes) == {"/api/summary", "/api/rollouts", "/api/rollouts/{rollout_id}", "/api/ross"}
+    assert {"step_min", "step_max", "reward_min", "reward_max", "offset", "limit", "verified", "finish", "q", "gen_min",
+            "gen_max", "audit", "judge", "sort", "order"} <= set(routes["/api/rollouts"])
+    assert set(routes["/api/rollouts/{rollout_id}"]) == {"judge"} and set(routes["/api/ross"]) == {"judge", "run"}
 
 
 def test_every_bad_query_value_is_a_400_or_a_plain_answer(app):
@@ -61,8 +62,8 @@ def test_every_bad_query_value_is_a_400_or_a_plain_answer(app):
                     assert isinstance(detail, str) and "\n" not in detail, detail
                     assert name in detail or "reward" in detail, (name, detail)
                     seen["400"] += 1
-                else:
-                    assert r.status_code == 200, (path, name, value, r.status_code)
+                else:  # (the fuzz's path parameter names no rollout: 404 there)
+                    assert r.status_code == (404 if path_params else 200), (path, name, value, r.status_code)
                     seen["2xx/404"] += 1
             for p in path_params:
                 if value in ("", " "):

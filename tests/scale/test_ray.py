@@ -153,6 +153,32 @@ def test_ray_verify_equals_verify_many_and_writes_one_version(cluster, tmp_path)
     assert sorted(r.verified is True for r in after).count(True) == out["passed"] == 3
 
 
+def test_ray_verify_says_how_many_workers_and_commits_only_a_change(cluster, tmp_path):
+    """Issue 45: ``--workers 4`` on one chunk ran 1 actor without saying so, and a re-run that changed
+    nothing committed a version anyway."""
+    from gfcr.cli import app
+    from gfcr.scale.verify import workers_note
+
+    assert workers_note(4, 1, 78, 256) == "1 of 4 workers: 78 rollouts are 1 chunk of at most 256 (--chunk-size 20 gives 4)"
+    assert workers_note(2, 2, 78, 20) is None
+    st = RolloutStore.open(tmp_path / "s", create=True)
+    st.upsert_prompts(VERIFY_PROMPTS)
+    st.append([_rollout(p, t, i) for i, (p, t) in enumerate(TEXTS)])
+    runner = CliRunner()
+    res = runner.invoke(app, ["scale", "verify", str(st.path), "--verifier", "math", "--workers", "4"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["workers"] == 1 and out["written"] and out["version_after"] == out["version_before"] + 1
+    assert "note: 1 of 4 workers: 7 rollouts are 1 chunk of at most 256 (--chunk-size 2 gives 4)" in res.stderr
+    n_versions = len(st.versions())
+    res = runner.invoke(app, ["scale", "verify", str(st.path), "--verifier", "math", "--workers", "2", "--chunk-size", "4"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["changed"] == 0 and not out["written"] and out["version_after"] == out["version_before"]
+    assert len(RolloutStore.open(st.path).versions()) == n_versions
+    assert "nothing written" in res.stderr
+
+
 def test_math_verify_runs_on_actor_main_thread(cluster):
     from gfcr.scale import VerifyWorker
 

@@ -90,6 +90,19 @@ def check_port(host: str, port: int) -> None:
         fail(f"port {port} on {host} is in use; pick another with --port")
 
 
+def cli_tokenizer(name: str | None) -> Any:
+    """``--tokenizer NAME`` loaded (:func:`gfcr.models.load_tokenizer`: ``default`` is the default
+    model's; an uncached hub name offline fails at once), or None; a failure ends the command in one line."""
+    if name is None:
+        return None
+    from gfcr.models import ModelError, load_tokenizer
+
+    try:
+        return load_tokenizer(name)
+    except (ModelError, OSError, ValueError) as e:
+        fail(f"--tokenizer {name!r}: {e}")
+
+
 def public_help(doc: str) -> str:
     """A command's docstring as ``--help`` shows it: dedented, without the paragraphs written for
     the code's readers (those that start ``Long because``, the house style's note on a long function).
@@ -253,6 +266,26 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+def foreign_engine_args(engine: str, args: dict[str, Any]) -> list[str]:
+    """The keys of ``args`` that engine ``engine`` (a name of :data:`gfcr.generate.engines.ENGINES`)
+    does not take, e.g. ``("openai", {"device": "cpu", "max_batch": 32, "timeout_s": 9})`` →
+    ``["device", "max_batch"]``. A key ``X_env`` counts as ``X``; an engine that takes ``**kwargs``, one
+    not in the table or one whose module does not import keeps them all (it says so when built)."""
+    from gfcr.config import params_model, resolve_object
+    from gfcr.generate.engines import ENGINES
+
+    if engine not in ENGINES:
+        return []
+    try:
+        model = params_model(resolve_object(engine, ENGINES, "engine"))
+    except ImportError:
+        return []
+    if model.model_config.get("extra") == "allow":
+        return []
+    allowed = set(model.model_fields)
+    return [k for k in args if k not in allowed and not (k.endswith("_env") and k[:-4] in allowed)]
+
+
 def generate_config(config: Path | None, *, store: str | None = None, run_id: str | None = None,
                     step: int | None = None, seed: int | None = None, batch_prompts: int | None = None,
                     engine: str | None = None, model: str | None = None, base_url: str | None = None,
@@ -269,6 +302,12 @@ def generate_config(config: Path | None, *, store: str | None = None, run_id: st
         if val is not None:
             data[key] = val
     eng = data.setdefault("engine", {})
+    if engine is not None and engine != eng.get("name", "hf") and eng.get("args"):
+        dropped = foreign_engine_args(engine, eng["args"])
+        if dropped:
+            eng["args"] = {k: v for k, v in eng["args"].items() if k not in dropped}
+            typer.echo(f"note: --engine {engine}: dropped the config's {eng.get('name', 'hf')} engine args "
+                       f"{', '.join(dropped)} ({engine} does not take them)", err=True)
     for key, val in (("name", engine), ("model", model)):
         if val is not None:
             eng[key] = val

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .common import check_port, fail
+from .common import check_port, cli_tokenizer, fail
 
 
 def _load_configs(config: Path | None):  # noqa: ANN202 - (MetricsConfig, DetectorConfig)
@@ -39,7 +39,7 @@ def report(
     config: Annotated[Path | None, typer.Option("--config", help="YAML with 'metrics:' and 'detectors:' thresholds")] = None,
     samples: Annotated[int, typer.Option("--samples", min=0, help="sample rollouts per bucket")] = 3,
     force: Annotated[bool, typer.Option("--force", help="replace --out if it exists")] = False,
-    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name for the token/text check")] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name, or 'default' (the default model's), for the token/text check")] = None,
     judge: Annotated[str | None, typer.Option("--judge", help="whose ROSS audits to show (default: the ROSS judge, "
                                               "not the keep-all control; most audits, then name)")] = None,
 ) -> None:
@@ -57,7 +57,7 @@ def report(
         mcfg = mcfg.model_copy(update={"judge": resolve_judge(st, judge or mcfg.judge)[0]})
     except ValueError as e:
         fail(str(e))
-    metrics, findings, health = _diagnose(st, run, mcfg, dcfg, tokenizer)
+    metrics, findings, health = _diagnose(st, run, mcfg, dcfg, cli_tokenizer(tokenizer))
     path = write_report(st, out, run=run, overwrite=force, metrics_config=mcfg, detector_config=dcfg,
                         samples_per_bucket=samples, metrics=metrics, findings=findings, health=health)
     _print(findings, health)
@@ -96,7 +96,7 @@ def diagnose(
     store: Annotated[Path, typer.Argument(help="path of the rollout store")],
     run: Annotated[str | None, typer.Option("--run", help="only this run (default: every run in the store)")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML with 'metrics:' and 'detectors:' thresholds")] = None,
-    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name for the token/text check")] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name, or 'default' (the default model's), for the token/text check")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print findings and health as JSON")] = False,
 ) -> None:
     """Print the detector findings and the rollout health checks (each with its evidence)."""
@@ -106,7 +106,7 @@ def diagnose(
 
     mcfg, dcfg = _load_configs(config)
     st = RolloutStore.open(store)
-    _, findings, health = _diagnose(st, run, mcfg, dcfg, tokenizer)
+    _, findings, health = _diagnose(st, run, mcfg, dcfg, cli_tokenizer(tokenizer))
     if as_json:
         from gfcr.diagnose.viewer import jsonable
 
@@ -122,7 +122,7 @@ def view(
     store: Annotated[Path, typer.Argument(help="path of the rollout store")],
     host: Annotated[str, typer.Option("--host", help="address to listen on (loopback by default)")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="port to listen on")] = 8765,
-    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name to decode tokens (optional)")] = None,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name, or 'default', to decode tokens (optional)")] = None,
 ) -> None:
     """Browse the store's rollouts in a local, read-only web app."""
     import uvicorn
@@ -136,7 +136,7 @@ def view(
     check_port(host, port)  # before the store opens and before a URL is announced
     if not loopback:
         typer.echo(f"warning: listening on {host}: anyone who can reach it can read every rollout in {store}", err=True)
-    app = create_app(store, tokenizer=tokenizer,
+    app = create_app(store, tokenizer=cli_tokenizer(tokenizer),
                      allowed_hosts=sorted({"localhost", "127.0.0.1", "::1", host}) if loopback else None)
     typer.echo(f"gfcr viewer on http://{host}:{port}/ (Ctrl-C to stop)")
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -62,7 +62,7 @@ def audit_cmd(config: Config, set_: Sets = None) -> None:
 
     cfg = _cfg(config, set_)
     store = open_store(cfg)
-    _print(stage_audit(cfg, store, stage_select(cfg, store), load_tokenizer(cfg), progress=True))
+    _print(stage_audit(cfg, store, stage_select(cfg, store), load_tokenizer(cfg, store), progress=True))
 
 
 @ross_app.command("align")
@@ -73,7 +73,8 @@ def align_cmd(config: Config, set_: Sets = None) -> None:
 
     cfg = _cfg(config, set_)
     j = make_configured_judge(cfg)
-    _print(realign(open_store(cfg), load_tokenizer(cfg), j.name, j.version, eos_rule=cfg.judge.eos_rule))
+    store = open_store(cfg)
+    _print(realign(store, load_tokenizer(cfg, store), j.name, j.version, eos_rule=cfg.judge.eos_rule))
 
 
 @ross_app.command("build")

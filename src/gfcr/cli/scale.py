@@ -94,7 +94,8 @@ def verify_cmd(
     address: Address = None,
     num_cpus: NumCpus = None,
 ) -> None:
-    """Re-verify stored rollouts on N Ray actors; writes one new store version."""
+    """Re-verify stored rollouts on N Ray actors (one per chunk at most); writes one new store version when
+    a verdict changed."""
     from gfcr.scale.cluster import ScaleError
     from gfcr.scale.verify import ray_verify
 
@@ -105,6 +106,11 @@ def verify_cmd(
     except ScaleError as e:  # a chunk failed on the cluster (nothing written): a run failure, not bad input
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
+    if summary.get("workers_note"):
+        typer.echo(f"note: {summary['workers_note']}", err=True)
+    if summary["n"] and not summary["written"]:
+        typer.echo(f"note: no verdict or verifier record changed: nothing written (store version {summary['version_after']})",
+                   err=True)
     echo_json(summary)
 
 

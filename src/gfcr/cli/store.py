@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .common import QuietOpt, fail, import_progress, json_default, removed_on_failure
+from .common import QuietOpt, cli_tokenizer, fail, import_progress, json_default, removed_on_failure
 
 console = Console()
 MANIFEST_NAME = "gfcr-store.json"
@@ -122,7 +122,7 @@ def import_(
     from_: Annotated[str, typer.Option("--from", help="verl | trl | areal | prime-rl | prime-rl-stream | slime | roll | skyrl | open-instruct | atif | atropos | nemo-gym | art | jsonl | parquet")],
     run: Annotated[str | None, typer.Option(help="run_id for the imported rows (default import-FORMAT).")] = None,
     tokenizer: Annotated[
-        str | None, typer.Option(help="Tokenizer (HF name or dir) to retokenize text-only formats.")
+        str | None, typer.Option(help="Tokenizer (HF name or dir, or 'default') to retokenize text-only formats.")
     ] = None,
     trust_pickle: Annotated[
         bool, typer.Option("--trust-pickle", help="slime, skyrl: allow arbitrary unpickling (only for files you trust).")
@@ -147,7 +147,7 @@ def import_(
     from gfcr.store.importers import follow as follow_dump
     from gfcr.store.importers import import_rollouts
 
-    opts = dict(run_id=run, tokenizer=tokenizer, trust_pickle=trust_pickle, reward_columns=_csv(reward_columns),
+    opts = dict(run_id=run, tokenizer=cli_tokenizer(tokenizer), trust_pickle=trust_pickle, reward_columns=_csv(reward_columns),
                 reward_weights=[float(x) for x in _csv(reward_weights) or []] or None, reward_key=reward_key,
                 verdict_key=verdict_key, evals=evals, vocab=vocab)
     missing = [str(f) for f in files if not f.exists()]
@@ -224,7 +224,7 @@ def export_sft_(
         bool, typer.Option("--dedup/--no-dedup", help="Drop repeats of the same generated tokens per prompt.")
     ] = True,
     tokenizer: Annotated[
-        str | None, typer.Option(help="Tokenizer (HF name or dir) to decode rollouts stored without an assistant turn.")
+        str | None, typer.Option(help="Tokenizer (HF name or dir, or 'default') to decode rollouts stored without an assistant turn.")
     ] = None,
     include_truncated: Annotated[
         bool, typer.Option("--include-truncated", help="Also export rollouts cut by the token limit (skipped by default).")
@@ -233,7 +233,7 @@ def export_sft_(
     """Export rollouts as an SFT dataset for TRL, verl or slime (e.g. --where verified for RFT)."""
     from gfcr.store.sft_export import export_sft
 
-    res = export_sft(_open(path), out, format_, where=where, dedup=dedup, tokenizer=tokenizer,
+    res = export_sft(_open(path), out, format_, where=where, dedup=dedup, tokenizer=cli_tokenizer(tokenizer),
                      include_truncated=include_truncated)
     for reason, n in res["skipped"].items():
         console.print(f"[yellow]note:[/] skipped {n} rollout(s): {reason}")

@@ -190,6 +190,7 @@ class ZeroRewardMode:
 
     def detect(self, run: str, s: Series, cfg: ZeroRewardConfig) -> Finding | None:
         judged = np.asarray(s["n_verdicts"], float) > 0
+        n = int(np.isfinite(np.where(judged, s["verified_rate"], np.nan)[-cfg.window:]).sum())
         succ = _tail_mean(np.where(judged, s["verified_rate"], np.nan), cfg.window)
         wrong = _tail_mean(np.where(judged, s["all_wrong_share"], np.nan), cfg.window)
         low = np.isfinite(succ) and succ <= cfg.max_success
@@ -198,7 +199,8 @@ class ZeroRewardMode:
             return None
         return Finding(
             self.name, run, "Zero-reward mode",
-            f"verified rate {succ:.2f} and all-wrong group share {wrong:.2f} over the last {cfg.window} steps: "
+            f"verified rate {succ:.2f} and all-wrong group share {wrong:.2f} "
+            f"{'on its one judged step' if n == 1 else f'over the last {n} judged steps'}: "
             "most groups have no correct answer, so their advantages are zero.",
             self.module, self.levers, {"success_rate": succ, "all_wrong_share": wrong},
             "critical" if low and many else "warning",

@@ -95,12 +95,29 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _merge_equal(series: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Series with equal values at every step drawn once, their labels joined with " = " (a reward
+    that is the verdict drew two identical lines, one hidden under the other).
+
+    Example: {"mean reward": [1, 0], "pass rate": [1, 0], "x": [2, 2]} →
+    {"mean reward = pass rate": [1, 0], "x": [2, 2]}.
+    """
+    out: dict[str, np.ndarray] = {}
+    for label, v in series.items():
+        same = next((k for k, w in out.items() if len(w) == len(v) and np.allclose(w, v, equal_nan=True)), None)
+        if same is None:
+            out[label] = v
+        else:
+            out[f"{same} = {label}"] = out.pop(same)
+    return out
+
+
 def _charts(metrics: pa.Table) -> str:
     runs = by_run(metrics)
     out = []
     for title, cols, ylab, yrange, kind in CHARTS:
         for run, s in runs.items():
-            series = {LABELS.get(c, c): s[c] for c in cols if np.isfinite(s[c]).any()}
+            series = _merge_equal({LABELS.get(c, c): s[c] for c in cols if np.isfinite(s[c]).any()})
             if not series or (kind == "bars" and not any(np.nansum(v) > 0 for v in series.values())):
                 continue
             t = title if len(runs) == 1 else f"{title} — {run}"

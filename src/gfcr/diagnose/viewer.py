@@ -11,8 +11,11 @@ JSON API:
 * ``GET /api/summary`` — runs (steps, rollouts), tasks, finish reasons, audit judges (with the
   default one, ``default_judge``), and the tokenizer the token strip is decoded with (``tokenizer``: ``name``, ``source``, ``note``).
 * ``GET /api/rollouts`` — filters ``run``, ``step_min``, ``step_max``, ``reward_min``,
-  ``reward_max``, ``verified``, ``prompt``, ``task``, ``finish``; paging ``offset``, ``limit``
-  (≤ 200); sorted by run, step, prompt, sample index. With run/step filters only, the page is
+  ``reward_max``, ``verified``, ``prompt``, ``task``, ``finish``, and (:mod:`gfcr.diagnose.listing`)
+  ``q`` (text in any turn, case-insensitive), ``gen_min`` / ``gen_max`` (generated tokens),
+  ``audit`` (``kept``/``discarded``/``none`` for the shown ``judge``); ``sort`` (run, step, prompt,
+  sample, task, reward, verified, finish, gen) and ``order`` (asc/desc); paging ``offset``, ``limit``
+  (≤ 200); by default sorted by run, step, prompt, sample index. With run/step filters only, the page is
   planned on a per-step index (:mod:`gfcr.diagnose.paging`, built once per store version) and
   only the steps it shows are read; other filters are one pushed-down filtered scan. Returns ``{total, offset, limit, items}``;
   each item carries the prompt's text (``prompt_text``, its last user turn, cut to 200 characters).
@@ -39,8 +42,9 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from gfcr.diagnose.audits import resolve_judge, ter_by_step
-from gfcr.diagnose.paging import SORT_KEYS, read_page, select_steps, step_index
+from gfcr.diagnose.audits import latest_audits, resolve_judge, ter_by_step
+from gfcr.diagnose.listing import AUDIT_STATES, SORT_COLUMNS, refine
+from gfcr.diagnose.paging import read_page, select_steps, step_index
 from gfcr.diagnose.spans import segments
 from gfcr.records import FINISH_REASONS, assistant_text
 from gfcr.store.stepstats import CONTROL_JUDGES
@@ -376,9 +380,23 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
         prompt: str | None = None,
         task: str | None = None,
         finish: str | None = None,
+        q: str | None = Query(None, max_length=200),
+        gen_min: int | None = Query(None, ge=0, le=MAX_INT),
+        gen_max: int | None = Query(None, ge=0, le=MAX_INT),
+        audit: str | None = None,
+        judge: str | None = None,
+        sort: str | None = None,
+        order: str = "asc",
         offset: int = Query(0, ge=0, le=MAX_INT),
         limit: int = Query(50, ge=1, le=200),
     ) -> JSONResponse:
+        if sort is not None and sort not in SORT_COLUMNS:
+            raise HTTPException(400, f"sort must be one of {list(SORT_COLUMNS)}")
+        if order not in ("asc", "desc"):
+            raise HTTPException(400, "order must be asc or desc")
+        if audit is not None and audit not in AUDIT_STATES:
+            raise HTTPException(400, f"audit must be one of {list(AUDIT_STATES)}")
+        refined = bool(q) or gen_min is not None or gen_max is not None or audit is not None or sort is not None
         where = []
         for v, op in ((reward_min, ">="), (reward_max, "<=")):
             if v is not None:
@@ -390,7 +408,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
                 raise HTTPException(400, f"finish must be one of {list(FINISH_REASONS)}")
             where.append(f"finish_reason = '{finish}'")
         ds, index, _ = current()
-        if not where and verified is None and not prompt and not task:
+        if not where and verified is None and not prompt and not task and not refined:
             # run / step filters only: the per-step index plans the page; only its steps are read
             sel = select_steps(index, run or None, step_min, step_max)
             total = int(pc.sum(sel.column("n")).as_py() or 0)
@@ -399,15 +417,23 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             steps = None
             if step_min is not None or step_max is not None:
                 steps = (step_min or 0, step_max if step_max is not None else MAX_INT)
+            cols = LIST_COLUMNS + (["messages"] if q else []) + \
+                (["token_role"] if gen_min is not None or gen_max is not None or sort == "gen" else [])
             t = store.scan(run=run or None, steps=steps, verified=verified, prompt_ids=[prompt] if prompt else None,
-                           task=task or None, where=" AND ".join(where) or None, columns=LIST_COLUMNS)
+                           task=task or None, where=" AND ".join(where) or None, columns=cols)
+            statuses = None
+            if audit is not None:
+                j = _judge(judge)
+                statuses = {a["rollout_id"]: a["status"] for a in latest_audits(
+                    store, t.column("rollout_id").to_pylist(), j).values()} if j else {}
+            t = refine(t, q=q, gen_min=gen_min, gen_max=gen_max, audits=statuses, audit=audit, sort=sort, order=order)
             total = t.num_rows
             if total:
-                t = t.take(pc.sort_indices(t, sort_keys=SORT_KEYS)).slice(offset, limit)
+                t = t.slice(offset, limit)
         items = []
         page = t.select(LIST_COLUMNS).to_pylist() if total and t is not None else []
         if page:  # generated-token counts and prompt text for this page only (token_role is the truth)
-            extra = t if "token_role" in t.column_names else store.get([r["rollout_id"] for r in page],
+            extra = t if {"token_role", "messages"} <= set(t.column_names) else store.get([r["rollout_id"] for r in page],
                                                                        columns=["token_role", "messages"])
             roles = extra.column("token_role")
             gen = pc.list_value_length(roles).to_pylist()

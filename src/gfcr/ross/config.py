@@ -244,11 +244,13 @@ class AnalyzeConfig(StrictModel):
 class RossConfig(StrictModel):
     store: str = Field(..., description="Path of the rollout store holding the historical rollouts.")
     out_dir: str = Field("runs/ross", description="Parent folder; each run writes a new sub-folder in it.")
-    upstream_model: str = Field(..., description="The checkpoint after RL (HF dir/name; 'default' = SmolLM2-135M).")
+    upstream_model: str | None = Field(None, description="The checkpoint after RL (HF dir/name; 'default' = SmolLM2-135M); "
+                                      "needed by train, evaluate and analyze, not by select and audit.")
     base_model: str | None = Field(None, description="The checkpoint RL started from (for the base row and init-from-base).")
     continued_rl_model: str | None = Field(None, description="Upstream trained further by RL with the same extra compute.")
     other_model: str | None = Field(None, description="Another model whose outputs the compatibility NLL scores (default: base).")
-    tokenizer: str | None = Field(None, description="Tokenizer that produced the stored tokens (default: upstream's).")
+    tokenizer: str | None = Field(None, description="Tokenizer that produced the stored tokens (default: audit and align "
+                                  "read the store's recorded model when it is a local folder, else upstream's).")
     variants: list[Literal["positive_sft", "ross_nomask", "ross", "ross_from_base"]] = Field(
         default_factory=lambda: ["positive_sft", "ross_nomask", "ross"],
         description="Models to train: positive-rollout SFT, ROSS w/o mask, ROSS, ROSS initialised from base.")

@@ -51,12 +51,48 @@ def open_store(cfg: RossConfig) -> Any:
     return RolloutStore.open(cfg.store)
 
 
-def load_tokenizer(cfg: RossConfig) -> Any:
+def recorded_model(store: Any) -> str | None:
+    """The model most of the store's rollouts were sampled from (``sampling.model``, which the
+    engines write), or None."""
+    rows = store.sql(
+        "SELECT json_extract_string(sampling, '$.model') AS m, count(*) AS n FROM rollouts "
+        "WHERE json_valid(sampling) AND json_extract_string(sampling, '$.model') IS NOT NULL "
+        "GROUP BY m ORDER BY n DESC, m LIMIT 1").to_pylist()
+    return rows[0]["m"] if rows else None
+
+
+def tokenizer_source(cfg: RossConfig, store: Any = None) -> str:
+    """Where the tokenizer comes from: ``cfg.tokenizer``; else, given the ``store`` (audit, align:
+    no model is needed there), the model its rollouts record when it is a local folder (the
+    tokenizer that produced the stored tokens); else ``cfg.upstream_model``."""
+    if cfg.tokenizer:
+        return cfg.tokenizer
+    if store is not None:
+        m = recorded_model(store)
+        if m and Path(m).is_dir():
+            return m
+    if cfg.upstream_model:
+        return cfg.upstream_model
+    raise ValueError("no tokenizer to align the audits with: set tokenizer (or upstream_model) in the config; "
+                     "the store records no local model folder")
+
+
+def need_upstream(cfg: RossConfig, stage: str) -> str:
+    """``cfg.upstream_model``, or a one-line error naming the stage that needs it."""
+    if not cfg.upstream_model:
+        raise ValueError(f"the {stage} stage needs upstream_model (the checkpoint after RL): set it in the config "
+                         "or with --set upstream_model=PATH")
+    return cfg.upstream_model
+
+
+def load_tokenizer(cfg: RossConfig, store: Any = None) -> Any:
+    """The tokenizer of :func:`tokenizer_source` (``default`` is the default model's)."""
     from transformers import AutoTokenizer
 
     from gfcr.models import resolve_model
 
-    return AutoTokenizer.from_pretrained(resolve_model(cfg.tokenizer or cfg.upstream_model))
+    src = tokenizer_source(cfg, store)
+    return AutoTokenizer.from_pretrained(src if Path(src).is_dir() else resolve_model(src))
 
 
 def load_model(name_or_path: str) -> Any:
@@ -161,7 +197,7 @@ def stage_train(cfg: RossConfig, run_dir: Path, tokenizer: Any, progress: bool =
         if not data.exists():
             raise FileNotFoundError(f"{data} missing: run the build stage first")
         rows = load_dataset_rows(data)
-        init = cfg.base_model if v == "ross_from_base" else cfg.upstream_model
+        init = cfg.base_model if v == "ross_from_base" else need_upstream(cfg, "train")
         done, ckpt = run_dir / "models" / v, run_dir / "checkpoints" / v
         if (done / "sft.json").exists():  # written last: this variant finished in an earlier call
             out[v] = {**json.loads((done / "sft.json").read_text()), "init": init, "already_trained": True}
@@ -192,7 +228,7 @@ def model_paths(cfg: RossConfig, run_dir: Path) -> tuple[dict[str, str], dict[st
     aliases: dict[str, str] = {}
     if cfg.base_model:
         rows["base"] = cfg.base_model
-    rows["upstream"] = cfg.upstream_model
+    rows["upstream"] = need_upstream(cfg, "evaluate")
     if cfg.continued_rl_model:
         rows["continued_rl"] = cfg.continued_rl_model
     for v in cfg.variants:
@@ -272,7 +308,7 @@ def stage_analyze(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any) ->
                                                   domains=a.domains)
     verify = make_verify_fn(e.verifier, e.verifier_params)
     need_model = a.compatibility_prompts or a.complementarity_prompts
-    current = load_model(cfg.upstream_model) if need_model else None
+    current = load_model(need_upstream(cfg, "analyze")) if need_model else None
     if a.compatibility_prompts:
         from gfcr.ross.audit import select_rollouts
 
@@ -374,7 +410,10 @@ def run_ross(cfg: RossConfig, run_dir: str | Path | None = None, progress: bool 
              log: Any = print) -> RossRun:
     """Run the configured stages in order; returns timings, results and the rendered report."""
     store = open_store(cfg)  # bad inputs fail before a run folder is made
-    tok = load_tokenizer(cfg)
+    model_stages = [s for s in cfg.stages if s in ("train", "evaluate", "analyze")]
+    if model_stages:
+        need_upstream(cfg, model_stages[0])
+    tok = load_tokenizer(cfg, None if model_stages else store)  # select + audit alone need no model
     rd = Path(run_dir) if run_dir is not None else new_run_dir(cfg)
     rd.mkdir(parents=True, exist_ok=True)
     run = RossRun(rd)

@@ -77,6 +77,24 @@ def apply_verdicts(rollouts: list[Rollout], verdicts: list[tuple[float, bool | N
     return out
 
 
+def _record(v: Any) -> Any:
+    """A verifier record without its timing (``cost_s`` differs on every run)."""
+    return {k: x for k, x in v.items() if k != "cost_s"} if isinstance(v, dict) else v
+
+
+def workers_note(asked: int, used: int, n: int, chunk_size: int) -> str | None:
+    """Why fewer actors ran than asked, or None: one actor per chunk of ``chunk_size`` rows at most.
+
+    Example: ``workers_note(4, 1, 78, 256)`` → ``"1 of 4 workers: 78 rollouts are 1 chunk of at most 256
+    (--chunk-size 20 gives 4)"``.
+    """
+    if used >= asked:
+        return None
+    per = max(1, -(-n // asked))
+    return (f"{used} of {asked} workers: {n} rollouts are {used} chunk{'s' if used != 1 else ''} of at most "
+            f"{chunk_size} (--chunk-size {per} gives {min(asked, -(-n // per))})")
+
+
 def ray_verify(
     store: Any,
     verifier: Any,
@@ -98,9 +116,11 @@ def ray_verify(
 
     ``verifier`` is a registered name (``math``, ``numeric``…, built with ``options`` inside each
     actor) or a picklable verifier instance. Gold answers/tests come from the prompts table. With
-    ``write`` the new verdicts are one new store version (``store.update``); the summary has the
-    same keys as :func:`~gfcr.filters.apply.reverify_store`'s plus ``workers``, ``chunks``,
-    ``seconds`` and ``rollouts_per_s``. ``write=False`` also returns the verified rollouts
+    ``write`` the new verdicts are one new store version (``store.update``), unless no row's reward,
+    verdict or verifier record (its timing aside) changed: then nothing is committed (``written``
+    says which). The summary has the same keys as :func:`~gfcr.filters.apply.reverify_store`'s plus
+    ``workers`` (actors used: one per chunk at most), ``workers_note`` (why fewer than asked, else
+    None), ``chunks``, ``seconds`` and ``rollouts_per_s``. ``write=False`` also returns the verified rollouts
     (``"rollouts"``) without writing.
     """
     if workers < 1:
@@ -167,12 +187,14 @@ def ray_verify(
     old = table_to_rollouts(table)
     new = apply_verdicts(old, [v for c in range(len(bounds)) for v in results[c]])
     changed = sum((a.reward != b.reward) or (a.verified != b.verified) for a, b in zip(old, new, strict=True))
-    if write:
+    differ = changed or any(_record(a.verifier) != _record(b.verifier) for a, b in zip(old, new, strict=True))
+    if write and differ:  # a version that changes nothing is not committed
         store.update(new)
     out = {"n": n, "changed": changed, "passed": sum(r.verified is True for r in new),
            "unjudged": sum(r.verified is None for r in new),
-           "missing_prompts": len(set(prompt_ids) - set(prompts)), "workers": n_actors, "chunks": len(bounds),
-           "seconds": round(dt, 3), "rollouts_per_s": round(n / max(dt, 1e-9), 2),
+           "missing_prompts": len(set(prompt_ids) - set(prompts)), "workers": n_actors,
+           "workers_note": workers_note(workers, n_actors, n, chunk_size), "chunks": len(bounds),
+           "seconds": round(dt, 3), "rollouts_per_s": round(n / max(dt, 1e-9), 2), "written": bool(write and differ),
            "version_before": before, "version_after": store.version}
     if not write:
         out["rollouts"] = new

@@ -25,15 +25,51 @@ async function getJSON(url) {
   return body;
 }
 
-function query() {
+function filterParams() {
+  // the filters as URL parameters: what the list asks the API, and what the page's URL keeps
   const p = new URLSearchParams();
   for (const inp of document.querySelectorAll("#filters [name]")) if (inp.value !== "") p.set(inp.name, inp.value);
+  if (!p.get("sort")) p.delete("order");
   if (document.getElementById("f-step-on").checked) {
     const v = document.getElementById("f-step").value;
     p.set("step_min", v); p.set("step_max", v);
   }
+  if (state.judge) p.set("judge", state.judge);
+  return p;
+}
+
+function query() {
+  const p = filterParams();
   p.set("offset", state.offset); p.set("limit", state.limit);
   return p;
+}
+
+function saveUrl() {
+  // every filter in the URL: a reload or a shared link opens the same list
+  const p = filterParams();
+  if (state.offset) p.set("offset", state.offset);
+  if (state.limit !== 25) p.set("limit", state.limit);
+  const runB = document.getElementById("f-run-b").value;
+  if (runB) p.set("compare", runB);
+  const s = p.toString();
+  history.replaceState(null, "", location.pathname + (s ? "?" + s : "") + location.hash);
+}
+
+function restoreUrl() {
+  // the filters a URL names, back into the form (unknown parameters are ignored)
+  const p = new URLSearchParams(location.search);
+  for (const inp of document.querySelectorAll("#filters [name]")) {
+    const v = p.get(inp.name);
+    if (v === null) continue;
+    if (inp.tagName === "SELECT" && ![...inp.options].some((o) => o.value === v)) inp.append(el("option", { value: v, text: v }));
+    inp.value = v;
+  }
+  const runB = document.getElementById("f-run-b");
+  if (p.get("compare") && [...runB.options].some((o) => o.value === p.get("compare"))) runB.value = p.get("compare");
+  const lim = Number(p.get("limit"));
+  if ([25, 50, 100, 200].includes(lim)) state.limit = lim;
+  document.getElementById("f-limit").value = String(state.limit);
+  state.offset = Math.max(0, Number(p.get("offset")) || 0);
 }
 
 async function loadSummary() {
@@ -53,6 +89,8 @@ async function loadSummary() {
   sliderBounds();
   const fin = document.getElementById("f-finish");
   for (const f of s.finish_reasons) fin.append(el("option", { value: f, text: f }));
+  const task = document.getElementById("f-task");
+  for (const t of s.tasks) task.append(el("option", { value: t, text: t }));
   const js = document.getElementById("f-judge");
   for (const j of s.judges) js.append(el("option", { value: j.judge, text: `${j.judge} (${j.n}${j.control ? ", control" : ""})` }));
   if (!state.judge) state.judge = s.default_judge || "";
@@ -81,6 +119,12 @@ async function loadList() {
   try { data = await getJSON("/api/rollouts?" + query()); }
   catch (e) { body.replaceChildren(el("tr", {}, el("td", { colspan: "8", class: "err", text: e.message }))); return; }
   state.total = data.total;
+  saveUrl();
+  const sort = document.getElementById("f-sort").value, order = document.getElementById("f-order").value;
+  for (const th of document.querySelectorAll("#rollouts th[data-sort]")) {
+    th.dataset.on = th.dataset.sort === sort ? order : "";
+    th.title = `sort by ${th.textContent}`;
+  }
   body.replaceChildren(...data.items.map((r) => {
     const tr = el("tr", { "data-id": r.rollout_id },
       el("td", { text: r.run_id }), el("td", { class: "num", text: fmt(r.step) }),
@@ -286,6 +330,19 @@ function detailNodes(d) {
 
 document.addEventListener("DOMContentLoaded", async () => {
   document.getElementById("filters").addEventListener("submit", (ev) => { ev.preventDefault(); state.offset = 0; loadList(); });
+  document.getElementById("f-limit").addEventListener("change", (ev) => { state.limit = Number(ev.target.value); state.offset = 0; loadList(); });
+  for (const id of ["f-sort", "f-order", "f-audit", "f-task", "f-finish", "f-verified"]) {
+    document.getElementById(id).addEventListener("change", () => { state.offset = 0; loadList(); });
+  }
+  document.querySelector("#rollouts thead").addEventListener("click", (ev) => {
+    // a column header sorts by it; a second click reverses the order
+    const th = ev.target.closest("th[data-sort]");
+    if (!th) return;
+    const sort = document.getElementById("f-sort"), order = document.getElementById("f-order");
+    if (sort.value === th.dataset.sort) order.value = order.value === "asc" ? "desc" : "asc";
+    else { sort.value = th.dataset.sort; order.value = th.dataset.sort === "reward" || th.dataset.sort === "gen" ? "desc" : "asc"; }
+    state.offset = 0; loadList();
+  });
   document.getElementById("prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - state.limit); loadList(); });
   document.getElementById("next").addEventListener("click", () => { state.offset += state.limit; loadList(); });
   document.getElementById("detail-pane").addEventListener("click", (ev) => {
@@ -303,15 +360,15 @@ document.addEventListener("DOMContentLoaded", async () => {
   document.getElementById("f-run").addEventListener("change", () => sliderBounds());
   document.getElementById("f-judge").addEventListener("change", (ev) => {
     state.judge = ev.target.value;
-    const u = new URL(location.href);
-    if (state.judge) u.searchParams.set("judge", state.judge); else u.searchParams.delete("judge");
-    history.replaceState(null, "", u);
+    saveUrl();
     loadRoss();
+    if (document.getElementById("f-audit").value) { state.offset = 0; loadList(); }
     if (state.shown && state.shown[0]) openRollout(state.shown[0].rollout_id, null);
   });
-  document.getElementById("f-run-b").addEventListener("change", () => { if (state.shown && state.shown[0]) openRollout(state.shown[0].rollout_id, null); });
+  document.getElementById("f-run-b").addEventListener("change", () => { saveUrl(); if (state.shown && state.shown[0]) openRollout(state.shown[0].rollout_id, null); });
   window.addEventListener("hashchange", () => { const id = hashId(); if (id) openRollout(id, null); });
   try { await loadSummary(); } catch (e) { document.getElementById("store").textContent = e.message; }
+  restoreUrl();
   await loadList();
   const id = hashId();
   if (id) openRollout(id, null);
