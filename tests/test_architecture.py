@@ -224,9 +224,12 @@ def test_importing_the_store_loads_no_model_code():
 
 # Sizes: a module holds at most 600 lines; a function at most 80 (from its ``def`` line to its last
 # line), unless its docstring has a line that starts with ``Long because:`` and gives the reason (one
-# ordered procedure, a route table of closures ...). The limits are exact: no tolerance above them,
-# and no list of exemptions here; the reason lives beside the code it excuses.
+# ordered procedure, a route table of closures, one concept that splitting would cut in two ...). The
+# limits are a smell for review, not a reason to cut a concept in two (issue 46): a module past the cap
+# names its reason in its own docstring, and no module passes MAX_MODULE_LINES_HARD. No list of
+# exemptions here; the reason lives beside the code it excuses.
 MAX_MODULE_LINES = 600
+MAX_MODULE_LINES_HARD = 900
 MAX_FUNCTION_LINES = 80
 LONG_BECAUSE = "Long because:"
 
@@ -246,7 +249,7 @@ def over_the_limits(source: str, name: str) -> list[str]:
     tree = ast.parse(source, name)
     out = []
     n = len(source.splitlines())
-    if n > MAX_MODULE_LINES:
+    if n > MAX_MODULE_LINES_HARD or (n > MAX_MODULE_LINES and not _long_because(tree)):
         out.append(f"{name}: {n} lines (module)")
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -273,10 +276,14 @@ def test_the_size_check_catches_a_planted_long_function():
     assert over_the_limits(_planted(120, reason), "m.py") == []
     # a comment is not a docstring
     assert over_the_limits("# Long because: one ordered procedure here\n" + _planted(81), "m.py") == ["m.py:2 f: 81 lines"]
-    # modules: no reason excuses them
+    # modules: a reason in the module docstring excuses them up to the hard cap, a comment does not
     assert over_the_limits("x = 1\n" * 600, "m.py") == []
-    assert over_the_limits('"""Long because: one ordered procedure here."""\n' + "x = 1\n" * 600, "m.py") == [
+    assert over_the_limits("x = 1\n" * 601, "m.py") == ["m.py: 601 lines (module)"]
+    assert over_the_limits('"""Long because: one concept in one place."""\n' + "x = 1\n" * 600, "m.py") == []
+    assert over_the_limits('# Long because: one concept in one place.\n' + "x = 1\n" * 600, "m.py") == [
         "m.py: 601 lines (module)"]
+    assert over_the_limits('"""Long because: one concept in one place."""\n' + "x = 1\n" * 900, "m.py") == [
+        "m.py: 901 lines (module)"]
 
 
 @pytest.mark.parametrize("doc", ["Long because:", "Long because: it is", "long because: one ordered procedure here",

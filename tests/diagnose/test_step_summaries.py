@@ -143,7 +143,8 @@ def test_health_report_runs_and_viewer_summary_read_the_rows(tmp_path):
     from fastapi.testclient import TestClient
 
     from gfcr.diagnose import report
-    from gfcr.diagnose.viewer import create_app, store_model
+    from gfcr.diagnose.viewer import create_app
+    from gfcr.store.provenance import recorded_model as store_model
 
     store = RolloutStore.open(tmp_path / "s", create=True)
     for b in _batches():

@@ -148,8 +148,9 @@ def test_list_has_prompt_text_and_detail_has_siblings(viewer):
 
 
 def test_tokens_decoded_with_the_stores_model(tmp_path):
-    from gfcr.diagnose.viewer import prompt_text, store_model
+    from gfcr.diagnose.viewer import prompt_text
     from gfcr.generate.engines.base import SamplingParams
+    from gfcr.store.provenance import recorded_model as store_model
     from gfcr.testing import tiny_tokenizer
 
     tok = tiny_tokenizer()

@@ -32,7 +32,7 @@ from gfcr.store.checks import (
 
 
 def _tokenizer_or_skip(store: Any, tokenizer: Any | None, decode: bool, skipped: dict[str, str]) -> Any | None:
-    from gfcr.diagnose.viewer import resolve_tokenizer
+    from gfcr.diagnose.tokenizer import resolve_tokenizer
 
     if not decode:
         skipped["token_text_mismatch"] = "check skipped (decode=False)"

@@ -46,6 +46,7 @@ from gfcr.diagnose.audits import latest_audits, resolve_judge, ter_by_step
 from gfcr.diagnose.listing import AUDIT_STATES, SORT_COLUMNS, refine
 from gfcr.diagnose.paging import read_page, select_steps, step_index
 from gfcr.diagnose.spans import segments
+from gfcr.diagnose.tokenizer import resolve_tokenizer
 from gfcr.records import FINISH_REASONS, assistant_text
 from gfcr.store.stepstats import CONTROL_JUDGES
 
@@ -136,46 +137,6 @@ def role_runs(token_role: list[int]) -> list[dict[str, int]]:
         else:
             out.append({"role": int(r), "start": i, "end": i + 1})
     return out
-
-
-def store_model(store: Any) -> str | None:
-    """The model most of the store's rollouts were sampled from (``sampling.model``; ties: the first
-    by name), or None."""
-    try:
-        rows = store.sql(
-            "SELECT json_extract_string(sampling, '$.model') AS m, count(*) AS n FROM rollouts "
-            "WHERE json_valid(sampling) AND json_extract_string(sampling, '$.model') IS NOT NULL "
-            "GROUP BY m ORDER BY n DESC, m LIMIT 1"
-        ).to_pylist()
-    except Exception:  # noqa: BLE001 - an odd sampling column must not stop the viewer
-        return None
-    return rows[0]["m"] if rows else None
-
-
-def resolve_tokenizer(store: Any, tokenizer: Any | None) -> tuple[Any | None, dict[str, str | None]]:
-    """The tokenizer to decode tokens with, and what to tell the reader about it.
-
-    ``tokenizer``: an HF tokenizer, a path/name (loaded as given), or None: the store's own model
-    (:func:`store_model`), local files only. Returns ``(tokenizer or None, {name, source, note})``
-    with ``source`` one of ``given``, ``store``, ``none``.
-    """
-    if tokenizer is not None and not isinstance(tokenizer, str | Path):
-        return tokenizer, {"name": getattr(tokenizer, "name_or_path", None) or "given", "source": "given", "note": None}
-    from transformers import AutoTokenizer
-
-    if tokenizer is not None:
-        return AutoTokenizer.from_pretrained(str(tokenizer)), {"name": str(tokenizer), "source": "given", "note": None}
-    name = store_model(store)
-    if name is None:
-        return None, {"name": None, "source": "none",
-                      "note": "the store records no model: tokens are shown as ids (start with --tokenizer to decode)"}
-    try:
-        return AutoTokenizer.from_pretrained(name, local_files_only=True), {"name": name, "source": "store", "note": None}
-    except Exception as e:  # noqa: BLE001 - any load failure falls back to ids, with the reason
-        why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        return None, {"name": name, "source": "none",
-                      "note": f"could not load the tokenizer of the store's model {name!r} ({why}): tokens are shown "
-                              "as ids (start with --tokenizer to decode)"}
 
 
 def token_overlays(ids: list[int], role: list[int], logprobs: list[float], signals: dict[str, float],
@@ -508,4 +469,4 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     return app
 
 
-__all__ = ["LOOPBACK_NAMES", "create_app", "host_allowed", "jsonable", "load_static", "token_overlays", "prompt_text", "resolve_tokenizer", "role_runs", "store_model"]
+__all__ = ["LOOPBACK_NAMES", "create_app", "host_allowed", "jsonable", "load_static", "token_overlays", "prompt_text", "role_runs"]

@@ -24,6 +24,7 @@ from typing import Any
 
 from gfcr import config
 from gfcr.ross.config import RossConfig
+from gfcr.store.provenance import recorded_model
 
 DATASET_OF = {"positive_sft": ("keep-all", False), "ross_nomask": ("judge", True), "ross": ("judge", False),
               "ross_from_base": ("judge", False)}
@@ -49,16 +50,6 @@ def open_store(cfg: RossConfig) -> Any:
     from gfcr.store import RolloutStore
 
     return RolloutStore.open(cfg.store)
-
-
-def recorded_model(store: Any) -> str | None:
-    """The model most of the store's rollouts were sampled from (``sampling.model``, which the
-    engines write), or None."""
-    rows = store.sql(
-        "SELECT json_extract_string(sampling, '$.model') AS m, count(*) AS n FROM rollouts "
-        "WHERE json_valid(sampling) AND json_extract_string(sampling, '$.model') IS NOT NULL "
-        "GROUP BY m ORDER BY n DESC, m LIMIT 1").to_pylist()
-    return rows[0]["m"] if rows else None
 
 
 def tokenizer_source(cfg: RossConfig, store: Any = None) -> str:

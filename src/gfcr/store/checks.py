@@ -14,7 +14,7 @@ the numbers), never a verdict on whether an answer is correct:
   (each run of generated tokens decoded with ``skip_special_tokens``, whitespace collapsed, against
   the assistant turns joined the same way; a decoded run must appear in the text in order). Needs
   a tokenizer: the one given, else the store's model from local files
-  (:func:`gfcr.diagnose.viewer.resolve_tokenizer`); without one the check is skipped and the
+  (:func:`gfcr.diagnose.tokenizer.resolve_tokenizer`); without one the check is skipped and the
   report says why.
 * ``empty_turn`` — an episode with no assistant turn, or a turn whose content is empty and that
   carries no tool call. Rows stored without any text (a token-only import with no tokenizer) are

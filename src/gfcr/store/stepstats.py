@@ -6,6 +6,9 @@ the report, ``gfcr diagnose``, the detectors) and the training loop's per-step r
 bar (:func:`summarize` of the step's own rollouts, ``gfcr.train.metrics``), under the same names.
 The store's write path computes none of it.
 
+Long because: it is the one implementation of the per-step summary (features, the SQL, the judge
+choice its audit columns read, ``summarize``); split, the summary would again live in several places.
+
 One pass over the rows: per-rollout features are computed with numpy from a column subset
 (no token ids, no messages), then aggregated per (run, step) with DuckDB over that Arrow table
 (:func:`metrics_of`): an Arrow table with one row per (run, step); the columns are listed in
