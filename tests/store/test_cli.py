@@ -20,7 +20,7 @@ def test_store_cli_end_to_end(tmp_path: Path):
     out = gfcr("store", "import", st, tmp_path / "verl", "--from", "verl", "--run", "r1").stdout
     assert "imported 24 new rollouts" in out and "without tokens" in out
     rows = json.loads(gfcr("store", "stats", st, "--json").stdout)
-    assert [(r["run_id"], r["step"], r["rollouts"]) for r in rows] == [("r1", 1, 12), ("r1", 2, 12)]
+    assert [(r["run_id"], r["step"], r["n_rollouts"]) for r in rows] == [("r1", 1, 12), ("r1", 2, 12)]
     q = gfcr("store", "query", st, "SELECT step, count(*) AS n FROM rollouts GROUP BY step ORDER BY step", "--json")
     assert [json.loads(x) for x in q.stdout.splitlines()] == [{"step": 1, "n": 12}, {"step": 2, "n": 12}]
     assert "12" in gfcr("store", "query", st, "SELECT count(*) AS n FROM rollouts WHERE step = 2").stdout
@@ -37,7 +37,7 @@ def test_store_cli_end_to_end(tmp_path: Path):
     badf.write_text('{"input": "q", "output": "a", "score": 1.0, "step": 1}\n{"input": "q", "out\n')
     p = gfcr("store", "import", st, badf, "--from", "verl", ok=False)
     assert p.returncode == 2 and "bad.jsonl" in p.stderr and "line 2" in p.stderr
-    assert sum(r["rollouts"] for r in json.loads(gfcr("store", "stats", st, "--json").stdout)) == 24
+    assert sum(r["n_rollouts"] for r in json.loads(gfcr("store", "stats", st, "--json").stdout)) == 24
     missing = gfcr("store", "stats", tmp_path / "nope", ok=False)
     assert missing.returncode == 2 and "gfcr store init" in missing.stderr
 
