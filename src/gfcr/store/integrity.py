@@ -97,12 +97,12 @@ def lance_reason(e: BaseException) -> str:
 
 #: The store this process opened last: the CLI names it in its one line for a read that failed
 #: inside a data file (:func:`read_damage`).
-_LAST_OPENED: list[Path] = []
+_LAST_OPENED: list[Path | str] = []
 
 
-def opened(path: Path) -> None:
-    """Note that this process opened the store at ``path``."""
-    _LAST_OPENED[:] = [Path(path)]
+def opened(path: Path | str) -> None:
+    """Note that this process opened the store at ``path`` (a local path or a remote URI, kept as given)."""
+    _LAST_OPENED[:] = [path]
 
 
 _DECODE = re.compile(r"(?:LanceError\((?:Arrow|IO|Corrupt\w*)\)|External error): (?!LanceError)(.*?)"
@@ -137,20 +137,41 @@ def read_damage(e: BaseException) -> str | None:
 _T = TypeVar("_T")
 
 
-def _is_conflict(e: BaseException) -> bool:
-    msg = str(e).lower()
-    return "conflict" in msg or "retryable" in msg or ("commit" in msg and "retry" in msg)
+#: Lance's commit-conflict messages (lance 14, ``rust/lance-core/src/error.rs``): a retryable
+#: conflict, an incompatible concurrent transaction, and its own retry limit on a contended table
+CONFLICT_MESSAGES = ("Retryable commit conflict for version", "Commit conflict for version",
+                     "transaction is incompatible with concurrent transaction",
+                     "transaction was preempted by concurrent transaction", "Too many concurrent writers")
 
 
-def retry_commit(fn: Callable[[], _T], attempts: int = 20) -> _T:
-    """Run ``fn``, retrying Lance commit conflicts with jittered backoff."""
+def is_conflict(e: BaseException) -> bool:
+    """Did a Lance commit fail because another writer committed first? By type
+    (``lance.commit.CommitConflictError``) or by one of Lance's exact messages (:data:`CONFLICT_MESSAGES`),
+    never by loose words. Example: ``OSError("Too many concurrent writers. …")`` → True;
+    ``OSError("retry the commit later: disk full")`` → False."""
+    from lance.commit import CommitConflictError
+
+    return isinstance(e, CommitConflictError) or any(m in str(e) for m in CONFLICT_MESSAGES)
+
+
+class CommitGaveUp(StoreError):
+    """A commit lost to other writers ``attempts`` times in a row; nothing of it was written."""
+
+
+def retry_commit(fn: Callable[[], _T], attempts: int = 12, max_sleep: float = 2.0) -> _T:
+    """Run ``fn`` (a whole read-then-commit, re-run from the start), retrying Lance commit conflicts
+    (:func:`is_conflict`) with jittered exponential backoff (10 ms doubling, at most ``max_sleep`` s), at
+    most ``attempts`` times; then :class:`CommitGaveUp` in one line. Any other error is raised as it is."""
     for i in range(attempts):
         try:
             return fn()
         except (OSError, RuntimeError, ValueError) as e:
-            if not _is_conflict(e) or i == attempts - 1:
+            if not is_conflict(e):
                 raise
-            time.sleep(min(0.5, 0.01 * 2**i) * (0.5 + random.random()))
+            if i == attempts - 1:
+                raise CommitGaveUp(f"the commit lost to other writers {attempts} times in a row ({lance_reason(e)[:160]}); "
+                                   "nothing of it was written: retry later or write from fewer processes") from e
+            time.sleep(min(max_sleep, 0.01 * 2**i) * (0.5 + random.random()))
     raise AssertionError("unreachable")
 
 

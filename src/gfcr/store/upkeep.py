@@ -37,6 +37,8 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from gfcr.store.integrity import is_conflict
+
 #: merge the tail runs while the newer one is at least this fraction of the older one
 _MERGE_RATIO = 0.5
 
@@ -207,7 +209,7 @@ def pick_compaction(sizes: Sequence[int], k: int, max_rows: int = MAX_ROWS) -> l
     return []
 
 
-def compact_small(ds: lance.LanceDataset, k: int) -> dict[str, Any] | None:
+def compact_small(ds: lance.LanceDataset, k: int, storage_options: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Merge the fragments :func:`pick_compaction` chooses into one, as one Lance rewrite commit.
 
     Lance's own ``compact_files`` merges only fragments that are adjacent in the manifest and puts
@@ -225,16 +227,17 @@ def compact_small(ds: lance.LanceDataset, k: int) -> dict[str, Any] | None:
         return None
     chosen = [frags[i] for i in pick]
     rows = ds.scanner(fragments=chosen, scan_in_order=True).to_table()
-    new = lance.fragment.write_fragments(rows, ds.uri, schema=ds.schema, data_storage_version=ds.data_storage_version)
+    new = lance.fragment.write_fragments(rows, ds.uri, schema=ds.schema, data_storage_version=ds.data_storage_version,
+                                         storage_options=storage_options)
     op = lance.LanceOperation.Rewrite(
         groups=[lance.LanceOperation.RewriteGroup(old_fragments=[f.metadata for f in chosen], new_fragments=new)],
         rewritten_indices=[],
     )
     try:
-        after = lance.LanceDataset.commit(ds.uri, op, read_version=ds.version, max_retries=3)
+        after = lance.LanceDataset.commit(ds.uri, op, read_version=ds.version, max_retries=3,
+                                          storage_options=storage_options)
     except (OSError, RuntimeError, ValueError) as e:
-        msg = str(e).lower()
-        if "conflict" in msg or "retryable" in msg or "not found" in msg or "retries" in msg:
+        if is_conflict(e) or "not found" in str(e).lower():
             return None  # another writer rewrote or deleted from these fragments first
         raise
     return {"fragments_removed": len(chosen), "rows": rows.num_rows, "version": after.version}
