@@ -21,10 +21,10 @@ MANIFEST_NAME = "gfcr-store.json"
 
 store_app = typer.Typer(help="Create, fill, query and maintain a rollout store.", no_args_is_help=True)
 
-StorePath = Annotated[Path, typer.Argument(help="Store directory.")]
+StorePath = Annotated[str, typer.Argument(help="Store: a directory, or an s3://, gs://, az:// URI (docs/store.md).")]
 
 
-def _open(path: Path):  # noqa: ANN202
+def _open(path: str):  # noqa: ANN202
     from gfcr.store import RolloutStore
 
     return RolloutStore.open(path)
@@ -270,11 +270,20 @@ def check(
     Exit 0 only when nothing is damaged; otherwise lists each damaged file and the rows still readable."""
     from gfcr.store import integrity
     from gfcr.store.core import TABLES, RolloutStore
+    from gfcr.store.location import locate
 
-    if not path.is_dir():
+    loc = locate(path)
+    if loc.remote and (accept or salvage_to is not None):
+        fail("--accept and --salvage work on local stores; on object storage, restore an earlier version "
+             "(`gfcr store versions`) or copy the readable rows with the Python API (docs/store.md)")
+    if not loc.remote and not Path(path).is_dir():
         fail(f"no store at {path}; check the path")
     tables = list(TABLES)
-    if accept:
+    if loc.remote:
+        from gfcr.store.opening import check_remote
+
+        rep = check_remote(loc, TABLES)
+    elif accept:
         rep = integrity.accept(path, tables, integrity.new_manifest(tables))
     else:
         rep = integrity.check_store(path, tables)
@@ -285,11 +294,12 @@ def check(
                      "readable rows": t.rows_readable, "fragments": len(t.fragments),
                      "damaged fragments": ",".join(str(f.fragment_id) for f in t.fragments if not f.readable) or "-",
                      "readable versions": _ranges(t.versions_readable),
-                     "SHA-256 checked": f"{t.files_digested}/{t.files_digested + t.files_not_digested} files"}
+                     "SHA-256 checked": "- (none kept on object storage)" if loc.remote else
+                     f"{t.files_digested}/{t.files_digested + t.files_not_digested} files"}
                     for t in rep.tables], title=f"check {path}")
         for p in rep.all_problems:
             console.print(f"[red]damaged:[/] {p}", highlight=False, soft_wrap=True)
-        if rep.ok:
+        if rep.ok and not loc.remote:
             from gfcr.store import aggregates
 
             state, detail = aggregates.state(RolloutStore.open(path, verify=False))
@@ -321,14 +331,14 @@ def _ranges(vs: list[int]) -> str:
 
 @store_app.command("walkthrough")
 def walkthrough(
-    path: Annotated[Path | None, typer.Argument(help="Store directory (default runs/walkthrough-<time>).")] = None,
+    path: Annotated[str | None, typer.Argument(help="Store directory or URI (default runs/walkthrough-<time>).")] = None,
 ) -> None:
     """Import the bundled sample dumps, print stats and run a query (a tour of the store)."""
     from gfcr.store import RolloutStore
     from gfcr.store import samples as S
     from gfcr.store.importers import import_rollouts
 
-    path = Path(path) if path else Path("runs") / f"walkthrough-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = path or str(Path("runs") / f"walkthrough-{time.strftime('%Y%m%d-%H%M%S')}")
     with removed_on_failure(path):
         store = RolloutStore.open(path, create=True)
         console.rule("gfcr store walkthrough")

@@ -59,6 +59,7 @@ from gfcr.records import (
 from gfcr.store import aggprep, aggregates, integrity
 from gfcr.store.integrity import MANIFEST, StoreError  # noqa: F401 - re-exported
 from gfcr.store.integrity import retry_commit as _retry
+from gfcr.store.keys import has_key, insert_absent
 from gfcr.store.location import Location, locate
 from gfcr.store.opening import open_local, open_remote, props
 from gfcr.store.reads import (
@@ -122,6 +123,7 @@ class RolloutStore:
         self.manifest = manifest if manifest is not None else integrity.read_manifest(self.path)
         self.auto_compact = int(auto_compact)
         self.compactions: list[dict[str, Any]] = []  # automatic compactions done by this object
+        self.if_absent = False  # see append()
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
@@ -281,7 +283,8 @@ class RolloutStore:
         ``check_existing=False`` skips the look-up against stored ids (cheap through the in-process id index,
         whose first use in a process reads every stored id) for writers whose ids are fresh by construction
         (random uuids), e.g. the live recorders; duplicates within the batch are still refused.
-        ``ready``: :meth:`prepare_append` of this same table object (else ignored)."""
+        ``ready``: :meth:`prepare_append` of this same table object (else ignored). ``self.if_absent`` (an import
+        into a remote store): stored ids are skipped in the commit itself (:func:`gfcr.store.keys.insert_absent`)."""
         self._writable()
         table = self._as_rollout_table(records, source)
         if table.num_rows == 0:
@@ -297,7 +300,7 @@ class RolloutStore:
         with idx.lock:  # one check-and-commit at a time in this process
             before = self.dataset("rollouts")
             clash = idx.existing(before, id_list, hashes) if check_existing else set()
-            if clash:
+            if clash and not self.if_absent:
                 raise StoreError(
                     f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
                 )
@@ -307,14 +310,17 @@ class RolloutStore:
             mine = ready is not None and ready[0] is records  # prepare_append's (started, or not needed)
             if self.local:
                 ready = ready[1] if mine else aggprep.prepare(self.path, pre, table)  # aggregates, as it is written
-            after = _retry(lambda: lance.write_dataset(table, uri, mode="append", storage_options=self._opts,
-                                                       transaction_properties=props(table)))
+            if self.if_absent and has_key(before, "rollout_id"):
+                n, after = _retry(lambda: insert_absent(uri, table, "rollout_id", self._opts)), self._latest("rollouts")
+            else:
+                n, after = table.num_rows, _retry(lambda: lance.write_dataset(
+                    table, uri, mode="append", storage_options=self._opts, transaction_properties=props(table)))
             idx.committed(before, after, hashes)
             if self.local:
                 aggregates.committed(self.path, pre, after, batch=table, ready=ready)
         self._record("rollouts", after)
         self._upkeep("rollouts", after)
-        return table.num_rows
+        return n
 
     def _allow_nulls(self, table: pa.Table) -> None:
         """Stores created before a rollout field became nullable (``finish_reason``: null = not

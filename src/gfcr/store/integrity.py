@@ -109,17 +109,27 @@ _DECODE = re.compile(r"(?:LanceError\((?:Arrow|IO|Corrupt\w*)\)|External error):
                      r"(?:,? /\S+\.rs:\d+:\d+|$)")
 
 
+#: an object store's transport errors as Lance passes them on (object_store's "Generic S3 error: …")
+_NETWORK = re.compile(r"Generic \w+ error|error sending request|HTTP error|Error performing \w+ request")
+
+
 def read_damage(e: BaseException) -> str | None:
     """The one line for a read that failed *inside* a Lance data file (a fragment damaged at its
     recorded size, which the cheap checks of an open cannot see), or None when ``e`` is something
     else. The error and its causes are searched for Lance's decode/IO errors as pyarrow, Lance and
     DuckDB pass them on ("LanceError(Arrow): …", "External error: Encountered corrupt file …"); a
-    missing dataset ("was not found") is not damage.
+    missing dataset ("was not found") is not damage, and an object store that does not answer
+    (:data:`_NETWORK`) gets a "cannot reach" line instead.
 
     Example: ``StoreError("scan failed (filter None): External error: LanceError(Arrow): Invalid
     argument error: Last offset 16711685 of Utf8 is larger than values length 5, /x/constant.rs:236:21")``
     after ``opened(Path("st"))`` → ``"a data file of the store st is damaged (Invalid argument
     error: Last offset … values length 5); run `gfcr store check st` …"``."""
+    if isinstance(e, StoreError):  # already the store's own line
+        return None
+    where = _LAST_OPENED[0] if _LAST_OPENED else None
+    if _NETWORK.search(str(e)):  # the object store did not answer: nothing is known to be damaged
+        return f"cannot reach the store {where or ''}: {lance_reason(e)[:300]}; check the endpoint and credentials"
     seen: set[int] = set()
     x: BaseException | None = e
     while x is not None and id(x) not in seen:
@@ -127,7 +137,6 @@ def read_damage(e: BaseException) -> str | None:
         msg = " ".join(str(x).split())
         m = _DECODE.search(msg)
         if m and "was not found" not in msg:
-            where = _LAST_OPENED[0] if _LAST_OPENED else None
             name = f"the store {where}" if where is not None else "the store"
             return f"a data file of {name} is damaged ({m.group(1).strip()}); " + _hint(where or Path("STORE"))
         x = x.__cause__ or x.__context__

@@ -5,7 +5,8 @@
 manifest (format, schema version, creator, commit handler) is the schema metadata
 :data:`MANIFEST_KEY` of the ``rollouts`` table, written by that table's first Lance commit, which
 the object store accepts only if no version 1 exists (a conditional create: of two racing inits one
-wins, the other reads the winner's manifest). Lance carries schema metadata into every later
+wins, the other reads the winner's manifest). Each table declares its key to Lance
+(:mod:`gfcr.store.keys`), so that racing imports cannot store one row twice. Lance carries schema metadata into every later
 version, so the manifest is written once and never rewritten; no lock, no sidecar.
 
 **Creating.** :func:`init_remote` creates ``prompts``, ``audits`` and ``state`` first and
@@ -34,12 +35,16 @@ import pyarrow as pa
 from gfcr.records import SCHEMA_VERSION
 from gfcr.store.integrity import (
     MANIFEST,
+    CheckReport,
+    FragmentReport,
     StoreError,
+    TableReport,
     lance_reason,
     new_manifest,
     read_manifest,
     refuse_lost_manifest,
 )
+from gfcr.store.keys import with_keys
 from gfcr.store.location import Location
 
 #: the rollouts table's schema-metadata key holding a remote store's manifest (JSON)
@@ -82,9 +87,16 @@ def _open(loc: Location, name: str) -> lance.LanceDataset:
     return lance.dataset(loc.join(f"{name}.lance"), storage_options=loc.storage_options)
 
 
+#: where a remote store's endpoint and credentials come from, per scheme (named in the "cannot reach" line)
+CREDENTIALS = {"s3": "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION",
+               "gs": "GOOGLE_SERVICE_ACCOUNT (or GOOGLE_APPLICATION_CREDENTIALS)",
+               "az": "AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY"}
+
+
 def _unreachable(loc: Location, e: BaseException) -> StoreError:
-    return StoreError(f"cannot reach the store at {loc.uri}: {lance_reason(e)[:300]} (endpoint and credentials "
-                      "come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID… or storage_options; docs/store.md)")
+    env = CREDENTIALS.get(loc.scheme.split("+")[0], "the object store's environment variables")
+    return StoreError(f"cannot reach the store at {loc.uri}: {lance_reason(e)[:300]} (endpoint and credentials come "
+                      f"from {env}, or storage_options; docs/store.md)")
 
 
 def manifest_of(loc: Location, ds: lance.LanceDataset) -> dict[str, Any]:
@@ -125,7 +137,7 @@ def init_remote(loc: Location, tables: dict[str, pa.Schema]) -> None:
     exists already (an earlier init that stopped, or a racing one) is kept as it is."""
     manifest = {**new_manifest(list(tables)), "commit_handler": loc.commit_handler}
     for name in sorted(tables, key=lambda n: n == "rollouts"):
-        schema = tables[name]
+        schema = with_keys(name, tables[name])  # (gfcr.store.keys: Lance detects racing inserts of one key)
         if name == "rollouts":
             schema = schema.with_metadata({**(schema.metadata or {}), MANIFEST_KEY: json.dumps(manifest)})
         try:
@@ -135,3 +147,43 @@ def init_remote(loc: Location, tables: dict[str, pa.Schema]) -> None:
             if "already exists" in str(e) or "conflict" in str(e).lower():
                 continue  # another init created it first: its table (and manifest) stand
             raise StoreError(f"cannot create table {name} of the store at {loc.uri}: {lance_reason(e)[:300]}") from None
+
+
+def check_remote(loc: Location, tables: dict[str, pa.Schema]) -> CheckReport:
+    """``gfcr store check`` of a remote store: the manifest in the rollouts table's schema, every
+    version of every table (its manifest read), and every fragment of each newest version read
+    whole. What a local check adds and this cannot (no ``gfcr-store.json`` record to compare with,
+    no SHA-256 of the files) is in docs/store.md. Never raises for damage."""
+    rep = CheckReport(loc.uri)
+    try:
+        manifest_of(loc, _open(loc, "rollouts"))
+    except (StoreError, OSError, ValueError, RuntimeError) as e:
+        rep.problems.append(str(e) if isinstance(e, StoreError) else lance_reason(e))
+    for name in tables:
+        t = TableReport(name, None, None)
+        rep.tables.append(t)
+        try:
+            ds = _open(loc, name)
+        except (OSError, ValueError, RuntimeError) as e:
+            t.problems.append(f"{loc.join(name + '.lance')} does not open: {lance_reason(e)[:200]}")
+            continue
+        for v in [int(x["version"]) for x in ds.versions()]:
+            try:
+                lance.dataset(loc.join(f"{name}.lance"), version=v, storage_options=loc.storage_options)
+                t.versions_readable.append(v)
+            except (OSError, ValueError, RuntimeError) as e:
+                t.problems.append(f"version {v} of table {name} does not read: {lance_reason(e)[:200]}")
+        t.version, t.rows = ds.version, ds.count_rows()
+        for frag in ds.get_fragments():
+            n = frag.count_rows()
+            try:
+                got = ds.scanner(fragments=[frag]).to_table().num_rows
+                problem = None if got == n else f"read {got} rows, {n} recorded"
+            except (OSError, ValueError, RuntimeError, pa.ArrowException) as e:
+                problem = f"does not read: {lance_reason(e)[:200]}"
+            t.fragments.append(FragmentReport(frag.fragment_id, n, problem is None, problem))
+            if problem is None:
+                t.rows_readable += n
+            else:
+                t.problems.append(f"fragment {frag.fragment_id} of table {name} ({n} rows) is damaged: {problem}")
+    return rep
