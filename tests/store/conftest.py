@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def s3_server():
     import boto3
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a line per request in failure reports
     port = free_port()
     srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     srv.start()

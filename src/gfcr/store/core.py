@@ -304,9 +304,9 @@ class RolloutStore:
                 raise StoreError(
                     f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
                 )
-            self._allow_nulls(table)
+            self._allow_nulls(table, before)
             uri = self._uri("rollouts")
-            pre = self._latest("rollouts").version
+            pre = self._latest("rollouts").version if self.local else before.version  # (a remote open costs 2 requests)
             mine = ready is not None and ready[0] is records  # prepare_append's (started, or not needed)
             if self.local:
                 ready = ready[1] if mine else aggprep.prepare(self.path, pre, table)  # aggregates, as it is written
@@ -322,10 +322,10 @@ class RolloutStore:
         self._upkeep("rollouts", after)
         return n
 
-    def _allow_nulls(self, table: pa.Table) -> None:
+    def _allow_nulls(self, table: pa.Table, ds: lance.LanceDataset) -> None:
         """Stores created before a rollout field became nullable (``finish_reason``: null = not
-        recorded by the source) get that field relaxed, once, before the first null is written."""
-        ds = self.dataset("rollouts")
+        recorded by the source) get that field relaxed, once, before the first null is written
+        (``ds``: the rollouts table as just opened)."""
         for f in ROLLOUT_SCHEMA:
             if f.nullable and table.column(f.name).null_count and not ds.schema.field(f.name).nullable:
                 pre = self._latest("rollouts").version
