@@ -16,14 +16,13 @@ import boto3
 import lance
 import numpy as np
 import pytest
+from tests.store.conftest import S3_BUCKET, free_port, s3_uri
 
 from gfcr.store import RolloutStore, StoreError
 from gfcr.store.integrity import CommitGaveUp, is_conflict, retry_commit
 from gfcr.store.location import locate
 from gfcr.store.opening import MANIFEST_KEY
 from gfcr.testing import make_rollout
-
-from tests.store.conftest import S3_BUCKET, free_port, s3_uri
 
 VERL = Path(__file__).parents[1] / "contracts" / "fixtures" / "verl"
 
