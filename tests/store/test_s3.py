@@ -234,3 +234,20 @@ def test_retry_commit_recognises_lance_conflicts_only_and_gives_up_in_one_line()
     assert "3 times in a row" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(OSError, match="disk full"):
         retry_commit(lambda: (_ for _ in ()).throw(OSError("commit retry: disk full")))
+
+
+def test_generate_writes_its_rollouts_and_resolved_config_to_an_s3_store(s3_env, tiny_dir, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gfcr.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    uri = s3_uri("gen")
+    res = CliRunner().invoke(app, ["generate", "--store", uri, "--model", tiny_dir, "--n", "2", "--k", "2",
+                                   "--max-tokens", "4", "--run-id", "g1", "--quiet"])
+    assert res.exit_code == 0, res.output
+    st = RolloutStore.open(uri)
+    rs = st.rollouts(run="g1")
+    assert len(rs) == 4 and {r.meta["config"] for r in rs} == {"runs/g1/generate-step0.yaml"}
+    assert st.get_state("runs/g1/generate-step0.yaml")["run_id"] == "g1"  # the resolved config, kept in the store
+    assert list(tmp_path.iterdir()) == []

@@ -65,6 +65,7 @@ from gfcr.store.opening import open_local, open_remote, props
 from gfcr.store.reads import (
     READ_BLOCK_SIZE,
     READ_PARAMS,
+    REMOTE_BLOCK_SIZE,
     build_id_index,
     rollout_filter,
     rows_in,
@@ -187,8 +188,8 @@ class RolloutStore:
         if name not in TABLES:
             raise StoreError(f"unknown table {name!r}; tables are {sorted(TABLES)}")
         version = self._pinned[name] if self._pinned is not None else None
-        return lance.dataset(self._uri(name), version=version, session=_session(), block_size=READ_BLOCK_SIZE,
-                             read_params=READ_PARAMS, storage_options=self._opts)
+        return lance.dataset(self._uri(name), version=version, session=_session(), read_params=READ_PARAMS,
+                             block_size=READ_BLOCK_SIZE if self.local else REMOTE_BLOCK_SIZE, storage_options=self._opts)
 
     @property
     def read_only(self) -> bool:

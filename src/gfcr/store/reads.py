@@ -31,6 +31,10 @@ from gfcr.store.upkeep import _in_list
 #: Lance merges reads less than this many bytes apart into one I/O (its local default: 4 KiB).
 #: With 64 KiB (and READ_PARAMS), 1,000 random rows cost 0.76-0.90x the CPU of Lance's defaults.
 READ_BLOCK_SIZE = 64 * 1024
+#: the same for a store on object storage, where a request costs more than the bytes it reads: on the
+#: loopback S3 server, sample(1000) of 20,000 rows took 26 requests at 1 MiB against 58 at 64 KiB
+#: (0.6x the wall time; bench/s3_bench.py, docs/performance.md)
+REMOTE_BLOCK_SIZE = 1024 * 1024
 #: Lance read options: keep list columns' repetition index in the session cache between takes
 READ_PARAMS = {"cache_repetition_index": True}
 #: :func:`rows_in` matches longer key lists with ``is_in`` after the read: Lance parses an ``IN`` list
