@@ -251,3 +251,17 @@ def test_generate_writes_its_rollouts_and_resolved_config_to_an_s3_store(s3_env,
     assert len(rs) == 4 and {r.meta["config"] for r in rs} == {"runs/g1/generate-step0.yaml"}
     assert st.get_state("runs/g1/generate-step0.yaml")["run_id"] == "g1"  # the resolved config, kept in the store
     assert list(tmp_path.iterdir()) == []
+
+
+def test_viewer_serves_an_s3_store(s3_env):
+    from fastapi.testclient import TestClient
+
+    from gfcr.diagnose.viewer import create_app
+
+    uri = s3_uri("view")
+    RolloutStore.open(uri, create=True).append([make_rollout(i, step=i) for i in range(3)])
+    c = TestClient(create_app(uri))
+    s = c.get("/api/summary").json()
+    assert s["store"] == uri and s["runs"][0]["rollouts"] == 3
+    items = c.get("/api/rollouts").json()["items"]
+    assert len(items) == 3 and c.get(f"/api/rollouts/{items[0]['rollout_id']}").status_code == 200
