@@ -265,3 +265,17 @@ def test_viewer_serves_an_s3_store(s3_env):
     assert s["store"] == uri and s["runs"][0]["rollouts"] == 3
     items = c.get("/api/rollouts").json()["items"]
     assert len(items) == 3 and c.get(f"/api/rollouts/{items[0]['rollout_id']}").status_code == 200
+
+
+@pytest.mark.slow  # a 1-step RL run of a tiny model
+def test_gfcr_train_writes_its_store_on_s3(s3_env, tmp_path):
+    from tests.train.test_train_cli import _config
+
+    uri = s3_uri("train")
+    cfg = _config(tmp_path, steps=1)
+    p = subprocess.run([sys.executable, "-m", "gfcr.cli", "train", str(cfg), "--run-dir", str(tmp_path / "run"),
+                        "--no-progress", "--set", f"store={uri}"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert uri in p.stdout and not (tmp_path / "run" / "store").exists()
+    t = RolloutStore.open(uri).scan(columns=["step", "run_id"])
+    assert t.column("step").to_pylist() == [0] * 4 and set(t.column("run_id").to_pylist()) == {"run"}
