@@ -279,3 +279,20 @@ def test_gfcr_train_writes_its_store_on_s3(s3_env, tmp_path):
     assert uri in p.stdout and not (tmp_path / "run" / "store").exists()
     t = RolloutStore.open(uri).scan(columns=["step", "run_id"])
     assert t.column("step").to_pylist() == [0] * 4 and set(t.column("run_id").to_pylist()) == {"run"}
+
+
+def test_ross_select_reads_an_s3_store(s3_env, tmp_path, monkeypatch):
+    from gfcr.testing import make_prompt
+
+    monkeypatch.chdir(tmp_path)
+    uri = s3_uri("ross")
+    st = RolloutStore.open(uri, create=True)
+    st.upsert_prompts([make_prompt(f"p{i}", answer=str(i)) for i in range(4)])
+    st.append([make_rollout(i, prompt=f"p{i % 4}", verified=True, reward=1.0) for i in range(8)])
+    cfg = Path(__file__).parents[2] / "configs" / "ross-arith.yaml"
+    p = subprocess.run([sys.executable, "-m", "gfcr.cli", "ross", "select", str(cfg), "--set", f"store={uri}",
+                        "--set", "upstream_model=unused"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout)
+    assert (got["rollouts"], got["prompts"]) == (8, 4)
+    assert list(tmp_path.iterdir()) == []

@@ -125,8 +125,6 @@ def read_damage(e: BaseException) -> str | None:
     argument error: Last offset 16711685 of Utf8 is larger than values length 5, /x/constant.rs:236:21")``
     after ``opened(Path("st"))`` → ``"a data file of the store st is damaged (Invalid argument
     error: Last offset … values length 5); run `gfcr store check st` …"``."""
-    if isinstance(e, StoreError):  # already the store's own line
-        return None
     where = _LAST_OPENED[0] if _LAST_OPENED else None
     if _NETWORK.search(str(e)):  # the object store did not answer: nothing is known to be damaged
         return f"cannot reach the store {where or ''}: {lance_reason(e)[:300]}; check the endpoint and credentials"
