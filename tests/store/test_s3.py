@@ -175,6 +175,10 @@ def test_bad_scheme_and_unreachable_endpoint_are_one_line(tmp_path, monkeypatch)
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(StoreError, match="storage_options were given for the local path"):
         locate("local/dir", {"aws_endpoint": "x"})
+    # a commit without its conditional PUT cannot detect a racing writer: refused unless opted in
+    with pytest.raises(StoreError, match="aws_conditional_put=disabled cannot detect a racing commit"):
+        locate("s3://bkt/x", {"aws_conditional_put": "disabled"})
+    assert locate("s3://bkt/x", {"aws_conditional_put": "disabled"}, allow_unsafe_commits=True).remote
 
 
 def test_storage_options_pass_through_without_environment(s3_server, monkeypatch):
@@ -200,7 +204,8 @@ def test_s3_cli_init_import_query_export_report(s3_env, tmp_path, monkeypatch):
         assert p.returncode == 0, p.stderr + p.stdout
         return p.stdout
 
-    assert "store ready at " + uri in gfcr("store", "init", uri)
+    out = gfcr("store", "init", uri)
+    assert "store ready at " + uri in out and "S3 conditional PUT" in out  # the commit handler, named
     assert "imported 8 new rollouts" in gfcr("store", "import", uri, VERL, "--from", "verl")
     assert "8 already stored" in gfcr("store", "import", uri, VERL, "--from", "verl")
     assert [json.loads(x) for x in gfcr("store", "query", uri, "SELECT count(*) AS n FROM rollouts",
@@ -295,4 +300,14 @@ def test_ross_select_reads_an_s3_store(s3_env, tmp_path, monkeypatch):
     assert p.returncode == 0, p.stderr[-2000:]
     got = json.loads(p.stdout)
     assert (got["rollouts"], got["prompts"]) == (8, 4)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_retrieval_on_an_s3_store_is_refused_in_one_line(s3_env, tmp_path, monkeypatch):
+    from gfcr.replay.retrieval import Retrieval
+
+    monkeypatch.chdir(tmp_path)
+    st = RolloutStore.open(s3_uri("retr"), create=True)
+    with pytest.raises(ValueError, match="local store folder only"):
+        Retrieval.for_store(st)
     assert list(tmp_path.iterdir()) == []

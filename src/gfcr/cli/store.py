@@ -73,7 +73,8 @@ def init(path: StorePath) -> None:
     from gfcr.store import RolloutStore
 
     s = RolloutStore.open(path, create=True)
-    console.print(f"store ready at {s.path} (schema version {s.manifest['schema_version']})")
+    console.print(f"store ready at {s.path} (schema version {s.manifest['schema_version']}; commits: "
+                  f"{s.location.commit_handler})", soft_wrap=True, highlight=False)
 
 
 def _csv(v: str | None) -> list[str] | None:

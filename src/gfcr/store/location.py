@@ -40,6 +40,9 @@ COMMIT_HANDLERS = {
 }
 #: schemes Lance reads and writes but whose commit does not detect a racing writer
 UNSAFE_SCHEMES = {"memory": "Lance's in-memory store (one process only)"}
+#: storage options that turn an S3 commit's conditional PUT off (object_store's ``conditional_put``,
+#: set for servers that do not honour ``If-None-Match``): the commit then overwrites a racing one
+_NO_CONDITIONAL_PUT = ("aws_conditional_put", "conditional_put")
 #: storage options gfcr sets for a remote store unless the caller gives them: a few bounded retries,
 #: so an unreachable endpoint fails in seconds (Lance's own defaults retry for up to 180 s)
 REMOTE_DEFAULTS = {"client_max_retries": "3", "client_retry_timeout": "20", "connect_timeout": "5s"}
@@ -99,11 +102,13 @@ def locate(where: str | os.PathLike[str] | Location, storage_options: dict[str, 
     if scheme not in COMMIT_HANDLERS and scheme not in UNSAFE_SCHEMES:
         raise StoreError(f"unknown store URI scheme {scheme!r} in {s!r}; a store is a local path or an "
                          f"{', '.join(k + '://' for k in known if k != 'file')} URI")
-    if scheme in UNSAFE_SCHEMES and not (allow_unsafe_commits or os.environ.get(UNSAFE_ENV) == "1"):
-        raise StoreError(f"{s!r}: {UNSAFE_SCHEMES[scheme]} cannot detect a racing commit, so two writers could "
-                         f"overwrite each other's rows; pass allow_unsafe_commits=True (or {UNSAFE_ENV}=1) to use it anyway")
+    opts = {str(k): str(v) for k, v in (storage_options or {}).items()}
+    unsafe = UNSAFE_SCHEMES.get(scheme) or next(
+        (f"S3 with {k}={v}" for k, v in opts.items() if k.lower() in _NO_CONDITIONAL_PUT and v.lower() == "disabled"), None)
+    if unsafe and not (allow_unsafe_commits or os.environ.get(UNSAFE_ENV) == "1"):
+        raise StoreError(f"{s!r}: {unsafe} cannot detect a racing commit, so two writers could overwrite each "
+                         f"other's rows; pass allow_unsafe_commits=True (or {UNSAFE_ENV}=1) to use it anyway")
     rest = s[m.end():].rstrip("/")
     if not rest or rest.startswith("/"):
         raise StoreError(f"store URI {s!r} names no bucket; write {scheme}://BUCKET/PREFIX")
-    opts = {**REMOTE_DEFAULTS, **{str(k): str(v) for k, v in (storage_options or {}).items()}}
-    return Location(f"{s[:m.end()]}{rest}", None, scheme, opts)
+    return Location(f"{s[:m.end()]}{rest}", None, scheme, {**REMOTE_DEFAULTS, **opts})
