@@ -5,8 +5,10 @@ on-disk cache, cost accounting, and resume.
 
 A 135M model is a weak judge: the point is the path, not the verdicts. The run records what a user
 would need to size a real one: calls, tokens, seconds, audits per minute, how many verdicts parsed, how
-many rollouts ended kept / discarded / error and why, then that a second pass resumes (0 calls) and that
-a new judge version on the same requests is served from the cache.
+many rollouts ended kept / discarded / error and why, then what a second pass of the same judge version
+does (resume: rollouts with a kept / discarded audit are skipped; errors are retried, here from the
+cache) and that a new judge version on the same requests is served from the cache (``cache_failures``
+on, so that a weak judge's invalid answers are cached too).
 
     python bench/ross_llm_judge_run.py --prompts 12 --k 4 --out bench/out/ross_llm_judge.json
 
@@ -57,8 +59,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--max-tokens", type=int, default=256, help="the judge's answer budget")
-    ap.add_argument("--limit", type=int, default=16, help="verified rollouts audited")
+    ap.add_argument("--max-tokens", type=int, default=192, help="the judge's answer budget")
+    ap.add_argument("--limit", type=int, default=8, help="verified rollouts audited")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
 
@@ -103,7 +105,7 @@ def main() -> None:
         passes = []
         for name, version in (("audit", "bench-1"), ("resume", "bench-1"), ("cache", "bench-2")):
             llm = JudgeConfig(base_url=base + "/v1", model="gfcr", max_tokens=a.max_tokens, timeout_s=600.0,
-                              cache_dir=str(cache))
+                              cache_dir=str(cache), cache_failures=True)
             judge = make_judge("llm", llm=llm, version=version, recheck=True)
             t, c = time.perf_counter(), time.process_time()
             s = audit_rollouts(store, rollouts, judge, tok, retries=2, concurrency=a.concurrency)
@@ -112,6 +114,9 @@ def main() -> None:
                            "load": _load(), **s.to_dict(),
                            "audits_per_min": round(60 * s.audited / wall, 2) if s.audited else 0.0})
             print(json.dumps(passes[-1]), flush=True)
+            if a.out is not None:  # what is done so far survives a time-out
+                a.out.parent.mkdir(parents=True, exist_ok=True)
+                a.out.write_text(json.dumps(out | {"passes": passes}, indent=2, default=str) + "\n")
         out["passes"] = passes
         audits = store.audits(judge_version="bench-1").to_pylist()
         out["raw_outputs_parsed"] = sum(1 for x in audits if x["status"] in ("kept", "discarded"))

@@ -13,8 +13,8 @@ def gfcr(*args, ok=True):
     return p
 
 
-def test_store_cli_end_to_end(tmp_path: Path):
-    st = tmp_path / "st"
+def test_store_cli_end_to_end(tmp_path: Path, store_uri):
+    st = store_uri  # a local directory, or a URI on the loopback S3 server
     assert "store ready" in gfcr("store", "init", st).stdout
     S.write_verl(tmp_path / "verl", steps=2)
     out = gfcr("store", "import", st, tmp_path / "verl", "--from", "verl", "--run", "r1").stdout

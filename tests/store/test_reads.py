@@ -37,9 +37,15 @@ def _check_reads(store, rng, n=12):
     return rows
 
 
-def test_reads_exact_through_appends_compaction_updates_deletes(tmp_path):
+@pytest.fixture
+def store(store_uri):
+    """A new store, local and on the loopback S3 server (the contract tests run on both)."""
+    return RolloutStore.open(store_uri, create=True)
+
+
+def test_reads_exact_through_appends_compaction_updates_deletes(store_uri):
     rng = np.random.default_rng(0)
-    store = RolloutStore.open(tmp_path / "s", create=True, auto_compact=3)
+    store = RolloutStore.open(store_uri, create=True, auto_compact=3)
     for b in range(9):  # small commits: automatic compaction rewrites some of them
         store.append(_batch(b, 2 + b % 4))
     assert store.compactions, "the store should have merged fragments by now"
@@ -70,7 +76,7 @@ def test_reads_exact_through_appends_compaction_updates_deletes(tmp_path):
     assert rows["b0-0"]["reward"] == 42.0 and "b13-1" in rows
     assert store.get(["b13-1", "b0-0"]).column("reward").to_pylist() == [13.0, 42.0]
 
-    lance.dataset(str(tmp_path / "s" / "rollouts.lance")).delete("step = 5")  # deletion vectors
+    store.dataset("rollouts").delete("step = 5")  # deletion vectors
     rows = _check_reads(store, rng)
     assert not any(k.startswith("b5-") for k in rows)
     with pytest.raises(KeyError, match="not in the store"):

@@ -6,6 +6,12 @@ from gfcr.store import RolloutStore, StoreError
 from gfcr.testing import make_prompt, make_rollout
 
 
+@pytest.fixture
+def store(store_uri):
+    """A new store, local and on the loopback S3 server (``store_uri``): the contract tests run on both."""
+    return RolloutStore.open(store_uri, create=True)
+
+
 def test_open_requires_existing_store(tmp_path):
     with pytest.raises(StoreError, match="gfcr store init"):
         RolloutStore.open(tmp_path / "nope")

@@ -202,8 +202,11 @@ def topmost_new(p: Path) -> Path | None:
 @contextlib.contextmanager
 def removed_on_failure(*paths: str | os.PathLike[str] | None) -> Iterator[None]:
     """Run the body; if it fails, remove what it created at ``paths`` (and at missing folders above
-    them). A path that existed before is never touched. ``typer.Exit(0)`` is not a failure."""
-    new = [t for t in (topmost_new(Path(p)) for p in paths if p is not None) if t is not None]
+    them). A path that existed before is never touched, nor a remote store URI (``s3://…``: nothing
+    local was created). ``typer.Exit(0)`` is not a failure."""
+    from gfcr.store.location import is_uri
+
+    new = [t for t in (topmost_new(Path(p)) for p in paths if p is not None and not is_uri(os.fspath(p))) if t is not None]
     try:
         yield
     except BaseException as e:
@@ -362,7 +365,7 @@ def verify_inputs(store: str, verifier: str, options: str | None) -> tuple[Any, 
 
 # --- the sampling flags `gfcr generate` and `gfcr scale generate` share (they override a GenerateConfig) ---
 GenConfigArg = Annotated[Path | None, typer.Argument(help="YAML GenerateConfig (flags override it).")]
-StoreOpt = Annotated[str | None, typer.Option(help="Store directory (created if missing).")]
+StoreOpt = Annotated[str | None, typer.Option(help="Store directory or s3://, gs://, az:// URI (created if missing).")]
 ModelOpt = Annotated[str | None, typer.Option(help="Model dir/name (default: SmolLM2-135M-Instruct).")]
 EngineOpt = Annotated[str | None, typer.Option(help="Engine: hf, openai, vllm, ray.")]
 BaseUrlOpt = Annotated[str | None, typer.Option(help="openai engine: server URL (http://127.0.0.1:8000/v1).")]

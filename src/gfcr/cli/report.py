@@ -33,7 +33,7 @@ def _load_configs(config: Path | None):  # noqa: ANN202 - (MetricsConfig, Detect
 
 
 def report(
-    store: Annotated[Path, typer.Argument(help="path of the rollout store")],
+    store: Annotated[str, typer.Argument(help="the rollout store: a directory or an s3://, gs://, az:// URI")],
     out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write")] = Path("report.html"),
     run: Annotated[str | None, typer.Option("--run", help="only this run (default: every run in the store)")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML with 'metrics:' and 'detectors:' thresholds")] = None,
@@ -93,7 +93,7 @@ def _print(findings, health) -> None:  # noqa: ANN001
 
 
 def diagnose(
-    store: Annotated[Path, typer.Argument(help="path of the rollout store")],
+    store: Annotated[str, typer.Argument(help="the rollout store: a directory or an s3://, gs://, az:// URI")],
     run: Annotated[str | None, typer.Option("--run", help="only this run (default: every run in the store)")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML with 'metrics:' and 'detectors:' thresholds")] = None,
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name, or 'default' (the default model's), for the token/text check")] = None,
@@ -119,7 +119,7 @@ def diagnose(
 
 
 def view(
-    store: Annotated[Path, typer.Argument(help="path of the rollout store")],
+    store: Annotated[str, typer.Argument(help="the rollout store: a directory or an s3://, gs://, az:// URI")],
     host: Annotated[str, typer.Option("--host", help="address to listen on (loopback by default)")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="port to listen on")] = 8765,
     tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer dir/name, or 'default', to decode tokens (optional)")] = None,

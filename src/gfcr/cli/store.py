@@ -21,10 +21,10 @@ MANIFEST_NAME = "gfcr-store.json"
 
 store_app = typer.Typer(help="Create, fill, query and maintain a rollout store.", no_args_is_help=True)
 
-StorePath = Annotated[Path, typer.Argument(help="Store directory.")]
+StorePath = Annotated[str, typer.Argument(help="Store: a directory, or an s3://, gs://, az:// URI (docs/store.md).")]
 
 
-def _open(path: Path):  # noqa: ANN202
+def _open(path: str):  # noqa: ANN202
     from gfcr.store import RolloutStore
 
     return RolloutStore.open(path)
@@ -74,16 +74,22 @@ def init(path: StorePath) -> None:
 
     refuse_foreign_folder(path)
     s = RolloutStore.open(path, create=True)
-    console.print(f"store ready at {s.path} (schema version {s.manifest['schema_version']})")
+    console.print(f"store ready at {s.path} (schema version {s.manifest['schema_version']}; commits: "
+                  f"{s.location.commit_handler})", soft_wrap=True, highlight=False)
 
 
-def refuse_foreign_folder(path: Path, run_folder_only: bool = False) -> None:
+def refuse_foreign_folder(path: str | Path, run_folder_only: bool = False) -> None:
     """End the command in one line when ``path`` is a folder that holds files but no store (a store
     created among a dump's files would be read as part of the dump ever after). A run folder gets
     "did you mean RUN/store"; a store's own pieces (what a crashed init or a lost manifest leaves:
     ``*.lance``, locks, the aggregates file) are allowed."""
     from gfcr.store.integrity import MANIFEST
+    from gfcr.store.location import locate
 
+    loc = locate(path)
+    if loc.remote:  # (a URI is a new prefix or a store: nothing of a dump lives at it)
+        return
+    path = loc.local
     if not path.is_dir() or (path / MANIFEST).exists():
         return
     if (path / "store" / MANIFEST).exists():
@@ -378,12 +384,21 @@ def check(
     Exit 0 only when nothing is damaged; otherwise lists each damaged file and the rows still readable."""
     from gfcr.store import integrity
     from gfcr.store.core import TABLES, RolloutStore
+    from gfcr.store.location import locate
 
-    if not path.is_dir():
+    loc = locate(path)
+    if loc.remote and (accept or salvage_to is not None):
+        fail("--accept and --salvage work on local stores; on object storage, restore an earlier version "
+             "(`gfcr store versions`) or copy the readable rows with the Python API (docs/store.md)")
+    if not loc.remote and not Path(path).is_dir():
         fail(f"no store at {path}; check the path")
     refuse_foreign_folder(path, run_folder_only=True)
     tables = list(TABLES)
-    if accept:
+    if loc.remote:
+        from gfcr.store.opening import check_remote
+
+        rep = check_remote(loc, TABLES)
+    elif accept:
         rep = integrity.accept(path, tables, integrity.new_manifest(tables))
     else:
         rep = integrity.check_store(path, tables)
@@ -392,10 +407,13 @@ def check(
     else:
         width = max(len(t.name) for t in rep.tables)
         for t in rep.tables:
-            console.print(check_line(t, width), highlight=False, soft_wrap=True)
+            line = check_line(t, width)
+            if loc.remote:
+                line = line.rsplit(" · SHA-256", 1)[0] + " · SHA-256 not kept on object storage"
+            console.print(line, highlight=False, soft_wrap=True)
         for p in rep.all_problems:
             console.print(f"[red]damaged:[/] {p}", highlight=False, soft_wrap=True)
-        if rep.ok and (path / "aggregates.parquet").exists():
+        if rep.ok and not loc.remote and (Path(path) / "aggregates.parquet").exists():
             console.print("aggregates.parquet: left by an older gfcr, no longer read or written (per-step "
                           "metrics are derived from the rows on read); safe to delete", highlight=False, soft_wrap=True)
     if salvage_to is not None:
@@ -425,14 +443,14 @@ def _ranges(vs: list[int]) -> str:
 
 @store_app.command("walkthrough")
 def walkthrough(
-    path: Annotated[Path | None, typer.Argument(help="Store directory (default runs/walkthrough-<time>).")] = None,
+    path: Annotated[str | None, typer.Argument(help="Store directory or URI (default runs/walkthrough-<time>).")] = None,
 ) -> None:
     """Import the bundled sample dumps, print stats and run a query (a tour of the store)."""
     from gfcr.store import RolloutStore
     from gfcr.store import samples as S
     from gfcr.store.importers import import_rollouts
 
-    path = Path(path) if path else Path("runs") / f"walkthrough-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = path or str(Path("runs") / f"walkthrough-{time.strftime('%Y%m%d-%H%M%S')}")
     with removed_on_failure(path):
         store = RolloutStore.open(path, create=True)
         console.rule("gfcr store walkthrough")

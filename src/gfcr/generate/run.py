@@ -67,10 +67,7 @@ def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = Tr
         rc = config.retrieve
         src = store if rc.store is None else RolloutStore.open(rc.store)
         seeder = RetrievalSeeder(src, k=rc.k, embed=rc.embed, max_distance=rc.max_distance)
-    run_dir = Path(config.store) / "runs" / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cfg_path = run_dir / f"generate-step{config.step}.yaml"
-    cfg_path.write_text(yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
+    cfg_rel = save_resolved(store, run_id, config.step, resolved.model_dump(mode="json"))
     n_rollouts = n_gen = 0
     t0 = time.perf_counter()
     bar = _progress(progress)
@@ -82,7 +79,7 @@ def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = Tr
             rollouts = topo.generate(engine, seeded, run_id=run_id, step=config.step)
             retrieved = {p.prompt_id: p.meta.get("retrieved") for p in seeded}
             for r in rollouts:
-                r.meta.setdefault("config", str(cfg_path.relative_to(config.store)))
+                r.meta.setdefault("config", cfg_rel)
                 if seeder is not None:
                     r.meta["retrieved"] = retrieved.get(r.prompt_id) or []
             store.append(rollouts)
@@ -93,7 +90,22 @@ def run_generate(config: GenerateConfig, engine: Any = None, progress: bool = Tr
     dt = time.perf_counter() - t0
     return {"run_id": run_id, "step": config.step, "prompts": len(prompts), "rollouts": n_rollouts,
             "generated_tokens": n_gen, "seconds": round(dt, 3), "tokens_per_s": round(n_gen / max(dt, 1e-9), 2),
-            "policy_version": engine.policy_version, "store": str(config.store), "config": str(cfg_path)}
+            "policy_version": engine.policy_version, "store": str(config.store),
+            "config": str(Path(store.path) / cfg_rel) if store.local else f"{store.path} (state {cfg_rel})"}
+
+
+def save_resolved(store: Any, run_id: str, step: int, resolved: dict[str, Any]) -> str:
+    """Keep a run's resolved generate config with its store, as ``runs/RUN/generate-stepN.yaml``
+    (returned): a file in a local store's folder, or, for a store on object storage (where gfcr
+    writes nothing beside the tables), the store's state under that name (``store.get_state``)."""
+    rel = f"runs/{run_id}/generate-step{step}.yaml"
+    if not store.local:
+        store.put_state(rel, resolved)
+        return rel
+    path = Path(store.path) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(resolved, sort_keys=False))
+    return rel
 
 
 def _progress(enabled: bool) -> Any:

@@ -199,7 +199,11 @@ class Retrieval:
 
     @classmethod
     def for_store(cls, store: Any, **kw: Any) -> Retrieval:
-        """The retrieval tables of a store: ``<store.path>/retrieval.lance`` (+ ``_segments``)."""
+        """The retrieval tables of a store: ``<store.path>/retrieval.lance`` (+ ``_segments``). A store on
+        object storage (``s3://…``) cannot hold them yet: refused in one line (nothing is created locally)."""
+        if not getattr(store, "local", True):
+            raise ValueError(f"retrieval tables are kept in a local store folder only; {store.path} is on object "
+                             "storage (use a local store for retrieval)")
         return cls(Path(store.path) / "retrieval.lance", **kw)
 
     @property

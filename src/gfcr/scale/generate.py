@@ -26,12 +26,10 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gfcr.generate.config import EngineConfig, GenerateConfig, TopologyConfig
+from gfcr.generate.run import save_resolved
 from gfcr.records import Prompt, Rollout, new_id
 
 from .cluster import ScaleError, error_cause, init_ray, kill_actors
@@ -197,10 +195,7 @@ def ray_generate(
                             r.meta["shard"] = i
                             batch.append(r)
                     if commits == 0:
-                        run_dir = Path(config.store) / "runs" / run_id
-                        run_dir.mkdir(parents=True, exist_ok=True)
-                        (run_dir / f"generate-step{config.step}.yaml").write_text(
-                            yaml.safe_dump(resolved.model_dump(mode="json"), sort_keys=False))
+                        save_resolved(store, run_id, config.step, resolved.model_dump(mode="json"))
                     store.upsert_prompts([p for i in members for p in shards[i]])
                     store.append(batch)
                     commits += 1

@@ -1,27 +1,27 @@
-"""RolloutStore: a directory of Lance datasets queried through DuckDB.
+"""RolloutStore: a store of Lance datasets queried through DuckDB, in a local directory or under an
+object-store URI (``s3://``, ``gs://``, ``az://``; :mod:`gfcr.store.location`, :mod:`gfcr.store.opening`).
 
-Layout of a store directory::
+Layout of a store::
 
-    gfcr-store.json     manifest: format name, schema version, creation time
+    gfcr-store.json     manifest: format, schema version, creation time (local; on object storage it
+                        is the rollouts table's schema metadata, committed with its first version)
     rollouts.lance      one row per trajectory (gfcr.records.ROLLOUT_SCHEMA)
     prompts.lance       tasks + Control state (PROMPT_SCHEMA)
     audits.lance        ROSS audits keyed by (rollout_id, judge, judge_version) (AUDIT_SCHEMA)
     state.lance         small JSON state of Control/Replay components, keyed by name
 
 Every dataset is created empty, with its schema, when the store is initialised; afterwards rows are
-only appended or merged. (Two processes racing to *create* a Lance dataset in append mode lost rows
-on this machine kind; creating at init under a lock avoids that.) Every write is one Lance commit:
-a batch lands whole or not at all, a killed writer leaves the earlier commits intact, and every
-commit is a version that :meth:`RolloutStore.checkout` can travel back to.
+only appended or merged. Every write is one Lance commit (a conflict with another writer's commit
+is retried, :func:`gfcr.store.integrity.retry_commit`): a batch lands whole or not at all, a killed
+writer leaves the earlier commits intact, and every commit is a version that
+:meth:`RolloutStore.checkout` can travel back to.
 
-Upkeep (:mod:`gfcr.store.upkeep`): the duplicate-id check of :meth:`RolloutStore.append` looks ids
-up in an in-process hash index instead of scanning the id column on every commit, and every write
-merges adjacent small fragments of one size tier (``auto_compact`` at a time), so a long run of small
-commits keeps its commit rate and reads stay fast.
+Upkeep (:mod:`gfcr.store.upkeep`): duplicate ids are looked up in an in-process hash index, and
+every write merges adjacent small fragments of one size tier (``auto_compact`` at a time).
 
-Integrity (:mod:`gfcr.store.integrity`): every commit records its Lance version and row count in the
-manifest; :meth:`RolloutStore.open` checks cheaply that the files still match (one line names any
-damaged file); ``gfcr store check`` verifies everything.
+Integrity (:mod:`gfcr.store.integrity`): a local store records every commit's Lance version and row
+count in its manifest and checks them cheaply at open; ``gfcr store check`` verifies everything.
+A remote store writes nothing outside Lance's own commit (docs/store.md, "Stores on object storage").
 
 Summaries: the write path writes rows and what integrity needs, nothing else. Per-step summaries
 (the report's metrics, the health checks, the viewer's run list) are derived from the rows by their
@@ -49,7 +49,6 @@ from gfcr.records import (
     AUDIT_SCHEMA,
     PROMPT_SCHEMA,
     ROLLOUT_SCHEMA,
-    SCHEMA_VERSION,
     Audit,
     Prompt,
     Rollout,
@@ -64,7 +63,19 @@ from gfcr.records import (
 from gfcr.store import integrity
 from gfcr.store.integrity import MANIFEST, StoreError  # noqa: F401 - re-exported
 from gfcr.store.integrity import retry_commit as _retry
-from gfcr.store.reads import READ_BLOCK_SIZE, READ_PARAMS, build_id_index, rows_in, sample_rows, take_ids
+from gfcr.store.keys import has_key, insert_absent
+from gfcr.store.location import Location, locate
+from gfcr.store.opening import open_local, open_remote, props
+from gfcr.store.reads import (
+    READ_BLOCK_SIZE,
+    READ_PARAMS,
+    REMOTE_BLOCK_SIZE,
+    build_id_index,
+    rollout_filter,
+    rows_in,
+    sample_rows,
+    take_ids,
+)
 from gfcr.store.upkeep import _in_list, compact_small, fragment_set, hash_ids, id_index
 
 STATE_SCHEMA = pa.schema(
@@ -107,44 +118,40 @@ class RolloutStore:
     ``0`` turns automatic compaction off.
     """
 
-    def __init__(self, path: Path, versions: dict[str, int] | None = None, auto_compact: int = AUTO_COMPACT):
-        self.path = Path(path)
-        self._uris = {name: str(self.path / f"{name}.lance") for name in TABLES}
+    def __init__(self, path: str | os.PathLike[str] | Location, versions: dict[str, int] | None = None,
+                 auto_compact: int = AUTO_COMPACT, manifest: dict[str, Any] | None = None):
+        self.location = locate(path)
+        self.local = not self.location.remote
+        self.path: Any = self.location.local if self.local else self.location.uri  # Path, or the URI (str)
+        self._opts = self.location.storage_options
         self._pinned = versions  # None = follow the latest version of every table
-        self.manifest = integrity.read_manifest(self.path)
+        self.manifest = manifest if manifest is not None else integrity.read_manifest(self.path)
         self.auto_compact = int(auto_compact)
         self.compactions: list[dict[str, Any]] = []  # automatic compactions done by this object
+        self.if_absent = False  # see append()
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike[str], create: bool = False,
-             auto_compact: int = AUTO_COMPACT, verify: bool = True) -> RolloutStore:
-        """Open (or with ``create``, create) the store at ``path``. ``verify``: run the cheap integrity
-        checks (:func:`~gfcr.store.integrity.quick_check`; a damaged store raises ``StoreDamaged``)."""
-        p = Path(path)
-        if not (p / MANIFEST).exists():
-            integrity.refuse_lost_manifest(p, list(TABLES))
-            if not create:
-                if (p / "store" / MANIFEST).exists():  # a run folder (gfcr train writes RUN/store)
-                    raise StoreError(f"{p} is not a gfcr store but holds one: did you mean {p / 'store'}?")
-                if p.exists() and any(p.iterdir()) if p.is_dir() else p.exists():
-                    raise StoreError(f"{p} exists but is not a gfcr store (no {MANIFEST}); choose another path")
-                raise StoreError(f"no gfcr store at {p}; create one with `gfcr store init {p}` or open(..., create=True)")
-            cls._init(p)
-        store = cls(p, auto_compact=auto_compact)
-        m = store.manifest  # (read_manifest checked its format)
-        if int(m.get("schema_version", 0)) > SCHEMA_VERSION:
-            raise StoreError(
-                f"store {p} has schema version {m['schema_version']}, newer than this gfcr ({SCHEMA_VERSION}); upgrade gfcr"
-            )
-        if verify:
-            integrity.quick_check(p, m, list(TABLES), lambda uri: lance.dataset(uri, session=_session()))
-        integrity.opened(p)
-        return store
+    def open(cls, path: str | os.PathLike[str], create: bool = False, auto_compact: int = AUTO_COMPACT,
+             verify: bool = True, storage_options: dict[str, Any] | None = None,
+             allow_unsafe_commits: bool = False) -> RolloutStore:
+        """Open (or with ``create``, create) the store at ``path``: a local directory or an ``s3://``,
+        ``gs://``, ``az://`` URI (:mod:`gfcr.store.location`; ``storage_options``: Lance's object-store
+        options, over the environment's). ``verify``: run the cheap integrity checks
+        (:func:`~gfcr.store.integrity.quick_check`; a damaged store raises ``StoreDamaged``)."""
+        loc = locate(path, storage_options, allow_unsafe_commits)
+        if loc.remote:
+            m = open_remote(loc, TABLES, create, verify)
+        else:
+            m = open_local(loc.local, list(TABLES), create, cls._init)
+            if verify:
+                integrity.quick_check(loc.local, m, list(TABLES), lambda uri: lance.dataset(uri, session=_session()))
+        integrity.opened(loc.uri)
+        return cls(loc, auto_compact=auto_compact, manifest=m)
 
     @classmethod
-    def init(cls, path: str | os.PathLike[str]) -> RolloutStore:
-        return cls.open(path, create=True)
+    def init(cls, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> RolloutStore:
+        return cls.open(path, create=True, storage_options=storage_options)
 
     @staticmethod
     def _init(p: Path) -> None:
@@ -167,19 +174,25 @@ class RolloutStore:
 
     # --- low level ------------------------------------------------------------------------------
     def _record(self, name: str, ds: lance.LanceDataset | None = None) -> None:
-        """Record table ``name``'s version after a commit (:func:`gfcr.store.integrity.record_commit`)."""
-        integrity.record_commit(self.path, name, ds if ds is not None else lance.dataset(self._uri(name)))
+        """Record table ``name``'s version after a commit in a local store's manifest
+        (:func:`gfcr.store.integrity.record_commit`); a remote store records nothing outside Lance's commit."""
+        if self.local:
+            integrity.record_commit(self.path, name, ds if ds is not None else self._latest(name))
 
     def _uri(self, name: str) -> str:
-        return self._uris[name] if name in self._uris else str(self.path / f"{name}.lance")
+        return self.location.join(f"{name}.lance")
+
+    def _latest(self, name: str) -> lance.LanceDataset:
+        """Table ``name`` at its latest version (whatever this view pins)."""
+        return lance.dataset(self._uri(name), storage_options=self._opts)
 
     def dataset(self, name: str) -> lance.LanceDataset:
         """The Lance dataset of table ``name`` at the pinned (or latest) version."""
         if name not in TABLES:
             raise StoreError(f"unknown table {name!r}; tables are {sorted(TABLES)}")
         version = self._pinned[name] if self._pinned is not None else None
-        return lance.dataset(self._uri(name), version=version, session=_session(), block_size=READ_BLOCK_SIZE,
-                             read_params=READ_PARAMS)
+        return lance.dataset(self._uri(name), version=version, session=_session(), read_params=READ_PARAMS,
+                             block_size=READ_BLOCK_SIZE if self.local else REMOTE_BLOCK_SIZE, storage_options=self._opts)
 
     @property
     def read_only(self) -> bool:
@@ -191,7 +204,8 @@ class RolloutStore:
 
     def _append(self, name: str, table: pa.Table) -> lance.LanceDataset:
         uri = self._uri(name)
-        ds = _retry(lambda: lance.write_dataset(table, uri, mode="append"))
+        ds = _retry(lambda: lance.write_dataset(table, uri, mode="append", storage_options=self._opts,
+                                                transaction_properties=props(table)))
         self._record(name, ds)
         self._upkeep(name, ds)
         return ds
@@ -200,13 +214,13 @@ class RolloutStore:
         """Merge ``table`` into table ``name`` (one commit)."""
 
         def go() -> None:
-            b = lance.dataset(self._uri(name)).merge_insert(on).when_matched_update_all()
+            b = self._latest(name).merge_insert(on).when_matched_update_all()
             if insert:
                 b = b.when_not_matched_insert_all()
             b.execute(table)
 
         _retry(go)
-        ds = lance.dataset(self._uri(name))
+        ds = self._latest(name)
         self._record(name, ds)
         self._upkeep(name, ds)
 
@@ -217,13 +231,13 @@ class RolloutStore:
         idx = id_index(self._uri(name), "rollout_id") if name == "rollouts" else None
         if idx is not None:
             with idx.lock:
-                ds = lance.dataset(self._uri(name))
+                ds = self._latest(name)
                 frags, rows = fragment_set(ds), ds.count_rows()
-                done = compact_small(ds, self.auto_compact)
+                done = compact_small(ds, self.auto_compact, self._opts)
                 if done:
-                    idx.compacted(frags, rows, lance.dataset(self._uri(name)))
+                    idx.compacted(frags, rows, self._latest(name))
         else:
-            done = compact_small(ds, self.auto_compact)
+            done = compact_small(ds, self.auto_compact, self._opts)
         if done:
             self._record(name)
             self.compactions.append({"table": name, **done})
@@ -256,8 +270,9 @@ class RolloutStore:
         ``check_existing=False`` skips the look-up against stored ids (cheap through the in-process id index,
         whose first use in a process reads every stored id) for writers whose ids are fresh by construction
         (random uuids), e.g. the live recorders; duplicates within the batch are still refused.
-        Only the rows and what integrity needs are written: per-step summaries are derived by
-        readers (:func:`gfcr.diagnose.metrics.step_metrics`)."""
+        ``self.if_absent`` (an import into a remote store): stored ids are skipped in the commit itself
+        (:func:`gfcr.store.keys.insert_absent`). Only the rows and what integrity needs are written:
+        per-step summaries are derived by readers (:func:`gfcr.diagnose.metrics.step_metrics`)."""
         self._writable()
         table = self._as_rollout_table(records, source)
         if table.num_rows == 0:
@@ -273,30 +288,33 @@ class RolloutStore:
         with idx.lock:  # one check-and-commit at a time in this process
             before = self.dataset("rollouts")
             clash = idx.existing(before, id_list, hashes) if check_existing else set()
-            if clash:
+            if clash and not self.if_absent:
                 raise StoreError(
                     f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
                 )
-            # the write goes through the dataset just opened (Lance then opens none of its own; a
-            # commit that landed since is rebased on, as for a path); after a schema change, the new one
-            target = self.dataset("rollouts") if self._allow_nulls(table, before) else before
-            after = _retry(lambda: lance.write_dataset(table, target, mode="append"))
+            # a local write goes through the dataset just opened (Lance then opens none of its own; a commit
+            # that landed since is rebased on, as for a path); after a schema change, the new one
+            changed = self._allow_nulls(table, before)
+            uri = self._uri("rollouts")
+            target = (self.dataset("rollouts") if changed else before) if self.local else uri
+            if self.if_absent and has_key(before, "rollout_id"):
+                n, after = _retry(lambda: insert_absent(uri, table, "rollout_id", self._opts)), self._latest("rollouts")
+            else:
+                n, after = table.num_rows, _retry(lambda: lance.write_dataset(
+                    table, target, mode="append", storage_options=self._opts, transaction_properties=props(table)))
             idx.committed(before, after, hashes)
         self._record("rollouts", after)
         self._upkeep("rollouts", after)
-        return table.num_rows
+        return n
 
     def _allow_nulls(self, table: pa.Table, ds: lance.LanceDataset) -> bool:
         """Stores created before a rollout field became nullable (``finish_reason``: null = not
-        recorded by the source) get that field relaxed, once, before the first null is written.
-        ``ds``: the rollouts table as the caller just opened it. Returns whether it changed the schema."""
-        nulls = [f for f in ROLLOUT_SCHEMA if f.nullable and table.column(f.name).null_count]
-        if not nulls:
-            return False
-        schema, changed = ds.schema, False
-        for f in nulls:
-            if not schema.field(f.name).nullable:
-                _retry(lambda f=f: lance.dataset(self._uri("rollouts")).alter_columns({"path": f.name, "nullable": True}))
+        recorded by the source) get that field relaxed, once, before the first null is written
+        (``ds``: the rollouts table as just opened). Returns whether it changed the schema."""
+        changed = False
+        for f in ROLLOUT_SCHEMA:
+            if f.nullable and table.column(f.name).null_count and not ds.schema.field(f.name).nullable:
+                _retry(lambda f=f: self._latest("rollouts").alter_columns({"path": f.name, "nullable": True}))
                 self._record("rollouts")
                 changed = True
         return changed
@@ -317,31 +335,6 @@ class RolloutStore:
         self._merge("rollouts", table, "rollout_id", insert=False)
         return table.num_rows
 
-    @staticmethod
-    def _filter(
-        run: str | None = None,
-        steps: tuple[int, int] | None = None,
-        verified: bool | None = None,
-        prompt_ids: Iterable[str] | None = None,
-        task: str | None = None,
-        where: str | None = None,
-    ) -> str | None:
-        parts = []
-        if run is not None:
-            parts.append(f"run_id = {_quote(run)}")
-        if steps is not None:
-            a, b = steps
-            parts.append(f"step >= {int(a)} AND step <= {int(b)}")
-        if verified is not None:
-            parts.append("verified = true" if verified else "verified = false")
-        if prompt_ids is not None:
-            parts.append(_in_list("prompt_id", prompt_ids))
-        if task is not None:
-            parts.append(f"task = {_quote(task)}")
-        if where:
-            parts.append(f"({where})")
-        return " AND ".join(parts) if parts else None
-
     def scan(
         self,
         run: str | None = None,
@@ -354,7 +347,7 @@ class RolloutStore:
     ) -> pa.Table:
         """Rollouts matching every given filter (``steps`` is inclusive; ``where`` is a Lance SQL
         predicate such as ``"reward > 0.5"``), as an Arrow table."""
-        flt = self._filter(run, steps, verified, prompt_ids, task, where)
+        flt = rollout_filter(run, steps, verified, prompt_ids, task, where)
         try:
             return self.dataset("rollouts").to_table(columns=list(columns) if columns else None, filter=flt)
         except (ValueError, OSError) as e:
@@ -509,7 +502,7 @@ class RolloutStore:
     def versions(self) -> list[dict[str, Any]]:
         """Versions of the rollouts table (the store's version): version, timestamp, rows."""
         out = []
-        for v in lance.dataset(self._uri("rollouts")).versions():
+        for v in self._latest("rollouts").versions():
             out.append(
                 {"version": v["version"], "timestamp": v["timestamp"], "rows": int(v["metadata"].get("total_rows", 0))}
             )
@@ -522,7 +515,7 @@ class RolloutStore:
     def checkout(self, version: int) -> RolloutStore:
         """A read-only view of the store as it was at rollouts version ``version``; the other tables
         are shown at their latest version committed at or before that moment."""
-        vs = {v["version"]: v["timestamp"] for v in lance.dataset(self._uri("rollouts")).versions()}
+        vs = {v["version"]: v["timestamp"] for v in self._latest("rollouts").versions()}
         if version not in vs:
             raise StoreError(f"no version {version}; available: {min(vs)}..{max(vs)} (see `gfcr store versions`)")
         ts = vs[version]
@@ -530,9 +523,9 @@ class RolloutStore:
         for name in TABLES:
             if name == "rollouts":
                 continue
-            cands = [v["version"] for v in lance.dataset(self._uri(name)).versions() if v["timestamp"] <= ts]
+            cands = [v["version"] for v in self._latest(name).versions() if v["timestamp"] <= ts]
             pinned[name] = max(cands) if cands else 1
-        return RolloutStore(self.path, versions=pinned, auto_compact=0)
+        return RolloutStore(self.location, versions=pinned, auto_compact=0, manifest=self.manifest)
 
     def compact(self) -> dict[str, Any]:
         """Merge small fragments of every table (a new version; history stays), then (re)build the
@@ -543,7 +536,7 @@ class RolloutStore:
         self._writable()
         out = {}
         for name in TABLES:
-            ds = lance.dataset(self._uri(name))
+            ds = self._latest(name)
             before = len(ds.get_fragments())
             idx = id_index(self._uri(name), "rollout_id") if name == "rollouts" else None
             if idx is not None:
@@ -551,13 +544,13 @@ class RolloutStore:
                     idx.catch_up(ds)
                     frags, rows = fragment_set(ds), ds.count_rows()
                     metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
-                    idx.compacted(frags, rows, lance.dataset(self._uri(name)))
+                    idx.compacted(frags, rows, self._latest(name))
             else:
                 metrics = _retry(lambda ds=ds: ds.optimize.compact_files())
             self._record(name)
-            out[name] = {"fragments_before": before, "fragments_after": len(lance.dataset(self._uri(name)).get_fragments()),
+            out[name] = {"fragments_before": before, "fragments_after": len(self._latest(name).get_fragments()),
                          "fragments_removed": getattr(metrics, "fragments_removed", None), "index": None}
-        if _retry(lambda: build_id_index(self._uri("rollouts"))):
+        if _retry(lambda: build_id_index(self._uri("rollouts"), self._opts)):
             self._record("rollouts")
             out["rollouts"]["index"] = "rollout_id (BTREE)"
         return out

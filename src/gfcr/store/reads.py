@@ -19,7 +19,7 @@ decode); docs/store.md has the profile and what did not help.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import lance
 import numpy as np
@@ -31,6 +31,10 @@ from gfcr.store.upkeep import _in_list
 #: Lance merges reads less than this many bytes apart into one I/O (its local default: 4 KiB).
 #: With 64 KiB (and READ_PARAMS), 1,000 random rows cost 0.76-0.90x the CPU of Lance's defaults.
 READ_BLOCK_SIZE = 64 * 1024
+#: the same for a store on object storage, where a request costs more than the bytes it reads: on the
+#: loopback S3 server, sample(1000) of 20,000 rows took 26 requests at 1 MiB against 58 at 64 KiB
+#: (0.6x the wall time; bench/s3_bench.py, docs/performance.md)
+REMOTE_BLOCK_SIZE = 1024 * 1024
 #: Lance read options: keep list columns' repetition index in the session cache between takes
 READ_PARAMS = {"cache_repetition_index": True}
 #: :func:`rows_in` matches longer key lists with ``is_in`` after the read: Lance parses an ``IN`` list
@@ -51,6 +55,25 @@ def rows_in(ds: lance.LanceDataset, column: str, keys: Sequence[str] | None, col
         return t if columns is None else t.select(list(columns))
     parts = ([_in_list(column, keys)] if keys is not None else []) + ([f"({where})"] if where else [])
     return ds.to_table(columns=list(columns) if columns else None, filter=" AND ".join(parts) or None)
+
+
+def rollout_filter(run: str | None = None, steps: tuple[int, int] | None = None, verified: bool | None = None,
+                   prompt_ids: Iterable[str] | None = None, task: str | None = None, where: str | None = None) -> str | None:
+    """The Lance SQL filter of ``RolloutStore.scan``'s arguments (None: every row). Example:
+    ``rollout_filter(run="a", steps=(2, 4))`` → ``"run_id = 'a' AND step >= 2 AND step <= 4"``."""
+    q = lambda x: "'" + str(x).replace("'", "''") + "'"  # noqa: E731
+    parts = [f"run_id = {q(run)}"] if run is not None else []
+    if steps is not None:
+        parts.append(f"step >= {int(steps[0])} AND step <= {int(steps[1])}")
+    if verified is not None:
+        parts.append("verified = true" if verified else "verified = false")
+    if prompt_ids is not None:
+        parts.append(_in_list("prompt_id", prompt_ids))
+    if task is not None:
+        parts.append(f"task = {q(task)}")
+    if where:
+        parts.append(f"({where})")
+    return " AND ".join(parts) if parts else None
 
 
 def take_ids(ds: lance.LanceDataset, ids: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
@@ -91,10 +114,10 @@ def sample_rows(ds: lance.LanceDataset, n: int, where: str | None = None, seed: 
     return ds.take(idx.tolist(), columns=cols)
 
 
-def build_id_index(uri: str) -> bool:
+def build_id_index(uri: str, storage_options: dict[str, str] | None = None) -> bool:
     """(Re)build the BTREE index on ``rollout_id`` of the dataset at ``uri`` (one commit; Lance
     rebases it over concurrent appends). Returns whether one was built (not for an empty table)."""
-    ds = lance.dataset(uri)
+    ds = lance.dataset(uri, storage_options=storage_options)
     if not ds.count_rows():
         return False
     ds.create_scalar_index("rollout_id", "BTREE", replace=True)

@@ -37,6 +37,8 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from gfcr.store.integrity import is_conflict
+
 #: merge the tail runs while the newer one is at least this fraction of the older one
 _MERGE_RATIO = 0.5
 
@@ -116,12 +118,24 @@ class IdIndex:
         self._add(hashes)
         if after.count_rows() == before.count_rows() + len(hashes) and fragment_set(before) <= self.frags:
             self.frags |= fragment_set(after)
+        if is_remote(after.uri):
+            t = after.read_transaction(after.version)
+            _OWN.setdefault(after.uri, set()).update(df.path for f in getattr(t.operation, "fragments", []) for df in f.files)
 
     def compacted(self, frags_before: set[int], rows_before: int, after: lance.LanceDataset) -> None:
         """Record a compaction (the id set unchanged) that went from fragments ``frags_before`` holding
         ``rows_before`` rows to ``after``: its new fragments need not be read again."""
         if after.count_rows() == rows_before and frags_before <= self.frags:
             self.frags |= fragment_set(after)
+
+
+#: remote dataset uri -> data files of the appends this process committed (see :func:`compact_small`)
+_OWN: dict[str, set[str]] = {}
+
+
+def is_remote(uri: str) -> bool:
+    """Is ``uri`` an object-store URI (``s3://…``), not a local path?"""
+    return "://" in uri and not uri.startswith("file://")
 
 
 def fragment_set(ds: lance.LanceDataset) -> set[int]:
@@ -207,36 +221,45 @@ def pick_compaction(sizes: Sequence[int], k: int, max_rows: int = MAX_ROWS) -> l
     return []
 
 
-def compact_small(ds: lance.LanceDataset, k: int) -> dict[str, Any] | None:
+def compact_small(ds: lance.LanceDataset, k: int, storage_options: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Merge the fragments :func:`pick_compaction` chooses into one, as one Lance rewrite commit.
 
     Lance's own ``compact_files`` merges only fragments that are adjacent in the manifest and puts
     its output last, which scatters the tiers; so the rows of the chosen fragments are read and
     written as a new fragment here, and committed with ``LanceOperation.Rewrite`` (which Lance
     rebases over concurrent appends and refuses when another writer rewrote or deleted from the
-    same fragments first). Returns ``{"fragments_removed", "rows", "version"}``, or ``None`` when
+    same fragments first). On a remote store only the fragments this process appended (or merged)
+    are merged: writers on many machines each merge their own, instead of all racing to merge the
+    same ones (each lost race costs a read and a write of the fragments on object storage). Returns ``{"fragments_removed", "rows", "version"}``, or ``None`` when
     nothing was merged (no tier is full, or another writer touched the same fragments first).
     """
     if k < 2 or len(ds.fragment_ids()) < k:
         return None
     frags = ds.get_fragments()
+    own = _OWN.get(ds.uri) if is_remote(ds.uri) else None
+    if own is not None:
+        frags = [f for f in frags if f.metadata.files and f.metadata.files[0].path in own]
     pick = pick_compaction([f.count_rows() for f in frags], k)
     if not pick:
         return None
     chosen = [frags[i] for i in pick]
     rows = ds.scanner(fragments=chosen, scan_in_order=True).to_table()
-    new = lance.fragment.write_fragments(rows, ds.uri, schema=ds.schema, data_storage_version=ds.data_storage_version)
+    new = lance.fragment.write_fragments(rows, ds.uri, schema=ds.schema, data_storage_version=ds.data_storage_version,
+                                         storage_options=storage_options)
     op = lance.LanceOperation.Rewrite(
         groups=[lance.LanceOperation.RewriteGroup(old_fragments=[f.metadata for f in chosen], new_fragments=new)],
         rewritten_indices=[],
     )
     try:
-        after = lance.LanceDataset.commit(ds.uri, op, read_version=ds.version, max_retries=3)
+        after = lance.LanceDataset.commit(ds.uri, op, read_version=ds.version, max_retries=3,
+                                          storage_options=storage_options)
     except (OSError, RuntimeError, ValueError) as e:
-        msg = str(e).lower()
-        if "conflict" in msg or "retryable" in msg or "not found" in msg or "retries" in msg:
+        if is_conflict(e) or "not found" in str(e).lower():
             return None  # another writer rewrote or deleted from these fragments first
         raise
+    if own is not None:  # the merged fragment is this process's to merge again
+        own -= {df.path for f in chosen for df in f.metadata.files}
+        own.update(df.path for f in new for df in f.files)
     return {"fragments_removed": len(chosen), "rows": rows.num_rows, "version": after.version}
 
 

@@ -326,6 +326,7 @@ class TrainConfig(StrictModel):
     eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig, description="Held-out evaluation around training.")
     distill: DistillConfig | None = Field(None, description="On-policy distillation (gfcr.train.distill): teachers that score every sampled token; each generated token's advantage gets -coef*(log p_student - log p_teacher) on top of rl_coef x the group advantage. One teacher per task = multi-teacher (MOPD). null = off.")
     tensorboard: bool = Field(True, description="Also log metrics to TensorBoard when the tensorboard package is installed.")
+    store: str | None = Field(None, description="Where the run's rollouts are stored: a local folder or an s3://, gs://, az:// URI (docs/store.md, 'Stores on object storage'); null = the run folder's store/. --resume reopens the same store.")
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:

@@ -79,7 +79,7 @@ class RunResult:
     """Where a run's outputs are."""
 
     run_dir: Path
-    store_path: Path
+    store_path: Path | str  #: the run folder's store/, or the URI of ``store`` in the config
     metrics_path: Path
     checkpoint: Path | None
     steps_done: int
@@ -104,6 +104,7 @@ class TrainingRun:
     def __init__(self, cfg: TrainConfig, run_dir: Path, resume: bool, progress: bool = True,
                  on_step: Callable[[int, dict[str, Any]], None] | None = None):
         self.cfg, self.run_dir, self.run_id, self.resume = cfg, run_dir, run_dir.name, resume
+        self.store_at: Path | str = cfg.store or run_dir / "store"  # a local folder or an object-store URI
         self.progress = progress and dist.is_main()
         self.device = cfg.device
         self.on_step = on_step
@@ -140,10 +141,10 @@ class TrainingRun:
         torch.manual_seed(cfg.seed)
         self.device = dist.init_from_env(cfg.device)
         if dist.is_main():  # rank 0 creates the store; the other ranks open it once it exists
-            self.store = RolloutStore.open(self.run_dir / "store", create=True)
+            self.store = RolloutStore.open(self.store_at, create=True)
         dist.barrier()
         if not dist.is_main():
-            self.store = RolloutStore.open(self.run_dir / "store")
+            self.store = RolloutStore.open(self.store_at)
         self.train_prompts = load_task_prompts(cfg, "train")
         self.eval_prompts = load_task_prompts(cfg, "test")
         if not self.train_prompts:
@@ -456,7 +457,7 @@ class TrainingRun:
                 bar(step, last)
         if self.tb is not None:
             self.tb.close()
-        return RunResult(self.run_dir, self.run_dir / "store", self.metrics_path, self.ckpt, self._end, last_metrics=last)
+        return RunResult(self.run_dir, self.store_at, self.metrics_path, self.ckpt, self._end, last_metrics=last)
 
 
 def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Path | None = None,

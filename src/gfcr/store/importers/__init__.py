@@ -4,7 +4,8 @@ Every importer parses and validates *all* of a file into records before anything
 malformed input raises :class:`ImportFormatError` naming file, line (or record) and field, and the
 store is left as it was. Imports are incremental: rollout ids derive from content and source
 position, rows already stored are skipped, each file's new rows land in one commit (prompts
-first), and a store-wide lock makes two racing imports of the same dump store each rollout once.
+first), and a store-wide lock (on object storage: an insert-if-absent commit) makes two racing
+imports of the same dump store each rollout once.
 :func:`follow` polls a dump folder a trainer keeps writing.
 
 Formats (the per-framework modules say exactly which fields map where; docs/store.md has tables):
@@ -74,7 +75,16 @@ _DUPLICATES_EXPECTED = {"prime-rl"}
 @contextmanager
 def _import_lock(store: RolloutStore) -> Iterator[None]:
     """An exclusive lock on the store for the check-then-write of one import, so that two imports
-    of the same dump cannot both find a rollout missing and both write it."""
+    of the same dump cannot both find a rollout missing and both write it. A remote store has no
+    lock to share: its appends skip stored ids in the commit itself instead (``store.if_absent``,
+    :mod:`gfcr.store.keys`), which Lance keeps race-free across processes."""
+    if not getattr(store, "local", True):
+        store.if_absent, was = True, store.if_absent
+        try:
+            yield
+        finally:
+            store.if_absent = was
+        return
     with open(store.path / ".import.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

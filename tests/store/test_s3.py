@@ -1,0 +1,313 @@
+"""The store on object storage, against a real S3 protocol server on loopback (moto's server mode,
+started by the suite: ``s3_server`` in conftest.py). The store's contract tests run on both local
+disk and S3 through the ``store_uri`` fixture (test_store.py, test_reads.py, test_cli.py); here is
+what is particular to object storage: many writer processes, kill -9 mid-commit, racing imports,
+the manifest committed once, nothing created on local disk, and one-line errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import lance
+import numpy as np
+import pytest
+from tests.store.conftest import S3_BUCKET, free_port, s3_uri
+
+from gfcr.store import RolloutStore, StoreError
+from gfcr.store.integrity import CommitGaveUp, is_conflict, retry_commit
+from gfcr.store.location import locate
+from gfcr.store.opening import MANIFEST_KEY
+from gfcr.testing import make_rollout
+
+VERL = Path(__file__).parents[1] / "contracts" / "fixtures" / "verl"
+
+# a writer process: a fresh interpreter (spawned, never forked), reading the endpoint from the environment
+WRITER = r"""
+import sys, json
+from gfcr.store import RolloutStore
+from gfcr.testing import make_rollout
+uri, tag, batches, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+store = RolloutStore.open(uri)
+for b in range(batches):
+    store.append([make_rollout(i, step=b, run=tag, n_ctx=8, n_gen=16, seed=b, rollout_id=f"{tag}-{b}-{i}")
+                  for i in range(size)])
+    print(json.dumps({"committed": b}), flush=True)
+"""
+
+
+def _spawn(uri, tag, batches, size):
+    return subprocess.Popen([sys.executable, "-c", WRITER, uri, tag, str(batches), str(size)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _keys(prefix: str) -> list[str]:
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+    out = s3.list_objects_v2(Bucket=S3_BUCKET, Prefix=prefix)
+    return [o["Key"] for o in out.get("Contents", [])]
+
+
+@pytest.mark.slow  # 400 racing commits on a one-process S3 server: about a minute here
+def test_eight_writer_processes_lose_and_double_nothing(s3_env):
+    uri = s3_uri("writers")
+    store = RolloutStore.open(uri, create=True)
+    procs = [_spawn(uri, f"w{k}", 50, 4) for k in range(8)]
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+        assert len(out.splitlines()) == 50
+    ids = store.scan(columns=["rollout_id"]).column("rollout_id").to_pylist()
+    assert len(ids) == 8 * 50 * 4 == store.count()
+    assert len(set(ids)) == len(ids)
+    assert set(ids) == {f"w{k}-{b}-{i}" for k in range(8) for b in range(50) for i in range(4)}
+    # every append's commit carries gfcr's transaction properties (the rows it added, the writer)
+    ds = store.dataset("rollouts")
+    props = [ds.read_transaction(v).transaction_properties or {} for v in range(2, ds.version + 1)]
+    appends = [p for p in props if "gfcr.rows" in p]
+    assert sum(int(p["gfcr.rows"]) for p in appends) == len(ids) and len(appends) == 8 * 50
+
+
+def test_kill_9_mid_commit_on_s3_keeps_every_committed_row(s3_env):
+    uri = s3_uri("kill")
+    RolloutStore.open(uri, create=True)
+    rng = np.random.default_rng(0)
+    committed: set[tuple[str, int]] = set()
+    kills = 0
+    for it in range(6):
+        tag = f"k{it}"
+        p = _spawn(uri, tag, 1000, 20)
+        first = p.stdout.readline()
+        assert first, p.stderr.read()
+        committed.add((tag, json.loads(first)["committed"]))
+        time.sleep(float(rng.uniform(0.0, 0.5)))
+        os.kill(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        kills += p.returncode == -signal.SIGKILL
+        committed |= {(tag, json.loads(line)["committed"]) for line in out.splitlines()}
+        s2 = RolloutStore.open(uri)  # opens after every kill
+        t = s2.scan(columns=["rollout_id", "step", "run_id"])
+        ids = t.column("rollout_id").to_pylist()
+        assert len(ids) == len(set(ids))  # nothing doubled
+        got = set(ids)
+        assert all({f"{tg}-{b}-{i}" for i in range(20)} <= got for tg, b in committed)  # nothing lost
+        runs, steps = t.column("run_id").to_pylist(), t.column("step").to_pylist()
+        per_batch: dict[tuple[str, int], int] = {}
+        for r, s in zip(runs, steps, strict=True):
+            per_batch[(r, s)] = per_batch.get((r, s), 0) + 1
+        assert set(per_batch.values()) <= {20}  # no batch half-written
+    assert kills >= 5
+
+
+def test_two_racing_imports_of_one_dump_store_each_rollout_once(s3_env, tmp_path):
+    """No lock on object storage: the insert-if-absent commit (gfcr.store.keys) keeps racing imports
+    exact. Without it (a plain append after the look-up) both imports would write the 8 rows."""
+    uri = s3_uri("imports")
+    store = RolloutStore.open(uri, create=True)
+    ds = store.dataset("rollouts")
+    assert ds.schema.field("rollout_id").metadata[b"lance-schema:unenforced-primary-key"] == b"true"
+    code = ("import sys; from gfcr.store import RolloutStore; from gfcr.store.importers import import_rollouts; "
+            "r = import_rollouts(RolloutStore.open(sys.argv[1]), 'verl', [sys.argv[2]]); print(r.written)")
+    for _ in range(2):
+        procs = [subprocess.Popen([sys.executable, "-c", code, uri, str(VERL)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(3)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e[-1500:] for _, e in outs]
+    ids = store.scan(columns=["rollout_id"]).column("rollout_id").to_pylist()
+    assert len(ids) == 8 and len(set(ids)) == 8
+    assert store.count("prompts") == len(set(store.dataset("prompts").to_table().column("prompt_id").to_pylist()))
+
+
+def test_manifest_is_committed_once_with_the_table_and_never_rewritten(s3_env):
+    uri = s3_uri("manifest")
+    store = RolloutStore.open(uri, create=True)
+    first = store.dataset("rollouts").schema.metadata[MANIFEST_KEY.encode()]
+    m = json.loads(first)
+    assert m["format"] == "gfcr-store" and "conditional PUT" in m["commit_handler"]
+    for b in range(3):
+        store.append([make_rollout(b * 10 + i, step=b) for i in range(5)])
+    r = store.rollouts(steps=(0, 0))[0]
+    r.reward = -1.0
+    store.update([r])
+    store.compact()
+    assert store.dataset("rollouts").schema.metadata[MANIFEST_KEY.encode()] == first
+    prefix = uri.split(f"{S3_BUCKET}/", 1)[1]
+    keys = _keys(prefix)
+    assert keys and not [k for k in keys if k.endswith(".json") or ".lock" in k or "aggregates" in k]
+    # a racing second init keeps the first manifest
+    assert RolloutStore.open(uri, create=True).manifest == m
+    # a Lance table without the manifest is refused, not adopted
+    other = s3_uri("plain")
+    lance.write_dataset(store.dataset("state").to_table(), f"{other}/rollouts.lance")
+    with pytest.raises(StoreError, match="not a gfcr store"):
+        RolloutStore.open(other)
+
+
+def test_remote_uri_creates_nothing_on_local_disk(s3_env, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    uri = s3_uri("nolocal")
+    p = subprocess.run([sys.executable, "-m", "gfcr.cli", "store", "init", uri], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    st = RolloutStore.open(uri)
+    st.append([make_rollout(i) for i in range(3)])
+    assert st.count() == 3 and isinstance(st.path, str) and st.path == uri
+    with pytest.raises(StoreError, match="no gfcr store"):
+        RolloutStore.open(uri + "-missing")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_scheme_and_unreachable_endpoint_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}", "AWS_ACCESS_KEY_ID": "x",
+           "AWS_SECRET_ACCESS_KEY": "x", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+    for uri, want in [("ftp://bkt/x", "unknown store URI scheme 'ftp'"), ("s3://bkt/x", "cannot reach the store"),
+                      ("s3:///x", "names no bucket"), ("memory://x", "cannot detect a racing commit")]:
+        t0 = time.monotonic()
+        p = subprocess.run([sys.executable, "-m", "gfcr.cli", "store", "init", uri], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and want in p.stderr, p.stderr
+        assert "damaged" not in p.stderr and ".rs:" not in p.stderr
+        assert time.monotonic() - t0 < 60  # bounded retries (gfcr.store.location.REMOTE_DEFAULTS)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(StoreError, match="storage_options were given for the local path"):
+        locate("local/dir", {"aws_endpoint": "x"})
+    # a commit without its conditional PUT cannot detect a racing writer: refused unless opted in
+    with pytest.raises(StoreError, match="aws_conditional_put=disabled cannot detect a racing commit"):
+        locate("s3://bkt/x", {"aws_conditional_put": "disabled"})
+    assert locate("s3://bkt/x", {"aws_conditional_put": "disabled"}, allow_unsafe_commits=True).remote
+
+
+def test_storage_options_pass_through_without_environment(s3_server, monkeypatch):
+    for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ALLOW_HTTP"):
+        monkeypatch.delenv(k, raising=False)
+    opts = {"aws_endpoint": s3_server, "aws_access_key_id": "testing", "aws_secret_access_key": "testing",
+            "aws_region": "us-east-1", "allow_http": "true"}
+    uri = s3_uri("opts")
+    st = RolloutStore.open(uri, create=True, storage_options=opts, auto_compact=2)
+    for b in range(3):  # automatic compaction writes and commits through the same options
+        st.append([make_rollout(b * 10 + i, step=b) for i in range(3)])
+    assert st.compactions and st.count() == 9
+    assert RolloutStore.open(uri, storage_options=opts).count() == 9
+
+
+def test_s3_cli_init_import_query_export_report(s3_env, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    uri = s3_uri("cli")
+
+    def gfcr(*args):
+        p = subprocess.run([sys.executable, "-m", "gfcr.cli", *map(str, args)], capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr + p.stdout
+        return p.stdout
+
+    out = gfcr("store", "init", uri)
+    assert "store ready at " + uri in out and "S3 conditional PUT" in out  # the commit handler, named
+    assert "imported 8 new rollouts" in gfcr("store", "import", uri, VERL, "--from", "verl")
+    assert "8 already stored" in gfcr("store", "import", uri, VERL, "--from", "verl")
+    assert [json.loads(x) for x in gfcr("store", "query", uri, "SELECT count(*) AS n FROM rollouts",
+                                        "--json").splitlines()] == [{"n": 8}]
+    assert "wrote 8 rows" in gfcr("store", "export-sft", uri, tmp_path / "sft.parquet", "--format", "messages")
+    assert gfcr("report", uri, "--out", tmp_path / "r.html").strip().endswith("r.html")
+    assert "ok: " + uri in gfcr("store", "check", uri)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["r.html", "sft.parquet"]
+
+
+def test_retry_commit_recognises_lance_conflicts_only_and_gives_up_in_one_line():
+    from lance.commit import CommitConflictError
+
+    assert is_conflict(CommitConflictError("preempted"))
+    assert is_conflict(OSError("Too many concurrent writers. Retried 20 times"))
+    assert is_conflict(OSError("Retryable commit conflict for version 7: x"))
+    # loose words are not a conflict (the old check retried these)
+    assert not is_conflict(OSError("could not commit: retry later, disk full"))
+    assert not is_conflict(ValueError("merge conflict in config"))
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise OSError("Too many concurrent writers. ")
+        return "ok"
+
+    assert retry_commit(flaky) == "ok" and len(calls) == 3
+    with pytest.raises(CommitGaveUp) as e:
+        retry_commit(lambda: (_ for _ in ()).throw(CommitConflictError("lost")), attempts=3, max_sleep=0.01)
+    assert "3 times in a row" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(OSError, match="disk full"):
+        retry_commit(lambda: (_ for _ in ()).throw(OSError("commit retry: disk full")))
+
+
+def test_generate_writes_its_rollouts_and_resolved_config_to_an_s3_store(s3_env, tiny_dir, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gfcr.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    uri = s3_uri("gen")
+    res = CliRunner().invoke(app, ["generate", "--store", uri, "--model", tiny_dir, "--n", "2", "--k", "2",
+                                   "--max-tokens", "4", "--run-id", "g1", "--quiet"])
+    assert res.exit_code == 0, res.output
+    st = RolloutStore.open(uri)
+    rs = st.rollouts(run="g1")
+    assert len(rs) == 4 and {r.meta["config"] for r in rs} == {"runs/g1/generate-step0.yaml"}
+    assert st.get_state("runs/g1/generate-step0.yaml")["run_id"] == "g1"  # the resolved config, kept in the store
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_viewer_serves_an_s3_store(s3_env):
+    from fastapi.testclient import TestClient
+
+    from gfcr.diagnose.viewer import create_app
+
+    uri = s3_uri("view")
+    RolloutStore.open(uri, create=True).append([make_rollout(i, step=i) for i in range(3)])
+    c = TestClient(create_app(uri))
+    s = c.get("/api/summary").json()
+    assert s["store"] == uri and s["runs"][0]["rollouts"] == 3
+    items = c.get("/api/rollouts").json()["items"]
+    assert len(items) == 3 and c.get(f"/api/rollouts/{items[0]['rollout_id']}").status_code == 200
+
+
+@pytest.mark.slow  # a 1-step RL run of a tiny model
+def test_gfcr_train_writes_its_store_on_s3(s3_env, tmp_path):
+    from tests.train.test_train_cli import _config
+
+    uri = s3_uri("train")
+    cfg = _config(tmp_path, steps=1)
+    p = subprocess.run([sys.executable, "-m", "gfcr.cli", "train", str(cfg), "--run-dir", str(tmp_path / "run"),
+                        "--no-progress", "--set", f"store={uri}"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert uri in p.stdout and not (tmp_path / "run" / "store").exists()
+    t = RolloutStore.open(uri).scan(columns=["step", "run_id"])
+    assert t.column("step").to_pylist() == [0] * 4 and set(t.column("run_id").to_pylist()) == {"run"}
+
+
+def test_ross_select_reads_an_s3_store(s3_env, tmp_path, monkeypatch):
+    from gfcr.testing import make_prompt
+
+    monkeypatch.chdir(tmp_path)
+    uri = s3_uri("ross")
+    st = RolloutStore.open(uri, create=True)
+    st.upsert_prompts([make_prompt(f"p{i}", answer=str(i)) for i in range(4)])
+    st.append([make_rollout(i, prompt=f"p{i % 4}", verified=True, reward=1.0) for i in range(8)])
+    cfg = Path(__file__).parents[2] / "configs" / "ross-arith.yaml"
+    p = subprocess.run([sys.executable, "-m", "gfcr.cli", "ross", "select", str(cfg), "--set", f"store={uri}",
+                        "--set", "upstream_model=unused"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout)
+    assert (got["rollouts"], got["prompts"]) == (8, 4)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_retrieval_on_an_s3_store_is_refused_in_one_line(s3_env, tmp_path, monkeypatch):
+    from gfcr.replay.retrieval import Retrieval
+
+    monkeypatch.chdir(tmp_path)
+    st = RolloutStore.open(s3_uri("retr"), create=True)
+    with pytest.raises(ValueError, match="local store folder only"):
+        Retrieval.for_store(st)
+    assert list(tmp_path.iterdir()) == []
