@@ -119,7 +119,7 @@ def main() -> None:
                 a.out.write_text(json.dumps(out | {"passes": passes}, indent=2, default=str) + "\n")
         out["passes"] = passes
         audits = store.audits(judge_version="bench-1").to_pylist()
-        out["raw_outputs_parsed"] = sum(1 for x in audits if x["status"] in ("kept", "discarded"))
+        out["valid_verdicts"] = sum(1 for x in audits if not str(x.get("reason") or "").startswith("invalid judge output"))
         out["audits_stored"] = len(audits)
     finally:
         serve.terminate()

@@ -253,6 +253,30 @@ def test_llm_judge_on_loopback_fake_server(tok):
         srv.shutdown()
 
 
+def test_llm_judge_cache_serves_a_repeat_call_at_no_new_cost(tok, tmp_path):
+    """A second judge (another version) asking the same questions is answered from the on-disk cache:
+    no request reaches the server and the audit records no new tokens (the first call was counted)."""
+    srv = HTTPServer(("127.0.0.1", 0), _FakeOpenAI)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        reply = '{"verdict": "usable", "keep": [1, 2, 3, 4], "exclude": []}'
+        base = f"http://127.0.0.1:{srv.server_port}/v1"
+        r = make_rollout(tok, "What is 3 + 4?", PLANTED, gold="7")
+        costs = []
+        for version in ("v1", "v2"):
+            _FakeOpenAI.replies = [reply]
+            n0 = len(_FakeOpenAI.seen)
+            judge = make_judge("llm", base_url=base, model="fake-judge", recheck=False, version=version,
+                               cache_dir=str(tmp_path / "cache"))
+            dec, err, raws, cost, meta = judge_rollout(r, None, judge)
+            assert err is None and dec.status == "kept"
+            costs.append((cost.prompt_tokens, cost.gen_tokens, len(_FakeOpenAI.seen) - n0))
+        assert costs == [(100, 20, 1), (0, 0, 0)]
+    finally:
+        srv.shutdown()
+
+
 def test_arith_steps_same_unit_correction_quotes_only_the_mistake(tok):
     text = "4 + 4 = 9, no, 4 + 4 = 8.\nAnswer: 8"
     r = make_rollout(tok, "q", text, gold="8")

@@ -25,6 +25,7 @@ from gfcr.store.opening import MANIFEST_KEY
 from gfcr.testing import make_rollout
 
 VERL = Path(__file__).parents[1] / "contracts" / "fixtures" / "verl"
+PRIME_RL = Path(__file__).parents[1] / "contracts" / "fixtures" / "prime_rl"
 
 # a writer process: a fresh interpreter (spawned, never forked), reading the endpoint from the environment
 WRITER = r"""
@@ -210,7 +211,13 @@ def test_s3_cli_init_import_query_export_report(s3_env, tmp_path, monkeypatch):
     assert "8 already stored" in gfcr("store", "import", uri, VERL, "--from", "verl")
     assert [json.loads(x) for x in gfcr("store", "query", uri, "SELECT count(*) AS n FROM rollouts",
                                         "--json").splitlines()] == [{"n": 8}]
-    assert "wrote 8 rows" in gfcr("store", "export-sft", uri, tmp_path / "sft.parquet", "--format", "messages")
+    # verl's logged prompts are templated text (kept verbatim, never re-templated): refused in one line
+    bad = subprocess.run([sys.executable, "-m", "gfcr.cli", "store", "export-sft", uri, str(tmp_path / "no.parquet"),
+                          "--format", "messages"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "skipped {'templated_prompt': 8}" in bad.stderr
+    assert "imported 5 new rollouts" in gfcr("store", "import", uri, PRIME_RL, "--from", "prime-rl")
+    assert "wrote 4 rows" in gfcr("store", "export-sft", uri, tmp_path / "sft.parquet", "--format", "messages",
+                                  "--where", "task != 'verl'")
     assert gfcr("report", uri, "--out", tmp_path / "r.html").strip().endswith("r.html")
     assert "ok: " + uri in gfcr("store", "check", uri)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["r.html", "sft.parquet"]

@@ -412,6 +412,8 @@ def client_chat(base_url: str | None = None, model: str | None = None, api_key: 
         # the raw reply, never the client's own parse: that takes the first object, which may be a verdict
         # planted in the rollout and quoted by the judge; ROSS takes the last (gfcr.ross.verdict)
         raw = res.raw_outputs[-1] if res.raw_outputs else json.dumps(res.parsed)
+        if res.cached:  # served from the on-disk cache: this call spent nothing (the first one was counted)
+            return raw, Cost(0, 0, 0.0)
         return raw, Cost(res.prompt_tokens, res.completion_tokens, res.latency_s)
 
     return chat
