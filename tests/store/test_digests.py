@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from gfcr.cli import app
 from gfcr.store import RolloutStore, integrity
 from gfcr.store.core import TABLES
+from gfcr.store.errors import StoreDamaged
 from gfcr.testing import make_rollout
 
 FRAGMENTS, PER = 5, 20
@@ -165,7 +166,7 @@ def test_a_missing_deletion_file_is_refused_at_open_by_name(tmp_path):
     p, d = _updated(tmp_path)
     assert RolloutStore.open(p).count() == 6
     d.unlink()
-    with pytest.raises(integrity.StoreDamaged, match=rf"{d.name}.*is missing"):
+    with pytest.raises(StoreDamaged, match=rf"{d.name}.*is missing"):
         RolloutStore.open(p)
     rep = integrity.check_store(p, list(TABLES))
     assert not rep.ok and any(d.name in x and "missing" in x for x in rep.all_problems)
@@ -174,7 +175,7 @@ def test_a_missing_deletion_file_is_refused_at_open_by_name(tmp_path):
 def test_a_truncated_deletion_file_is_refused_at_open(tmp_path):
     p, d = _updated(tmp_path)
     d.write_bytes(d.read_bytes()[:-3])
-    with pytest.raises(integrity.StoreDamaged, match=rf"{d.name}.*bytes.*recorded at commit"):
+    with pytest.raises(StoreDamaged, match=rf"{d.name}.*bytes.*recorded at commit"):
         RolloutStore.open(p)
 
 

@@ -256,7 +256,8 @@ def test_a_file_cut_short_at_every_length_is_caught(tmp_path, what):
     s = RolloutStore.open(base, create=True, auto_compact=0)
     for b in range(3):
         s.append([make_rollout(b * 100 + i, step=b) for i in range(BATCH)])
-    from gfcr.store.integrity import StoreDamaged, version_files
+    from gfcr.store.errors import StoreDamaged
+    from gfcr.store.integrity import version_files
 
     def pick(p: Path) -> Path:
         if what == "data file":

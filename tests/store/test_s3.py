@@ -19,7 +19,8 @@ import pytest
 from tests.store.conftest import S3_BUCKET, free_port, s3_uri
 
 from gfcr.store import RolloutStore, StoreError
-from gfcr.store.integrity import CommitGaveUp, is_conflict, retry_commit
+from gfcr.store.commits import retry_commit
+from gfcr.store.errors import CommitGaveUp, is_conflict
 from gfcr.store.location import locate
 from gfcr.store.opening import MANIFEST_KEY
 from gfcr.testing import make_rollout

@@ -12,7 +12,7 @@ Layout of a store::
 
 Every dataset is created empty, with its schema, when the store is initialised; afterwards rows are
 only appended or merged. Every write is one Lance commit (a conflict with another writer's commit
-is retried, :func:`gfcr.store.integrity.retry_commit`): a batch lands whole or not at all, a killed
+is retried, :func:`gfcr.store.commits.retry_commit`): a batch lands whole or not at all, a killed
 writer leaves the earlier commits intact, and every commit is a version that
 :meth:`RolloutStore.checkout` can travel back to.
 
@@ -61,8 +61,10 @@ from gfcr.records import (
     utcnow,
 )
 from gfcr.store import integrity
-from gfcr.store.integrity import MANIFEST, StoreError  # noqa: F401 - re-exported
-from gfcr.store.integrity import retry_commit as _retry
+from gfcr.store.commits import retry_commit as _retry
+from gfcr.store.commits import writes
+from gfcr.store.errors import StoreError
+from gfcr.store.integrity import MANIFEST
 from gfcr.store.keys import has_key, insert_absent
 from gfcr.store.location import Location, locate
 from gfcr.store.opening import open_local, open_remote, props
@@ -264,6 +266,7 @@ class RolloutStore:
             found.update(t.column(0).to_pylist())
         return found
 
+    @writes
     def append(self, records: Iterable[Rollout] | pa.Table, source: str = "append", check_existing: bool = True) -> int:
         """Append rollouts as one commit. Rejects duplicate ``rollout_id``s (within the batch or
         against the store) before writing anything. Returns the number of rows written.
@@ -319,6 +322,7 @@ class RolloutStore:
                 changed = True
         return changed
 
+    @writes
     def update(self, records: Iterable[Rollout] | pa.Table) -> int:
         """Replace stored rollouts that have the same ``rollout_id`` (a new version; the old rows stay
         reachable through :meth:`checkout`). Every id must already exist."""
@@ -372,6 +376,7 @@ class RolloutStore:
         return self.dataset(table).count_rows(filter=where)
 
     # --- prompts and Control state ---------------------------------------------------------------
+    @writes
     def upsert_prompts(self, prompts: Iterable[Prompt] | pa.Table) -> int:
         """Insert new prompts or refresh existing ones. An existing prompt keeps its Control state."""
         self._writable()
@@ -417,6 +422,7 @@ class RolloutStore:
                 out[pid] = state
         return out
 
+    @writes
     def set_control(self, name: str, states: dict[str, dict[str, Any]]) -> None:
         """Set the Control state of component ``name`` for the given prompts (which must exist)."""
         self._writable()
@@ -447,6 +453,7 @@ class RolloutStore:
 
     def put_state(self, key: str, value: dict[str, Any]) -> None:
         self.put_states({key: value})
+    @writes
     def put_states(self, values: dict[str, dict[str, Any]]) -> None:
         """Set several state keys in one commit."""
         self._writable()
@@ -455,6 +462,7 @@ class RolloutStore:
         self._merge("state", pa.Table.from_pylist(rows, schema=STATE_SCHEMA), "key")
 
     # --- audits -----------------------------------------------------------------------------
+    @writes
     def upsert_audits(self, audits: Iterable[Audit] | pa.Table) -> int:
         self._writable()
         table = conform(audits, AUDIT_SCHEMA, "audits") if isinstance(audits, pa.Table) else audits_to_table(audits)
@@ -527,6 +535,7 @@ class RolloutStore:
             pinned[name] = max(cands) if cands else 1
         return RolloutStore(self.location, versions=pinned, auto_compact=0, manifest=self.manifest)
 
+    @writes
     def compact(self) -> dict[str, Any]:
         """Merge small fragments of every table (a new version; history stays), then (re)build the
         BTREE index on ``rollout_id`` that :meth:`get` and the duplicate-id check's exact look-ups use.

@@ -37,19 +37,19 @@ import fcntl
 import hashlib
 import json
 import os
-import random
 import re
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import lance
 import pyarrow as pa
+
+from gfcr.store.errors import NETWORK, StoreDamaged, StoreError, lance_reason
 
 MANIFEST = "gfcr-store.json"
 FORMAT = "gfcr-store"
@@ -72,27 +72,8 @@ def _open_or_reason(open_: Callable[[], lance.LanceDataset]) -> tuple[lance.Lanc
         return None, f"Lance panicked reading it: {lance_reason(e)}"
 
 
-class StoreError(RuntimeError):
-    """A store operation was refused; the message says why and what to do. Nothing was written."""
-
-
-class StoreDamaged(StoreError):
-    """The store on disk is damaged; the message names the damaged file and what to do."""
-
-
 def _hint(path: Path) -> str:
     return f"run `gfcr store check {path}` for a full report and what can be recovered (docs/store.md)"
-
-
-def lance_reason(e: BaseException) -> str:
-    """Lance's error message without its Rust source locations and wrapper names (one line).
-
-    Example: ``"LanceError(IO): file size is too small, /x/lance-io/src/utils.rs:172:20"`` →
-    ``"file size is too small"``."""
-    s = " ".join(str(e).split())
-    s = re.sub(r",? /\S+\.rs:\d+:\d+", "", s)
-    s = re.sub(r"\b(?:External error: |LanceError\(\w+\): |Invalid user input: )", "", s)
-    return s.strip() or type(e).__name__
 
 
 #: The store this process opened last: the CLI names it in its one line for a read that failed
@@ -109,24 +90,20 @@ _DECODE = re.compile(r"(?:LanceError\((?:Arrow|IO|Corrupt\w*)\)|External error):
                      r"(?:,? /\S+\.rs:\d+:\d+|$)")
 
 
-#: an object store's transport errors as Lance passes them on (object_store's "Generic S3 error: …")
-_NETWORK = re.compile(r"Generic \w+ error|error sending request|HTTP error|Error performing \w+ request")
-
-
 def read_damage(e: BaseException) -> str | None:
     """The one line for a read that failed *inside* a Lance data file (a fragment damaged at its
     recorded size, which the cheap checks of an open cannot see), or None when ``e`` is something
     else. The error and its causes are searched for Lance's decode/IO errors as pyarrow, Lance and
     DuckDB pass them on ("LanceError(Arrow): …", "External error: Encountered corrupt file …"); a
     missing dataset ("was not found") is not damage, and an object store that does not answer
-    (:data:`_NETWORK`) gets a "cannot reach" line instead.
+    (:data:`gfcr.store.errors.NETWORK`) gets a "cannot reach" line instead.
 
     Example: ``StoreError("scan failed (filter None): External error: LanceError(Arrow): Invalid
     argument error: Last offset 16711685 of Utf8 is larger than values length 5, /x/constant.rs:236:21")``
     after ``opened(Path("st"))`` → ``"a data file of the store st is damaged (Invalid argument
     error: Last offset … values length 5); run `gfcr store check st` …"``."""
     where = _LAST_OPENED[0] if _LAST_OPENED else None
-    if _NETWORK.search(str(e)):  # the object store did not answer: nothing is known to be damaged
+    if NETWORK.search(str(e)):  # the object store did not answer: nothing is known to be damaged
         return f"cannot reach the store {where or ''}: {lance_reason(e)[:300]}; check the endpoint and credentials"
     seen: set[int] = set()
     x: BaseException | None = e
@@ -139,47 +116,6 @@ def read_damage(e: BaseException) -> str | None:
             return f"a data file of {name} is damaged ({m.group(1).strip()}); " + _hint(where or Path("STORE"))
         x = x.__cause__ or x.__context__
     return None
-
-
-_T = TypeVar("_T")
-
-
-#: Lance's commit-conflict messages (lance 14, ``rust/lance-core/src/error.rs``): a retryable
-#: conflict, an incompatible concurrent transaction, and its own retry limit on a contended table
-CONFLICT_MESSAGES = ("Retryable commit conflict for version", "Commit conflict for version",
-                     "transaction is incompatible with concurrent transaction",
-                     "transaction was preempted by concurrent transaction", "Too many concurrent writers")
-
-
-def is_conflict(e: BaseException) -> bool:
-    """Did a Lance commit fail because another writer committed first? By type
-    (``lance.commit.CommitConflictError``) or by one of Lance's exact messages (:data:`CONFLICT_MESSAGES`),
-    never by loose words. Example: ``OSError("Too many concurrent writers. …")`` → True;
-    ``OSError("retry the commit later: disk full")`` → False."""
-    from lance.commit import CommitConflictError
-
-    return isinstance(e, CommitConflictError) or any(m in str(e) for m in CONFLICT_MESSAGES)
-
-
-class CommitGaveUp(StoreError):
-    """A commit lost to other writers ``attempts`` times in a row; nothing of it was written."""
-
-
-def retry_commit(fn: Callable[[], _T], attempts: int = 12, max_sleep: float = 2.0) -> _T:
-    """Run ``fn`` (a whole read-then-commit, re-run from the start), retrying Lance commit conflicts
-    (:func:`is_conflict`) with jittered exponential backoff (10 ms doubling, at most ``max_sleep`` s), at
-    most ``attempts`` times; then :class:`CommitGaveUp` in one line. Any other error is raised as it is."""
-    for i in range(attempts):
-        try:
-            return fn()
-        except (OSError, RuntimeError, ValueError) as e:
-            if not is_conflict(e):
-                raise
-            if i == attempts - 1:
-                raise CommitGaveUp(f"the commit lost to other writers {attempts} times in a row ({lance_reason(e)[:160]}); "
-                                   "nothing of it was written: retry later or write from fewer processes") from e
-            time.sleep(min(max_sleep, 0.01 * 2**i) * (0.5 + random.random()))
-    raise AssertionError("unreachable")
 
 
 # --- the manifest ----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gfcr.store.integrity import StoreError
+from gfcr.store.errors import StoreError
 
 #: scheme -> how Lance detects a racing commit on it (a name for docs, errors and `gfcr store info`)
 COMMIT_HANDLERS = {

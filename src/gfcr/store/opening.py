@@ -33,13 +33,12 @@ import lance
 import pyarrow as pa
 
 from gfcr.records import SCHEMA_VERSION
+from gfcr.store.errors import StoreError, lance_reason
 from gfcr.store.integrity import (
     MANIFEST,
     CheckReport,
     FragmentReport,
-    StoreError,
     TableReport,
-    lance_reason,
     new_manifest,
     read_manifest,
     refuse_lost_manifest,

@@ -37,7 +37,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from gfcr.store.integrity import is_conflict
+from gfcr.store.errors import is_conflict
 
 #: merge the tail runs while the newer one is at least this fraction of the older one
 _MERGE_RATIO = 0.5
