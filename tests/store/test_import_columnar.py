@@ -122,14 +122,52 @@ def test_columnar_equals_rows_on_escapes_float_forms_and_shared_prompts(tmp_path
     assert again.written == 0 and again.skipped == 120 and b.count() == 120
 
 
-def test_interleave_of_two_text_columns():
+def test_turns_then_gathers_each_rows_prompt_turns_then_its_tail():
+    import numpy as np
     import pyarrow as pa
 
-    from gfcr.store.importers.arrow_text import interleave as _interleave
+    from gfcr.store.importers.arrow_text import turns_then
 
-    a, b = pa.array(["q1", "", "ü∂", "x"]), pa.array(["a1", "bb", "", "y"])
-    assert _interleave(a, b).to_pylist() == ["q1", "a1", "", "bb", "ü∂", "", "x", "y"]
-    assert _interleave(a.slice(1, 2), b.slice(1, 2)).to_pylist() == ["", "bb", "ü∂", ""]  # slices keep their offsets
+    rng = np.random.default_rng(0)
+    words = ["", "q", "ü∂", "long " * 30, "a\"b"]
+    for _ in range(20):  # random prompts of 0-3 turns, rows drawn from them, slices of both arrays
+        per = [[str(rng.choice(words)) + str(i) for i in range(rng.integers(0, 4))] for _ in range(rng.integers(1, 6))]
+        flat = ["pad"] + [x for turns in per for x in turns]
+        turns = pa.array(flat).slice(1)
+        t_off = np.r_[0, np.cumsum([len(x) for x in per])].astype(np.int32)
+        n = int(rng.integers(0, 9))
+        codes = rng.integers(0, len(per), n)
+        tail = pa.array(["x"] + [str(rng.choice(words)) for _ in range(n)]).slice(1)
+        want = [m for j, c in enumerate(codes) for m in [*per[c], tail[j].as_py()]]
+        src = np.array([i for j, c in enumerate(codes)
+                        for i in [*range(int(t_off[c]), int(t_off[c + 1])), len(flat) - 1 + j]], np.int64)
+        got = turns_then(turns, t_off, pa.array(codes, pa.int64()), tail, src)
+        assert got.to_pylist() == want
+        got.validate(full=True)
+
+
+def test_char_lengths_count_code_points_as_len_does():
+    import pyarrow as pa
+
+    from gfcr.store.importers.arrow_text import char_lengths
+
+    for xs in (["ab", "", "xyz"], ["ab", "ü∂x", "", "🙂"]):
+        a = pa.array(["pre"] + xs).slice(1)  # a slice: its own bytes only
+        assert char_lengths(a).to_pylist() == [len(x) for x in xs]
+    assert char_lengths(pa.array(["é", "ab"]).slice(1)).to_pylist() == [2]  # the non-ASCII byte is outside the slice
+
+
+def test_sha1_joined_is_the_sha1_of_the_joined_row_at_any_slice_size():
+    import pyarrow as pa
+
+    from gfcr.store.importers._common import hid
+    from gfcr.store.importers.arrow_text import sha1_joined
+
+    a, b = pa.array(["1", "2", "3", "4", "5"]), pa.array(["q", "", "ü", "x" * 3000, "z"])
+    want = ["p-" + hid("r", x, y) for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True)]
+    for rows in (1, 2, 5, 2048):
+        assert sha1_joined("r", [a, b], "\x1f", "p-", rows).to_pylist() == want
+    assert sha1_joined("r", [a.slice(0, 0), b.slice(0, 0)], "\x1f", "p-").to_pylist() == []
 
 
 def test_the_import_runs_on_arrows_jemalloc_pool_and_restores_the_default(tmp_path, monkeypatch):

@@ -40,7 +40,15 @@ import pyarrow.json as pj
 from gfcr.records.classes import utcnow
 from gfcr.records.schema import COST_TYPE, MESSAGE_TYPE, PROMPT_SCHEMA, ROLLOUT_SCHEMA, TS_TYPE
 from gfcr.store.importers._common import Progress, scoped, ticking
-from gfcr.store.importers.arrow_text import float_reprs, interleave, json_str, json_text, sha1_ids
+from gfcr.store.importers.arrow_text import (
+    char_lengths,
+    float_reprs,
+    json_str,
+    json_text,
+    sha1_ids,
+    sha1_joined,
+    turns_then,
+)
 from gfcr.store.importers.verl import _STD, split_prompt
 
 #: why a file went to the row path instead (the exact mapping needs what Arrow cannot tell apart)
@@ -209,21 +217,17 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     vk = ', "verdict_key": ' + (json_str(verdict_key) if verdict_key in names else "null") + "}"
     verifier = pc.binary_join_element_wise('{"name": "verl", "score": ', float_reprs(score), vk, "")
     # rollout_id = hid(run_id, file, line, input, output)
-    rid = sha1_ids(pc.binary_join_element_wise(f"{run_id}\x1f{scoped(scope, f.name)}", line_s, inp, out, "\x1f"), "verl-")
+    rid = sha1_joined(f"{run_id}\x1f{scoped(scope, f.name)}", [line_s, inp, out], "\x1f", "verl-")
     step_s = pc.cast(t.column("step"), pa.string())
-    # messages: the prompt's turns, then the assistant output, per row, as one flat struct array
-    if int(t_len.max(initial=0)) == 1 and all(sp[1] in ("text", "templated") for sp in split):
-        contents = interleave(inp, out)  # one user turn each (the common, fast case)
-        roles = pa.array(["user", "assistant"], pa.string()).take(pa.array(np.tile(np.array([0, 1], np.int8), n)))
-        m_off = np.arange(0, 2 * n + 1, 2, dtype=np.int32)
-    else:  # row j: turns t_off[c]..t_off[c+1] of its prompt c, then output j (index len(t_text) + j)
-        lens = t_len[codes] + 1
-        m_off = np.r_[0, np.cumsum(lens)].astype(np.int32)
-        pos = np.arange(m_off[-1]) - np.repeat(m_off[:-1], lens)
-        last = pos == np.repeat(lens - 1, lens)
-        src = np.where(last, len(t_text) + np.repeat(np.arange(n), lens), np.repeat(t_off[:-1][codes], lens) + pos)
-        contents = pa.concat_arrays([t_text, out]).take(pa.array(src))
-        roles = pa.concat_arrays([t_role, pa.repeat(pa.scalar("assistant"), n)]).take(pa.array(src))
+    # messages: the prompt's turns, then the assistant output, per row, as one flat struct array;
+    # row j: turns t_off[c]..t_off[c+1] of its prompt c, then output j (index len(t_text) + j)
+    lens = t_len[codes] + 1
+    m_off = np.r_[0, np.cumsum(lens)].astype(np.int32)
+    pos = np.arange(m_off[-1]) - np.repeat(m_off[:-1], lens)
+    last = pos == np.repeat(lens - 1, lens)
+    src = np.where(last, len(t_text) + np.repeat(np.arange(n), lens), np.repeat(t_off[:-1][codes], lens) + pos)
+    roles = pa.concat_arrays([t_role, pa.repeat(pa.scalar("assistant"), n)]).take(pa.array(src))
+    contents = turns_then(t_text, t_off, enc.indices, out, src)
     nul = pa.nulls(len(contents), pa.string())
     msgs = pa.ListArray.from_arrays(pa.array(m_off),
                                     pa.StructArray.from_arrays([roles, contents, nul, nul], fields=list(MESSAGE_TYPE)))
@@ -254,7 +258,7 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
         "verifier": verifier,
         "signals": pa.MapArray.from_arrays(sig_off, sig_k, sig_v),
         "sampling": const("{}", pa.string()),
-        "cost": pa.StructArray.from_arrays([pc.utf8_length(inp).cast(pa.int64()), pc.utf8_length(out).cast(pa.int64()),
+        "cost": pa.StructArray.from_arrays([char_lengths(inp), char_lengths(out),
                                             pa.array(np.zeros(n))], fields=list(COST_TYPE)),  # characters
         "tokens_source": const("none", pa.string()),
         "created_at": pa.array(np.full(n, now), TS_TYPE),
