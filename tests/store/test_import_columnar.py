@@ -204,3 +204,43 @@ def test_newline_count_by_chunks_equals_bytes_count(chunk):
 
     for data in (b"", b"\n", b"a\nb", b"\n" * 5, b"x" * 6 + b"\n", bytes(range(256)) * 40 + b"\n\n"):
         assert _newlines(data, chunk=chunk) == data.count(b"\n"), (data[:12], chunk)
+
+
+def _split_by_regex(text):
+    """verl.split_prompt as written before issue 48 part 5 (its regexes): the reference."""
+    import re
+
+    from gfcr.store.importers.verl import _TEMPLATED
+
+    chatml = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n?", re.S)
+    llama3 = re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>", re.S)
+    for name, rx, head, gen in (("chatml", chatml, "", "<|im_start|>assistant\n"),
+                                ("llama3", llama3, "<|begin_of_text|>", "<|start_header_id|>assistant<|end_header_id|>\n\n")):
+        body = text.removeprefix(head)
+        turns, pos = [], 0
+        for m in rx.finditer(body):
+            if m.start() != pos:
+                break
+            turns.append((m.group(1), m.group(2)))
+            pos = m.end()
+        if turns and body[pos:] in ("", gen, gen.rstrip("\n")):
+            return turns, name
+    return [("user", text)], ("templated" if _TEMPLATED.search(text) else "text")
+
+
+def test_split_prompt_cuts_as_the_template_regexes_do():
+    import random
+
+    from gfcr.store.importers.verl import split_prompt
+
+    pieces = ["<|im_start|>", "<|im_end|>", "\n", "\n\n", "user", "system", "as sistant", "ü", "é_1", "x", " ", "",
+              "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "assistant", "<|im_start|>assistant\n",
+              "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|im_start|>user\nq<|im_end|>\n", "[INST]"]
+    rng = random.Random(7)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 14))) for _ in range(20000)]
+    texts += ["<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+3?<|im_end|>\n<|im_start|>assistant\n",
+              "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>", "<|im_start|>ü\nx<|im_end|>"]
+    cut = [t for t in texts if split_prompt(t)[1] in ("chatml", "llama3")]
+    assert len(cut) > 100  # the fuzz reaches the templates, not only the fallbacks
+    for t in texts:
+        assert split_prompt(t) == _split_by_regex(t), t
