@@ -244,3 +244,21 @@ def test_split_prompt_cuts_as_the_template_regexes_do():
     assert len(cut) > 100  # the fuzz reaches the templates, not only the fallbacks
     for t in texts:
         assert split_prompt(t) == _split_by_regex(t), t
+
+
+def test_json_text_writes_each_string_as_json_dumps_does():
+    import json
+    import random
+
+    import pyarrow as pa
+
+    from gfcr.store.importers.arrow_text import json_text
+
+    rng = random.Random(3)
+    chars = [chr(c) for c in range(0, 0x80)] + ["ü", "\u2028", "🙂"]
+    for k in range(300):  # clean columns (printable ASCII but quote and backslash) and dirty ones, with nulls
+        pool = [c for c in chars if 0x20 <= ord(c) < 0x7F and c not in '"\\'] if k % 2 else chars
+        xs = [None if rng.random() < 0.1 else "".join(rng.choice(pool) for _ in range(rng.randint(0, 6)))
+              for _ in range(rng.randint(1, 8))]
+        a = pa.array(["\\\"pad"] + xs).slice(1)  # a slice whose buffer starts with bytes to escape
+        assert json_text(a).to_pylist() == [json.dumps(x) for x in xs]

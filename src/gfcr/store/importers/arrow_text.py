@@ -98,7 +98,7 @@ def char_lengths(a: pa.Array) -> pa.Array:
     against 7 ms for ``utf8_length``), else Arrow's ``utf8_length``. Example: ``["ab", "ü"]`` → ``[2, 1]``."""
     o = _offsets(a)
     buf = a.buffers()[2]
-    if not a.null_count and (buf is None or not np.any(np.frombuffer(buf, np.uint8)[int(o[0]) : int(o[-1])] >= 0x80)):
+    if not a.null_count and (buf is None or o[-1] == o[0] or np.frombuffer(buf, np.uint8)[int(o[0]) : int(o[-1])].max() < 0x80):
         return pa.array(np.diff(o).astype(np.int64))
     return pc.utf8_length(a).cast(pa.int64())
 
@@ -144,6 +144,8 @@ def json_text(col: pa.Array | pa.ChunkedArray) -> pa.Array:
         out = pc.cast(col, pa.string())
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
         out = pc.binary_join_element_wise('"', col.cast(pa.string()), '"', "")
+        if _clean(col):  # the common case, one numpy pass over the bytes: no regex per row
+            return pc.fill_null(out, "null") if col.null_count else out
         dirty = pc.fill_null(pc.match_substring_regex(col, _NEEDS_ESCAPE), False)
         if pc.any(dirty).as_py():
             fixed = [json_str(v) for v in col.filter(dirty).to_pylist()]
@@ -151,6 +153,21 @@ def json_text(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     else:
         return pa.array([_js(v) for v in col.to_pylist()], pa.string())
     return pc.fill_null(out, "null") if col.null_count else out
+
+
+#: the bytes JSON (``ensure_ascii``) writes as themselves: printable ASCII but ``"`` and ``\\``
+_CLEAN = np.zeros(256, bool)
+_CLEAN[0x20:0x7F] = True
+_CLEAN[[ord('"'), ord("\\")]] = False
+
+
+def _clean(col: pa.Array) -> bool:
+    """Whether every string of ``col`` is JSON-quoted as is (:data:`_NEEDS_ESCAPE` matches none), by
+    one look-up of its bytes (a null slot's bytes, if any, count too: a false "no" only sends the column
+    to the per-row check)."""
+    o = _offsets(col)
+    buf = col.buffers()[2]
+    return buf is None or o[-1] == o[0] or bool(_CLEAN[np.frombuffer(buf, np.uint8)[int(o[0]) : int(o[-1])]].all())
 
 
 def float_reprs(x: np.ndarray) -> pa.Array:
