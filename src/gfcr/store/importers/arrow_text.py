@@ -1,8 +1,8 @@
 """Arrow string columns built without a Python object per row, for the columnar import
 (:mod:`gfcr.store.importers.columnar`): ids hashed straight from an array's buffers, the JSON text
 of a column as ``json.dumps`` writes each value, floats as ``repr`` writes them, each row's message
-contents gathered, character counts. Each function is pure and gives exactly what the row path's per-row Python gives
-(``tests/store/test_import_columnar.py`` compares the two paths' rows field by field).
+contents gathered, character counts. Each function is pure and gives exactly what the row path's
+per-row Python gives (``tests/store/test_import_columnar.py`` compares the two paths' rows field by field).
 """
 
 from __future__ import annotations
@@ -95,22 +95,25 @@ def sha1_joined(head: str, cols: list[pa.Array], sep: str, prefix: str, rows: in
 def char_lengths(a: pa.Array) -> pa.Array:
     """Characters (code points) of each string, as ``len(str)`` counts them, int64: the byte
     lengths when the array's text is all ASCII (one numpy pass, 0.6 ms for 10k rows of 1.4 KB
-    against 7 ms for ``utf8_length``), else Arrow's ``utf8_length``. Example: ``["ab", "ü"]`` → ``[2, 1]``."""
+    against 7 ms for ``utf8_length``), else Arrow's ``utf8_length``. Example: ``["ab", "ü"]`` →
+    ``[2, 1]``."""
     o = _offsets(a)
     buf = a.buffers()[2]
-    if not a.null_count and (buf is None or o[-1] == o[0] or np.frombuffer(buf, np.uint8)[int(o[0]) : int(o[-1])].max() < 0x80):
+    ascii_only = buf is None or o[-1] == o[0] or np.frombuffer(buf, np.uint8)[int(o[0]) : int(o[-1])].max() < 0x80
+    if not a.null_count and ascii_only:
         return pa.array(np.diff(o).astype(np.int64))
     return pc.utf8_length(a).cast(pa.int64())
 
 
-def turns_then(turns: pa.Array, t_off: np.ndarray, codes: pa.Array, tail: pa.Array, src: np.ndarray) -> pa.Array:
+def turns_then(turns: pa.Array, t_off: np.ndarray, codes: pa.Array, tail: pa.Array,
+               src: np.ndarray) -> pa.Array:
     """Each row's message contents in order: the turns of its prompt, then its own ``tail`` string.
 
     Shapes: ``turns`` (T,) the prompts' turns, flat, prompt u's at ``t_off[u]:t_off[u + 1]``
     (``t_off`` (U + 1,)); ``codes`` (n,) each row's prompt; ``tail`` (n,); ``src`` (M,) the index of
     each message in ``concat(turns, tail)`` (what a ``take`` would gather). → (M,) strings.
-    Each prompt's turns are one contiguous run of ``turns``' buffer, so a row's turns are taken as one
-    string, joined to its tail in row order by Arrow, and cut at the turn lengths: two sequential
+    Each prompt's turns are one contiguous run of ``turns``' buffer, so a row's turns are taken as
+    one string, joined to its tail in row order by Arrow, and cut at the turn lengths: two sequential
     copies where a ``take`` of ``src`` makes one random one (10.4 against 22.6 ms, 10k rows of 1.4 KB).
     Example: turns ``["s", "q"]``, ``t_off`` [0, 2], codes [0, 0], tail ``["a", "b"]`` →
     ``["s", "q", "a", "s", "q", "b"]``."""
@@ -163,8 +166,8 @@ _CLEAN[[ord('"'), ord("\\")]] = False
 
 def _clean(col: pa.Array) -> bool:
     """Whether every string of ``col`` is JSON-quoted as is (:data:`_NEEDS_ESCAPE` matches none), by
-    one look-up of its bytes (a null slot's bytes, if any, count too: a false "no" only sends the column
-    to the per-row check)."""
+    one look-up of its bytes (a null slot's bytes, if any, count too: a false "no" only sends the
+    column to the per-row check)."""
     o = _offsets(col)
     buf = col.buffers()[2]
     return buf is None or o[-1] == o[0] or bool(_CLEAN[np.frombuffer(buf, np.uint8)[int(o[0]) : int(o[-1])]].all())

@@ -340,9 +340,9 @@ def _import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
     ``hold_bytes`` of mapped data; per batch, under ``lock``: skip stored ids, upsert the prompts
     (a prompt in several files gets the latest file's answer, as the row path leaves it), append
     the rollouts in one commit, then record every file's signature in one state write (a crash
-    between the two leaves rows the next import skips by id). Phase 1 reads and parses the next
-    file in a worker thread, and hashes it there, while this one is checked and mapped. When the changed files' bytes fit
-    ``hold_bytes`` (256 MiB by default), phase 1 also maps each file as it passes (overlapping the
+    between the two leaves rows the next import skips by id). Phase 1 reads, parses and hashes the
+    next file in a worker thread while this one is checked and mapped. When the changed files'
+    bytes fit ``hold_bytes`` (256 MiB by default), phase 1 also maps each file as it passes (overlapping the
     next file's parse) and keeps the mapped tables for phase 2; a larger dump keeps the Arrow
     tables instead. Either way what is kept is bounded by ``hold_bytes`` (the latest file's
     always): a dump beyond it is read twice, so memory stays bounded by about 2 × ``hold_bytes``
