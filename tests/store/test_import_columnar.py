@@ -122,14 +122,52 @@ def test_columnar_equals_rows_on_escapes_float_forms_and_shared_prompts(tmp_path
     assert again.written == 0 and again.skipped == 120 and b.count() == 120
 
 
-def test_interleave_of_two_text_columns():
+def test_turns_then_gathers_each_rows_prompt_turns_then_its_tail():
+    import numpy as np
     import pyarrow as pa
 
-    from gfcr.store.importers.arrow_text import interleave as _interleave
+    from gfcr.store.importers.arrow_text import turns_then
 
-    a, b = pa.array(["q1", "", "ü∂", "x"]), pa.array(["a1", "bb", "", "y"])
-    assert _interleave(a, b).to_pylist() == ["q1", "a1", "", "bb", "ü∂", "", "x", "y"]
-    assert _interleave(a.slice(1, 2), b.slice(1, 2)).to_pylist() == ["", "bb", "ü∂", ""]  # slices keep their offsets
+    rng = np.random.default_rng(0)
+    words = ["", "q", "ü∂", "long " * 30, "a\"b"]
+    for _ in range(20):  # random prompts of 0-3 turns, rows drawn from them, slices of both arrays
+        per = [[str(rng.choice(words)) + str(i) for i in range(rng.integers(0, 4))] for _ in range(rng.integers(1, 6))]
+        flat = ["pad"] + [x for turns in per for x in turns]
+        turns = pa.array(flat).slice(1)
+        t_off = np.r_[0, np.cumsum([len(x) for x in per])].astype(np.int32)
+        n = int(rng.integers(0, 9))
+        codes = rng.integers(0, len(per), n)
+        tail = pa.array(["x"] + [str(rng.choice(words)) for _ in range(n)]).slice(1)
+        want = [m for j, c in enumerate(codes) for m in [*per[c], tail[j].as_py()]]
+        src = np.array([i for j, c in enumerate(codes)
+                        for i in [*range(int(t_off[c]), int(t_off[c + 1])), len(flat) - 1 + j]], np.int64)
+        got = turns_then(turns, t_off, pa.array(codes, pa.int64()), tail, src)
+        assert got.to_pylist() == want
+        got.validate(full=True)
+
+
+def test_char_lengths_count_code_points_as_len_does():
+    import pyarrow as pa
+
+    from gfcr.store.importers.arrow_text import char_lengths
+
+    for xs in (["ab", "", "xyz"], ["ab", "ü∂x", "", "🙂"]):
+        a = pa.array(["pre"] + xs).slice(1)  # a slice: its own bytes only
+        assert char_lengths(a).to_pylist() == [len(x) for x in xs]
+    assert char_lengths(pa.array(["é", "ab"]).slice(1)).to_pylist() == [2]  # the non-ASCII byte is outside the slice
+
+
+def test_sha1_joined_is_the_sha1_of_the_joined_row_at_any_slice_size():
+    import pyarrow as pa
+
+    from gfcr.store.importers._common import hid
+    from gfcr.store.importers.arrow_text import sha1_joined
+
+    a, b = pa.array(["1", "2", "3", "4", "5"]), pa.array(["q", "", "ü", "x" * 3000, "z"])
+    want = ["p-" + hid("r", x, y) for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True)]
+    for rows in (1, 2, 5, 2048):
+        assert sha1_joined("r", [a, b], "\x1f", "p-", rows).to_pylist() == want
+    assert sha1_joined("r", [a.slice(0, 0), b.slice(0, 0)], "\x1f", "p-").to_pylist() == []
 
 
 def test_the_import_runs_on_arrows_jemalloc_pool_and_restores_the_default(tmp_path, monkeypatch):
@@ -166,3 +204,61 @@ def test_newline_count_by_chunks_equals_bytes_count(chunk):
 
     for data in (b"", b"\n", b"a\nb", b"\n" * 5, b"x" * 6 + b"\n", bytes(range(256)) * 40 + b"\n\n"):
         assert _newlines(data, chunk=chunk) == data.count(b"\n"), (data[:12], chunk)
+
+
+def _split_by_regex(text):
+    """verl.split_prompt as written before issue 48 part 5 (its regexes): the reference."""
+    import re
+
+    from gfcr.store.importers.verl import _TEMPLATED
+
+    chatml = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n?", re.S)
+    llama3 = re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>", re.S)
+    for name, rx, head, gen in (("chatml", chatml, "", "<|im_start|>assistant\n"),
+                                ("llama3", llama3, "<|begin_of_text|>", "<|start_header_id|>assistant<|end_header_id|>\n\n")):
+        body = text.removeprefix(head)
+        turns, pos = [], 0
+        for m in rx.finditer(body):
+            if m.start() != pos:
+                break
+            turns.append((m.group(1), m.group(2)))
+            pos = m.end()
+        if turns and body[pos:] in ("", gen, gen.rstrip("\n")):
+            return turns, name
+    return [("user", text)], ("templated" if _TEMPLATED.search(text) else "text")
+
+
+def test_split_prompt_cuts_as_the_template_regexes_do():
+    import random
+
+    from gfcr.store.importers.verl import split_prompt
+
+    pieces = ["<|im_start|>", "<|im_end|>", "\n", "\n\n", "user", "system", "as sistant", "ü", "é_1", "x", " ", "",
+              "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "assistant", "<|im_start|>assistant\n",
+              "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|im_start|>user\nq<|im_end|>\n", "[INST]"]
+    rng = random.Random(7)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 14))) for _ in range(20000)]
+    texts += ["<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+3?<|im_end|>\n<|im_start|>assistant\n",
+              "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>", "<|im_start|>ü\nx<|im_end|>"]
+    cut = [t for t in texts if split_prompt(t)[1] in ("chatml", "llama3")]
+    assert len(cut) > 100  # the fuzz reaches the templates, not only the fallbacks
+    for t in texts:
+        assert split_prompt(t) == _split_by_regex(t), t
+
+
+def test_json_text_writes_each_string_as_json_dumps_does():
+    import json
+    import random
+
+    import pyarrow as pa
+
+    from gfcr.store.importers.arrow_text import json_text
+
+    rng = random.Random(3)
+    chars = [chr(c) for c in range(0, 0x80)] + ["ü", "\u2028", "🙂"]
+    for k in range(300):  # clean columns (printable ASCII but quote and backslash) and dirty ones, with nulls
+        pool = [c for c in chars if 0x20 <= ord(c) < 0x7F and c not in '"\\'] if k % 2 else chars
+        xs = [None if rng.random() < 0.1 else "".join(rng.choice(pool) for _ in range(rng.randint(0, 6)))
+              for _ in range(rng.randint(1, 8))]
+        a = pa.array(["\\\"pad"] + xs).slice(1)  # a slice whose buffer starts with bytes to escape
+        assert json_text(a).to_pylist() == [json.dumps(x) for x in xs]

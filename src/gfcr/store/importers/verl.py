@@ -51,13 +51,38 @@ SCOPED = True  # ids and groups keyed by the file's folder under the dump root
 _STD = {"input", "output", "gts", "score", "step", "request_id"}
 
 
-_CHATML = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n?", re.S)
-_LLAMA3 = re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>", re.S)
-#: (name, turn pattern, text before the first turn, the generation prompt after the last)
-_TEMPLATES = (("chatml", _CHATML, "", "<|im_start|>assistant\n"),
-              ("llama3", _LLAMA3, "<|begin_of_text|>", "<|start_header_id|>assistant<|end_header_id|>\n\n"))
+#: (name, text before the first turn, a turn's head before its role, after its role, its end, the
+#: generation prompt after the last turn); a turn is ``head role mid content end`` (``role`` one or
+#: more word characters, ``content`` up to the first ``end``), ChatML's optionally followed by ``\n``
+_TEMPLATES = (("chatml", "", "<|im_start|>", "\n", "<|im_end|>", "<|im_start|>assistant\n"),
+              ("llama3", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>",
+               "<|start_header_id|>assistant<|end_header_id|>\n\n"))
+_WORD = re.compile(r"\w+")
 #: a chat template's marks (or Qwen's ChatML with its special tokens decoded away: ``user\n…\nassistant\n``)
 _TEMPLATED = re.compile(r"<\|[A-Za-z_]+\|>|\[/?INST\]|<(?:start|end)_of_turn>|</?s>|\A(?:system|user)\n[\s\S]*\nassistant\n?\Z")
+
+
+def _turns(body: str, head: str, mid: str, end: str, newline: bool) -> tuple[list[tuple[str, str]], int]:
+    """The turns at the start of ``body``, one after another, and where they stop: what the regex
+    ``head(\\w+)mid(.*?)end`` (then ``\\n?`` when ``newline``), matched again and again from the
+    end of the last match, would give, by ``str.find`` (a lazy ``.*?`` tries the end mark at every
+    character: 8 against 1 µs a prompt of 330 characters). Example: ``"<a>u|x</a>"`` with ``"<a>"``,
+    ``"|"``, ``"</a>"`` → ``([("u", "x")], 10)``."""
+    turns: list[tuple[str, str]] = []
+    pos = 0
+    while body.startswith(head, pos):
+        role = _WORD.match(body, pos + len(head))
+        if role is None or not body.startswith(mid, role.end()):
+            break
+        start = role.end() + len(mid)
+        stop = body.find(end, start)
+        if stop < 0:
+            break
+        turns.append((role.group(), body[start:stop]))
+        pos = stop + len(end)
+        if newline and body.startswith("\n", pos):
+            pos += 1
+    return turns, pos
 
 
 def split_prompt(text: str) -> tuple[list[tuple[str, str]], str]:
@@ -69,14 +94,9 @@ def split_prompt(text: str) -> tuple[list[tuple[str, str]], str]:
     recognised (the text is kept verbatim and exports must not template it again). Example:
     ``"<|im_start|>system\\nBe brief.<|im_end|>\\n<|im_start|>user\\n2+3?<|im_end|>\\n<|im_start|>assistant\\n"``
     → ``([("system", "Be brief."), ("user", "2+3?")], "chatml")``."""
-    for name, rx, head, gen in _TEMPLATES:
-        body = text.removeprefix(head)
-        turns, pos = [], 0
-        for m in rx.finditer(body):
-            if m.start() != pos:
-                break
-            turns.append((m.group(1), m.group(2)))
-            pos = m.end()
+    for name, lead, head, mid, end, gen in _TEMPLATES:
+        body = text.removeprefix(lead)
+        turns, pos = _turns(body, head, mid, end, name == "chatml")
         if turns and body[pos:] in ("", gen, gen.rstrip("\n")):
             return turns, name
     return [("user", text)], ("templated" if _TEMPLATED.search(text) else "text")
