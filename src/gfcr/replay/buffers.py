@@ -1,11 +1,10 @@
 """Replay buffers (Replay): keep past rollouts and feed them back into later training steps.
 
-Every buffer follows :class:`ReplayBuffer`. The training loop and the simulator call only
-``reserve`` (before generation: prompts whose groups replay will complete this step, and with how
-many replayed members), ``mix`` (after generation: what the step trains on, as
-:class:`TrainItem` s carrying the advantage, loss weight and loss form each paper prescribes) and
-``add`` (after the update). ``sample(batch, policy_version, rng)`` -> :class:`ReplaySample` items
-(stored rollout, behaviour log-probs, version lag) remains for library use.
+Every buffer follows :class:`ReplayBuffer`. The loop and the simulator call only ``reserve`` (before
+generation: prompts whose groups replay will complete this step, and with how many replayed members),
+``mix`` via :func:`assemble` (after generation: what the step trains on, :class:`TrainItem` s with the
+advantage, loss weight and loss form each paper prescribes) and ``add`` (after the update).
+``sample(batch, policy_version, rng)`` -> :class:`ReplaySample` s remains for library use.
 
 ``mix(groups, step, rng, estimator)`` per method (``estimator`` is the run's group advantage):
 
@@ -25,14 +24,12 @@ many replayed members), ``mix`` (after generation: what the step trains on, as
   the replayed row's loss is ``−A·f(w)``, ``f(w) = w/(w+0.1)``, ``w = π_θ/π_behaviour``, unclipped
   (ElliottYan/LUFFY ``ExGRPO/.../mix_core_alg.py`` L133–143, L189; collate L150–190).
 
-Versions and lag: the record's ``policy_version`` is a string (a checkpoint id or hash) and has no
-order, so lag is measured in trainer steps: ``lag = policy_version - rollout.step`` where the
-``policy_version`` argument of :meth:`sample` is the *current trainer step* (an int).
+Versions and lag: a record's ``policy_version`` string has no order, so lag is in trainer steps:
+``lag = policy_version - rollout.step``, ``policy_version`` of :meth:`sample` the current step (int).
 
-Restart: a buffer is a deterministic function of the rollouts added to it. ``add`` orders its
-input canonically by (step, group_id, sample_index, rollout_id), so
-:meth:`rebuild` (``store.rollouts(...)`` in one call) reproduces the state of a buffer fed step by
-step. ``state_dict()`` is a JSON-able summary (ids per slot) used to compare the two.
+Restart: a buffer is a deterministic function of the rollouts added to it. ``add`` orders its input
+canonically by (step, group_id, sample_index, rollout_id), so :meth:`rebuild` (``store.rollouts(...)``
+in one call) reproduces a buffer fed step by step; ``state_dict()`` (ids per slot) compares the two.
 
 Name → class table: :data:`BUFFERS`; factory: :func:`make_buffer`.
 """
@@ -110,6 +107,12 @@ def fresh_items(groups: Sequence[Sequence[Rollout]], estimator: Estimator) -> li
         if g:
             out += [TrainItem(r, a, group=g[0].group_id) for r, a in zip(g, estimator(list(g)), strict=True)]
     return out
+
+
+def assemble(buffer: Any, kept: Sequence[Sequence[Rollout]], step: int, rng: np.random.Generator,
+             estimator: Estimator, entropy: Entropy | None = None) -> list[TrainItem]:
+    """A step's batch (the call of :mod:`gfcr.control.step`): ``buffer.mix``, or with no buffer :func:`fresh_items`."""
+    return fresh_items(kept, estimator) if buffer is None else buffer.mix(kept, step, rng, estimator, entropy=entropy)
 
 
 @runtime_checkable
