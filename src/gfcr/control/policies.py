@@ -38,7 +38,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gfcr.control.groups import AdaptiveK, DynamicSampling, gfpo_keep
+from gfcr.control.greso_rules import greso_batch_size
+from gfcr.control.groups import AdaptiveK, DynamicSampling, gfpo_keep, has_variance
 from gfcr.records import Rollout, accuracy
 
 Group = list[Rollout]
@@ -120,11 +121,11 @@ class AdaptiveKPolicy:
                                                 "k_mean": float(np.mean(sizes))})
 
     def observe(self, generated: Sequence[Group]) -> None:
-        for g in generated:
-            for r in g:
-                ok, bad = self.outcomes.get(r.prompt_id, (0, 0))
-                v = self.decide(r)
-                self.outcomes[r.prompt_id] = (ok + int(v >= 0.5), bad + int(v < 0.5))
+        for g in generated:  # a group is one prompt's samples
+            for p in {r.prompt_id for r in g}:
+                wins = sum(self.decide(r) >= 0.5 for r in g if r.prompt_id == p)
+                ok, bad = self.outcomes.get(p, (0, 0))
+                self.outcomes[p] = (ok + wins, bad + sum(r.prompt_id == p for r in g) - wins)
 
 
 class DynamicSamplingPolicy(_Stateless):
@@ -134,30 +135,51 @@ class DynamicSamplingPolicy(_Stateless):
     3× as many per round; set ``gen_prompts`` for that). A refill round draws only prompts the
     step has not drawn yet: the recipe (verl ``recipe/dapo/dapo_ray_trainer.py``) refills with
     ``continue`` inside ``for batch_dict in self.train_dataloader``, i.e. the epoch's next prompts,
-    never one drawn before in the epoch. The loop's sampler (``gfcr.train.sampling.StepSampler``)
-    and the simulator exclude them; a round left with no prompt (the pool used up) generates nothing.
+    never one drawn before in the epoch. The step's sampler (:class:`gfcr.control.step.StepSampler`)
+    excludes them; a round left with no prompt (the pool used up) generates nothing.
+    ``adaptive_gen``: GRESO's adaptive generation batch (:func:`~gfcr.control.greso_rules.greso_batch_size`,
+    arXiv 2506.02177): a round draws ``remaining responses / (1 − zv) / K · 1.25`` prompts, clipped to
+    [train_prompts / 4, gen_prompts], with zv the zero-variance share of the latest round (0.5 at first).
     """
 
     def __init__(self, train_prompts: int | None = None, gen_prompts: int | None = None,
-                 max_num_gen_batches: int = 10, decide_on: str = "accuracy"):
+                 max_num_gen_batches: int = 10, adaptive_gen: bool = False, decide_on: str = "accuracy"):
         self.train_prompts, self.gen_prompts, self.max_rounds = train_prompts, gen_prompts, max_num_gen_batches
+        self.adaptive_gen, self.zero_var_recent = adaptive_gen, 0.5
         self.decide = decider(decide_on)
 
     def collect(self, sampler: Sampler, n_prompts: int, k: int) -> Collected:
-        ds = DynamicSampling(self.train_prompts or n_prompts, self.gen_prompts or n_prompts, self.max_rounds)
+        train = self.train_prompts or n_prompts
+        ds = DynamicSampling(train, self.gen_prompts or n_prompts, self.max_rounds)
         generated: list[Group] = []
+        kept = [0]
 
         def one_round(n: int) -> list[Group]:
+            if self.adaptive_gen:
+                n = greso_batch_size((train - kept[0]) * k, self.zero_var_recent, k, ds.gen_prompts,
+                                     min_bs=max(1, train // 4))
             pids = sampler.select(n)
             if not pids:  # every prompt of the pool was drawn this step
                 return []
             groups = sampler.generate(pids, {p: k for p in pids})
             generated.extend(groups)
+            live = sum(has_variance([self.decide(r) for r in g]) for g in groups)
+            kept[0] += live
+            self.zero_var_recent = 1.0 - live / len(groups) if groups else self.zero_var_recent
             return groups
 
         res = ds.collect(one_round, rewards_of=lambda g: [self.decide(r) for r in g])
         return Collected(generated, res.groups, {"ds_rounds": float(res.n_gen_batches),
                                                  "ds_reached_target": float(res.reached_target)})
+
+    def observe(self, generated: Sequence[Group]) -> None:
+        """GRESO's zero-variance share of the step's last round (``meta["round"]``), so a resumed run
+        rebuilt from the store draws the batch sizes an uninterrupted one draws."""
+        if not self.adaptive_gen or not generated:
+            return
+        last = max(int(g[0].meta.get("round", 0)) for g in generated)
+        rnd = [g for g in generated if int(g[0].meta.get("round", 0)) == last]
+        self.zero_var_recent = 1.0 - sum(has_variance([self.decide(r) for r in g]) for g in rnd) / len(rnd)
 
 
 class GFPOPolicy(_Stateless):

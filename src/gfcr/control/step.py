@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gfcr.records import Rollout
+from gfcr.records import GENERATED, Rollout
 
 Group = list[Rollout]
 
@@ -86,6 +86,25 @@ class StepSampler:
         if rnd == 0:  # a reserved prompt's group is completed from replay
             sizes = {p: max(1, k - self.reserved.get(p, 0)) for p, k in sizes.items()}
         return self.world(list(prompt_ids), sizes, rnd)
+
+
+def scalar_advantage(r: Rollout, a: Any) -> float:
+    """A rollout's advantage as one number: the float, or a per-token array's mean over generated tokens."""
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim == 0:
+        return float(a)
+    gen = np.asarray(r.token_role) == GENERATED
+    return float(a[gen].mean()) if gen.any() else 0.0
+
+
+def stamp_advantages(generated: Sequence[Group], fresh: Sequence[Any], estimator: Callable[[Group], list[Any]]) -> None:
+    """``signals["advantage"]``: what each rollout was trained with (a fresh batch row's advantage; its
+    group's estimate when it was not trained). The loop's append stage; what the FIFO buffer replays."""
+    for g in generated:
+        for r, a in zip(g, estimator(g), strict=True):
+            r.signals["advantage"] = scalar_advantage(r, a)
+    for it in fresh:
+        it.rollout.signals["advantage"] = scalar_advantage(it.rollout, it.advantage)
 
 
 def observe_step(selector: Any, policy: Any, buffer: Any, generated: Sequence[Group], kept: Sequence[Group],

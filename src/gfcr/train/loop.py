@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 
 from gfcr.control.partial import PENDING_FILE, POOL_FILE, load_pool, save_pool
-from gfcr.control.step import observe_step
-from gfcr.records import GENERATED, Rollout
+from gfcr.control.step import observe_step, scalar_advantage, stamp_advantages  # noqa: F401
+from gfcr.records import Rollout
 from gfcr.replay.buffers import assemble
 from gfcr.train import dist
 from gfcr.train.checkpoint import STATE_FILE, latest_checkpoint, save_checkpoint
@@ -87,15 +87,6 @@ class RunResult:
     eval_before: Any = None
     eval_after: Any = None
     last_metrics: dict[str, Any] = field(default_factory=dict)
-
-
-def scalar_advantage(r: Rollout, a: Any) -> float:
-    """A rollout's advantage as one number: the float, or a per-token array's mean over generated tokens."""
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim == 0:
-        return float(a)
-    gen = np.asarray(r.token_role) == GENERATED
-    return float(a[gen].mean()) if gen.any() else 0.0
 
 
 class TrainingRun:
@@ -300,11 +291,7 @@ class TrainingRun:
         trained_ids = {it.rollout.rollout_id for it in fresh}
         if stored is None:
             with timer("append"):
-                for g in col.generated:  # what each rollout was trained with (its group's value when not trained)
-                    for r, a in zip(g, self.estimator(g), strict=True):
-                        r.signals["advantage"] = scalar_advantage(r, a)
-                for it in fresh:
-                    it.rollout.signals["advantage"] = scalar_advantage(it.rollout, it.advantage)
+                stamp_advantages(col.generated, fresh, self.estimator)
                 for r in (r for g in col.generated for r in g):
                     r.meta["kept"], r.meta["trained"] = r.rollout_id in kept_ids, r.rollout_id in trained_ids
                 if dist.is_main() and self.partial is not None:  # the pool after this step, before its rows land
