@@ -225,7 +225,7 @@ def test_gfpo_keeps_the_shortest_and_normalises_over_them(tiny_dir, tmp_path):
 
 
 def test_adaptive_k_sizes_follow_the_posterior(tiny_dir, tmp_path):
-    from gfcr.control.groups import AdaptiveK
+    from gfcr.control.policies import AdaptiveK
 
     t = _run(tiny_dir, tmp_path, n_train=2, **{"control.group": "adaptive_k", "control.group_params": {"k_min": 2, "k_max": 6},
                                                "generate.prompts_per_step": 2})

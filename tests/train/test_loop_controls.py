@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gfcr.control.groups import AdaptiveK
+from gfcr.control.policies import AdaptiveK
 from gfcr.train.config import load_config
 from gfcr.train.loop import TrainingRun, prepare_run, train
 

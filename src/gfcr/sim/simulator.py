@@ -9,26 +9,23 @@ gains ``transfer`` per effective group, and every prompt not trained this step d
 its initial logit by ``forget`` (forgetting, so that revisiting and replay can matter).
 
 Strategies run on the same seed (same world, same initial state) until the same generated-token
-budget is spent. Each step runs the named stages:
+budget is spent. A step is ``gfcr train``'s own sequence (:mod:`gfcr.control.step`):
 
-    select (the real :mod:`gfcr.control.selectors` class) -> generate (vectorised sampling)
-    -> control -> observe -> update (learning rule)
+    StepSampler (the real selector; the buffer's reserve/exclude) -> GroupPolicy.collect (the real
+    gfcr.control.policies class) over SimEngine (the world's draws as minimal rollout records)
+    -> replay.assemble (the real buffer's mix, the loop's estimator and (seed, step, label)
+    generators) -> observe_step -> the learning rule on the batch's effective groups
 
-Controls (``StrategyConfig.control``): ``none`` (train on every group); ``dynamic_sampling``
-(DAPO, via :class:`~gfcr.control.groups.DynamicSampling`); ``ar3po`` (the ``ar3po`` group policy
-of :mod:`gfcr.control.policies` over a simulator sampler, then the real
-:class:`~gfcr.replay.buffers.AR3PO` buffer); ``adaptive_k`` (:class:`~gfcr.control.groups.AdaptiveK`
-splits the batch's B·G responses by each prompt's Beta posterior); ``repo`` and ``exgrpo`` (the
-real :class:`~gfcr.replay.buffers.RePO` / :class:`~gfcr.replay.buffers.ExGRPO` buffers). The replay
-controls build minimal rollout records and assemble the batch with the same calls as
-``gfcr train`` (:meth:`_Run.assemble`: ``ReplayBuffer.reserve`` before generation,
-``ReplayBuffer.mix`` with the loop's estimator and the ``(seed, step, "replay")`` generator after it,
-``add`` after the step), so a simulated batch is the loop's batch for the same groups. Replay in
-this world: a batch group (by its normalisation group) with a non-zero advantage learns like a
-fresh group, times ``replay_decay ** lag`` when it holds replayed responses.
-The world has no notion of an off-policy ratio; ``replay_decay`` (default 1: no discount) is an
-assumption, not a measurement. GFPO is not a strategy here: response lengths in this world do
-not respond to training, so its one benefit (shorter responses) cannot appear.
+A strategy names its selector, group policy and buffer as ``gfcr train`` does (``selector``,
+``group``, ``buffer``; ``control`` is a shorthand for a pair, e.g. ``repo``), so every Control and
+Replay method runs here, and for the same world and seed the simulated batch is the loop's
+(``tests/sim/test_same_batch.py``). The world has no model: ExGRPO ranks a question's trajectories
+by their stored entropy (0: the smallest rollout id), where the loop asks the current policy.
+Replay in this world: a batch group (by its normalisation group) with a non-zero advantage learns
+like a fresh group, times ``replay_decay ** lag`` when it holds replayed responses. The world has
+no notion of an off-policy ratio; ``replay_decay`` (default 1: no discount) is an assumption, not
+a measurement. GFPO runs, but response lengths in this world do not respond to training, so its
+one benefit (shorter responses) cannot appear.
 
 Reported per strategy: generated tokens per effective sample (a generated response in a
 non-zero-advantage group that entered a training batch; replayed responses are reported apart
@@ -402,25 +399,28 @@ class _Run:
     def trained(self, items: list[TrainItem]) -> _Trained:
         """Effective batch groups (a non-zero advantage) → the world's learning step; every batch row's
         tokens go through the trainer."""
-        by: dict[str, list[TrainItem]] = {}
+        by: dict[str, list] = {}  # group -> [prompt, rows, reward sum, live, replayed rows, their lag sum]
+        tokens = 0
         for it in items:
-            by.setdefault(it.group, []).append(it)
-        idx, q, w, n_gen, n_rep = [], [], [], 0, 0
-        for its in by.values():
-            if not any(_nonzero(it.advantage) for it in its):
-                continue
-            rep = [it for it in its if it.replayed]
-            idx.append(self.index[its[0].rollout.prompt_id])
-            q.append(sum(it.rollout.reward for it in its) / len(its))
-            w.append(float(self.decay(np.mean([it.lag for it in rep]))) if rep else 1.0)
-            n_gen += len(its) - len(rep)
-            n_rep += len(rep)
-        tokens = sum(it.rollout.n_generated for it in items)
-        return _Trained(np.array(idx, dtype=np.int64), np.array(q), np.array(w), tokens, n_gen, n_rep)
+            r, s = it.rollout, by.get(it.group)
+            if s is None:
+                s = by[it.group] = [r.prompt_id, 0, 0.0, False, 0, 0]
+            s[1] += 1
+            s[2] += r.reward
+            s[3] = s[3] or _nonzero(it.advantage)
+            if it.replayed:
+                s[4] += 1
+                s[5] += it.lag
+            tokens += r.n_generated
+        live = [s for s in by.values() if s[3]]
+        idx = np.array([self.index[s[0]] for s in live], dtype=np.int64)
+        w = [float(self.decay(s[5] / s[4])) if s[4] else 1.0 for s in live]
+        return _Trained(idx, np.array([s[2] / s[1] for s in live]), np.array(w), tokens,
+                        sum(s[1] - s[4] for s in live), sum(s[4] for s in live))
 
 
 def _nonzero(a: Any) -> bool:
-    return bool(a != 0) if isinstance(a, float | int) else bool(np.any(np.asarray(a) != 0))
+    return a != 0 if type(a) is float else bool(np.any(np.asarray(a) != 0))
 
 
 def run_strategy(cfg: SimConfig, strat: StrategyConfig) -> dict[str, Any]:
