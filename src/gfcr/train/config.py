@@ -334,15 +334,7 @@ class TrainConfig(StrictModel):
         Long because: each rule is two to four lines over several sections; split apart they would
         lose the order they must run in.
         """
-        if self.replay.buffer == "exgrpo":  # the authors' run_exgrpo.sh, unless the config says otherwise
-            if self.signals.advantage is None:
-                self.signals.advantage = "dr_grpo"  # algorithm.grpo_use_std=False
-            if "clip" not in self.loss.model_fields_set:
-                self.loss.clip = False  # actor.loss_remove_clip=True
-            if "agg" not in self.loss.model_fields_set:
-                self.loss.agg = "seq-mean-token-sum-norm"  # actor.loss_remove_token_mean=True: Σ tokens / max length
-            if "mini_batch" not in self.optim.model_fields_set:  # ppo_mini_batch_size=64 of train_batch_size=128:
-                self.optim.mini_batch = -(-self.generate.prompts_per_step * self.generate.k // 2)  # two steps a step
+        self._method_defaults()
         if self.loss.agg == "seq-mean-token-sum-norm" and self.loss.norm_len is None:
             self.loss.norm_len = self.generate.max_tokens
         if self.eval.max_tokens is None:
@@ -352,15 +344,11 @@ class TrainConfig(StrictModel):
                              "params (repo: num_replays, exgrpo: mix_ratio; ar3po injects one per all-wrong group)")
         if self.replay.buffer == "fifo":
             self.replay.params.setdefault("per_step", self.replay.per_step)
-        if self.replay.buffer == "ar3po" and self.control.group is None:
-            self.control.group = "ar3po"  # AR3PO = staged rollout + response reuse
         from gfcr.control.policies import GROUP_POLICIES
 
         c = self.control  # the group policy is known once replay.buffer ar3po has named it
         c.group_params = check_component("control.group_params", "group policy", c.group or "single", GROUP_POLICIES,
                                          c.group_params, skip=("decide_on",))
-        if self.replay.buffer == "exgrpo":
-            self.replay.params.setdefault("group_size", self.generate.k)
         s = self.signals
         if s.advantage is None:
             s.advantage = "treerl" if self.generate.topology.name == "tree" else "reward" if s.adapt_think else "grpo"
@@ -416,6 +404,22 @@ class TrainConfig(StrictModel):
             raise ValueError("engine 'openai' needs generate.engine_params.base_url, e.g. http://127.0.0.1:8000/v1 of a "
                              "`gfcr serve --allow-weight-updates` server")
         return self
+
+    def _method_defaults(self) -> None:
+        """The defaults a method sets in other sections, declared on its class (``run_defaults``, e.g.
+        :meth:`gfcr.replay.buffers.ExGRPO.run_defaults`): each ``section.field`` the config does not name
+        takes the method's value; ``section.params.key`` fills a params dict's missing key."""
+        from gfcr.replay.buffers import BUFFERS
+
+        cls = BUFFERS.get(self.replay.buffer or "")
+        for path, value in (cls.run_defaults(self.generate.prompts_per_step, self.generate.k)
+                            if hasattr(cls, "run_defaults") else {}).items():
+            section, name, *key = path.split(".")
+            sec = getattr(self, section)
+            if key:
+                getattr(sec, name).setdefault(key[0], value)
+            elif name not in sec.model_fields_set:
+                setattr(sec, name, value)
 
 
 #: ``loss.tis_cap`` when ``generate.partial_budget`` is set and the config leaves ``tis_cap`` unset: AReaL's
