@@ -27,8 +27,10 @@ class EngineConfig(StrictModel):
     """
 
     name: Literal["hf", "openai", "vllm"] | str = Field("hf", description="Engine name or 'pkg.mod:Class'.")
-    model: str | None = Field(None, description="Model dir/name (None = the default SmolLM2); for openai, the served name.")
-    args: dict[str, Any] = Field(default_factory=dict, description="Other engine keyword arguments (device, max_batch, base_url...).")
+    model: str | None = Field(None, description=(
+        "Model dir/name (None = the default SmolLM2); for openai, the served name."))
+    args: dict[str, Any] = Field(default_factory=dict, description=(
+        "Other engine keyword arguments (device, max_batch, base_url...)."))
 
     #: engines a composer above Generate adds to :data:`gfcr.generate.engines.ENGINES` (train: ray)
     extra_engines: ClassVar[dict[str, str]] = {}
@@ -103,9 +105,11 @@ class TopologyConfig(StrictModel):
         description="tree: fork only at or after this fraction of the parent's answer (0 = TreeRL's rule).",
     )
     no_fork_after: list[str] = Field(
-        default_factory=list, description="tree: no forking after a generated token containing one of these words."
+        default_factory=list, description=(
+            "tree: no forking after a generated token containing one of these words.")
     )
-    env: str = Field("calculator", description="multi_turn: env name (calculator, python) or 'pkg.mod:Class'.")
+    env: str = Field("calculator", description=(
+        "multi_turn: env name (calculator, python) or 'pkg.mod:Class'."))
     max_turns: int = Field(4, ge=1, description="multi_turn: most policy turns per episode.")
     obs_role: str = Field("user", description="multi_turn: role of the env's observations in the chat.")
 
@@ -137,10 +141,15 @@ class RetrieveConfig(StrictModel):
     """Retrieval-guided generation (:class:`gfcr.replay.retrieval.RetrievalSeeder`): each prompt gets the
     ``k`` nearest solved prompts of a store, with one verified solution each, as in-context examples."""
 
-    store: str | None = Field(None, description="Store whose solved rollouts are retrieved (default: the run's own store, as it is when the run starts).")
-    k: int = Field(2, ge=1, description="Solved cases per prompt (nearest first, placed nearest last before the question).")
-    embed: str = Field("hash", description="Embedder name (hash: no model, surface overlap; minilm: paraphrases) or pkg.mod:obj.")
-    max_distance: float | None = Field(None, ge=0.0, description="Drop neighbours farther than this cosine distance (null: keep the k nearest).")
+    store: str | None = Field(None, description=(
+        "Store whose solved rollouts are retrieved (default: the run's own store, as it is when the run "
+        "starts)."))
+    k: int = Field(2, ge=1, description=(
+        "Solved cases per prompt (nearest first, placed nearest last before the question)."))
+    embed: str = Field("hash", description=(
+        "Embedder name (hash: no model, surface overlap; minilm: paraphrases) or pkg.mod:obj."))
+    max_distance: float | None = Field(None, ge=0.0, description=(
+        "Drop neighbours farther than this cosine distance (null: keep the k nearest)."))
 
 
 class GenerateConfig(StrictModel):
@@ -151,12 +160,15 @@ class GenerateConfig(StrictModel):
     step: int = Field(0, ge=0, description="Training step recorded with the rollouts.")
     seed: int | None = Field(0, description="Base seed; per-prompt seeds derive from it (None = unseeded).")
     batch_prompts: int = Field(8, ge=1, description="Prompts per engine call and per store commit.")
-    tasks: TaskConfig = Field(default_factory=lambda: TaskConfig(params={"n": 8, "level": 1}), description="Task source.")
+    tasks: TaskConfig = Field(default_factory=lambda: TaskConfig(params={"n": 8, "level": 1}), description=(
+        "Task source."))
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine.")
     topology: TopologyConfig = Field(default_factory=TopologyConfig, description="Topology.")
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=96),
                                      description="Sampling params (n is set by the topology).")
-    retrieve: RetrieveConfig | None = Field(None, description="Retrieval-guided generation: solved cases of a store as in-context seeds before each prompt (rollouts record them in meta.retrieved); null = off.")
+    retrieve: RetrieveConfig | None = Field(None, description=(
+        "Retrieval-guided generation: solved cases of a store as in-context seeds before each prompt "
+        "(rollouts record them in meta.retrieved); null = off."))
 
     @model_validator(mode="before")
     @classmethod

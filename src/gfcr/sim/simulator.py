@@ -36,6 +36,7 @@ for its longest member, plus ``train_cost`` per trained token).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import zlib
@@ -71,20 +72,26 @@ class StrategyConfig(StrictModel):
 
     name: str = Field(description="label in the report (e.g. 'dapo', 'greso')")
     selector: str = Field("uniform", description=f"prompt selector, one of {sorted(SELECTORS)}")
-    selector_params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the selector")
+    selector_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "keyword arguments of the selector"))
     group: str | None = Field(None, description=(
         f"group policy, one of {sorted(GROUP_POLICIES)} (gfcr.control.policies); null = what "
         "`control` implies"))
-    group_params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the group policy")
+    group_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "keyword arguments of the group policy"))
     buffer: str | None = Field(None, description=(
         f"replay buffer, one of {sorted(BUFFERS)} (gfcr.replay.buffers); null = what `control` implies"))
-    control: str = Field("none", description=f"shorthand for a group policy + buffer pair, one of {tuple(CONTROLS)}")
-    gen_factor: float = Field(3.0, gt=0, description="dynamic sampling: generation batch = gen_factor x train batch")
+    control: str = Field("none", description=(
+        f"shorthand for a group policy + buffer pair, one of {tuple(CONTROLS)}"))
+    gen_factor: float = Field(3.0, gt=0, description=(
+        "dynamic sampling: generation batch = gen_factor x train batch"))
     adaptive_gen: bool = Field(False, description="dynamic sampling: GRESO's adaptive generation batch size")
-    max_num_gen_batches: int = Field(10, ge=1, description="dynamic sampling: generation rounds per step at most")
+    max_num_gen_batches: int = Field(10, ge=1, description=(
+        "dynamic sampling: generation rounds per step at most"))
     stages: int = Field(2, ge=1, description="ar3po: sampling stages")
     per_stage: int = Field(4, ge=1, description="ar3po: responses per prompt per stage")
-    k_min: int = Field(2, ge=2, description="adaptive_k: fewest responses per prompt (2: a group needs two to differ)")
+    k_min: int = Field(2, ge=2, description=(
+        "adaptive_k: fewest responses per prompt (2: a group needs two to differ)"))
     k_max: int = Field(16, ge=2, description="adaptive_k: most responses per prompt")
     buffer_params: dict[str, Any] = Field(default_factory=dict,
                                           description="keyword arguments of the replay buffer class")
@@ -172,14 +179,18 @@ class SimConfig(StrictModel):
     wrong_len_factor: float = Field(1.5, gt=0, description="wrong answers are this much longer on average")
     len_max: int = Field(2048, ge=1, description="truncation length; truncated responses count as wrong")
     lr: float = Field(0.6, ge=0, description="logit step of a prompt per effective group, times 4q(1-q)")
-    transfer: float = Field(0.05, ge=0, description="logit step of a category per effective group share of the batch")
-    forget: float = Field(0.002, ge=0, le=1, description="per-step drift of untrained prompts toward their initial logit")
+    transfer: float = Field(0.05, ge=0, description=(
+        "logit step of a category per effective group share of the batch"))
+    forget: float = Field(0.002, ge=0, le=1, description=(
+        "per-step drift of untrained prompts toward their initial logit"))
     train_cost: float = Field(0.0005, ge=0, description="wall-time proxy units per trained token")
     replay_decay: float = Field(1.0, ge=0, le=1, description=(
-        "a group made effective by replayed responses learns replay_decay ** lag (steps) as much as a fresh "
-        "group; 1 = stale samples teach as much as fresh ones (an assumption: the world has no off-policy ratio)"))
+        "a group made effective by replayed responses learns replay_decay ** lag (steps) as much as a "
+        "fresh group; 1 = stale samples teach as much as fresh ones (an assumption: the world has no "
+        "off-policy ratio)"))
     seed: int = Field(0, description="seed of the world and of every strategy's sampling")
-    strategies: list[StrategyConfig] = Field(default_factory=default_strategies, description="strategies to compare")
+    strategies: list[StrategyConfig] = Field(default_factory=default_strategies, description=(
+        "strategies to compare"))
 
     @field_validator("strategies")
     @classmethod
@@ -292,7 +303,7 @@ class SimRollout(Rollout):
     def cost(self) -> Cost:  # type: ignore[override]
         return Cost(gen_tokens=self.length)
 
-    @property
+    @functools.cached_property
     def generated_ids(self) -> np.ndarray:  # type: ignore[override]
         return np.array([zlib.crc32(self.rollout_id.encode())], dtype=np.int64)
 
