@@ -216,9 +216,10 @@ class DynamicSampling(_Stateless):
                 return []
             groups = sampler.generate(pids, {p: k for p in pids})
             generated.extend(groups)
-            live = sum(has_variance([self.decide(r) for r in g]) for g in groups)
-            kept[0] += live
-            self.zero_var_recent = 1.0 - live / len(groups) if groups else self.zero_var_recent
+            if self.adaptive_gen and groups:  # GRESO's batch size reads the round's zero-variance share
+                live = sum(has_variance([self.decide(r) for r in g]) for g in groups)
+                kept[0] += live
+                self.zero_var_recent = 1.0 - live / len(groups)
             return groups
 
         res = self.refill(one_round, lambda g: [self.decide(r) for r in g], train, gen)

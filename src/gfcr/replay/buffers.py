@@ -105,7 +105,8 @@ def fresh_items(groups: Sequence[Sequence[Rollout]], estimator: Estimator) -> li
     out = []
     for g in groups:
         if g:
-            out += [TrainItem(r, a, group=g[0].group_id) for r, a in zip(g, estimator(list(g)), strict=True)]
+            gid = g[0].group_id
+            out += [TrainItem(r, a, 1.0, None, gid) for r, a in zip(g, estimator(list(g)), strict=True)]
     return out
 
 
