@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import AliasChoices, Field, model_serializer, model_validator
 
-from gfcr.config import ConfigError, StrictModel
+from gfcr.config import ConfigError, StrictModel, note_renamed
 from gfcr.generate.engines.base import SamplingParams
 from gfcr.tasks import TaskConfig
 
@@ -20,7 +20,7 @@ class EngineConfig(StrictModel):
     """Which engine samples: the one engine vocabulary (``gfcr generate``'s ``engine:``; ``gfcr
     train`` composes it as ``generate.engine`` / ``generate.engine_params``).
 
-    ``args`` are checked at config load against the named engine's parameters
+    ``params`` are checked at config load against the named engine's parameters
     (:func:`gfcr.config.check_component`); a key ending in ``_env`` names an environment variable
     that gives the parameter without the suffix (``api_key_env: MY_KEY`` → ``api_key``), so no
     secret is written into a resolved config.
@@ -29,17 +29,26 @@ class EngineConfig(StrictModel):
     name: Literal["hf", "openai", "vllm"] | str = Field("hf", description="Engine name or 'pkg.mod:Class'.")
     model: str | None = Field(None, description=(
         "Model dir/name (None = the default SmolLM2); for openai, the served name."))
-    args: dict[str, Any] = Field(default_factory=dict, description=(
-        "Other engine keyword arguments (device, max_batch, base_url...)."))
+    params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "args"),
+                                   description=(
+        "Other engine keyword arguments (device, max_batch, base_url...); `args` is the deprecated name."))
 
     #: engines a composer above Generate adds to :data:`gfcr.generate.engines.ENGINES` (train: ray)
     extra_engines: ClassVar[dict[str, str]] = {}
-    #: config path of ``args`` in error messages
-    args_path: ClassVar[str] = "engine.args"
+    #: config path of ``params`` in error messages
+    params_path: ClassVar[str] = "engine.params"
+    #: where the section sits, for the deprecation note of ``args``
+    where: ClassVar[str] = "engine"
 
     def supplied(self) -> tuple[str, ...]:
-        """Engine parameters the composer passes itself (not settable in ``args``)."""
+        """Engine parameters the composer passes itself (not settable in ``params``)."""
         return ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """``args`` (issue 46: one word, ``params``, for a component's keyword arguments) still reads."""
+        return note_renamed(data, {"args": "params"}, cls.where)
 
     @model_validator(mode="after")
     def _check_args(self) -> EngineConfig:
@@ -47,10 +56,10 @@ class EngineConfig(StrictModel):
         from gfcr.generate.engines import ENGINES
 
         table = {**ENGINES, **self.extra_engines}
-        plain = {k: v for k, v in self.args.items() if not k.endswith("_env")}
-        checked = check_component(self.args_path, "engine", self.name, table, plain, self.supplied())
+        plain = {k: v for k, v in self.params.items() if not k.endswith("_env")}
+        checked = check_component(self.params_path, "engine", self.name, table, plain, self.supplied())
         if self.name in table:
-            for k, v in self.args.items():
+            for k, v in self.params.items():
                 if not k.endswith("_env"):
                     continue
                 try:
@@ -58,22 +67,22 @@ class EngineConfig(StrictModel):
                 except ImportError:
                     break
                 if k[: -len("_env")] not in known or k[: -len("_env")] in self.supplied():
-                    raise ConfigError(f"{self.args_path}: {k!r} names no parameter of engine {self.name!r} "
+                    raise ConfigError(f"{self.params_path}: {k!r} names no parameter of engine {self.name!r} "
                                       f"(allowed: {', '.join(x + '_env' for x in known if x not in self.supplied())})")
                 if not isinstance(v, str):
-                    raise ConfigError(f"{self.args_path}.{k}: give the name of an environment variable, got {v!r}")
-        self.args = {k: checked.get(k, v) for k, v in self.args.items()}
+                    raise ConfigError(f"{self.params_path}.{k}: give the name of an environment variable, got {v!r}")
+        self.params = {k: checked.get(k, v) for k, v in self.params.items()}
         return self
 
     def kwargs(self) -> dict[str, Any]:
-        """``args`` with every ``*_env`` key replaced by the environment variable it names."""
+        """``params`` with every ``*_env`` key replaced by the environment variable it names."""
         import os
 
         kw: dict[str, Any] = {}
-        for k, v in self.args.items():
+        for k, v in self.params.items():
             if k.endswith("_env"):
                 if v not in os.environ:
-                    raise ConfigError(f"{self.args_path}.{k}: environment variable {v!r} is not set")
+                    raise ConfigError(f"{self.params_path}.{k}: environment variable {v!r} is not set")
                 kw[k[: -len("_env")]] = os.environ[v]
             else:
                 kw[k] = v

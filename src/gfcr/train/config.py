@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
-from gfcr.config import StrictModel, check_component, load_config_model
+from gfcr.config import StrictModel, check_component, load_config_model, note_renamed
 from gfcr.evaluate import EvalConfig as _EvalConfig
 from gfcr.generate.config import EngineConfig, TopologyConfig
 from gfcr.tasks import TaskConfig as _TaskConfig
@@ -67,7 +67,7 @@ _RUN_SUPPLIES: dict[str, tuple[str, ...]] = {
 
 class TrainEngineConfig(EngineConfig):
     """Generate's engine sub-config as training uses it: written ``generate.engine: NAME`` plus
-    ``generate.engine_params: {...}`` (or ``generate.engine: {name, args}``). The policy is the run's
+    ``generate.engine_params: {...}`` (or ``generate.engine: {name, params}``). The policy is the run's
     ``model``; ``model`` here is only the served model name of the openai engine."""
 
     name: Literal["hf", "vllm", "openai", "ray"] = Field("hf", description=(
@@ -76,7 +76,8 @@ class TrainEngineConfig(EngineConfig):
         "`gfcr serve --allow-weight-updates` server, weights pushed over HTTP through a safetensors file), "
         "'ray' (generation actors on a Ray cluster, gfcr.scale.RayEngine; weights put in Ray's object store "
         "once and loaded by every actor)."))
-    args: dict[str, Any] = Field(default_factory=dict, description=(
+    params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "args"),
+                                   description=(
         "Keyword arguments of the engine (written generate.engine_params), checked against the engine's "
         "parameters at config load. openai: base_url (required), model, max_concurrency, max_retries, "
         "backoff_s, timeout_s, extra_body; api_key_env names an environment variable holding the key (keys "
@@ -85,7 +86,8 @@ class TrainEngineConfig(EngineConfig):
         "bfloat16). ray: workers, inner (hf or vllm), inner_params, actor_options, address, num_cpus."))
 
     extra_engines: ClassVar[dict[str, str]] = {"ray": "gfcr.scale.engine:RayEngine"}
-    args_path: ClassVar[str] = "generate.engine_params"
+    params_path: ClassVar[str] = "generate.engine_params"
+    where: ClassVar[str] = "generate.engine"
 
     def supplied(self) -> tuple[str, ...]:
         return _RUN_SUPPLIES[self.name]
@@ -95,7 +97,7 @@ class TrainEngineConfig(EngineConfig):
         if self.model is not None and self.name != "openai":
             raise ConfigError("generate.engine.model: the engine samples the run's policy (the top-level `model`); "
                               "only the openai engine takes a served model name here")
-        if "api_key" in self.args:
+        if "api_key" in self.params:
             raise ConfigError("generate.engine_params.api_key: give api_key_env (the name of an environment variable) "
                               "instead, so the key is not written into the run folder's config.yaml")
         return self
@@ -114,7 +116,7 @@ class TrainGenerateConfig(StrictModel):
 
     engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig, description=(
         "The engine (gfcr.generate.config.EngineConfig): `engine: hf` with `engine_params: {...}`, or "
-        "`engine: {name: hf, args: {...}}`."))
+        "`engine: {name: hf, params: {...}}`."))
     sync: Literal["auto", "in_place", "copy", "http", "vllm_reload"] = Field("auto", description=(
         "How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: "
         "nothing moves), 'copy' (an engine with its own weights loads the state dict: hf copy, vllm, ray "
@@ -162,8 +164,11 @@ class TrainGenerateConfig(StrictModel):
         data = dict(data)
         engine = data.get("engine", {})
         engine = {"name": engine} if isinstance(engine, str) else dict(engine)
+        if "args" in engine:  # the deprecated name of engine.params
+            note_renamed(engine, {"args": "params"}, "generate.engine")
+            engine["params"] = {**(engine.pop("args") or {}), **(engine.get("params") or {})}
         if "engine_params" in data:  # the flat key wins (e.g. --set generate.engine_params.x over a nested config)
-            engine["args"] = {**(engine.get("args") or {}), **(data.pop("engine_params") or {})}
+            engine["params"] = {**(engine.get("params") or {}), **(data.pop("engine_params") or {})}
         data["engine"] = engine
         topo = data.get("topology", {})
         topo = {"name": topo} if isinstance(topo, str) else dict(topo)
@@ -522,10 +527,10 @@ class TrainConfig(StrictModel):
         if g.sync == "in_place" and g.sync_every != 1:
             raise ValueError("generate.sync_every > 1 needs an engine with its own weights (sync 'copy' or 'http'): "
                              "an in-place hf engine always samples with the current weights")
-        if g.sync == "in_place" and g.engine.args:
-            raise ValueError(f"generate.engine_params {sorted(g.engine.args)}: the in-place hf engine takes none "
+        if g.sync == "in_place" and g.engine.params:
+            raise ValueError(f"generate.engine_params {sorted(g.engine.params)}: the in-place hf engine takes none "
                              "(set sync: copy for a separate sampling copy, e.g. engine_params: {dtype: bfloat16})")
-        if engine == "openai" and not g.engine.args.get("base_url"):
+        if engine == "openai" and not g.engine.params.get("base_url"):
             raise ValueError("engine 'openai' needs generate.engine_params.base_url, e.g. http://127.0.0.1:8000/v1 of a "
                              "`gfcr serve --allow-weight-updates` server")
         return self

@@ -349,8 +349,8 @@ def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Pat
           on_step: Callable[[int, dict[str, Any]], None] | None = None) -> RunResult:
     """Run (or resume) training. Evaluates before/after when ``cfg.eval`` asks; returns where things are."""
     check_supported(cfg)
-    if "base_url" in cfg.generate.engine.args:
-        check_server(cfg.generate.engine.args)  # a server must answer before anything is written
+    if "base_url" in cfg.generate.engine.params:
+        check_server(cfg.generate.engine.params)  # a server must answer before anything is written
     dist.init_from_env(cfg.device)
     d, resuming = dist.broadcast(prepare_run(cfg, resume, run_dir) if dist.is_main() else None)
     t = TrainingRun(cfg, d, resuming, progress=progress, on_step=on_step)
