@@ -6,7 +6,7 @@ A step is::
     col      = policy.collect(sampler, n, K)                             # gfcr.control.policies
     items    = assemble(buffer, col.kept, step, rng_for("replay"), est)  # gfcr.replay.buffers
     ... update the learner on items ...
-    observe_step(selector, policy, buffer, col, step)                    # this module
+    observe_step(selector, policy, buffer, col.generated, col.kept, step)  # this module
 
 Only the *world* differs: in ``gfcr train`` it is :class:`gfcr.train.collect.StepCollector`
 (topology over the engine, verifier, reward, teachers, partial rollouts); in ``gfcr simulate`` it is
