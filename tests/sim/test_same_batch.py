@@ -22,7 +22,8 @@ from gfcr.train.loop import TrainingRun, prepare_run
 K, B, STEPS, SEED = 4, 2, 6, 5
 P = [0.1, 0.25, 0.5, 1.0]  # one prompt always solved
 
-#: name → (group policy, its params, buffer, its params): every Control group policy and Replay buffer
+#: name → (group policy, its params, buffer, its params[, selector]): every Control group policy, every
+#: Replay buffer, and every prompt selector (under the single-round policy)
 CASES = {
     "single": ("single", {}, None, {}),
     "adaptive_k": ("adaptive_k", {"k_min": 2, "k_max": 6}, None, {}),
@@ -36,6 +37,7 @@ CASES = {
     "repo": ("single", {}, "repo", {"num_replays": 2, "max_cache_size": 4, "min_cache_to_replay": 2,
                                     "strategy": "random"}),
     "exgrpo": ("single", {}, "exgrpo", {"start_solved_ratio": 0.2, "mix_ratio": 0.5}),
+    **{f"selector_{name}": ("single", {}, None, {}, name) for name in ("greso", "vade", "vcrl", "sec")},
 }
 
 
@@ -92,11 +94,12 @@ def _view(col, items) -> dict:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_simulator_and_loop_build_the_same_batch(tiny_dir, tmp_path, case):
-    group, gparams, buffer, bparams = CASES[case]
+    group, gparams, buffer, bparams, *sel = CASES[case]
+    selector = sel[0] if sel else "uniform"
     over = {"model": tiny_dir, "output_dir": str(tmp_path), "seed": SEED, "tensorboard": False, "steps": STEPS,
             "tasks": [{"name": "arith", "n_train": len(P), "n_eval": 0, "params": {"level": 1}}],
             "generate.k": K, "generate.prompts_per_step": B, "generate.max_tokens": 8, "signals.entropy": False,
-            "control.group": group, "control.group_params": gparams}
+            "control.group": group, "control.group_params": gparams, "control.selector": selector}
     if buffer:
         over |= {"replay.buffer": buffer, "replay.params": bparams}
     cfg = load_config(None, over)
@@ -108,7 +111,8 @@ def test_simulator_and_loop_build_the_same_batch(tiny_dir, tmp_path, case):
     t.run()
     t.close()
 
-    strat = StrategyConfig(name=case, group=group, group_params=gparams, buffer=buffer, buffer_params=bparams)
+    strat = StrategyConfig(name=case, selector=selector, group=group, group_params=gparams, buffer=buffer,
+                           buffer_params=bparams)
     sim = _Run(SimConfig(n_prompts=10, train_prompts=B, group_size=K, seed=SEED, strategies=[strat]), strat, world=world)
     views = []
     for _ in range(STEPS):
