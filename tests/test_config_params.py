@@ -232,3 +232,17 @@ def test_engine_args_is_read_as_params_with_a_one_line_deprecation_note(tmp_path
     assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == [
         "generate.engine.args is deprecated: write generate.engine.params (read as generate.engine.params for now)"]
     assert "args" not in yaml.safe_load(yaml.safe_dump(t.model_dump(mode="json")))["generate"]["engine"]
+
+
+def test_composite_options_is_read_as_params_with_a_note():
+    import warnings
+
+    from gfcr.filters.verifiers import get_verifier
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = get_verifier("composite", parts=[{"name": "format", "options": {"pattern": "^A"}}])
+    new = get_verifier("composite", parts=[{"name": "format", "params": {"pattern": "^A"}}])
+    assert old.config == new.config and old.verify("A: 1").score == new.verify("A: 1").score == 1.0
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == [
+        "composite.parts[].options is deprecated: write composite.parts[].params (read as composite.parts[].params for now)"]

@@ -27,9 +27,9 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import Field
+from pydantic import AliasChoices, Field, model_validator
 
-from gfcr.config import StrictModel
+from gfcr.config import StrictModel, note_renamed
 from gfcr.sandbox import CODE_CHILD, CODE_HARNESS, SandboxConfig, run_python
 
 from .answers import (  # noqa: F401 - the answer readers are re-exported
@@ -437,14 +437,20 @@ class CompositeVerifier:
     class Part(StrictModel):
         name: str = Field(description="Verifier name in VERIFIERS.")
         weight: float = Field(1.0, description="Weight of this part's score.")
-        options: dict[str, Any] = Field(default_factory=dict, description="Keyword config of that verifier.")
+        params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "options"),
+                                       description="Keyword config of that verifier (`options`: its old name).")
+
+        @model_validator(mode="before")
+        @classmethod
+        def _renamed(cls, data: Any) -> Any:
+            return note_renamed(data, {"options": "params"}, "composite.parts[]")
 
     class Config(StrictModel):
         parts: list[CompositeVerifier.Part] = Field(min_length=1, description="The verifiers combined.")
 
     def __init__(self, **kw: Any) -> None:
         self.config = self.Config(**kw)
-        self.parts = [(get_verifier(p.name, **p.options), p.weight) for p in self.config.parts]
+        self.parts = [(get_verifier(p.name, **p.params), p.weight) for p in self.config.parts]
 
     def prepare(self, workers: int) -> None:
         for v, _ in self.parts:
