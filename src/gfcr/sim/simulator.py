@@ -365,18 +365,23 @@ class _Run:
         self.wall = 0.0
         self.step = 0
         group, group_params, buffer = strat.resolved(cfg.train_prompts)
+        # the buffer's defaults in other sections, as gfcr train applies them (e.g. ExGRPO.run_defaults)
+        cls = BUFFERS.get(buffer or "")
+        implied = cls.run_defaults(cfg.train_prompts, cfg.group_size) if hasattr(cls, "run_defaults") else {}
+        if strat.group is None and strat.control == "none":
+            group = implied.get("control.group", group)
         self.policy = make_group_policy(group, **group_params)
         self.buffer: Any = None
         if buffer is not None:
             params = dict(strat.buffer_params)
-            if buffer == "exgrpo":
-                params.setdefault("group_size", cfg.group_size)  # as gfcr train's config sets it (generate.k)
+            for path, value in implied.items():
+                if path.startswith("replay.params."):
+                    params.setdefault(path.rpartition(".")[2], value)
             try:
                 self.buffer = make_buffer(buffer, **params)
             except TypeError as e:
                 raise ValueError(f"strategy {strat.name!r}: bad buffer_params for {buffer}: {e}") from e
-        # gfcr train's default estimator: Dr.GRPO with replay.buffer exgrpo (its authors' script), else GRPO
-        self.estimator = make_estimator("dr_grpo" if buffer == "exgrpo" else "grpo")
+        self.estimator = make_estimator(implied.get("signals.advantage", "grpo"))  # gfcr train's default
         self.engine = SimEngine(self)
 
     def rng_for(self, label: str) -> np.random.Generator:
