@@ -438,7 +438,8 @@ class CompositeVerifier:
         name: str = Field(description="Verifier name in VERIFIERS.")
         weight: float = Field(1.0, description="Weight of this part's score.")
         params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "options"),
-                                       description="Keyword config of that verifier (`options`: its old name).")
+                                       description=("Keyword config of that verifier "
+                                                    "(`options`: its old name)."))
 
         @model_validator(mode="before")
         @classmethod
