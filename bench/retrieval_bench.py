@@ -76,7 +76,7 @@ def main() -> None:
     vparams = {"lenient_fallback": True}
     gen = GenerateConfig.model_validate({
         "store": str(tmp / "src"), "tasks": {"name": "arith", "params": {"n": args.n_train, "level": args.level, "split": "train"}},
-        "engine": {"name": "hf", "args": {"model": model}}, "topology": {"name": "group", "k": args.k_train},
+        "engine": {"name": "hf", "params": {"model": model}}, "topology": {"name": "group", "k": args.k_train},
         "sampling": {"temperature": 0.7, "max_tokens": args.max_tokens}})
     stage("source_generate", lambda: run_generate(gen, progress=False))
     src = RolloutStore.open(tmp / "src")

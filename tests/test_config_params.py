@@ -102,7 +102,7 @@ def test_params_are_coerced_to_the_declared_types_and_kept_as_given():
     assert cfg.control.selector_params == {"p_min": 0.01}  # YAML reads 1e-2 as a string; the selector takes a float
     # a component whose parameters go on to another library (vllm.LLM) takes any extra key
     cfg = load_config(None, {"generate.engine": "vllm", "generate.engine_params": {"enforce_eager": True}})
-    assert cfg.generate.engine.args == {"enforce_eager": True}
+    assert cfg.generate.engine.params == {"enforce_eager": True}
 
 
 def test_the_run_supplies_its_own_engine_arguments():
@@ -120,9 +120,9 @@ def test_train_composes_generates_engine_and_topology_sub_configs(tmp_path):
                               "generate.params": {"env": "calculator", "max_turns": 2}})
     g = flat.generate
     assert isinstance(g.engine, EngineConfig) and isinstance(g.topology, TopologyConfig)
-    assert (g.engine.name, g.engine.args, g.topology.name, g.k, g.topology.env, g.topology.max_turns) == \
+    assert (g.engine.name, g.engine.params, g.topology.name, g.k, g.topology.env, g.topology.max_turns) == \
         ("openai", {"base_url": "u", "model": "m"}, "multi_turn", 3, "calculator", 2)
-    nested = load_config(None, {"generate.engine": {"name": "openai", "args": {"base_url": "u", "model": "m"}},
+    nested = load_config(None, {"generate.engine": {"name": "openai", "params": {"base_url": "u", "model": "m"}},
                                 "generate.topology": {"name": "multi_turn", "k": 3, "env": "calculator", "max_turns": 2}})
     assert nested.generate == g
     # the resolved config keeps only the topology's own keys and loads back to the same config
@@ -138,7 +138,7 @@ def test_train_composes_generates_engine_and_topology_sub_configs(tmp_path):
     assert load_config(tmp_path / "old.yaml") == flat
     # a --set in the flat spelling over a config written nested (a run's config.yaml) wins
     over = load_config(tmp_path / "config.yaml", {"generate.k": 5, "generate.engine_params.model": "n"})
-    assert (over.generate.k, over.generate.engine.args) == (5, {"base_url": "u", "model": "n"})
+    assert (over.generate.k, over.generate.engine.params) == (5, {"base_url": "u", "model": "n"})
 
 
 def test_gfcr_generate_checks_the_same_sub_configs():
@@ -146,15 +146,15 @@ def test_gfcr_generate_checks_the_same_sub_configs():
 
     from gfcr.generate.config import GenerateConfig
 
-    with pytest.raises(ValidationError, match="engine.args: unknown key 'max_bach' for engine 'hf'; allowed: model, "
+    with pytest.raises(ValidationError, match="engine.params: unknown key 'max_bach' for engine 'hf'; allowed: model, "
                                               "tokenizer, device, max_batch, policy_version, dtype"):
-        GenerateConfig(store="s", engine={"name": "hf", "args": {"max_bach": 4}})
+        GenerateConfig(store="s", engine={"name": "hf", "params": {"max_bach": 4}})
     with pytest.raises(ValidationError, match="topology: unknown key 'm' for topology 'group'; allowed: k"):
         GenerateConfig(store="s", topology={"name": "group", "m": 2})
     with pytest.raises(ValidationError, match="tasks.params.level: input should be a valid integer"):
         GenerateConfig(store="s", tasks={"name": "arith", "params": {"level": "x"}})
-    cfg = GenerateConfig(store="s", engine={"name": "pkg.mod:Mine", "args": {"anything": 1}})  # a user's own engine
-    assert cfg.engine.args == {"anything": 1}  # is not imported at config load; its own signature checks the call
+    cfg = GenerateConfig(store="s", engine={"name": "pkg.mod:Mine", "params": {"anything": 1}})  # a user's own engine
+    assert cfg.engine.params == {"anything": 1}  # is not imported at config load; its own signature checks the call
 
 
 def test_ross_checks_verifier_and_task_params_and_composes_the_judge_config():
@@ -209,3 +209,40 @@ def test_params_model_reads_a_declared_config_or_the_signature():
     assert check_params("x", "thing", "f", factory, {}) == {}  # a missing required `a` is the caller's to give
     with pytest.raises(ConfigError, match="x.a: input should be a valid integer"):
         check_params("x", "thing", "f", factory, {"a": "one"})
+
+
+def test_engine_args_is_read_as_params_with_a_one_line_deprecation_note(tmp_path):
+    """Issue 46 part 4: one word, ``params``, for a component's keyword arguments. ``engine.args``
+    (gfcr generate) and ``generate.engine.args`` (gfcr train) still load, each with one note."""
+    import warnings
+
+    from gfcr.generate.config import GenerateConfig
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = GenerateConfig(store="s", engine={"name": "hf", "args": {"device": "cpu"}})
+    assert old == GenerateConfig(store="s", engine={"name": "hf", "params": {"device": "cpu"}})
+    notes = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+    assert notes == ["engine.args is deprecated: write engine.params (read as engine.params for now)"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = load_config(None, {"generate.engine": {"name": "openai", "args": {"base_url": "u"}},
+                               "generate.engine_params": {"model": "m"}})
+    assert t.generate.engine.params == {"base_url": "u", "model": "m"}  # the flat key still merges in
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == [
+        "generate.engine.args is deprecated: write generate.engine.params (read as generate.engine.params for now)"]
+    assert "args" not in yaml.safe_load(yaml.safe_dump(t.model_dump(mode="json")))["generate"]["engine"]
+
+
+def test_composite_options_is_read_as_params_with_a_note():
+    import warnings
+
+    from gfcr.filters.verifiers import get_verifier
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = get_verifier("composite", parts=[{"name": "format", "options": {"pattern": "^A"}}])
+    new = get_verifier("composite", parts=[{"name": "format", "params": {"pattern": "^A"}}])
+    assert old.config == new.config and old.verify("A: 1").score == new.verify("A: 1").score == 1.0
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == [
+        "composite.parts[].options is deprecated: write composite.parts[].params (read as composite.parts[].params for now)"]

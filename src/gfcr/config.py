@@ -13,6 +13,7 @@ import functools
 import importlib
 import inspect
 import typing
+import warnings
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -242,3 +243,19 @@ def _error_line(err: Any) -> str:
     if isinstance(cause, ConfigError):
         return f"  {cause}"
     return f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']} [{err['type']}]"
+
+
+def note_renamed(data: Any, renames: dict[str, str], where: str) -> Any:
+    """A one-line deprecation note (``FutureWarning``) for each old key of ``data``, a mapping about to be
+    validated by a model that still reads it (its field's ``validation_alias``); ``data`` is returned as is.
+
+    Example: ``note_renamed({"args": {}}, {"args": "params"}, "engine")`` warns "engine.args is
+    deprecated: write engine.params (read as engine.params for now)".
+    """
+    if isinstance(data, dict):
+        for old, new in renames.items():
+            if old in data:
+                warnings.warn(f"{where}.{old} is deprecated: write {where}.{new} (read as {where}.{new} for now)",
+                              FutureWarning, stacklevel=2)
+    return data
+

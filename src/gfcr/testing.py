@@ -121,3 +121,35 @@ def make_rollout(i: int = 0, *, run: str = "run-a", step: int = 0, prompt: str =
 
 def make_prompt(pid: str = "p0", answer: str = "7", **kw) -> Prompt:
     return Prompt(prompt_id=pid, task="arith", messages=[Message("user", f"q {pid}")], answer=answer, **kw)
+
+
+class ScriptedWorld:
+    """A world whose per-prompt success probabilities are given: the simulator's world interface
+    (``prompt_ids``, ``cat_names``, ``p``, ``generate``, ``update``) with draws keyed on (prompt, step,
+    round, sample), so ``gfcr train``'s scripted engine (:meth:`draw`) and ``gfcr simulate`` see the
+    same verdicts and lengths whatever order they ask in. The learner does nothing (``p`` is fixed).
+
+    Example: ``ScriptedWorld(["a", "b"], [1.0, 0.0]).draw("a", 0, 0, 3)`` → ``([True] * 3, lengths)``.
+    """
+
+    def __init__(self, prompt_ids: list[str], p: list[float], seed: int = 0, max_len: int = 6):
+        self.prompt_ids, self.p, self.seed, self.max_len = list(prompt_ids), np.asarray(p, dtype=np.float64), seed, max_len
+        self.cat_names = ["c0"] * len(self.prompt_ids)
+
+    def draw(self, prompt_id: str, step: int, rnd: int, k: int) -> tuple[list[bool], list[int]]:
+        """Verdicts and generated lengths (1..max_len) of samples ``0..k-1`` of one prompt's round."""
+        import zlib
+
+        rng = np.random.default_rng([self.seed, zlib.crc32(prompt_id.encode()), step, rnd])
+        u, ln = rng.random(64), rng.integers(1, self.max_len + 1, 64)
+        p = float(self.p[self.prompt_ids.index(prompt_id)])
+        return [bool(x < p) for x in u[:k]], [int(n) for n in ln[:k]]
+
+    def generate(self, idx: np.ndarray, k: int, rng: Any = None, step: int = 0, rnd: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Rewards (n, k) in {0, 1} and lengths (n, k) for prompt indices ``idx`` (``rng`` unused)."""
+        draws = [self.draw(self.prompt_ids[i], step, rnd, k) for i in np.asarray(idx).tolist()]
+        return (np.array([d[0] for d in draws], dtype=np.float64).reshape(len(draws), k),
+                np.array([d[1] for d in draws], dtype=np.int64).reshape(len(draws), k))
+
+    def update(self, trained_idx: np.ndarray, q: np.ndarray, weight: np.ndarray | None = None) -> None:
+        return None

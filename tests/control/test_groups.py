@@ -6,10 +6,7 @@ import numpy as np
 import pytest
 
 from gfcr.control.groups import (
-    GFPO,
-    GROUP_CONTROLS,
-    AdaptiveK,
-    DynamicSampling,
+    SAMPLE_CONTROLS,
     EarlyExit,
     OverlongFilter,
     StalenessBound,
@@ -18,11 +15,12 @@ from gfcr.control.groups import (
     gfpo_advantages,
     gfpo_keep,
     has_variance,
-    make_group_control,
+    make_sample_control,
     overlong_mask,
     staleness_capacity,
     tail_ngram_count,
 )
+from gfcr.control.policies import GFPO, GROUP_POLICIES, AdaptiveK, DynamicSampling, make_group_policy
 from gfcr.filters.reward import AdaptThink, ShorterBetter, adaptthink_rewards, sol_rewards
 from gfcr.records import Rollout
 
@@ -51,7 +49,7 @@ def test_dynamic_sampling_refill_stops_at_batch_cap():
         calls.append(n)
         return [_group([1, 1, 1, 1]) for _ in range(n)]  # never any variance
 
-    res = DynamicSampling(train_prompts=4, gen_prompts=6, max_num_gen_batches=3).collect(gen_all_zero)
+    res = DynamicSampling(train_prompts=4, gen_prompts=6, max_num_gen_batches=3).refill(gen_all_zero)
     assert calls == [6, 6, 6] and res.n_gen_batches == 3 and res.groups == [] and not res.reached_target
     assert res.n_zero_variance == 18
 
@@ -60,7 +58,7 @@ def test_dynamic_sampling_keeps_variance_and_truncates():
     def gen(n):  # half the groups have variance
         return [_group([1, 0]) if i % 2 == 0 else _group([0, 0]) for i in range(n)]
 
-    res = DynamicSampling(train_prompts=4, gen_prompts=6, max_num_gen_batches=10).collect(gen)
+    res = DynamicSampling(train_prompts=4, gen_prompts=6, max_num_gen_batches=10).refill(gen)
     # round 1 keeps 3, round 2 keeps 3 more -> 6, cut to 4 (2 surplus)
     assert res.n_gen_batches == 2 and len(res.groups) == 4 and res.n_dropped_surplus == 2 and res.reached_target
     assert has_variance([0.5]) and not has_variance([1, 1]) and has_variance([1, 0])
@@ -129,7 +127,11 @@ def test_staleness_bound():
 
 
 def test_factory():
-    assert isinstance(make_group_control("gfpo", k=4), GFPO)
-    assert "staleness_bound" in GROUP_CONTROLS
-    with pytest.raises(ValueError, match="unknown group control"):
-        make_group_control("nope")
+    g = make_group_policy("gfpo", k=4)
+    assert isinstance(g, GFPO) and g.k == 4 and GROUP_POLICIES["gfpo"] is GFPO  # one class: rule + policy
+    assert isinstance(make_sample_control("staleness_bound", eta=2), StalenessBound)
+    assert "staleness_bound" in SAMPLE_CONTROLS and "gfpo" not in SAMPLE_CONTROLS
+    with pytest.raises(ValueError, match="unknown sample control"):
+        make_sample_control("nope")
+    with pytest.raises(ValueError, match="unknown group policy"):
+        make_group_policy("nope")

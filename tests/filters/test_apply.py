@@ -47,7 +47,7 @@ def test_verify_many_order_and_missing_prompt(workers):
 
 def test_composite_and_format():
     comp = get_verifier("composite", parts=[{"name": "numeric", "weight": 1.0},
-                                            {"name": "format", "weight": 0.2, "options": {"pattern": r"^Answer: "}}])
+                                            {"name": "format", "weight": 0.2, "params": {"pattern": r"^Answer: "}}])
     v = comp.verify("work\nAnswer: 3", "3")
     assert v.passed is True and v.score == pytest.approx(1.2)
     v2 = comp.verify("it is 3", "3")

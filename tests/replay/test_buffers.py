@@ -121,14 +121,24 @@ def test_ar3po_injects_only_into_all_wrong_groups_and_only_verified():
 
 
 def test_ar3po_adaptive_rollout_stops_solved_prompts():
+    """AR3PO's staged sampling is the ``ar3po`` group policy (the buffer's copy of it is gone, issue 46)."""
+    from gfcr.control.policies import make_group_policy
+
     calls = []
 
-    def gen(pids, k):
-        calls.append(list(pids))
-        return {p: [ro(p, 0, len(calls) * 10 + i, 1.0 if p == "easy" else 0.0, p == "easy") for i in range(k)] for p in pids}
+    class Sampler:
+        def select(self, n):
+            return ["easy", "hard"]
 
-    out, n = AR3PO.adaptive_rollout(["easy", "hard"], gen, stages=3, per_stage=2)
-    assert calls == [["easy", "hard"], ["hard"], ["hard"]] and n == 8 and len(out["hard"]) == 6
+        def generate(self, pids, sizes):
+            calls.append(list(pids))
+            return [[ro(p, 0, len(calls) * 10 + i, 1.0 if p == "easy" else 0.0, p == "easy") for i in range(sizes[p])]
+                    for p in pids]
+
+    col = make_group_policy("ar3po", stages=3, per_stage=2).collect(Sampler(), 2, 4)
+    out = {g[0].prompt_id: g for g in col.generated}
+    assert calls == [["easy", "hard"], ["hard"], ["hard"]] and sum(map(len, col.generated)) == 8
+    assert len(out["hard"]) == 6 and len({r.group_id for r in out["hard"]}) == 1  # its stages form one group
 
 
 @pytest.mark.parametrize("name", sorted(BUFFERS))

@@ -64,16 +64,16 @@ def test_dynamic_sampling_refill_rounds_never_redraw_within_a_step():
     strat = StrategyConfig(name="dapo", control="dynamic_sampling", gen_factor=1.0, max_num_gen_batches=10)
     run = _Run(SimConfig(n_prompts=40, train_prompts=8, budget_tokens=4e5, seed=3, strategies=[strat]), strat)
     drawn: list[int] = []
-    real = run.gen
+    real = run.world.generate
 
-    def spy(idx, k, used=None):
+    def spy(idx, k, rng, **kw):
         drawn.extend(idx.tolist())
-        return real(idx, k, used)
+        return real(idx, k, rng, **kw)
 
-    run.gen = spy
+    run.world.generate = spy
     for _ in range(6):
         drawn.clear()
-        run.step_dynamic_sampling()
+        run.step_once()
         run.step += 1
         assert len(drawn) == len(set(drawn)) and len(drawn) <= 40, drawn
 
@@ -135,22 +135,36 @@ def test_adaptive_k_spends_the_same_responses_and_reduces_to_uniform():
 
 
 def test_repo_replays_only_from_a_warm_cache_and_without_weight_matches_uniform():
-    # forget=0: a zero-weight replay group then changes nothing, so the curve is the uniform one
-    _, u = _run("none", forget=0.0)
-    _, r0 = _run("repo", forget=0.0, replay_decay=0.0)
+    # forget=0: a zero-weight replay group then changes nothing, so the curve is the uniform one; the
+    # budget lets a uniform draw meet its prompts a third time (when RePO's 16-entry cache replays)
+    _, u = _run("none", forget=0.0, budget_tokens=1.2e6)
+    _, r0 = _run("repo", forget=0.0, budget_tokens=1.2e6, replay_decay=0.0)
     assert r0["curve"] == u["curve"] and r0["replayed_samples"] > 0
-    _, r1 = _run("repo", forget=0.0)
+    _, r1 = _run("repo", forget=0.0, budget_tokens=1.2e6)
     assert r1["curve"] != u["curve"] and r1["generated_tokens"] == u["generated_tokens"]
     assert r1["tokens_per_effective_sample"] == u["tokens_per_effective_sample"]  # replay costs no generation
     # a cache that never warms (min fill above what a run reaches) replays nothing
-    _, cold = _run("repo", forget=0.0, buffer_params={"max_cache_size": 4096, "min_cache_to_replay": 4096})
+    _, cold = _run("repo", forget=0.0, budget_tokens=1.2e6, buffer_params={"max_cache_size": 4096, "min_cache_to_replay": 4096})
     assert cold["replayed_samples"] == 0 and cold["curve"] == u["curve"]
 
 
 def test_exgrpo_mixes_experience_questions():
     cfg, u = _run("none")
     _, none_mixed = _run("exgrpo", buffer_params={"mix_ratio": 0.0})
-    assert none_mixed["curve"] == u["curve"] and none_mixed["replayed_samples"] == 0
+    # no mixing: no replay and full groups; the curve is not uniform's, since retired (all-correct)
+    # questions leave the pool as they do in gfcr train (buffer.exclude; the old simulator ignored it)
+    assert none_mixed["replayed_samples"] == 0
+    assert none_mixed["generated_responses"] == none_mixed["steps"] * cfg.train_prompts * cfg.group_size
+    from gfcr.sim.simulator import _Run
+
+    strat = StrategyConfig(name="e", control="exgrpo", buffer_params={"mix_ratio": 0.0})
+    run = _Run(cfg, strat)
+    for _ in range(6):
+        retired = set(run.buffer.retired)
+        col, _, _ = run.step_once()
+        assert not {g[0].prompt_id for g in col.generated} & retired
+        run.step += 1
+    assert run.buffer.retired, "the example must retire a question"
     _, e = _run("exgrpo")
     full = e["steps"] * cfg.train_prompts * cfg.group_size
     # each experience question generates K-1 fresh responses: fewer than B*G responses in total

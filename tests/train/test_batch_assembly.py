@@ -1,7 +1,7 @@
 """The loop's own batch assembly on hand-worked groups: every replay method and every group policy.
 
 Each test builds a real :class:`TrainingRun` on a tiny model and runs :meth:`TrainingRun.step`
-(StepSampler → GroupPolicy.collect → RewardComposition → ReplayBuffer.mix → PolicyTrainer.update);
+(StepCollector/StepSampler → GroupPolicy.collect → RewardComposition → ReplayBuffer.mix → PolicyTrainer.update);
 only generation and the verdict are scripted (``Script``), so the numbers the update receives are
 the loop's, and they are checked against values worked out by hand from each paper's rule.
 """
@@ -37,8 +37,8 @@ class Script:
     def __init__(self, t: TrainingRun, plan: dict[int, list[list[list]]], answers: dict | None = None):
         self.t, self.plan, self.answers = t, plan, answers or {}
         self.batches: list[dict] = []
-        t.generate_groups = self.generate
-        t.verify = self.verify
+        t.collector.generate_groups = self.generate
+        t.collector.verify = self.verify
         real = t.update.update
 
         def spy(rollouts, advantages, weights=None, shaping=None):
@@ -160,13 +160,14 @@ def test_exgrpo_start_threshold_mixed_group_shaping_and_retirement(tiny_dir, tmp
 
 
 def test_exgrpo_retired_questions_are_not_selected(tiny_dir, tmp_path):
-    from gfcr.train.sampling import StageTimer, StepSampler
+    from gfcr.train.sampling import StageTimer
 
     t = _run(tiny_dir, tmp_path, n_train=3, **{"replay.buffer": "exgrpo"})
     pool = [p.prompt_id for p in t.train_prompts]
     t.buffer.retired = {pool[0], pool[2]}
     for s in range(4):
-        assert StepSampler(t, s, StageTimer(), None).select(2) == [pool[1]]
+        t.collector.begin(s, t.policy_version, StageTimer())
+        assert t.collector.sampler(t.selector, t.buffer).select(2) == [pool[1]]
     t.close()
 
 
@@ -224,7 +225,7 @@ def test_gfpo_keeps_the_shortest_and_normalises_over_them(tiny_dir, tmp_path):
 
 
 def test_adaptive_k_sizes_follow_the_posterior(tiny_dir, tmp_path):
-    from gfcr.control.groups import AdaptiveK
+    from gfcr.control.policies import AdaptiveK
 
     t = _run(tiny_dir, tmp_path, n_train=2, **{"control.group": "adaptive_k", "control.group_params": {"k_min": 2, "k_max": 6},
                                                "generate.prompts_per_step": 2})
@@ -386,7 +387,7 @@ def test_a_pairwise_judge_reaches_the_update(tiny_dir, tmp_path, monkeypatch):
                 r.messages[-1].content = f"a{r.sample_index}"
         return gs
 
-    t.generate_groups = gen
+    t.collector.generate_groups = gen
     t.step(0)
     (b,) = sc.batches
     s = np.array([0, 1 / 3, 2 / 3, 1.0])

@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gfcr.control.groups import AdaptiveK
+from gfcr.control.policies import AdaptiveK
 from gfcr.train.config import load_config
 from gfcr.train.loop import TrainingRun, prepare_run, train
 
@@ -52,7 +52,9 @@ def test_group_sizes_follow_adaptive_k_by_hand(tiny_dir, tmp_path):
 
 
 def test_loop_allocates_k_from_the_stored_outcomes_and_resume_agrees(tiny_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(TrainingRun, "verify", _scripted_verify)
+    from gfcr.train.collect import StepCollector
+
+    monkeypatch.setattr(StepCollector, "verify", _scripted_verify)
     full = train(_cfg(tiny_dir, tmp_path), run_dir=tmp_path / "full", progress=False)
     from gfcr.store import RolloutStore
 

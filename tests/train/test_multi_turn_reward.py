@@ -16,8 +16,9 @@ from gfcr.generate.topologies import MultiTurn
 from gfcr.records import Message, Prompt
 from gfcr.store import RolloutStore
 from gfcr.testing import save_tiny, tiny_tokenizer
+from gfcr.train.collect import StepCollector
 from gfcr.train.config import ConfigError, load_config
-from gfcr.train.loop import TrainingRun, reward_composition, train
+from gfcr.train.loop import reward_composition, train
 
 
 class TurnScriptEngine:
@@ -153,7 +154,7 @@ def test_user_env_by_import_path_reports_a_reward_and_a_bad_one_is_refused():
         _episode(["x"], env=BadEnv)
 
 
-# --- the loop's _verify under each reward source ---------------------------------------------------
+# --- the collector's verify under each reward source ---------------------------------------------------
 
 def _verify_with(source: str, rollouts, answer="14", topology="multi_turn", bonus=0.0, weight=0.5):
     params = {"env": "calculator"} if topology == "multi_turn" else {}  # env is a multi_turn key only
@@ -163,7 +164,7 @@ def _verify_with(source: str, rollouts, answer="14", topology="multi_turn", bonu
     fake = SimpleNamespace(cfg=cfg, prompt_by_id={"p0": _prompt(answer)}, verifier=get_verifier("numeric"),
                            format_verifier=get_verifier("format", pattern=cfg.verify.format_pattern),
                            reward=reward_composition(cfg))
-    TrainingRun.verify(fake, [rollouts])
+    StepCollector.verify(fake, [rollouts])
     return rollouts
 
 

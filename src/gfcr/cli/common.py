@@ -316,7 +316,7 @@ def generate_config(config: Path | None, *, store: str | None = None, run_id: st
             eng[key] = val
     for key, val in (("base_url", base_url), ("device", device)):
         if val is not None:
-            eng.setdefault("args", {})[key] = val
+            eng.setdefault("args" if "args" in eng else "params", {})[key] = val  # args: the old name (noted)
     topo = data.setdefault("topology", {})
     if topology is not None:
         topo["name"] = topology

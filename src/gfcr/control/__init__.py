@@ -1,22 +1,28 @@
 """gfcr.control: prompt selection, group policies (K allocation, dynamic sampling, GFPO, AR3PO's
-staged rollout), early exit, staleness. Name -> class tables: ``SELECTORS``, ``GROUP_POLICIES``
-(what the loop calls) and ``GROUP_CONTROLS`` (the rules they use)."""
+staged rollout, StarPO-S), one step's sampling sequence (``gfcr.control.step``), per-sample controls
+(overlong filter, early exit, staleness). Name -> class tables, one per family: ``SELECTORS``,
+``GROUP_POLICIES`` and ``SAMPLE_CONTROLS``."""
 
 from gfcr.control.groups import (
-    GFPO,
-    GROUP_CONTROLS,
-    AdaptiveK,
-    DynamicSampling,
+    SAMPLE_CONTROLS,
     EarlyExit,
     OverlongFilter,
     StalenessBound,
-    make_group_control,
+    make_sample_control,
 )
-from gfcr.control.policies import GROUP_POLICIES, GroupPolicy, make_group_policy
+from gfcr.control.policies import (
+    GFPO,
+    GROUP_POLICIES,
+    AdaptiveK,
+    DynamicSampling,
+    GroupPolicy,
+    make_group_policy,
+)
 from gfcr.control.selectors import GRESO, SEC, SELECTORS, VADE, VCRL, PromptSelector, Uniform, make_selector
+from gfcr.control.step import StepSampler, observe_step
 
 __all__ = [
-    "GFPO", "GRESO", "GROUP_CONTROLS", "GROUP_POLICIES", "SEC", "SELECTORS", "VADE", "VCRL", "AdaptiveK",
+    "GFPO", "GRESO", "GROUP_POLICIES", "SAMPLE_CONTROLS", "SEC", "SELECTORS", "VADE", "VCRL", "AdaptiveK",
     "DynamicSampling", "EarlyExit", "GroupPolicy", "OverlongFilter", "PromptSelector", "StalenessBound",
-    "Uniform", "make_group_control", "make_group_policy", "make_selector",
+    "StepSampler", "Uniform", "make_group_policy", "make_sample_control", "make_selector", "observe_step",
 ]

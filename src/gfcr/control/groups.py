@@ -1,9 +1,10 @@
-"""Budget and group control (Control): how many samples, which groups and responses to keep,
-when to stop a generation, and how stale a sample may be. (Length- and mode-shaped rewards,
-ShorterBetter and AdaptThink, are Filter rules: :mod:`gfcr.filters.reward`.)
-
-Each method is a small class named after it whose maths lives in a pure function next to it.
-Name → class table: :data:`GROUP_CONTROLS`; factory: :func:`make_group_control`.
+"""Control's pure maths and per-sample controls. The group policies that use the maths (adaptive K,
+DAPO's dynamic sampling, GFPO ...) are classes of :mod:`gfcr.control.policies`, one per method,
+named after its paper; here are their pure functions (K allocation, the variance test, GFPO's
+keep set and advantages) and the controls that act on single samples: DAPO's overlong filter,
+early exit, AReaL's staleness bound (table :data:`SAMPLE_CONTROLS`, factory
+:func:`make_sample_control`). Length- and mode-shaped rewards (ShorterBetter, AdaptThink) are
+Filter rules: :mod:`gfcr.filters.reward`.
 """
 
 from __future__ import annotations
@@ -75,24 +76,6 @@ def allocate_k(weights: np.ndarray, budget: int, k_min: int, k_max: int) -> np.n
     return k
 
 
-class AdaptiveK:
-    """Adaptive samples per prompt: spend the group budget where the outcome is most uncertain.
-
-    Rule: ``K_i ∝ E[p_i(1-p_i)]`` under each prompt's Beta(α, β) posterior (see
-    :func:`beta_variance_weight`), under a total budget, each K_i in [k_min, k_max].
-    Source: the per-prompt Beta posterior of VADE (arXiv 2511.18902) applied to the group size
-    instead of the prompt choice; no single paper in our references states this exact rule, so
-    the proportional-to-variance allocation is our choice.
-    """
-
-    def __init__(self, k_min: int = 2, k_max: int = 16):
-        self.k_min, self.k_max = k_min, k_max
-
-    def allocate(self, alpha: Sequence[float], beta: Sequence[float], budget: int) -> np.ndarray:
-        """(N,) int samples per prompt summing to ``budget`` (within the caps)."""
-        return allocate_k(beta_variance_weight(np.asarray(alpha), np.asarray(beta)), budget, self.k_min, self.k_max)
-
-
 # ---------------------------------------------------------------------------------------------
 # Dynamic sampling (DAPO)
 # ---------------------------------------------------------------------------------------------
@@ -115,49 +98,6 @@ class DynamicSamplingResult(Generic[G]):
     n_zero_variance: int
     n_dropped_surplus: int
     reached_target: bool
-
-
-class DynamicSampling:
-    """DAPO dynamic sampling (arXiv 2503.14476): oversample, keep groups with reward std > 0,
-    refill until the train batch is full or ``max_num_gen_batches`` generation rounds ran.
-
-    Rule: ``while kept < train_prompts and rounds < max_num_gen_batches: gen_prompts groups ->
-    keep std > 0``; the batch is cut to ``train_prompts`` groups. Defaults from the verl recipe:
-    gen = 3 × train, 10 rounds. When the cap is hit the (short) batch is returned with
-    ``reached_target=False`` instead of raising, so the caller decides.
-    """
-
-    def __init__(self, train_prompts: int, gen_prompts: int | None = None, max_num_gen_batches: int = 10):
-        if train_prompts < 1:
-            raise ValueError("DynamicSampling: train_prompts must be >= 1")
-        if max_num_gen_batches < 1:
-            raise ValueError("DynamicSampling: max_num_gen_batches must be >= 1")
-        self.train_prompts = train_prompts
-        self.gen_prompts = gen_prompts or 3 * train_prompts
-        self.max_num_gen_batches = max_num_gen_batches
-
-    def collect(self, generate: Callable[[int], list[G]],
-                rewards_of: Callable[[G], Sequence[float]] | None = None) -> DynamicSamplingResult[G]:
-        """Call ``generate(gen_prompts)`` (returns groups) until the batch is full or the cap hits.
-
-        ``rewards_of(group)`` gives a group's rewards; by default a group is a list of objects
-        with a ``reward`` attribute (e.g. :class:`gfcr.records.Rollout`).
-        """
-        rewards_of = rewards_of or (lambda g: [r.reward for r in g])  # type: ignore[attr-defined]
-        kept: list[G] = []
-        n_gen = n_groups = n_zero = 0
-        while len(kept) < self.train_prompts and n_gen < self.max_num_gen_batches:
-            groups = generate(self.gen_prompts)
-            n_gen += 1
-            n_groups += len(groups)
-            for g in groups:
-                if has_variance(rewards_of(g)):
-                    kept.append(g)
-                else:
-                    n_zero += 1
-        surplus = max(len(kept) - self.train_prompts, 0)
-        return DynamicSamplingResult(kept[: self.train_prompts], n_gen, n_groups, n_zero, surplus,
-                                     len(kept) >= self.train_prompts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,39 +144,6 @@ def gfpo_advantages(rewards: Sequence[float], kept: Sequence[int], eps: float = 
     if sd > 0:
         a[s] = (sub - sub.mean()) / (sd + eps)
     return a
-
-
-class GFPO:
-    """GFPO, Group Filtered Policy Optimization (arXiv 2508.09726): sample a larger group, train on
-    the top k by length or by reward per token; adaptive k by difficulty.
-
-    Rule: keep ``gfpo_keep(rewards, lengths, k, metric)``; advantages normalised over the kept set
-    only. Adaptive: k from the group's mean reward: >= 0.75 easy, >= 0.5 medium, >= 0.25 hard,
-    else very hard (k 4/6/8/8 for G=16, the verl recipe's counts). Departure: the paper assigns
-    difficulty by quartiles of an online estimate; we use fixed mean-reward bins (``bins``).
-    """
-
-    def __init__(self, k: int = 8, metric: str = "length", adaptive: bool = False,
-                 adaptive_k: Sequence[int] = (4, 6, 8, 8), bins: Sequence[float] = (0.75, 0.5, 0.25)):
-        if len(adaptive_k) != 4 or len(bins) != 3:
-            raise ValueError("GFPO: adaptive_k needs 4 counts (easy..very hard) and bins 3 thresholds")
-        self.k, self.metric, self.adaptive = k, metric, adaptive
-        self.adaptive_k, self.bins = tuple(adaptive_k), tuple(bins)
-
-    def k_for(self, rewards: Sequence[float]) -> int:
-        if not self.adaptive:
-            return self.k
-        m = float(np.mean(rewards))
-        for thr, kk in zip(self.bins, self.adaptive_k, strict=False):
-            if m >= thr:
-                return kk
-        return self.adaptive_k[-1]
-
-    def filter(self, rewards: Sequence[float], lengths: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(kept indices (k,), advantages (G,)) for one group."""
-        k = min(self.k_for(rewards), len(rewards))
-        kept = gfpo_keep(rewards, lengths, k, self.metric)
-        return kept, gfpo_advantages(rewards, kept)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,20 +270,17 @@ class StalenessBound:
         return lag <= self.eta
 
 
-GROUP_CONTROLS: dict[str, type] = {
-    "adaptive_k": AdaptiveK,
-    "dynamic_sampling": DynamicSampling,
-    "gfpo": GFPO,
+SAMPLE_CONTROLS: dict[str, type] = {
     "overlong_filter": OverlongFilter,
     "early_exit": EarlyExit,
     "staleness_bound": StalenessBound,
 }
 
 
-def make_group_control(name: str, **params: Any) -> Any:
-    """Build a group/budget control by its name in :data:`GROUP_CONTROLS`."""
+def make_sample_control(name: str, **params: Any) -> Any:
+    """Build a per-sample control by its name in :data:`SAMPLE_CONTROLS`."""
     try:
-        cls = GROUP_CONTROLS[name.lower()]
+        cls = SAMPLE_CONTROLS[name.lower()]
     except KeyError:
-        raise ValueError(f"unknown group control {name!r}; choose one of {sorted(GROUP_CONTROLS)}") from None
+        raise ValueError(f"unknown sample control {name!r}; choose one of {sorted(SAMPLE_CONTROLS)}") from None
     return cls(**params)

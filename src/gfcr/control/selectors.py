@@ -179,7 +179,7 @@ class _PoolSelector:
         r = np.asarray(rewards, dtype=np.float64)
         if r.ndim != 1 or r.size == 0:
             raise ValueError(f"rewards for {prompt_id!r} must be a non-empty 1-D sequence")
-        if not np.all(np.isfinite(r)):
+        if not np.isfinite(r).all():
             raise ValueError(f"rewards for {prompt_id!r} must be finite")
         i = self._idx(prompt_id)
         self.step = max(self.step, int(step))

@@ -62,7 +62,8 @@ class EvalConfig(StrictModel):
 
     k: int = Field(4, ge=0, description="Samples per prompt for pass@k / avg@k (0 = greedy only).")
     greedy: bool = Field(True, description="Also compute greedy pass@1.")
-    max_tokens: int | None = Field(None, ge=1, description="New tokens per eval sample (None: the run's generation length).")
+    max_tokens: int | None = Field(None, ge=1, description=(
+        "New tokens per eval sample (None: the run's generation length)."))
     temperature: float = Field(0.7, gt=0.0, description="Sampling temperature for pass@k.")
 
 

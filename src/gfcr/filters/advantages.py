@@ -69,7 +69,7 @@ class _Scalar:
         self.fn = ADVANTAGES[name]
 
     def __call__(self, rollouts: Sequence[Rollout]) -> list[Advantage]:
-        return [float(a) for a in self.fn([r.reward for r in rollouts])]
+        return self.fn([r.reward for r in rollouts]).tolist()
 
 
 class SeedGRPO:

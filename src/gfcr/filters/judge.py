@@ -37,8 +37,9 @@ class JudgeConfig(StrictModel):
     base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
     model: str = Field(description="Model name sent in the request.")
     api_key: str | None = Field(None, description="Bearer token, if the server wants one.")
-    api_key_env: str | None = Field(None, description="Environment variable holding the bearer token (used when "
-                                    "api_key is not given; keeps the key out of config files).")
+    api_key_env: str | None = Field(None, description=(
+        "Environment variable holding the bearer token (used when api_key is not given; keeps the key out of "
+        "config files)."))
     temperature: float = Field(0.0, ge=0, description="Sampling temperature.")
     max_tokens: int = Field(256, ge=1, description="Max tokens of each judge answer.")
     max_retries: int = Field(2, ge=0, description="Retries after an invalid answer (error fed back).")

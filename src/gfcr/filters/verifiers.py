@@ -27,9 +27,9 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import Field
+from pydantic import AliasChoices, Field, model_validator
 
-from gfcr.config import StrictModel
+from gfcr.config import StrictModel, note_renamed
 from gfcr.sandbox import CODE_CHILD, CODE_HARNESS, SandboxConfig, run_python
 
 from .answers import (  # noqa: F401 - the answer readers are re-exported
@@ -138,7 +138,8 @@ class ExactVerifier:
     version = "1"
 
     class Config(_AnswerConfig):
-        extract: bool = Field(True, description="Compare the extracted final answer (else the whole completion).")
+        extract: bool = Field(True, description=(
+            "Compare the extracted final answer (else the whole completion)."))
         case_sensitive: bool = Field(False, description="Compare case-sensitively.")
 
     def __init__(self, **kw: Any) -> None:
@@ -206,7 +207,8 @@ class FormatVerifier:
 
     class Config(StrictModel):
         pattern: str | None = Field(None, description="Regex searched in the completion (MULTILINE|DOTALL).")
-        json_schema: dict[str, Any] | None = Field(None, description="JSON Schema the completion's JSON must satisfy.")
+        json_schema: dict[str, Any] | None = Field(None, description=(
+            "JSON Schema the completion's JSON must satisfy."))
 
     def __init__(self, **kw: Any) -> None:
         self.config = self.Config(**kw)
@@ -249,7 +251,8 @@ class MathVerifier:
 
     class Config(_AnswerConfig):
         timeout_s: float = Field(5.0, gt=0, description="Longest a single comparison may take.")
-        workers: int = Field(1, ge=1, le=64, description="math-verify worker processes (shared, grown on demand).")
+        workers: int = Field(1, ge=1, le=64, description=(
+            "math-verify worker processes (shared, grown on demand)."))
 
     def __init__(self, **kw: Any) -> None:
         self.config = self.Config(**kw)
@@ -338,9 +341,11 @@ class CodeVerifier:
 
     class Config(StrictModel):
         timeout_per_test_s: float = Field(2.0, gt=0, description="Per-test time limit inside the sandbox.")
-        allow_truncated: bool = Field(False, description="Run the tests of generations cut by the token limit "
-                                      "(finish_reason length/abort). Off: they are never verified.")
-        sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandbox limits and isolation.")
+        allow_truncated: bool = Field(False, description=(
+            "Run the tests of generations cut by the token limit (finish_reason length/abort). Off: they are "
+            "never verified."))
+        sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description=(
+            "Sandbox limits and isolation."))
 
     def __init__(self, **kw: Any) -> None:
         self.config = self.Config(**kw)
@@ -404,7 +409,8 @@ class EnvVerifier:
     version = "1"
 
     class Config(StrictModel):
-        key: str = Field("env_success", description="Key in rollout.signals or rollout.meta holding success (bool/0-1).")
+        key: str = Field("env_success", description=(
+            "Key in rollout.signals or rollout.meta holding success (bool/0-1)."))
         threshold: float = Field(0.5, description="passed when the value is >= threshold.")
 
     def __init__(self, **kw: Any) -> None:
@@ -431,14 +437,21 @@ class CompositeVerifier:
     class Part(StrictModel):
         name: str = Field(description="Verifier name in VERIFIERS.")
         weight: float = Field(1.0, description="Weight of this part's score.")
-        options: dict[str, Any] = Field(default_factory=dict, description="Keyword config of that verifier.")
+        params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "options"),
+                                       description=("Keyword config of that verifier "
+                                                    "(`options`: its old name)."))
+
+        @model_validator(mode="before")
+        @classmethod
+        def _renamed(cls, data: Any) -> Any:
+            return note_renamed(data, {"options": "params"}, "composite.parts[]")
 
     class Config(StrictModel):
         parts: list[CompositeVerifier.Part] = Field(min_length=1, description="The verifiers combined.")
 
     def __init__(self, **kw: Any) -> None:
         self.config = self.Config(**kw)
-        self.parts = [(get_verifier(p.name, **p.options), p.weight) for p in self.config.parts]
+        self.parts = [(get_verifier(p.name, **p.params), p.weight) for p in self.config.parts]
 
     def prepare(self, workers: int) -> None:
         for v, _ in self.parts:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import AliasChoices, Field, model_serializer, model_validator
 
-from gfcr.config import ConfigError, StrictModel
+from gfcr.config import ConfigError, StrictModel, note_renamed
 from gfcr.generate.engines.base import SamplingParams
 from gfcr.tasks import TaskConfig
 
@@ -20,24 +20,35 @@ class EngineConfig(StrictModel):
     """Which engine samples: the one engine vocabulary (``gfcr generate``'s ``engine:``; ``gfcr
     train`` composes it as ``generate.engine`` / ``generate.engine_params``).
 
-    ``args`` are checked at config load against the named engine's parameters
+    ``params`` are checked at config load against the named engine's parameters
     (:func:`gfcr.config.check_component`); a key ending in ``_env`` names an environment variable
     that gives the parameter without the suffix (``api_key_env: MY_KEY`` → ``api_key``), so no
     secret is written into a resolved config.
     """
 
     name: Literal["hf", "openai", "vllm"] | str = Field("hf", description="Engine name or 'pkg.mod:Class'.")
-    model: str | None = Field(None, description="Model dir/name (None = the default SmolLM2); for openai, the served name.")
-    args: dict[str, Any] = Field(default_factory=dict, description="Other engine keyword arguments (device, max_batch, base_url...).")
+    model: str | None = Field(None, description=(
+        "Model dir/name (None = the default SmolLM2); for openai, the served name."))
+    params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "args"),
+                                   description=(
+        "Other engine keyword arguments (device, max_batch, base_url...); `args` is the deprecated name."))
 
     #: engines a composer above Generate adds to :data:`gfcr.generate.engines.ENGINES` (train: ray)
     extra_engines: ClassVar[dict[str, str]] = {}
-    #: config path of ``args`` in error messages
-    args_path: ClassVar[str] = "engine.args"
+    #: config path of ``params`` in error messages
+    params_path: ClassVar[str] = "engine.params"
+    #: where the section sits, for the deprecation note of ``args``
+    where: ClassVar[str] = "engine"
 
     def supplied(self) -> tuple[str, ...]:
-        """Engine parameters the composer passes itself (not settable in ``args``)."""
+        """Engine parameters the composer passes itself (not settable in ``params``)."""
         return ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """``args`` (issue 46: one word, ``params``, for a component's keyword arguments) still reads."""
+        return note_renamed(data, {"args": "params"}, cls.where)
 
     @model_validator(mode="after")
     def _check_args(self) -> EngineConfig:
@@ -45,10 +56,10 @@ class EngineConfig(StrictModel):
         from gfcr.generate.engines import ENGINES
 
         table = {**ENGINES, **self.extra_engines}
-        plain = {k: v for k, v in self.args.items() if not k.endswith("_env")}
-        checked = check_component(self.args_path, "engine", self.name, table, plain, self.supplied())
+        plain = {k: v for k, v in self.params.items() if not k.endswith("_env")}
+        checked = check_component(self.params_path, "engine", self.name, table, plain, self.supplied())
         if self.name in table:
-            for k, v in self.args.items():
+            for k, v in self.params.items():
                 if not k.endswith("_env"):
                     continue
                 try:
@@ -56,22 +67,22 @@ class EngineConfig(StrictModel):
                 except ImportError:
                     break
                 if k[: -len("_env")] not in known or k[: -len("_env")] in self.supplied():
-                    raise ConfigError(f"{self.args_path}: {k!r} names no parameter of engine {self.name!r} "
+                    raise ConfigError(f"{self.params_path}: {k!r} names no parameter of engine {self.name!r} "
                                       f"(allowed: {', '.join(x + '_env' for x in known if x not in self.supplied())})")
                 if not isinstance(v, str):
-                    raise ConfigError(f"{self.args_path}.{k}: give the name of an environment variable, got {v!r}")
-        self.args = {k: checked.get(k, v) for k, v in self.args.items()}
+                    raise ConfigError(f"{self.params_path}.{k}: give the name of an environment variable, got {v!r}")
+        self.params = {k: checked.get(k, v) for k, v in self.params.items()}
         return self
 
     def kwargs(self) -> dict[str, Any]:
-        """``args`` with every ``*_env`` key replaced by the environment variable it names."""
+        """``params`` with every ``*_env`` key replaced by the environment variable it names."""
         import os
 
         kw: dict[str, Any] = {}
-        for k, v in self.args.items():
+        for k, v in self.params.items():
             if k.endswith("_env"):
                 if v not in os.environ:
-                    raise ConfigError(f"{self.args_path}.{k}: environment variable {v!r} is not set")
+                    raise ConfigError(f"{self.params_path}.{k}: environment variable {v!r} is not set")
                 kw[k[: -len("_env")]] = os.environ[v]
             else:
                 kw[k] = v
@@ -103,9 +114,11 @@ class TopologyConfig(StrictModel):
         description="tree: fork only at or after this fraction of the parent's answer (0 = TreeRL's rule).",
     )
     no_fork_after: list[str] = Field(
-        default_factory=list, description="tree: no forking after a generated token containing one of these words."
+        default_factory=list, description=(
+            "tree: no forking after a generated token containing one of these words.")
     )
-    env: str = Field("calculator", description="multi_turn: env name (calculator, python) or 'pkg.mod:Class'.")
+    env: str = Field("calculator", description=(
+        "multi_turn: env name (calculator, python) or 'pkg.mod:Class'."))
     max_turns: int = Field(4, ge=1, description="multi_turn: most policy turns per episode.")
     obs_role: str = Field("user", description="multi_turn: role of the env's observations in the chat.")
 
@@ -137,10 +150,15 @@ class RetrieveConfig(StrictModel):
     """Retrieval-guided generation (:class:`gfcr.replay.retrieval.RetrievalSeeder`): each prompt gets the
     ``k`` nearest solved prompts of a store, with one verified solution each, as in-context examples."""
 
-    store: str | None = Field(None, description="Store whose solved rollouts are retrieved (default: the run's own store, as it is when the run starts).")
-    k: int = Field(2, ge=1, description="Solved cases per prompt (nearest first, placed nearest last before the question).")
-    embed: str = Field("hash", description="Embedder name (hash: no model, surface overlap; minilm: paraphrases) or pkg.mod:obj.")
-    max_distance: float | None = Field(None, ge=0.0, description="Drop neighbours farther than this cosine distance (null: keep the k nearest).")
+    store: str | None = Field(None, description=(
+        "Store whose solved rollouts are retrieved (default: the run's own store, as it is when the run "
+        "starts)."))
+    k: int = Field(2, ge=1, description=(
+        "Solved cases per prompt (nearest first, placed nearest last before the question)."))
+    embed: str = Field("hash", description=(
+        "Embedder name (hash: no model, surface overlap; minilm: paraphrases) or pkg.mod:obj."))
+    max_distance: float | None = Field(None, ge=0.0, description=(
+        "Drop neighbours farther than this cosine distance (null: keep the k nearest)."))
 
 
 class GenerateConfig(StrictModel):
@@ -151,12 +169,15 @@ class GenerateConfig(StrictModel):
     step: int = Field(0, ge=0, description="Training step recorded with the rollouts.")
     seed: int | None = Field(0, description="Base seed; per-prompt seeds derive from it (None = unseeded).")
     batch_prompts: int = Field(8, ge=1, description="Prompts per engine call and per store commit.")
-    tasks: TaskConfig = Field(default_factory=lambda: TaskConfig(params={"n": 8, "level": 1}), description="Task source.")
+    tasks: TaskConfig = Field(default_factory=lambda: TaskConfig(params={"n": 8, "level": 1}), description=(
+        "Task source."))
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Engine.")
     topology: TopologyConfig = Field(default_factory=TopologyConfig, description="Topology.")
     sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(temperature=0.7, max_tokens=96),
                                      description="Sampling params (n is set by the topology).")
-    retrieve: RetrieveConfig | None = Field(None, description="Retrieval-guided generation: solved cases of a store as in-context seeds before each prompt (rollouts record them in meta.retrieved); null = off.")
+    retrieve: RetrieveConfig | None = Field(None, description=(
+        "Retrieval-guided generation: solved cases of a store as in-context seeds before each prompt "
+        "(rollouts record them in meta.retrieved); null = off."))
 
     @model_validator(mode="before")
     @classmethod

@@ -1,11 +1,10 @@
 """Replay buffers (Replay): keep past rollouts and feed them back into later training steps.
 
-Every buffer follows :class:`ReplayBuffer`. The training loop and the simulator call only
-``reserve`` (before generation: prompts whose groups replay will complete this step, and with how
-many replayed members), ``mix`` (after generation: what the step trains on, as
-:class:`TrainItem` s carrying the advantage, loss weight and loss form each paper prescribes) and
-``add`` (after the update). ``sample(batch, policy_version, rng)`` -> :class:`ReplaySample` items
-(stored rollout, behaviour log-probs, version lag) remains for library use.
+Every buffer follows :class:`ReplayBuffer`. The loop and the simulator call only ``reserve`` (before
+generation: prompts whose groups replay will complete this step, and with how many replayed members),
+``mix`` via :func:`assemble` (after generation: what the step trains on, :class:`TrainItem` s with the
+advantage, loss weight and loss form each paper prescribes) and ``add`` (after the update).
+``sample(batch, policy_version, rng)`` -> :class:`ReplaySample` s remains for library use.
 
 ``mix(groups, step, rng, estimator)`` per method (``estimator`` is the run's group advantage):
 
@@ -25,14 +24,12 @@ many replayed members), ``mix`` (after generation: what the step trains on, as
   the replayed row's loss is ``−A·f(w)``, ``f(w) = w/(w+0.1)``, ``w = π_θ/π_behaviour``, unclipped
   (ElliottYan/LUFFY ``ExGRPO/.../mix_core_alg.py`` L133–143, L189; collate L150–190).
 
-Versions and lag: the record's ``policy_version`` is a string (a checkpoint id or hash) and has no
-order, so lag is measured in trainer steps: ``lag = policy_version - rollout.step`` where the
-``policy_version`` argument of :meth:`sample` is the *current trainer step* (an int).
+Versions and lag: a record's ``policy_version`` string has no order, so lag is in trainer steps:
+``lag = policy_version - rollout.step``, ``policy_version`` of :meth:`sample` the current step (int).
 
-Restart: a buffer is a deterministic function of the rollouts added to it. ``add`` orders its
-input canonically by (step, group_id, sample_index, rollout_id), so
-:meth:`rebuild` (``store.rollouts(...)`` in one call) reproduces the state of a buffer fed step by
-step. ``state_dict()`` is a JSON-able summary (ids per slot) used to compare the two.
+Restart: a buffer is a deterministic function of the rollouts added to it. ``add`` orders its input
+canonically by (step, group_id, sample_index, rollout_id), so :meth:`rebuild` (``store.rollouts(...)``
+in one call) reproduces a buffer fed step by step; ``state_dict()`` (ids per slot) compares the two.
 
 Name → class table: :data:`BUFFERS`; factory: :func:`make_buffer`.
 """
@@ -108,8 +105,15 @@ def fresh_items(groups: Sequence[Sequence[Rollout]], estimator: Estimator) -> li
     out = []
     for g in groups:
         if g:
-            out += [TrainItem(r, a, group=g[0].group_id) for r, a in zip(g, estimator(list(g)), strict=True)]
+            gid = g[0].group_id
+            out += [TrainItem(r, a, 1.0, None, gid) for r, a in zip(g, estimator(list(g)), strict=True)]
     return out
+
+
+def assemble(buffer: Any, kept: Sequence[Sequence[Rollout]], step: int, rng: np.random.Generator,
+             estimator: Estimator, entropy: Entropy | None = None) -> list[TrainItem]:
+    """A step's batch (the call of :mod:`gfcr.control.step`): ``buffer.mix``, or with no buffer :func:`fresh_items`."""
+    return fresh_items(kept, estimator) if buffer is None else buffer.mix(kept, step, rng, estimator, entropy=entropy)
 
 
 @runtime_checkable
@@ -375,6 +379,15 @@ class ExGRPO(_Buffer):
 
     key = "exgrpo"
 
+    @staticmethod
+    def run_defaults(prompts_per_step: int, k: int) -> dict[str, Any]:
+        """What a run with this buffer sets where its config is silent, as the authors' ``run_exgrpo.sh``:
+        Dr.GRPO advantages (``grpo_use_std=False``), no clip (``loss_remove_clip``), Σ tokens / max length
+        (``loss_remove_token_mean``), two optimizer steps a step (``ppo_mini_batch_size=64`` of
+        ``train_batch_size=128``), and groups of the run's K."""
+        return {"signals.advantage": "dr_grpo", "loss.clip": False, "loss.agg": "seq-mean-token-sum-norm",
+                "optim.mini_batch": -(-prompts_per_step * k // 2), "replay.params.group_size": k}
+
     def __init__(self, group_size: int = 8, sigma: float = 1.0, mix_ratio: float = 0.5,
                  start_solved_ratio: float = 0.35, shaping_gamma: float = 0.1,
                  entropy_fn: Callable[[Rollout], float] | None = None, success_threshold: float = 0.5):
@@ -439,7 +452,7 @@ class ExGRPO(_Buffer):
     def reserve(self, n_prompts: int, step: int, rng: np.random.Generator) -> dict[str, int]:
         """``min(int(ρ·B), #questions with experience)`` questions for this step, one replayed member each."""
         n = min(self.n_experience(n_prompts), len(self.experience)) if self.active else 0
-        self.reserved = [s.rollout.prompt_id for s in self.sample(n, step, rng)] if n else []
+        self.reserved = self._draw(n, rng) if n else []
         return {q: 1 for q in self.reserved}
 
     def best(self, q: str, entropy: Entropy | None = None) -> Rollout:
@@ -471,23 +484,25 @@ class ExGRPO(_Buffer):
 
     def sample(self, batch: int, policy_version: int, rng: np.random.Generator | None = None) -> list[ReplaySample]:
         """Up to ``batch`` distinct questions drawn by bucket weight, one lowest-entropy trajectory each."""
-        rng = rng or np.random.default_rng()
+        return [ReplaySample(b, policy_version - int(b.step), 1.0, self.key)
+                for b in map(self.best, self._draw(batch, rng or np.random.default_rng()))]
+
+    def _draw(self, batch: int, rng: np.random.Generator) -> list[str]:
+        """Up to ``batch`` distinct questions, each bucket ``k`` drawn with weight ``N(k; K/2, σ)``."""
         by_bucket: dict[int, list[str]] = defaultdict(list)
         for q in sorted(self.experience):
             by_bucket[self.bucket[q]].append(q)
         for b in by_bucket:
             by_bucket[b] = list(rng.permutation(by_bucket[b]))
-        out: list[ReplaySample] = []
+        out: list[str] = []
         while len(out) < batch and by_bucket:
             keys = sorted(by_bucket)
             w = exgrpo_bucket_weight(np.array(keys), self.group_size, self.sigma)
             w = w / w.sum() if w.sum() > 0 else np.full(len(keys), 1.0 / len(keys))
             b = keys[rng.choice(len(keys), p=w)]
-            q = str(by_bucket[b].pop())
+            out.append(str(by_bucket[b].pop()))
             if not by_bucket[b]:
                 del by_bucket[b]
-            best = self.best(q)
-            out.append(ReplaySample(best, policy_version - int(best.step), 1.0, self.key))
         return out
 
     def shape(self, w: np.ndarray | float) -> np.ndarray:
@@ -508,13 +523,18 @@ class AR3PO(_PerPromptCache):
 
     Rule: cache verified-correct responses per prompt (``verified is True`` only: a reward alone
     is not enough); when a prompt's group has no correct response, add one cached correct
-    response so the group's advantage is non-zero. Adaptive rollout (:meth:`adaptive_rollout`):
-    sample in stages and stop sampling a prompt once one response is correct.
+    response so the group's advantage is non-zero. Its adaptive rollout (sample in stages, stop a
+    prompt at its first correct response) is the ``ar3po`` group policy (:mod:`gfcr.control.policies`).
     Departures (NOT FOUND in the reference): cache size per prompt (``max_per_prompt`` = 4, the
     newest kept) and which cached response is injected (the newest).
     """
 
     key = "ar3po"
+
+    @staticmethod
+    def run_defaults(prompts_per_step: int, k: int) -> dict[str, Any]:
+        """What a run with this buffer sets where its config is silent: the staged rollout (AR3PO is both)."""
+        return {"control.group": "ar3po"}
 
     def __init__(self, max_per_prompt: int = 4):
         self.max_per_prompt = max_per_prompt
@@ -559,25 +579,6 @@ class AR3PO(_PerPromptCache):
             out += [TrainItem(r, a, group=gid) for r, a in zip(g, adv[:-1], strict=True)]
             out.append(TrainItem(inj.rollout, adv[-1], group=gid, replayed=True, lag=inj.lag))
         return out
-
-    @staticmethod
-    def adaptive_rollout(prompt_ids: Sequence[str], generate: Callable[[list[str], int], dict[str, list[Rollout]]],
-                         stages: int = 3, per_stage: int = 4) -> tuple[dict[str, list[Rollout]], int]:
-        """Staged sampling: each stage samples ``per_stage`` responses for every prompt without a
-        correct one yet. Returns (prompt -> all its responses, number of responses generated)."""
-        out: dict[str, list[Rollout]] = {p: [] for p in prompt_ids}
-        todo = list(prompt_ids)
-        n = 0
-        for _ in range(stages):
-            if not todo:
-                break
-            got = generate(todo, per_stage)
-            for p in todo:
-                rs = got.get(p, [])
-                out[p].extend(rs)
-                n += len(rs)
-            todo = [p for p in todo if not any(r.verified is True for r in out[p])]
-        return out, n
 
 
 BUFFERS: dict[str, type[_Buffer]] = {

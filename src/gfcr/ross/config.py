@@ -17,12 +17,15 @@ VARIANTS = ("positive_sft", "ross_nomask", "ross", "ross_from_base")
 
 
 class WindowConfig(StrictModel):
-    run: str | None = Field(None, description="Run id whose rollouts are relearned (None: every run in the store).")
-    steps: tuple[int, int] | None = Field(None, description="Inclusive training-step window [first, last] (None: all).")
+    run: str | None = Field(None, description=(
+        "Run id whose rollouts are relearned (None: every run in the store)."))
+    steps: tuple[int, int] | None = Field(None, description=(
+        "Inclusive training-step window [first, last] (None: all)."))
     task: str | None = Field(None, description="Only rollouts of this task (None: all tasks).")
-    reverify: str | None = Field(None, description="Re-verify with this gfcr.filters verifier (None: trust stored verdicts).")
-    reverify_params: dict[str, Any] = Field(default_factory=dict, description="Options of the re-verifier "
-                                            "(default: strict stated answer format, truncated never verified).")
+    reverify: str | None = Field(None, description=(
+        "Re-verify with this gfcr.filters verifier (None: trust stored verdicts)."))
+    reverify_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "Options of the re-verifier (default: strict stated answer format, truncated never verified)."))
     dedup: bool = Field(True, description="Drop rollouts repeating another's prompt and assistant text.")
     limit: int | None = Field(None, ge=1, description="At most this many rollouts (oldest step first).")
 
@@ -54,23 +57,32 @@ class AuditJudgeConfig(StrictModel):
     ``cache_dir`` may also be written flat under ``judge:``. Retries and concurrency are the
     audit's own (each retry goes through ROSS's stricter verdict validation)."""
 
-    name: Literal["arith-steps", "keep-all", "llm"] = Field("arith-steps", description="Judge for the ROSS audit.")
-    llm: JudgeConfig | None = Field(None, description="llm judge: the endpoint (gfcr.filters.judge.JudgeConfig: base_url, "
-                                    "model, api_key_env, max_tokens (1024 here), timeout_s (120 here), cache_dir, ...).")
+    name: Literal["arith-steps", "keep-all", "llm"] = Field("arith-steps", description=(
+        "Judge for the ROSS audit."))
+    llm: JudgeConfig | None = Field(None, description=(
+        "llm judge: the endpoint (gfcr.filters.judge.JudgeConfig: base_url, model, api_key_env, max_tokens "
+        "(1024 here), timeout_s (120 here), cache_dir, ...)."))
     mode: Literal["select-keep", "locate-exclude"] = Field(
-        "select-keep", description="llm judge: select-keep (math/code) or locate-exclude (agent trajectories).")
-    version: str | None = Field(None, description="llm judge: version string keying its audits (default 3:<model>).")
-    retries: int = Field(2, ge=0, le=10, description="Retries after an invalid verdict, the error fed back each time.")
+        "select-keep", description=(
+            "llm judge: select-keep (math/code) or locate-exclude (agent trajectories)."))
+    version: str | None = Field(None, description=(
+        "llm judge: version string keying its audits (default 3:<model>)."))
+    retries: int = Field(2, ge=0, le=10, description=(
+        "Retries after an invalid verdict, the error fed back each time."))
     concurrency: int = Field(4, ge=1, le=256, description="Judge calls in flight at once.")
     max_unit_chars: int = Field(200, ge=20, description="Lines longer than this are split at sentence ends.")
-    check_answer: bool = Field(True, description="Require the kept text to still contain the verified final answer.")
+    check_answer: bool = Field(True, description=(
+        "Require the kept text to still contain the verified final answer."))
     eos_rule: Literal["after-answer", "neighbours"] = Field(
-        "after-answer", description="End-of-sequence rule: after-answer supervises the eos closing the last assistant "
-        "turn when the kept text ends on the verified answer's line (so ROSS teaches the model to stop); neighbours "
-        "(the former rule) only when the characters around it are kept, never after excluded trailing text.")
-    recheck: bool = Field(True, description="llm judge: an independent second call re-checks each usable verdict "
-                                            "and may confirm, revise its boundaries or discard (the paper's re-check "
-                                            "for math/code; on by default). The rule-based judges have none.")
+        "after-answer", description=(
+            "End-of-sequence rule: after-answer supervises the eos closing the last assistant turn when the "
+            "kept text ends on the verified answer's line (so ROSS teaches the model to stop); neighbours "
+            "(the former rule) only when the characters around it are kept, never after excluded trailing "
+            "text."))
+    recheck: bool = Field(True, description=(
+        "llm judge: an independent second call re-checks each usable verdict and may confirm, revise its "
+        "boundaries or discard (the paper's re-check for math/code; on by default). The rule-based judges "
+        "have none."))
 
     @model_validator(mode="before")
     @classmethod
@@ -98,29 +110,34 @@ class AuditJudgeConfig(StrictModel):
 
 
 class BuildConfig(StrictModel):
-    max_length: int | None = Field(1024, ge=8, description="Drop rollouts longer than this many tokens (None: keep all).")
+    max_length: int | None = Field(1024, ge=8, description=(
+        "Drop rollouts longer than this many tokens (None: keep all)."))
 
 
 class SFTConfig(StrictModel):
     epochs: int = Field(3, ge=1, description="Passes over the dataset (the seed reports 3 for single-turn).")
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
-    batch_size: int = Field(8, ge=1, description="Sequences per step (a length-grouped padded batch, or packed rows).")
+    batch_size: int = Field(8, ge=1, description=(
+        "Sequences per step (a length-grouped padded batch, or packed rows)."))
     grad_clip: float = Field(1.0, ge=0, description="Gradient-norm clip (0: off).")
     seed: int = Field(0, description="Seed of the batch order and torch.")
     packing: bool = Field(
-        False, description="Pack each step's batch_size sequences into rows without cross-sequence attention "
-                           "(block-diagonal causal mask, positions restarting per sequence) instead of padding "
-                           "length-grouped batches; same loss and gradient per batch.")
+        False, description=(
+            "Pack each step's batch_size sequences into rows without cross-sequence attention "
+            "(block-diagonal causal mask, positions restarting per sequence) instead of padding "
+            "length-grouped batches; same loss and gradient per batch."))
     max_tokens_per_row: int = Field(
-        1024, ge=8, description="packing: at most this many tokens per packed row (a longer sequence gets a row "
-                                "of its own).")
+        1024, ge=8, description=(
+            "packing: at most this many tokens per packed row (a longer sequence gets a row of its own)."))
     max_pad_fraction: float = Field(
-        0.05, ge=0, le=1, description="Run each step as micro-batches whose padding is at most this fraction of "
-                                      "their tokens (gradients accumulated, same loss); 1: one tensor per step.")
+        0.05, ge=0, le=1, description=(
+            "Run each step as micro-batches whose padding is at most this fraction of their tokens "
+            "(gradients accumulated, same loss); 1: one tensor per step."))
     checkpoint_every: int = Field(
-        50, ge=0, description="Save a resumable state (weights, optimizer, schedule, position) to "
-                              "RUN_DIR/checkpoints/<variant> every this many steps and at each epoch's end; "
-                              "`gfcr ross train` on the same run folder continues from it (0: epoch ends only).")
+        50, ge=0, description=(
+            "Save a resumable state (weights, optimizer, schedule, position) to "
+            "RUN_DIR/checkpoints/<variant> every this many steps and at each epoch's end; `gfcr ross train` "
+            "on the same run folder continues from it (0: epoch ends only)."))
     autocast: AutocastDtype | None = Field(
         None, description="Run the forwards in torch.autocast of this dtype (faster where the "
                           "CPU or GPU has bfloat16 matrix units, e.g. AMX: bench/sft_autocast_bench.py); "
@@ -128,7 +145,8 @@ class SFTConfig(StrictModel):
 
 
 class EpisodeEvalConfig(StrictModel):
-    env: str = Field(..., description="Env name (calculator, python) or 'pkg.module:Class' the episodes run in.")
+    env: str = Field(..., description=(
+        "Env name (calculator, python) or 'pkg.module:Class' the episodes run in."))
     max_turns: int = Field(4, ge=1, description="Turn budget per episode (as in training).")
     obs_role: str = Field("user", description="Role of the env's observations in the chat.")
     reward_source: Literal["verifier", "env", "env_or_verifier", "weighted"] = Field(
@@ -137,17 +155,23 @@ class EpisodeEvalConfig(StrictModel):
 
 class BenchmarkConfig(StrictModel):
     name: str = Field(..., description="Column name in the evaluation table.")
-    source: str = Field("store", description="'store' (the store's prompts of `split`) or a gfcr.tasks source "
-                                             "(arith, reasoning_gym, jsonl_math, jsonl_code, or pkg.mod:fn).")
-    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the task source "
-                                   "(e.g. {level: 2} for arith, {dataset: basic_arithmetic} for reasoning_gym).")
+    source: str = Field("store", description=(
+        "'store' (the store's prompts of `split`) or a gfcr.tasks source (arith, reasoning_gym, jsonl_math, "
+        "jsonl_code, or pkg.mod:fn)."))
+    params: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments of the task source (e.g. {level: 2} for arith, {dataset: basic_arithmetic} for "
+        "reasoning_gym)."))
     split: str = Field("test", description="Split of the held-out prompts.")
-    task: str | None = Field(None, description="source=store: only prompts of this task (default: window.task).")
+    task: str | None = Field(None, description=(
+        "source=store: only prompts of this task (default: window.task)."))
     n_prompts: int = Field(32, ge=1, description="Distinct held-out prompts evaluated per model.")
     domain: str = Field("default", description="Domain whose average this benchmark enters (math, code, …).")
-    verifier: str | None = Field(None, description="Verifier for this benchmark (default: evaluate.verifier).")
-    verifier_params: dict[str, Any] | None = Field(None, description="Its options (default: evaluate.verifier_params).")
-    max_tokens: int | None = Field(None, ge=1, description="New tokens per sample (default: evaluate.max_tokens).")
+    verifier: str | None = Field(None, description=(
+        "Verifier for this benchmark (default: evaluate.verifier)."))
+    verifier_params: dict[str, Any] | None = Field(None, description=(
+        "Its options (default: evaluate.verifier_params)."))
+    max_tokens: int | None = Field(None, ge=1, description=(
+        "New tokens per sample (default: evaluate.max_tokens)."))
     episodes: EpisodeEvalConfig | None = Field(None, description="Evaluate as multi-turn env episodes "
                                                "(gfcr.evaluate.evaluate_episodes) instead of single answers.")
 
@@ -179,22 +203,24 @@ class RossEvalConfig(EvalConfig):
     verifier: str = Field("numeric", description="gfcr.filters verifier deciding correctness.")
     verifier_params: dict[str, Any] = Field(default_factory=dict, description="Its options, e.g. "
                                             "{lenient_fallback: true} (off: the stated answer format only).")
-    allow_truncated: bool = Field(False, description="Count samples cut by the token limit when correct (off: wrong).")
+    allow_truncated: bool = Field(False, description=(
+        "Count samples cut by the token limit when correct (off: wrong)."))
     greedy: bool = Field(True, description="Also report greedy pass@1.")
     seed: int = Field(0, description="Sampling seed.")
     batch_size: int = Field(32, ge=1, description="Prompts per generation batch.")
     pairs: list[tuple[str, str]] | None = Field(
-        None, description="Model pairs (A, B) compared per prompt; None: ROSS against every other row, ROSS w/o "
-                          "mask against positive SFT, ROSS from base against ROSS.")
-    engine: str = Field("hf", description="Engine each model row is evaluated with (gfcr.generate.engines): hf "
-                                          "(loads the model in this process), vllm (from the model's path), or "
-                                          "pkg.mod:Class; one model in memory at a time.")
+        None, description=(
+            "Model pairs (A, B) compared per prompt; None: ROSS against every other row, ROSS w/o mask "
+            "against positive SFT, ROSS from base against ROSS."))
+    engine: str = Field("hf", description=(
+        "Engine each model row is evaluated with (gfcr.generate.engines): hf (loads the model in this "
+        "process), vllm (from the model's path), or pkg.mod:Class; one model in memory at a time."))
     engine_params: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of the engine (vllm: enforce_eager, dtype, "
                                           "max_model_len, kv_cache_memory_bytes, ...).")
-    save_generations: bool = Field(False, description="Also write every generation (greedy and sampled) to "
-                                                      "RUN_DIR/generations.jsonl, one line per model, benchmark "
-                                                      "and prompt (for process measures such as false claims).")
+    save_generations: bool = Field(False, description=(
+        "Also write every generation (greedy and sampled) to RUN_DIR/generations.jsonl, one line per model, "
+        "benchmark and prompt (for process measures such as false claims)."))
 
     @model_validator(mode="after")
     def _ks(self) -> RossEvalConfig:
@@ -224,33 +250,46 @@ class RossEvalConfig(EvalConfig):
 
 class AnalyzeConfig(StrictModel):
     ter_window: int = Field(8, ge=1, description="Training steps per TER/entropy window.")
-    ter_ma: int = Field(8, ge=1, description="Moving-average length (steps) of the per-step TER and entropy (the paper: 8).")
-    early: tuple[int, int] | None = Field(None, description="Early step window for categories (None: first quarter).")
-    late: tuple[int, int] | None = Field(None, description="Late step window for categories (None: last quarter).")
-    domains: dict[str, str] = Field(default_factory=dict, description="task → domain for the per-domain category "
-                                    "analysis (default: the task name before ':').")
+    ter_ma: int = Field(8, ge=1, description=(
+        "Moving-average length (steps) of the per-step TER and entropy (the paper: 8)."))
+    early: tuple[int, int] | None = Field(None, description=(
+        "Early step window for categories (None: first quarter)."))
+    late: tuple[int, int] | None = Field(None, description=(
+        "Late step window for categories (None: last quarter)."))
+    domains: dict[str, str] = Field(default_factory=dict, description=(
+        "task → domain for the per-domain category analysis (default: the task name before ':')."))
     compatibility_prompts: int = Field(16, ge=0, description="Prompts for the compatibility NLL (0: skip).")
-    compatibility_tries: int = Field(4, ge=1, description="Samples drawn per prompt (at evaluate.temperature) to find a "
-                                     "correct one for the current/other model rows.")
-    compatibility_filter: bool = Field(True, description="Keep only correct current/other samples (the paper compares "
-                                       "correct answers); off: the first sample, unfiltered.")
-    teacher_jsonl: str | None = Field(None, description="An external teacher's answers, JSONL lines {prompt_id, text}: "
-                                      "scored as a fourth compatibility row (re-tokenized by the scored model).")
-    complementarity_prompts: int = Field(8, ge=0, description="The hardest historically solved prompts re-sampled (0: skip).")
-    complementarity_k: int = Field(32, ge=1, description="Samples per prompt for complementarity pass@1/8/32.")
+    compatibility_tries: int = Field(4, ge=1, description=(
+        "Samples drawn per prompt (at evaluate.temperature) to find a correct one for the current/other "
+        "model rows."))
+    compatibility_filter: bool = Field(True, description=(
+        "Keep only correct current/other samples (the paper compares correct answers); off: the first "
+        "sample, unfiltered."))
+    teacher_jsonl: str | None = Field(None, description=(
+        "An external teacher's answers, JSONL lines {prompt_id, text}: scored as a fourth compatibility row "
+        "(re-tokenized by the scored model)."))
+    complementarity_prompts: int = Field(8, ge=0, description=(
+        "The hardest historically solved prompts re-sampled (0: skip)."))
+    complementarity_k: int = Field(32, ge=1, description=(
+        "Samples per prompt for complementarity pass@1/8/32."))
     max_tokens: int = Field(96, ge=1, description="New tokens per sample in the analyses.")
 
 
 class RossConfig(StrictModel):
     store: str = Field(..., description="Path of the rollout store holding the historical rollouts.")
     out_dir: str = Field("runs/ross", description="Parent folder; each run writes a new sub-folder in it.")
-    upstream_model: str | None = Field(None, description="The checkpoint after RL (HF dir/name; 'default' = SmolLM2-135M); "
-                                      "needed by train, evaluate and analyze, not by select and audit.")
-    base_model: str | None = Field(None, description="The checkpoint RL started from (for the base row and init-from-base).")
-    continued_rl_model: str | None = Field(None, description="Upstream trained further by RL with the same extra compute.")
-    other_model: str | None = Field(None, description="Another model whose outputs the compatibility NLL scores (default: base).")
-    tokenizer: str | None = Field(None, description="Tokenizer that produced the stored tokens (default: audit and align "
-                                  "read the store's recorded model when it is a local folder, else upstream's).")
+    upstream_model: str | None = Field(None, description=(
+        "The checkpoint after RL (HF dir/name; 'default' = SmolLM2-135M); needed by train, evaluate and "
+        "analyze, not by select and audit."))
+    base_model: str | None = Field(None, description=(
+        "The checkpoint RL started from (for the base row and init-from-base)."))
+    continued_rl_model: str | None = Field(None, description=(
+        "Upstream trained further by RL with the same extra compute."))
+    other_model: str | None = Field(None, description=(
+        "Another model whose outputs the compatibility NLL scores (default: base)."))
+    tokenizer: str | None = Field(None, description=(
+        "Tokenizer that produced the stored tokens (default: audit and align read the store's recorded "
+        "model when it is a local folder, else upstream's)."))
     variants: list[Literal["positive_sft", "ross_nomask", "ross", "ross_from_base"]] = Field(
         default_factory=lambda: ["positive_sft", "ross_nomask", "ross"],
         description="Models to train: positive-rollout SFT, ROSS w/o mask, ROSS, ROSS initialised from base.")

@@ -78,16 +78,22 @@ class SandboxConfig(StrictModel):
     """Limits and isolation of one sandboxed run."""
 
     cpu_s: int = Field(5, ge=1, le=3600, description="RLIMIT_CPU: CPU seconds before SIGXCPU/SIGKILL.")
-    wall_s: float = Field(10.0, gt=0, le=3600, description="Wall-clock limit of the program, counted from when its "
-                          "own code starts; the whole process group is killed.")
-    startup_s: float = Field(30.0, gt=0, le=3600, description="Separate budget for starting the sandbox and the "
-                             "program's interpreter (bwrap/unshare, launcher, Python start-up), which load slows.")
+    wall_s: float = Field(10.0, gt=0, le=3600, description=(
+        "Wall-clock limit of the program, counted from when its own code starts; the whole process group is "
+        "killed."))
+    startup_s: float = Field(30.0, gt=0, le=3600, description=(
+        "Separate budget for starting the sandbox and the program's interpreter (bwrap/unshare, launcher, "
+        "Python start-up), which load slows."))
     memory_mb: int = Field(1024, ge=64, description="RLIMIT_AS: address-space limit of each process, MiB.")
-    file_mb: int = Field(16, ge=1, description="RLIMIT_FSIZE: largest file the program may write, MiB (also caps stdout).")
-    nproc: int = Field(64, ge=1, description="RLIMIT_NPROC: processes of the run's uid (a fresh uid per run when the caller is root).")
+    file_mb: int = Field(16, ge=1, description=(
+        "RLIMIT_FSIZE: largest file the program may write, MiB (also caps stdout)."))
+    nproc: int = Field(64, ge=1, description=(
+        "RLIMIT_NPROC: processes of the run's uid (a fresh uid per run when the caller is root)."))
     nofile: int = Field(64, ge=8, description="RLIMIT_NOFILE: open file descriptors.")
-    tmpfs_mb: int = Field(64, ge=1, description="Size of each private tmpfs (/tmp, /dev/shm…) under unshare isolation.")
-    max_output_bytes: int = Field(1 << 20, ge=1024, description="stdout/stderr kept in the result (rest truncated).")
+    tmpfs_mb: int = Field(64, ge=1, description=(
+        "Size of each private tmpfs (/tmp, /dev/shm…) under unshare isolation."))
+    max_output_bytes: int = Field(1 << 20, ge=1024, description=(
+        "stdout/stderr kept in the result (rest truncated)."))
     isolation: Literal["auto", "bwrap", "unshare", "none"] = Field(
         "auto",
         description="auto: bwrap when installed and permitted, else unshare when permitted, else none "
@@ -97,7 +103,8 @@ class SandboxConfig(StrictModel):
         True, description="Refuse to run (SandboxUnavailable) when only isolation 'none' is possible."
     )
     python: str | None = Field(
-        None, description="Interpreter for the program; default: the base interpreter of this Python, run with -I."
+        None, description=(
+            "Interpreter for the program; default: the base interpreter of this Python, run with -I.")
     )
 
 

@@ -245,7 +245,8 @@ RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "conversation", "tools", "docu
 class WeightsBody(StrictModel):
     """Body of ``POST /gfcr/weights`` (the weight-update route)."""
 
-    path: str = Field(..., min_length=1, description="A .safetensors file or a folder of them, as the server sees it.")
+    path: str = Field(..., min_length=1, description=(
+        "A .safetensors file or a folder of them, as the server sees it."))
     policy_version: str | None = Field(None, max_length=200, description="Version string of the new weights.")
 
 

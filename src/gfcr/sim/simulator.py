@@ -9,26 +9,23 @@ gains ``transfer`` per effective group, and every prompt not trained this step d
 its initial logit by ``forget`` (forgetting, so that revisiting and replay can matter).
 
 Strategies run on the same seed (same world, same initial state) until the same generated-token
-budget is spent. Each step runs the named stages:
+budget is spent. A step is ``gfcr train``'s own sequence (:mod:`gfcr.control.step`):
 
-    select (the real :mod:`gfcr.control.selectors` class) -> generate (vectorised sampling)
-    -> control -> observe -> update (learning rule)
+    StepSampler (the real selector; the buffer's reserve/exclude) -> GroupPolicy.collect (the real
+    gfcr.control.policies class) over SimEngine (the world's draws as minimal rollout records)
+    -> replay.assemble (the real buffer's mix, the loop's estimator and (seed, step, label)
+    generators) -> observe_step -> the learning rule on the batch's effective groups
 
-Controls (``StrategyConfig.control``): ``none`` (train on every group); ``dynamic_sampling``
-(DAPO, via :class:`~gfcr.control.groups.DynamicSampling`); ``ar3po`` (the ``ar3po`` group policy
-of :mod:`gfcr.control.policies` over a simulator sampler, then the real
-:class:`~gfcr.replay.buffers.AR3PO` buffer); ``adaptive_k`` (:class:`~gfcr.control.groups.AdaptiveK`
-splits the batch's B·G responses by each prompt's Beta posterior); ``repo`` and ``exgrpo`` (the
-real :class:`~gfcr.replay.buffers.RePO` / :class:`~gfcr.replay.buffers.ExGRPO` buffers). The replay
-controls build minimal rollout records and assemble the batch with the same calls as
-``gfcr train`` (:meth:`_Run.assemble`: ``ReplayBuffer.reserve`` before generation,
-``ReplayBuffer.mix`` with the loop's estimator and the ``(seed, step, "replay")`` generator after it,
-``add`` after the step), so a simulated batch is the loop's batch for the same groups. Replay in
-this world: a batch group (by its normalisation group) with a non-zero advantage learns like a
-fresh group, times ``replay_decay ** lag`` when it holds replayed responses.
-The world has no notion of an off-policy ratio; ``replay_decay`` (default 1: no discount) is an
-assumption, not a measurement. GFPO is not a strategy here: response lengths in this world do
-not respond to training, so its one benefit (shorter responses) cannot appear.
+A strategy names its selector, group policy and buffer as ``gfcr train`` does (``selector``,
+``group``, ``buffer``; ``control`` is a shorthand for a pair, e.g. ``repo``), so every Control and
+Replay method runs here, and for the same world and seed the simulated batch is the loop's
+(``tests/sim/test_same_batch.py``). The world has no model: ExGRPO ranks a question's trajectories
+by their stored entropy (0: the smallest rollout id), where the loop asks the current policy.
+Replay in this world: a batch group (by its normalisation group) with a non-zero advantage learns
+like a fresh group, times ``replay_decay ** lag`` when it holds replayed responses. The world has
+no notion of an off-policy ratio; ``replay_decay`` (default 1: no discount) is an assumption, not
+a measurement. GFPO runs, but response lengths in this world do not respond to training, so its
+one benefit (shorter responses) cannot appear.
 
 Reported per strategy: generated tokens per effective sample (a generated response in a
 non-zero-advantage group that entered a training batch; replayed responses are reported apart
@@ -39,42 +36,65 @@ for its longest member, plus ``train_cost`` per trained token).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import Sequence
+import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from gfcr.config import ConfigError, StrictModel, check_component
-from gfcr.control.groups import AdaptiveK, DynamicSampling
-from gfcr.control.selectors import SELECTORS, greso_batch_size, make_selector
+from gfcr.control.policies import GROUP_POLICIES, Collected, make_group_policy
+from gfcr.control.selectors import SELECTORS, make_selector
+from gfcr.control.step import StepSampler, observe_step, stamp_advantages
+from gfcr.filters.advantages import make_estimator
 from gfcr.records import Cost, Rollout
-from gfcr.replay.buffers import BUFFERS, TrainItem, make_buffer, stage_rng
+from gfcr.replay.buffers import BUFFERS, TrainItem, assemble, make_buffer, stage_rng
 
-CONTROLS = ("none", "dynamic_sampling", "ar3po", "adaptive_k", "repo", "exgrpo")
+#: the ``control`` shorthand of a strategy → (group policy, replay buffer): the names ``gfcr train`` uses
+CONTROLS: dict[str, tuple[str, str | None]] = {
+    "none": ("single", None), "dynamic_sampling": ("dynamic_sampling", None), "ar3po": ("ar3po", "ar3po"),
+    "adaptive_k": ("adaptive_k", None), "repo": ("single", "repo"), "exgrpo": ("single", "exgrpo"),
+}
 
 
 class StrategyConfig(StrictModel):
-    """One strategy: a prompt selector plus an optional group control."""
+    """One strategy: a prompt selector, a group policy and a replay buffer, named as ``gfcr train``
+    names them (``control.selector``, ``control.group``, ``replay.buffer``). ``control`` is the
+    older shorthand for a group policy + buffer pair (``repo`` = ``single`` + buffer ``repo``);
+    its per-method fields (``gen_factor``, ``stages``, ``k_min`` ...) fill ``group_params``."""
 
     name: str = Field(description="label in the report (e.g. 'dapo', 'greso')")
     selector: str = Field("uniform", description=f"prompt selector, one of {sorted(SELECTORS)}")
-    selector_params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the selector")
-    control: str = Field("none", description=f"group control / replay, one of {CONTROLS}")
-    gen_factor: float = Field(3.0, gt=0, description="dynamic sampling: generation batch = gen_factor x train batch")
+    selector_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "keyword arguments of the selector"))
+    group: str | None = Field(None, description=(
+        f"group policy, one of {sorted(GROUP_POLICIES)} (gfcr.control.policies); null = what "
+        "`control` implies"))
+    group_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "keyword arguments of the group policy"))
+    buffer: str | None = Field(None, description=(
+        f"replay buffer, one of {sorted(BUFFERS)} (gfcr.replay.buffers); null = what `control` implies"))
+    control: str = Field("none", description=(
+        f"shorthand for a group policy + buffer pair, one of {tuple(CONTROLS)}"))
+    gen_factor: float = Field(3.0, gt=0, description=(
+        "dynamic sampling: generation batch = gen_factor x train batch"))
     adaptive_gen: bool = Field(False, description="dynamic sampling: GRESO's adaptive generation batch size")
-    max_num_gen_batches: int = Field(10, ge=1, description="dynamic sampling: generation rounds per step at most")
+    max_num_gen_batches: int = Field(10, ge=1, description=(
+        "dynamic sampling: generation rounds per step at most"))
     stages: int = Field(2, ge=1, description="ar3po: sampling stages")
     per_stage: int = Field(4, ge=1, description="ar3po: responses per prompt per stage")
-    k_min: int = Field(2, ge=2, description="adaptive_k: fewest responses per prompt (2: a group needs two to differ)")
+    k_min: int = Field(2, ge=2, description=(
+        "adaptive_k: fewest responses per prompt (2: a group needs two to differ)"))
     k_max: int = Field(16, ge=2, description="adaptive_k: most responses per prompt")
     buffer_params: dict[str, Any] = Field(default_factory=dict,
-                                          description="repo / exgrpo: keyword arguments of the replay buffer class")
+                                          description="keyword arguments of the replay buffer class")
 
     @field_validator("selector")
     @classmethod
@@ -87,7 +107,7 @@ class StrategyConfig(StrictModel):
     @classmethod
     def _known_control(cls, v: str) -> str:
         if v not in CONTROLS:
-            raise ValueError(f"unknown control {v!r}; choose one of {CONTROLS}")
+            raise ValueError(f"unknown control {v!r}; choose one of {tuple(CONTROLS)} (or name a group policy: group)")
         return v
 
     @model_validator(mode="after")
@@ -100,12 +120,30 @@ class StrategyConfig(StrictModel):
     def _params(self) -> StrategyConfig:
         self.selector_params = check_component("strategies[].selector_params", "selector", self.selector, SELECTORS,
                                                self.selector_params, skip=("prompt_ids", "categories"))
-        if self.buffer_params and self.control not in BUFFERS:
+        if self.group is not None and self.control not in ("none", "repo", "exgrpo"):
+            raise ConfigError(f"strategies[]: give either group ({self.group!r}) or control ({self.control!r}), not both")
+        implied = CONTROLS[self.control]
+        buffer = self.buffer if self.buffer is not None else implied[1]
+        if self.buffer_params and buffer is None:
             raise ConfigError(f"strategies[].buffer_params: control {self.control!r} has no replay buffer "
-                              f"(buffer_params go with {sorted(set(CONTROLS) & set(BUFFERS))})")
-        self.buffer_params = check_component("strategies[].buffer_params", "buffer", self.control, BUFFERS,
-                                             self.buffer_params)
+                              f"(buffer_params go with {sorted(BUFFERS)})")
+        self.buffer_params = check_component("strategies[].buffer_params", "buffer", buffer or "", BUFFERS,
+                                             self.buffer_params) if buffer else self.buffer_params
+        self.group_params = check_component("strategies[].group_params", "group policy", self.group or implied[0],
+                                            GROUP_POLICIES, self.group_params, skip=("decide_on",))
         return self
+
+    def resolved(self, train_prompts: int) -> tuple[str, dict[str, Any], str | None]:
+        """(group policy, its keyword arguments, buffer name) this strategy runs."""
+        if self.group is not None:
+            return self.group, dict(self.group_params), self.buffer
+        group, buffer = CONTROLS[self.control]
+        params = {"dynamic_sampling": {"gen_prompts": int(round(self.gen_factor * train_prompts)),
+                                       "max_num_gen_batches": self.max_num_gen_batches,
+                                       "adaptive_gen": self.adaptive_gen},
+                  "ar3po": {"stages": self.stages, "per_stage": self.per_stage},
+                  "adaptive_k": {"k_min": self.k_min, "k_max": self.k_max}}.get(group, {})
+        return group, params | self.group_params, self.buffer if self.buffer is not None else buffer
 
 
 def default_strategies() -> list[StrategyConfig]:
@@ -141,14 +179,18 @@ class SimConfig(StrictModel):
     wrong_len_factor: float = Field(1.5, gt=0, description="wrong answers are this much longer on average")
     len_max: int = Field(2048, ge=1, description="truncation length; truncated responses count as wrong")
     lr: float = Field(0.6, ge=0, description="logit step of a prompt per effective group, times 4q(1-q)")
-    transfer: float = Field(0.05, ge=0, description="logit step of a category per effective group share of the batch")
-    forget: float = Field(0.002, ge=0, le=1, description="per-step drift of untrained prompts toward their initial logit")
+    transfer: float = Field(0.05, ge=0, description=(
+        "logit step of a category per effective group share of the batch"))
+    forget: float = Field(0.002, ge=0, le=1, description=(
+        "per-step drift of untrained prompts toward their initial logit"))
     train_cost: float = Field(0.0005, ge=0, description="wall-time proxy units per trained token")
     replay_decay: float = Field(1.0, ge=0, le=1, description=(
-        "a group made effective by replayed responses learns replay_decay ** lag (steps) as much as a fresh "
-        "group; 1 = stale samples teach as much as fresh ones (an assumption: the world has no off-policy ratio)"))
+        "a group made effective by replayed responses learns replay_decay ** lag (steps) as much as a "
+        "fresh group; 1 = stale samples teach as much as fresh ones (an assumption: the world has no "
+        "off-policy ratio)"))
     seed: int = Field(0, description="seed of the world and of every strategy's sampling")
-    strategies: list[StrategyConfig] = Field(default_factory=default_strategies, description="strategies to compare")
+    strategies: list[StrategyConfig] = Field(default_factory=default_strategies, description=(
+        "strategies to compare"))
 
     @field_validator("strategies")
     @classmethod
@@ -198,8 +240,10 @@ class World:
     def p(self) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-self.logit))
 
-    def generate(self, idx: np.ndarray, g: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Rewards (n, g) in {0, 1} and lengths (n, g) int for prompts ``idx`` (n,)."""
+    def generate(self, idx: np.ndarray, g: int, rng: np.random.Generator, step: int = 0,
+                 rnd: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Rewards (n, g) in {0, 1} and lengths (n, g) int for prompts ``idx`` (n,), drawn from ``rng``
+        (a scripted world may key its draws on ``step`` and ``rnd`` instead)."""
         cfg = self.cfg
         correct = rng.random((idx.size, g)) < self.p[idx, None]
         mu = np.log(self.mean_len[idx, None]) + np.where(correct, 0.0, np.log(cfg.wrong_len_factor))
@@ -233,6 +277,37 @@ _EMPTY_LP = np.zeros(0, dtype=np.float32)
 _T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
+class SimRollout(Rollout):
+    """A simulated response: no tokens; ``n_generated`` is its drawn length (what GFPO reads) and its
+    generated ids one number from its id (two responses are never the same text, as ExGRPO's
+    de-duplication assumes). What every simulated response shares is a class attribute (read-only
+    mappings), so a response costs a few attribute writes: the simulator builds millions."""
+
+    run_id, task, token_ids, token_role, logprobs = "sim", "sim", _EMPTY_IDS, _EMPTY_ROLE, _EMPTY_LP
+    messages: Any = ()
+    verifier: Any = MappingProxyType({})
+    sampling: Any = MappingProxyType({})
+    created_at = _T0
+
+    def __init__(self, prompt_id: str, group_id: str, i: int, step: int, policy_version: str, ok: bool,
+                 length: int, meta: Any):
+        self.prompt_id, self.group_id, self.sample_index, self.step = prompt_id, group_id, i, step
+        self.policy_version, self.reward, self.verified, self.length = policy_version, float(ok), ok, length
+        self.signals, self.meta, self.rollout_id = {}, meta, f"{group_id}-{i:03d}"
+
+    @property
+    def n_generated(self) -> int:  # type: ignore[override]
+        return self.length
+
+    @property
+    def cost(self) -> Cost:  # type: ignore[override]
+        return Cost(gen_tokens=self.length)
+
+    @functools.cached_property
+    def generated_ids(self) -> np.ndarray:  # type: ignore[override]
+        return np.array([zlib.crc32(self.rollout_id.encode())], dtype=np.int64)
+
+
 @dataclass
 class _Trained:
     """What one training step trains on: effective groups and their learning weights."""
@@ -245,247 +320,133 @@ class _Trained:
     replayed: int = 0  # replayed responses in effective groups (or groups made effective by them)
 
 
-class _Run:
-    """The state of one strategy's run; each ``step_*`` method is one training step of a control."""
+class SimEngine:
+    """The simulated world as a :class:`gfcr.control.step.World`: one round draws every asked prompt's
+    responses in one :meth:`World.generate` call (K = the largest asked, the rest unused and not
+    counted), counts the generated tokens and the round's longest response (the wall proxy)."""
 
-    def __init__(self, cfg: SimConfig, strat: StrategyConfig):
+    def __init__(self, run: _Run):
+        self.run = run
+
+    def __call__(self, prompt_ids: list[str], sizes: dict[str, int], rnd: int) -> list[list[Rollout]]:
+        run = self.run
+        if not prompt_ids:
+            return []
+        idx = np.fromiter((run.index[p] for p in prompt_ids), dtype=np.int64, count=len(prompt_ids))
+        k = np.fromiter((sizes[p] for p in prompt_ids), dtype=np.int64, count=len(prompt_ids))
+        kmax = int(k.max())
+        used = None if int(k.min()) == kmax else np.arange(kmax)[None, :] < k[:, None]
+        rw, ln = run.world.generate(idx, kmax, run.rng, step=run.step, rnd=rnd)
+        counted = ln if used is None else ln[used]
+        run.tokens += int(counted.sum())
+        run.n_responses += int(counted.size)
+        run.wall += float(counted.max()) if counted.size else 0.0
+        ok, ln = (rw >= 1.0).tolist(), ln.tolist()
+        gid, pv, meta = (f"@{run.step}#r{rnd}" if rnd else f"@{run.step}"), f"s{run.step}", MappingProxyType({"round": rnd})
+        out = []
+        for a, p in enumerate(prompt_ids):
+            g, oks, lns = p + gid, ok[a], ln[a]
+            out.append([SimRollout(p, g, j, run.step, pv, oks[j], lns[j], meta) for j in range(int(k[a]))])
+        return out
+
+
+class _Run:
+    """The state of one strategy's run. :meth:`step_once` is ``gfcr train``'s step sequence
+    (:mod:`gfcr.control.step`) over a :class:`SimEngine`; the learner is :meth:`World.update`."""
+
+    def __init__(self, cfg: SimConfig, strat: StrategyConfig, world: Any = None):
         self.cfg, self.strat = cfg, strat
-        self.world = World(cfg)
+        self.world = world if world is not None else World(cfg)
         self.rng = np.random.default_rng(cfg.seed + 1)
-        self.g = cfg.group_size
         self.sel = make_selector(strat.selector, self.world.prompt_ids, self.world.cat_names, **strat.selector_params)
         self.index = {p: i for i, p in enumerate(self.world.prompt_ids)}
         self.tokens = self.n_responses = 0
         self.n_groups = self.n_zero = self.n_effective = self.n_replayed = 0
         self.wall = 0.0
         self.step = 0
-        self.zero_var_recent = 0.5
-        self.succ = np.zeros(cfg.n_prompts)  # AdaptiveK: Beta posterior counts
-        self.fail = np.zeros(cfg.n_prompts)
+        group, group_params, buffer = strat.resolved(cfg.train_prompts)
+        # the buffer's defaults in other sections, as gfcr train applies them (e.g. ExGRPO.run_defaults)
+        cls = BUFFERS.get(buffer or "")
+        implied = cls.run_defaults(cfg.train_prompts, cfg.group_size) if hasattr(cls, "run_defaults") else {}
+        if strat.group is None and strat.control == "none":
+            group = implied.get("control.group", group)
+        self.policy = make_group_policy(group, **group_params)
         self.buffer: Any = None
-        if strat.control in ("repo", "exgrpo", "ar3po"):
+        if buffer is not None:
             params = dict(strat.buffer_params)
-            if strat.control == "exgrpo":
-                params.setdefault("group_size", cfg.group_size)
+            for path, value in implied.items():
+                if path.startswith("replay.params."):
+                    params.setdefault(path.rpartition(".")[2], value)
             try:
-                self.buffer = make_buffer(strat.control, **params)
+                self.buffer = make_buffer(buffer, **params)
             except TypeError as e:
-                raise ValueError(f"strategy {strat.name!r}: bad buffer_params for {strat.control}: {e}") from e
+                raise ValueError(f"strategy {strat.name!r}: bad buffer_params for {buffer}: {e}") from e
+        self.estimator = make_estimator(implied.get("signals.advantage", "grpo"))  # gfcr train's default
+        self.engine = SimEngine(self)
 
-    # --- shared stages ---------------------------------------------------------------------
-    def select(self, n: int) -> np.ndarray:
-        return np.array([self.index[p] for p in self.sel.select(n, self.rng)], dtype=np.int64)
+    def rng_for(self, label: str) -> np.random.Generator:
+        """The loop's per-stage generator of this step (``stage_rng(seed, step, label)``)."""
+        return stage_rng(self.cfg.seed, self.step, label)
 
-    def gen(self, idx: np.ndarray, k: int, used: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """One generation round: rewards, lengths (n, k). ``used`` (n, k) bool marks the responses
-        actually requested (per-prompt K below k); only those are counted."""
-        rw, ln = self.world.generate(idx, k, self.rng)
-        counted = ln if used is None else ln[used]
-        self.tokens += int(counted.sum())
-        self.n_responses += int(counted.size)
-        self.wall += float(counted.max()) if counted.size else 0.0
-        return rw, ln
+    def collect(self) -> Collected:
+        """The group policy over this step's :class:`~gfcr.control.step.StepSampler`."""
+        sampler = StepSampler(self.step, self.sel, self.index.keys(), self.rng_for, self.engine, self.buffer)
+        return self.policy.collect(sampler, self.cfg.train_prompts, self.cfg.group_size)
 
-    def observe(self, idx: np.ndarray, rw: Sequence[np.ndarray]) -> None:
-        for i, r in zip(idx.tolist(), rw, strict=True):
-            self.sel.observe(self.world.prompt_ids[i], r, self.step)
+    def assemble(self, groups: list[list[Rollout]]) -> list[TrainItem]:
+        """The loop's batch assembly (:func:`gfcr.replay.buffers.assemble`) with the step's replay generator."""
+        return assemble(self.buffer, groups, self.step, self.rng_for("replay"), self.estimator)
 
-    def count_groups(self, zero_var: np.ndarray) -> None:
-        self.n_groups += zero_var.size
-        self.n_zero += int(zero_var.sum())
+    def step_once(self) -> tuple[Collected, list[TrainItem], _Trained]:
+        """One step: collect → assemble → (learner) → observe, as ``gfcr train`` runs it."""
+        col = self.collect()
+        items = self.assemble(col.kept)
+        if getattr(self.buffer, "key", None) == "fifo":  # it replays the advantages the loop's append stage stores
+            stamp_advantages(col.generated, [it for it in items if not it.replayed], self.estimator)
+        for g in col.generated:
+            self.n_groups += 1
+            self.n_zero += len({r.reward for r in g}) < 2
+        observe_step(self.sel, self.policy, self.buffer, col.generated, col.kept, self.step)
+        return col, items, self.trained(items)
 
     def decay(self, lag: np.ndarray | float) -> np.ndarray:
         return np.asarray(self.cfg.replay_decay, dtype=np.float64) ** np.asarray(lag, dtype=np.float64)
 
-    def rollouts(self, idx: np.ndarray, rw: np.ndarray, ln: np.ndarray, tag: str) -> list[Rollout]:
-        """Minimal records of generated responses for the real replay buffers (no tokens: the
-        buffers need prompt, group, step, reward, verdict; the length rides in ``cost``)."""
-        out = []
-        for a, i in enumerate(idx.tolist()):
-            gid = f"{self.step:06d}-{tag}{a:05d}"
-            for j in range(rw.shape[1]):
-                ok = bool(rw[a, j] >= 1.0)
-                out.append(Rollout(run_id="sim", prompt_id=self.world.prompt_ids[i], token_ids=_EMPTY_IDS,
-                                   token_role=_EMPTY_ROLE, logprobs=_EMPTY_LP, step=self.step, group_id=gid,
-                                   sample_index=j, reward=float(rw[a, j]), verified=ok,
-                                   cost=Cost(gen_tokens=int(ln[a, j])), created_at=_T0, rollout_id=f"{gid}-{j:03d}"))
-        return out
-
-    # --- controls --------------------------------------------------------------------------
-    def step_none(self) -> _Trained:
-        return self.fresh_step()[0]
-
-    def fresh_step(self) -> tuple[_Trained, np.ndarray, np.ndarray, np.ndarray]:
-        """Select B prompts, generate G each, train on the groups with variance. Also returns the
-        prompts, rewards and lengths (for the replay controls)."""
-        idx = self.select(self.cfg.train_prompts)
-        rw, ln = self.gen(idx, self.g)
-        self.observe(idx, rw)
-        zv = rw.std(axis=1) == 0
-        self.count_groups(zv)
-        fresh = _Trained(idx[~zv], rw.mean(axis=1)[~zv], np.ones(int((~zv).sum())), int(ln.sum()), int((~zv).sum()) * self.g)
-        return fresh, idx, rw, ln
-
-    def step_dynamic_sampling(self) -> _Trained:
-        cfg, strat, g = self.cfg, self.strat, self.g
-        ds = DynamicSampling(cfg.train_prompts, int(round(strat.gen_factor * cfg.train_prompts)), strat.max_num_gen_batches)
-        kept_so_far = 0
-        drawn = np.zeros(len(self.world.prompt_ids), dtype=bool)  # a refill never redraws (DAPO's epoch order)
-
-        def generate(n: int) -> list:
-            nonlocal kept_so_far
-            if strat.adaptive_gen:
-                remaining = (cfg.train_prompts - kept_so_far) * g
-                n = greso_batch_size(remaining, self.zero_var_recent, g, ds.gen_prompts, min_bs=max(1, cfg.train_prompts // 4))
-            idx = self.select(min(drawn.size, n + int(drawn.sum())))
-            idx = idx[~drawn[idx]][:n]
-            drawn[idx] = True
-            rw, ln = self.gen(idx, g)
-            self.observe(idx, rw)
-            zv = rw.std(axis=1) == 0
-            self.count_groups(zv)
-            self.zero_var_recent = float(zv.mean()) if idx.size else self.zero_var_recent
-            kept_so_far += int((~zv).sum())
-            return [(i, r, x) for i, r, x in zip(idx.tolist(), rw, ln, strict=True)]
-
-        batch = ds.collect(generate, rewards_of=lambda grp: grp[1]).groups
-        return _Trained(np.array([b[0] for b in batch], dtype=np.int64), np.array([b[1].mean() for b in batch]),
-                        np.ones(len(batch)), int(sum(b[2].sum() for b in batch)), len(batch) * g)
-
-    def assemble(self, groups: list[list[Rollout]]) -> list[TrainItem]:
-        """The loop's batch assembly: ``buffer.mix`` with the run's estimator (GRPO; Dr.GRPO for ExGRPO, as
-        ``replay.buffer: exgrpo`` defaults to) and the step's replay generator."""
-        from gfcr.filters.advantages import make_estimator
-
-        est = make_estimator("dr_grpo" if self.strat.control == "exgrpo" else "grpo")
-        return self.buffer.mix(groups, self.step, stage_rng(self.cfg.seed, self.step, "replay"), est)
-
-    def trained(self, items: list[TrainItem], train_tokens: int) -> _Trained:
-        """Effective batch groups (a non-zero advantage) → the world's learning step."""
-        by: dict[str, list[TrainItem]] = {}
+    def trained(self, items: list[TrainItem]) -> _Trained:
+        """Effective batch groups (a non-zero advantage) → the world's learning step; every batch row's
+        tokens go through the trainer."""
+        by: dict[str, list] = {}  # group -> [prompt, rows, reward sum, live, replayed rows, their lag sum]
+        tokens = 0
         for it in items:
-            by.setdefault(it.group, []).append(it)
-        idx, q, w, n_gen, n_rep = [], [], [], 0, 0
-        for its in by.values():
-            if not any(np.any(np.asarray(it.advantage) != 0) for it in its):
-                continue
-            rep = [it for it in its if it.replayed]
-            idx.append(self.index[its[0].rollout.prompt_id])
-            q.append(float(np.mean([it.rollout.reward for it in its])))
-            w.append(float(self.decay(np.mean([it.lag for it in rep]))) if rep else 1.0)
-            n_gen += len(its) - len(rep)
-            n_rep += len(rep)
-        return _Trained(np.array(idx, dtype=np.int64), np.array(q), np.array(w), train_tokens, n_gen, n_rep)
-
-    def step_ar3po(self) -> _Trained:
-        """AR3PO through the loop's protocols: the ``ar3po`` group policy (staged sampling, a prompt
-        stops at its first correct response) drives a :class:`_SimSampler`, then the AR3PO buffer's
-        mix gives an all-wrong group a cached correct response."""
-        from gfcr.control.policies import make_group_policy
-
-        policy = make_group_policy("ar3po", stages=self.strat.stages, per_stage=self.strat.per_stage)
-        col = policy.collect(_SimSampler(self), self.cfg.train_prompts, self.strat.per_stage)
-        for g in col.generated:
-            self.observe(np.array([self.index[g[0].prompt_id]]), np.array([[x.reward for x in g]]))
-        self.count_groups(np.array([np.std([x.reward for x in g]) == 0 for g in col.generated]))
-        tr = self.trained(self.assemble(col.kept), sum(x.cost.gen_tokens for g in col.generated for x in g))
-        self.buffer.add([x for g in col.kept for x in g])
-        return tr
-
-    def step_repo(self) -> _Trained:
-        """Fresh groups; each batch prompt with a warm cache also replays ``num_replays`` cached
-        responses as a second, separately normalised group (the RePO buffer's mix)."""
-        idx = self.select(self.cfg.train_prompts)
-        rw, ln = self.gen(idx, self.g)
-        self.observe(idx, rw)
-        self.count_groups(rw.std(axis=1) == 0)
-        groups = self.rollouts_grouped(idx, rw, ln, "g")
-        items = self.assemble(groups)
-        replay_tokens = sum(it.rollout.cost.gen_tokens for it in items if it.replayed)
-        tr = self.trained(items, int(ln.sum()) + replay_tokens)
-        self.buffer.add([x for g in groups for x in g])
-        return tr
-
-    def step_exgrpo(self) -> _Trained:
-        """``reserve`` picks ρ·B experience questions (once mixed-policy mode is on): K−1 fresh responses
-        each, completed by the buffer's mix with the stored correct one; the rest are fresh questions."""
-        cfg, g, buf = self.cfg, self.g, self.buffer
-        reserved = buf.reserve(cfg.train_prompts, self.step, stage_rng(cfg.seed, self.step, "reserve"))
-        e_idx = np.array([self.index[q] for q in reserved], dtype=np.int64)
-        f_idx = self.select(cfg.train_prompts - e_idx.size)
-        idx = np.concatenate([e_idx, f_idx])
-        used = np.ones((idx.size, g), dtype=bool)
-        used[: e_idx.size, g - 1] = False  # experience questions: K-1 fresh responses
-        rw, ln = self.gen(idx, g, used)
-        ne = e_idx.size
-        groups = self.rollouts_grouped(e_idx, rw[:ne, : g - 1], ln[:ne, : g - 1], "e")
-        groups += self.rollouts_grouped(f_idx, rw[ne:], ln[ne:], "f")
-        self.observe(e_idx, rw[:ne, : g - 1])
-        self.observe(f_idx, rw[ne:])
-        self.count_groups(np.array([np.std([x.reward for x in grp]) == 0 for grp in groups]))
-        items = self.assemble(groups)
-        replay_tokens = sum(it.rollout.cost.gen_tokens for it in items if it.replayed)
-        tr = self.trained(items, int(ln[used].sum()) + replay_tokens)
-        buf.add([x for grp in groups for x in grp])
-        return tr
-
-    def rollouts_grouped(self, idx: np.ndarray, rw: np.ndarray, ln: np.ndarray, tag: str) -> list[list[Rollout]]:
-        """:meth:`rollouts`, one list per prompt row."""
-        flat = self.rollouts(idx, rw, ln, tag)
-        k = rw.shape[1] if rw.ndim == 2 else 0
-        return [flat[a * k:(a + 1) * k] for a in range(idx.size)]
-
-    def step_adaptive_k(self) -> _Trained:
-        """K_i ∝ E[p(1−p)] under each prompt's Beta(1 + successes, 1 + failures), the batch's
-        B·G responses split over its prompts (:class:`~gfcr.control.groups.AdaptiveK`)."""
-        cfg, strat = self.cfg, self.strat
-        idx = self.select(cfg.train_prompts)
-        k = AdaptiveK(strat.k_min, strat.k_max).allocate(1.0 + self.succ[idx], 1.0 + self.fail[idx], idx.size * self.g)
-        kmax = int(k.max())
-        used = np.arange(kmax)[None, :] < k[:, None]
-        rw, ln = self.gen(idx, kmax, used)
-        groups = [rw[a, : k[a]] for a in range(idx.size)]
-        self.observe(idx, groups)
-        n_ok = np.array([r.sum() for r in groups])
-        self.succ[idx] += n_ok
-        self.fail[idx] += k - n_ok
-        zv = np.array([r.std() == 0 for r in groups])
-        self.count_groups(zv)
-        q = n_ok / k
-        return _Trained(idx[~zv], q[~zv], np.ones(int((~zv).sum())), int(ln[used].sum()), int(k[~zv].sum()))
+            r, s = it.rollout, by.get(it.group)
+            if s is None:
+                s = by[it.group] = [r.prompt_id, 0, 0.0, False, 0, 0]
+            s[1] += 1
+            s[2] += r.reward
+            s[3] = s[3] or _nonzero(it.advantage)
+            if it.replayed:
+                s[4] += 1
+                s[5] += it.lag
+            tokens += r.n_generated
+        live = [s for s in by.values() if s[3]]
+        idx = np.array([self.index[s[0]] for s in live], dtype=np.int64)
+        w = [float(self.decay(s[5] / s[4])) if s[4] else 1.0 for s in live]
+        return _Trained(idx, np.array([s[2] / s[1] for s in live]), np.array(w), tokens,
+                        sum(s[1] - s[4] for s in live), sum(s[4] for s in live))
 
 
-class _SimSampler:
-    """The :class:`~gfcr.control.policies.Sampler` a group policy drives in the simulator: the run's
-    selector, and one generation round of the world as minimal rollout records."""
-
-    def __init__(self, run: _Run):
-        self.run, self.rounds = run, 0
-
-    def select(self, n: int) -> list[str]:
-        return [self.run.world.prompt_ids[i] for i in self.run.select(n).tolist()]
-
-    def generate(self, prompt_ids: Sequence[str], sizes: Any) -> list[list[Rollout]]:
-        run, out = self.run, []
-        for k in sorted({sizes[p] for p in prompt_ids}):
-            ids = [p for p in prompt_ids if sizes[p] == k]
-            idx = np.array([run.index[p] for p in ids], dtype=np.int64)
-            rw, ln = run.gen(idx, k)
-            out += run.rollouts_grouped(idx, rw, ln, f"r{self.rounds}k{k}-")
-        self.rounds += 1
-        return out
+def _nonzero(a: Any) -> bool:
+    return a != 0 if type(a) is float else bool(np.any(np.asarray(a) != 0))
 
 
 def run_strategy(cfg: SimConfig, strat: StrategyConfig) -> dict[str, Any]:
     """Run one strategy on a fresh copy of the world until the token budget is spent."""
     t0 = time.perf_counter()
     run = _Run(cfg, strat)
-    step_fn = {"none": run.step_none, "dynamic_sampling": run.step_dynamic_sampling, "ar3po": run.step_ar3po,
-               "repo": run.step_repo, "exgrpo": run.step_exgrpo, "adaptive_k": run.step_adaptive_k}[strat.control]
     world = run.world
     curve: list[tuple[float, float]] = [(0.0, float(world.p.mean()))]
     while run.tokens < cfg.budget_tokens and run.step < cfg.max_steps:
-        tr = step_fn()
+        _, _, tr = run.step_once()
         run.n_effective += tr.gen_effective
         run.n_replayed += tr.replayed
         run.wall += cfg.train_cost * tr.train_tokens

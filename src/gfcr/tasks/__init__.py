@@ -29,10 +29,13 @@ class TaskConfig(StrictModel):
     ``source``/``args`` are accepted as the older spellings of ``name``/``params``."""
 
     name: str = Field("arith", validation_alias=AliasChoices("name", "source"),
-                      description="Task source name (arith, reasoning_gym, jsonl_math, jsonl_code) or 'pkg.mod:fn'.")
+                      description=(
+                          "Task source name (arith, reasoning_gym, jsonl_math, jsonl_code) or 'pkg.mod:fn'."))
     params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "args"),
-                                   description="Keyword arguments of the task source (arith: n, level, digits, terms, ops; jsonl_math: path), "
-                                               "checked against the source's parameters at config load.")
+                                   description=(
+                                       "Keyword arguments of the task source (arith: n, level, digits, "
+                                       "terms, ops; jsonl_math: path), checked against the source's "
+                                       "parameters at config load."))
 
     #: config path of this section in error messages
     path: ClassVar[str] = "tasks"

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
-from gfcr.config import StrictModel, check_component, load_config_model
+from gfcr.config import StrictModel, check_component, load_config_model, note_renamed
 from gfcr.evaluate import EvalConfig as _EvalConfig
 from gfcr.generate.config import EngineConfig, TopologyConfig
 from gfcr.tasks import TaskConfig as _TaskConfig
@@ -36,7 +36,8 @@ class TrainTaskConfig(_TaskConfig):
 
     n_train: int = Field(256, ge=1, description="Training prompts drawn from the task's train split.")
     n_eval: int = Field(32, ge=0, description="Held-out prompts for evaluation (the task's 'test' split).")
-    eval_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments merged over params for the held-out split (e.g. a test-file path).")
+    eval_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments merged over params for the held-out split (e.g. a test-file path)."))
 
     path: ClassVar[str] = "tasks[]"
 
@@ -66,14 +67,27 @@ _RUN_SUPPLIES: dict[str, tuple[str, ...]] = {
 
 class TrainEngineConfig(EngineConfig):
     """Generate's engine sub-config as training uses it: written ``generate.engine: NAME`` plus
-    ``generate.engine_params: {...}`` (or ``generate.engine: {name, args}``). The policy is the run's
+    ``generate.engine_params: {...}`` (or ``generate.engine: {name, params}``). The policy is the run's
     ``model``; ``model`` here is only the served model name of the openai engine."""
 
-    name: Literal["hf", "vllm", "openai", "ray"] = Field("hf", description="Generation engine: 'hf' (transformers; samples with the policy being trained in place unless sync is 'copy'), 'vllm' (in-process vLLM on the same GPU, weights copied after each update), 'openai' (a `gfcr serve --allow-weight-updates` server, weights pushed over HTTP through a safetensors file), 'ray' (generation actors on a Ray cluster, gfcr.scale.RayEngine; weights put in Ray's object store once and loaded by every actor).")
-    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the engine (written generate.engine_params), checked against the engine's parameters at config load. openai: base_url (required), model, max_concurrency, max_retries, backoff_s, timeout_s, extra_body; api_key_env names an environment variable holding the key (keys are never written into the run folder). vllm: vllm.LLM arguments (gpu_memory_utilization, max_model_len, dtype, enforce_eager...). hf with sync 'copy': dtype of the sampling copy (e.g. bfloat16). ray: workers, inner (hf or vllm), inner_params, actor_options, address, num_cpus.")
+    name: Literal["hf", "vllm", "openai", "ray"] = Field("hf", description=(
+        "Generation engine: 'hf' (transformers; samples with the policy being trained in place unless sync "
+        "is 'copy'), 'vllm' (in-process vLLM on the same GPU, weights copied after each update), 'openai' (a "
+        "`gfcr serve --allow-weight-updates` server, weights pushed over HTTP through a safetensors file), "
+        "'ray' (generation actors on a Ray cluster, gfcr.scale.RayEngine; weights put in Ray's object store "
+        "once and loaded by every actor)."))
+    params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "args"),
+                                   description=(
+        "Keyword arguments of the engine (written generate.engine_params), checked against the engine's "
+        "parameters at config load. openai: base_url (required), model, max_concurrency, max_retries, "
+        "backoff_s, timeout_s, extra_body; api_key_env names an environment variable holding the key (keys "
+        "are never written into the run folder). vllm: vllm.LLM arguments (gpu_memory_utilization, "
+        "max_model_len, dtype, enforce_eager...). hf with sync 'copy': dtype of the sampling copy (e.g. "
+        "bfloat16). ray: workers, inner (hf or vllm), inner_params, actor_options, address, num_cpus."))
 
     extra_engines: ClassVar[dict[str, str]] = {"ray": "gfcr.scale.engine:RayEngine"}
-    args_path: ClassVar[str] = "generate.engine_params"
+    params_path: ClassVar[str] = "generate.engine_params"
+    where: ClassVar[str] = "generate.engine"
 
     def supplied(self) -> tuple[str, ...]:
         return _RUN_SUPPLIES[self.name]
@@ -83,7 +97,7 @@ class TrainEngineConfig(EngineConfig):
         if self.model is not None and self.name != "openai":
             raise ConfigError("generate.engine.model: the engine samples the run's policy (the top-level `model`); "
                               "only the openai engine takes a served model name here")
-        if "api_key" in self.args:
+        if "api_key" in self.params:
             raise ConfigError("generate.engine_params.api_key: give api_key_env (the name of an environment variable) "
                               "instead, so the key is not written into the run folder's config.yaml")
         return self
@@ -100,18 +114,45 @@ class TrainGenerateConfig(StrictModel):
     """Generation in a training run: Generate's engine and topology sub-configs, composed, plus what
     the training step adds (prompts per step, sampling, weight sync)."""
 
-    engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig, description="The engine (gfcr.generate.config.EngineConfig): `engine: hf` with `engine_params: {...}`, or `engine: {name: hf, args: {...}}`.")
-    sync: Literal["auto", "in_place", "copy", "http", "vllm_reload"] = Field("auto", description="How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: nothing moves), 'copy' (an engine with its own weights loads the state dict: hf copy, vllm, ray actors), 'http' (POST to gfcr serve), 'vllm_reload' (openai engine on vLLM's own server in dev mode: reload_weights from a checkpoint folder, then reset its prefix cache). 'auto': in_place for hf, copy for vllm and ray, http for openai.")
-    sync_every: int = Field(1, ge=1, description="Push weights to the engine every N updates (N > 1: rollouts up to N-1 updates stale, recorded in policy_version; the truncated-IS/clipped ratio corrects them). The last step always pushes. Needs sync 'copy' or 'http'.")
-    topology: TrainTopologyConfig = Field(default_factory=TrainTopologyConfig, description="Rollout topology (gfcr.generate.config.TopologyConfig): 'group' (k samples per prompt, group advantages), 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac, no_fork_after goes in params; k does not apply) or 'multi_turn' (k policy-env episodes per prompt, group advantages on the policy's tokens only; env, max_turns and obs_role go in params, max_tokens is per turn). Written `topology: NAME`, `k: K`, `params: {...}`, or `topology: {name: NAME, k: K, ...}`.")
+    engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig, description=(
+        "The engine (gfcr.generate.config.EngineConfig): `engine: hf` with `engine_params: {...}`, or "
+        "`engine: {name: hf, params: {...}}`."))
+    sync: Literal["auto", "in_place", "copy", "http", "vllm_reload"] = Field("auto", description=(
+        "How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: "
+        "nothing moves), 'copy' (an engine with its own weights loads the state dict: hf copy, vllm, ray "
+        "actors), 'http' (POST to gfcr serve), 'vllm_reload' (openai engine on vLLM's own server in dev "
+        "mode: reload_weights from a checkpoint folder, then reset its prefix cache). 'auto': in_place for "
+        "hf, copy for vllm and ray, http for openai."))
+    sync_every: int = Field(1, ge=1, description=(
+        "Push weights to the engine every N updates (N > 1: rollouts up to N-1 updates stale, recorded in "
+        "policy_version; the truncated-IS/clipped ratio corrects them). The last step always pushes. Needs "
+        "sync 'copy' or 'http'."))
+    topology: TrainTopologyConfig = Field(default_factory=TrainTopologyConfig, description=(
+        "Rollout topology (gfcr.generate.config.TopologyConfig): 'group' (k samples per prompt, group "
+        "advantages), 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac, "
+        "no_fork_after goes in params; k does not apply) or 'multi_turn' (k policy-env episodes per prompt, "
+        "group advantages on the policy's tokens only; env, max_turns and obs_role go in params, max_tokens "
+        "is per turn). Written `topology: NAME`, `k: K`, `params: {...}`, or `topology: {name: NAME, k: K, "
+        "...}`."))
     prompts_per_step: int = Field(4, ge=1, description="Prompts selected per training step.")
-    temperature: float = Field(0.7, gt=0.0, le=5.0, description="Sampling temperature (the training forward divides logits by it too).")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus mass; keep 1.0 unless the trainer also applies top-p.")
+    temperature: float = Field(0.7, gt=0.0, le=5.0, description=(
+        "Sampling temperature (the training forward divides logits by it too)."))
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description=(
+        "Nucleus mass; keep 1.0 unless the trainer also applies top-p."))
     max_tokens: int = Field(64, ge=1, description="Most new tokens per rollout.")
     max_batch: int = Field(32, ge=1, description="Most sequences decoded together.")
-    repeat_ngram: int = Field(0, ge=0, description="Early exit on repetition (gfcr.control.groups.EarlyExit's rule, Kimi k1.5-style): stop a rollout, finish_reason 'abort', once its last repeat_ngram tokens have occurred repeat_max times; saves the tokens a degenerate loop would burn up to max_tokens. 0 = off. hf engine and gfcr serve.")
-    repeat_max: int = Field(4, ge=2, description="Occurrences of the trailing n-gram that stop a rollout (with repeat_ngram > 0).")
-    partial_budget: int | None = Field(None, ge=1, description="Partial rollouts (Kimi k1.5, gfcr.control.partial): most new tokens per rollout per step; a rollout cut by this budget below max_tokens is carried into the next step and continued from its own tokens (its segments keep their behaviour log-probs and per-token policy versions, meta.token_versions); its group trains in the step its last member finishes. null = off (every rollout runs to max_tokens in its step). Group topology only.")
+    repeat_ngram: int = Field(0, ge=0, description=(
+        "Early exit on repetition (gfcr.control.groups.EarlyExit's rule, Kimi k1.5-style): stop a rollout, "
+        "finish_reason 'abort', once its last repeat_ngram tokens have occurred repeat_max times; saves the "
+        "tokens a degenerate loop would burn up to max_tokens. 0 = off. hf engine and gfcr serve."))
+    repeat_max: int = Field(4, ge=2, description=(
+        "Occurrences of the trailing n-gram that stop a rollout (with repeat_ngram > 0)."))
+    partial_budget: int | None = Field(None, ge=1, description=(
+        "Partial rollouts (Kimi k1.5, gfcr.control.partial): most new tokens per rollout per step; a rollout "
+        "cut by this budget below max_tokens is carried into the next step and continued from its own tokens "
+        "(its segments keep their behaviour log-probs and per-token policy versions, meta.token_versions); "
+        "its group trains in the step its last member finishes. null = off (every rollout runs to max_tokens "
+        "in its step). Group topology only."))
 
     @model_validator(mode="before")
     @classmethod
@@ -123,8 +164,11 @@ class TrainGenerateConfig(StrictModel):
         data = dict(data)
         engine = data.get("engine", {})
         engine = {"name": engine} if isinstance(engine, str) else dict(engine)
+        if "args" in engine:  # the deprecated name of engine.params
+            note_renamed(engine, {"args": "params"}, "generate.engine")
+            engine["params"] = {**(engine.pop("args") or {}), **(engine.get("params") or {})}
         if "engine_params" in data:  # the flat key wins (e.g. --set generate.engine_params.x over a nested config)
-            engine["args"] = {**(engine.get("args") or {}), **(data.pop("engine_params") or {})}
+            engine["params"] = {**(engine.get("params") or {}), **(data.pop("engine_params") or {})}
         data["engine"] = engine
         topo = data.get("topology", {})
         topo = {"name": topo} if isinstance(topo, str) else dict(topo)
@@ -144,12 +188,23 @@ class TrainGenerateConfig(StrictModel):
 
 
 class VerifyConfig(StrictModel):
-    verifier: str = Field("numeric", description="Verifier name in gfcr.filters (math, exact, numeric, format, code, env, composite); numeric uses a lenient final-answer extraction (boxed, 'Answer:' line, else the last number).")
+    verifier: str = Field("numeric", description=(
+        "Verifier name in gfcr.filters (math, exact, numeric, format, code, env, composite); numeric uses a "
+        "lenient final-answer extraction (boxed, 'Answer:' line, else the last number)."))
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the verifier.")
-    format_pattern: str = Field(r"(?im)^\s*answer:\s*-?[\d,.]+", description="Regex of the requested answer format; a match sets the 'format' signal to 1.")
-    format_bonus: float = Field(0.0, ge=0.0, description="Reward added when the format matches (0 = off; the format signal is recorded either way).")
-    reward_source: Literal["verifier", "env", "env_or_verifier", "weighted"] = Field("verifier", description="Where a multi_turn episode's reward comes from: 'verifier' (the verifier on the final assistant turn), 'env' (the env's own info['reward'/'success']; 0 when it reports nothing), 'env_or_verifier' (the env's when it reported, else the verifier's) or 'weighted' (env_weight*env + (1-env_weight)*verifier). Only multi_turn episodes carry an env signal; other topologies need 'verifier'. The format bonus is added on top either way.")
-    env_weight: float = Field(0.5, ge=0.0, le=1.0, description="Weight of the env's reward under reward_source 'weighted' (the verifier's score gets 1 - env_weight).")
+    format_pattern: str = Field(r"(?im)^\s*answer:\s*-?[\d,.]+", description=(
+        "Regex of the requested answer format; a match sets the 'format' signal to 1."))
+    format_bonus: float = Field(0.0, ge=0.0, description=(
+        "Reward added when the format matches (0 = off; the format signal is recorded either way)."))
+    reward_source: Literal["verifier", "env", "env_or_verifier", "weighted"] = Field("verifier", description=(
+        "Where a multi_turn episode's reward comes from: 'verifier' (the verifier on the final assistant "
+        "turn), 'env' (the env's own info['reward'/'success']; 0 when it reports nothing), 'env_or_verifier' "
+        "(the env's when it reported, else the verifier's) or 'weighted' (env_weight*env + "
+        "(1-env_weight)*verifier). Only multi_turn episodes carry an env signal; other topologies need "
+        "'verifier'. The format bonus is added on top either way."))
+    env_weight: float = Field(0.5, ge=0.0, le=1.0, description=(
+        "Weight of the env's reward under reward_source 'weighted' (the verifier's score gets 1 - "
+        "env_weight)."))
 
     @field_validator("verifier")
     @classmethod
@@ -169,7 +224,8 @@ class VerifyConfig(StrictModel):
 class TokenTermConfig(StrictModel):
     name: str = Field(description="A per-token advantage term in gfcr.filters.advantages.TOKEN_TERMS.")
     coef: float = Field(1.0, description="Its weight: advantage[t] += coef * term[t].")
-    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the term's factory.")
+    params: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments of the term's factory."))
 
     @field_validator("name")
     @classmethod
@@ -187,8 +243,11 @@ class TokenTermConfig(StrictModel):
 
 
 class PRMConfig(StrictModel):
-    scorer: str = Field("arith_steps", description="Step scorer in gfcr.filters.reward.STEP_SCORERS (arith_steps: each stated equation a op b = c checked).")
-    aggregate: Literal["product", "min", "last"] = Field("product", description="How step scores become one score (product: Lightman et al.).")
+    scorer: str = Field("arith_steps", description=(
+        "Step scorer in gfcr.filters.reward.STEP_SCORERS (arith_steps: each stated equation a op b = c "
+        "checked)."))
+    aggregate: Literal["product", "min", "last"] = Field("product", description=(
+        "How step scores become one score (product: Lightman et al.)."))
     weight: float = Field(1.0, description="reward += weight * aggregated score.")
 
     @field_validator("scorer")
@@ -200,29 +259,61 @@ class PRMConfig(StrictModel):
 
 
 class AdaptThinkConfig(StrictModel):
-    delta: float = Field(0.05, description="AdaptThink's bonus for a NoThinking response (the paper's scripts: 0.05).")
+    delta: float = Field(0.05, description=(
+        "AdaptThink's bonus for a NoThinking response (the paper's scripts: 0.05)."))
 
 
 class SignalsConfig(StrictModel):
-    advantage: Literal["grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward", "judge"] | None = Field(None, description="Group advantage estimator (gfcr.filters.advantages): grpo (mean/std), dr_grpo (mean only), rloo (leave-one-out), seed_grpo (mean-centred, scaled by semantic entropy), treerl (per-token TreeRL values of a tree), reward (the reward itself: AdaptThink), judge (GRPO of reward + weight x a pairwise or listwise judge's score in the group; params mode, judge, weight, base). null: treerl for the tree topology, reward with adapt_think, else grpo.")
-    advantage_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the estimator (seed_grpo: alpha, form, estimator, likelihood; treerl: scaling reference|segment).")
-    token_terms: list[TokenTermConfig] = Field(default_factory=list, description="Per-token terms added to every advantage (e.g. a distillation signal); empty = none.")
-    prm: PRMConfig | None = Field(None, description="Process score added to the reward (gfcr.filters.reward): null = off.")
-    adapt_think: AdaptThinkConfig | None = Field(None, description="AdaptThink reward (arXiv 2505.13417): correctness − the prompt's reference accuracy + delta·1[NoThinking]; the advantage is that reward. null = off.")
-    overlong_buffer: int = Field(0, ge=0, description="DAPO soft overlong punishment buffer in tokens (0 = off).")
+    advantage: Literal["grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward", "judge"] | None = Field(None, description=(
+        "Group advantage estimator (gfcr.filters.advantages): grpo (mean/std), dr_grpo (mean only), rloo "
+        "(leave-one-out), seed_grpo (mean-centred, scaled by semantic entropy), treerl (per-token TreeRL "
+        "values of a tree), reward (the reward itself: AdaptThink), judge (GRPO of reward + weight x a "
+        "pairwise or listwise judge's score in the group; params mode, judge, weight, base). null: treerl "
+        "for the tree topology, reward with adapt_think, else grpo."))
+    advantage_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments of the estimator (seed_grpo: alpha, form, estimator, likelihood; treerl: scaling "
+        "reference|segment)."))
+    token_terms: list[TokenTermConfig] = Field(default_factory=list, description=(
+        "Per-token terms added to every advantage (e.g. a distillation signal); empty = none."))
+    prm: PRMConfig | None = Field(None, description=(
+        "Process score added to the reward (gfcr.filters.reward): null = off."))
+    adapt_think: AdaptThinkConfig | None = Field(None, description=(
+        "AdaptThink reward (arXiv 2505.13417): correctness − the prompt's reference accuracy + "
+        "delta·1[NoThinking]; the advantage is that reward. null = off."))
+    overlong_buffer: int = Field(0, ge=0, description=(
+        "DAPO soft overlong punishment buffer in tokens (0 = off)."))
     overlong_penalty: float = Field(1.0, ge=0.0, description="DAPO overlong penalty factor.")
-    length_reward: Literal["shorter_better"] | None = Field(None, description="Length control of the reward: 'shorter_better' (ShorterBetter, arXiv 2504.21370) replaces a rollout's correctness reward by alpha·1[verified] − beta·|length − SOL|, SOL = the group's shortest verified length (its mean length when none is verified); the format bonus and the overlong penalty still add on top. null = off.")
-    length_params: dict[str, Any] = Field(default_factory=dict, description="ShorterBetter's alpha (default 1.0) and beta (per token, default 0.001).")
-    entropy: bool = Field(True, description="Write signals['entropy'] (mean token entropy under the sampling policy) for every rollout. The hf engine (also behind gfcr serve and in ray actors) reports it while sampling, at no cost; for rollouts of engines that do not (vllm, other OpenAI-compatible servers) a no-grad forward computes it, ~0.75x the generation time on CPU. Off: no forward; rollouts keep what the engine reported, if anything (Diagnose falls back to nll_mean).")
+    length_reward: Literal["shorter_better"] | None = Field(None, description=(
+        "Length control of the reward: 'shorter_better' (ShorterBetter, arXiv 2504.21370) replaces a "
+        "rollout's correctness reward by alpha·1[verified] − beta·|length − SOL|, SOL = the group's shortest "
+        "verified length (its mean length when none is verified); the format bonus and the overlong penalty "
+        "still add on top. null = off."))
+    length_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "ShorterBetter's alpha (default 1.0) and beta (per token, default 0.001)."))
+    entropy: bool = Field(True, description=(
+        "Write signals['entropy'] (mean token entropy under the sampling policy) for every rollout. The hf "
+        "engine (also behind gfcr serve and in ray actors) reports it while sampling, at no cost; for "
+        "rollouts of engines that do not (vllm, other OpenAI-compatible servers) a no-grad forward computes "
+        "it, ~0.75x the generation time on CPU. Off: no forward; rollouts keep what the engine reported, if "
+        "anything (Diagnose falls back to nll_mean)."))
 
 
 class ControlConfig(StrictModel):
-    selector: str = Field("uniform", description="Prompt selector name in gfcr.control (uniform, greso, vcrl, vade, sec).")
-    selector_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the selector.")
-    group: str | None = Field(None, description="Group policy in gfcr.control.policies (adaptive_k, dynamic_sampling, gfpo, ar3po); null = single (one round, every group).")
-    group_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the group policy.")
-    decide_on: Literal["accuracy", "reward"] = Field("accuracy", description="What Control decisions read (dynamic sampling, GFPO, AdaptiveK, every selector's observation): accuracy (the verdict, 1/0; the reward where there is none) or reward (the shaped reward).")
-    staleness_eta: int | None = Field(None, ge=0, description="AReaL's staleness bound η: a batch row whose policy lag (updates since the policy that sampled it) exceeds η is dropped; null = off.")
+    selector: str = Field("uniform", description=(
+        "Prompt selector name in gfcr.control (uniform, greso, vcrl, vade, sec)."))
+    selector_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments of the selector."))
+    group: str | None = Field(None, description=(
+        "Group policy in gfcr.control.policies (adaptive_k, dynamic_sampling, gfpo, ar3po); null = single "
+        "(one round, every group)."))
+    group_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments of the group policy."))
+    decide_on: Literal["accuracy", "reward"] = Field("accuracy", description=(
+        "What Control decisions read (dynamic sampling, GFPO, AdaptiveK, every selector's observation): "
+        "accuracy (the verdict, 1/0; the reward where there is none) or reward (the shaped reward)."))
+    staleness_eta: int | None = Field(None, ge=0, description=(
+        "AReaL's staleness bound η: a batch row whose policy lag (updates since the policy that sampled it) "
+        "exceeds η is dropped; null = off."))
 
     @field_validator("selector")
     @classmethod
@@ -248,9 +339,13 @@ class ControlConfig(StrictModel):
 
 
 class ReplayConfig(StrictModel):
-    buffer: str | None = Field(None, description="Replay buffer in gfcr.replay (fifo, repo, exgrpo, ar3po); null = no replay. ar3po also turns on control.group ar3po (its staged rollout) unless another group policy is named.")
+    buffer: str | None = Field(None, description=(
+        "Replay buffer in gfcr.replay (fifo, repo, exgrpo, ar3po); null = no replay. ar3po also turns on "
+        "control.group ar3po (its staged rollout) unless another group policy is named."))
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the buffer.")
-    per_step: int = Field(0, ge=0, description="fifo only: past rollouts mixed into each update (RePO replays num_replays per batch prompt, ExGRPO mix_ratio of the prompts, AR3PO one per all-wrong group).")
+    per_step: int = Field(0, ge=0, description=(
+        "fifo only: past rollouts mixed into each update (RePO replays num_replays per batch prompt, ExGRPO "
+        "mix_ratio of the prompts, AR3PO one per all-wrong group)."))
 
     @field_validator("buffer")
     @classmethod
@@ -270,15 +365,30 @@ class ReplayConfig(StrictModel):
 
 
 class LossConfig(StrictModel):
-    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field("seq-mean-token-mean", description="Loss aggregation: token-mean (DAPO), seq-mean-token-mean (GRPO), seq-mean-token-sum-norm (Dr.GRPO).")
-    clip_low: float = Field(0.2, ge=0.0, le=1.0, description="Lower clip range ε_low of the importance ratio.")
-    clip_high: float = Field(0.2, ge=0.0, le=10.0, description="Upper clip range ε_high (DAPO clip-higher uses 0.28).")
-    clip: bool = Field(True, description="Clip the importance ratio to [1 − clip_low, 1 + clip_high] (PPO/GRPO). false: the unclipped −A·ratio (ExGRPO's loss_remove_clip, the default with replay.buffer exgrpo).")
-    norm_len: int | None = Field(None, ge=1, description="Constant length for seq-mean-token-sum-norm (default: generate.max_tokens).")
-    kl_coef: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the initial (reference) policy; 0 = no reference model.")
-    tis_cap: float | None = Field(None, gt=0.0, description="Cap of the behaviour importance weight exp(proximal − behaviour) for stale/replayed rollouts (AReaL decoupled loss: the clipped ratio against the policy at the start of the update, times that weight); null = off. Unset with generate.partial_budget, it is 5.0 (AReaL's off-policy default); set null to turn it off there.")
-    tis_mode: Literal["mask", "clamp"] = Field("mask", description="mask (AReaL: tokens whose weight exceeds tis_cap get weight 0) or clamp (truncated IS: min(weight, tis_cap)).")
-    mask_truncated: bool = Field(False, description="DAPO overlong filtering: rollouts that hit max_tokens get no loss.")
+    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field("seq-mean-token-mean", description=(
+        "Loss aggregation: token-mean (DAPO), seq-mean-token-mean (GRPO), "
+        "seq-mean-token-sum-norm (Dr.GRPO)."))
+    clip_low: float = Field(0.2, ge=0.0, le=1.0, description=(
+        "Lower clip range ε_low of the importance ratio."))
+    clip_high: float = Field(0.2, ge=0.0, le=10.0, description=(
+        "Upper clip range ε_high (DAPO clip-higher uses 0.28)."))
+    clip: bool = Field(True, description=(
+        "Clip the importance ratio to [1 − clip_low, 1 + clip_high] (PPO/GRPO). false: the unclipped "
+        "−A·ratio (ExGRPO's loss_remove_clip, the default with replay.buffer exgrpo)."))
+    norm_len: int | None = Field(None, ge=1, description=(
+        "Constant length for seq-mean-token-sum-norm (default: generate.max_tokens)."))
+    kl_coef: float = Field(0.0, ge=0.0, description=(
+        "Weight of the k3 KL to the initial (reference) policy; 0 = no reference model."))
+    tis_cap: float | None = Field(None, gt=0.0, description=(
+        "Cap of the behaviour importance weight exp(proximal − behaviour) for stale/replayed rollouts (AReaL "
+        "decoupled loss: the clipped ratio against the policy at the start of the update, times that "
+        "weight); null = off. Unset with generate.partial_budget, it is 5.0 (AReaL's off-policy default); "
+        "set null to turn it off there."))
+    tis_mode: Literal["mask", "clamp"] = Field("mask", description=(
+        "mask (AReaL: tokens whose weight exceeds tis_cap get weight 0) or clamp (truncated IS: min(weight, "
+        "tis_cap))."))
+    mask_truncated: bool = Field(False, description=(
+        "DAPO overlong filtering: rollouts that hit max_tokens get no loss."))
 
 
 class OptimConfig(StrictModel):
@@ -286,9 +396,16 @@ class OptimConfig(StrictModel):
     weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     grad_clip: float = Field(1.0, ge=0.0, description="Max global gradient norm (0 = no clipping).")
-    micro_batch: int = Field(4, ge=1, description="Sequences per forward/backward; gradients accumulate to one optimizer step per update.")
-    epochs: int = Field(1, ge=1, description="Passes over each step's batch; >1 makes later passes off-policy (clipping matters).")
-    mini_batch: int | None = Field(None, ge=1, description="PPO mini-batch: rollouts per optimizer step (verl's ppo_mini_batch_size); the step's batch is cut in order into mini-batches, each one optimizer step with its own token/sequence denominators, so epochs × mini-batches steps per training step. null = the whole batch is one mini-batch (one step per epoch). Unset with replay.buffer exgrpo, it is half the step's prompts_per_step × k rows (the authors' script: two optimizer steps a step).")
+    micro_batch: int = Field(4, ge=1, description=(
+        "Sequences per forward/backward; gradients accumulate to one optimizer step per update."))
+    epochs: int = Field(1, ge=1, description=(
+        "Passes over each step's batch; >1 makes later passes off-policy (clipping matters)."))
+    mini_batch: int | None = Field(None, ge=1, description=(
+        "PPO mini-batch: rollouts per optimizer step (verl's ppo_mini_batch_size); the step's batch is cut "
+        "in order into mini-batches, each one optimizer step with its own token/sequence denominators, so "
+        "epochs × mini-batches steps per training step. null = the whole batch is one mini-batch (one step "
+        "per epoch). Unset with replay.buffer exgrpo, it is half the step's prompts_per_step × k rows (the "
+        "authors' script: two optimizer steps a step)."))
 
 
 class CheckpointConfig(StrictModel):
@@ -301,32 +418,47 @@ class TrainEvalConfig(_EvalConfig):
 
     before: bool = Field(False, description="Evaluate the policy on held-out prompts before training.")
     after: bool = Field(False, description="Evaluate the policy on held-out prompts after training.")
-    store: bool = Field(True, description="Keep every eval generation in RUN/evals as eval runs 'eval-before' and "
-                        "'eval-after' (single-answer tasks; compare them with `gfcr compare RUN/evals eval-after eval-before`).")
+    store: bool = Field(True, description=(
+        "Keep every eval generation in RUN/evals as eval runs 'eval-before' and 'eval-after' (single-answer "
+        "tasks; compare them with `gfcr compare RUN/evals eval-after eval-before`)."))
 
 
 class TrainConfig(StrictModel):
     """A whole run. Every field has a default, so a YAML file only names what it changes."""
 
     run_name: str = Field("run", description="Prefix of the run folder name under output_dir.")
-    output_dir: str = Field("runs", description="Folder that holds run folders (relative paths are relative to the working directory).")
+    output_dir: str = Field("runs", description=(
+        "Folder that holds run folders (relative paths are relative to the working directory)."))
     seed: int = Field(0, description="Seed of prompt selection, sampling and the data order.")
-    model: str = Field("default", description="Policy model: an HF directory/name, or 'default' (SmolLM2-135M-Instruct).")
+    model: str = Field("default", description=(
+        "Policy model: an HF directory/name, or 'default' (SmolLM2-135M-Instruct)."))
     device: str = Field("cpu", description="torch device for training and hf generation.")
-    steps: int = Field(20, ge=1, description="Training steps (each: select → generate → verify → signals → control → replay → append → update → observe → checkpoint).")
-    tasks: list[TrainTaskConfig] = Field(default_factory=lambda: [TrainTaskConfig()], description="Task sources; their train prompts form the pool.")
+    steps: int = Field(20, ge=1, description=(
+        "Training steps (each: select → generate → verify → signals → control → replay → append → update → "
+        "observe → checkpoint)."))
+    tasks: list[TrainTaskConfig] = Field(default_factory=lambda: [TrainTaskConfig()], description=(
+        "Task sources; their train prompts form the pool."))
     generate: TrainGenerateConfig = Field(default_factory=TrainGenerateConfig, description="Generation.")
     verify: VerifyConfig = Field(default_factory=VerifyConfig, description="Outcome verification.")
-    signals: SignalsConfig = Field(default_factory=SignalsConfig, description="Filter signals (advantages, shaping).")
-    control: ControlConfig = Field(default_factory=ControlConfig, description="Prompt selection and group control.")
+    signals: SignalsConfig = Field(default_factory=SignalsConfig, description=(
+        "Filter signals (advantages, shaping)."))
+    control: ControlConfig = Field(default_factory=ControlConfig, description=(
+        "Prompt selection and group control."))
     replay: ReplayConfig = Field(default_factory=ReplayConfig, description="Replay buffer and mixing.")
     loss: LossConfig = Field(default_factory=LossConfig, description="Policy-gradient loss.")
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpointing.")
-    eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig, description="Held-out evaluation around training.")
-    distill: DistillConfig | None = Field(None, description="On-policy distillation (gfcr.train.distill): teachers that score every sampled token; each generated token's advantage gets -coef*(log p_student - log p_teacher) on top of rl_coef x the group advantage. One teacher per task = multi-teacher (MOPD). null = off.")
-    tensorboard: bool = Field(True, description="Also log metrics to TensorBoard when the tensorboard package is installed.")
-    store: str | None = Field(None, description="Where the run's rollouts are stored: a local folder or an s3://, gs://, az:// URI (docs/store.md, 'Stores on object storage'); null = the run folder's store/. --resume reopens the same store.")
+    eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig, description=(
+        "Held-out evaluation around training."))
+    distill: DistillConfig | None = Field(None, description=(
+        "On-policy distillation (gfcr.train.distill): teachers that score every sampled token; each "
+        "generated token's advantage gets -coef*(log p_student - log p_teacher) on top of rl_coef x the "
+        "group advantage. One teacher per task = multi-teacher (MOPD). null = off."))
+    tensorboard: bool = Field(True, description=(
+        "Also log metrics to TensorBoard when the tensorboard package is installed."))
+    store: str | None = Field(None, description=(
+        "Where the run's rollouts are stored: a local folder or an s3://, gs://, az:// URI (docs/store.md, "
+        "'Stores on object storage'); null = the run folder's store/. --resume reopens the same store."))
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -335,15 +467,7 @@ class TrainConfig(StrictModel):
         Long because: each rule is two to four lines over several sections; split apart they would
         lose the order they must run in.
         """
-        if self.replay.buffer == "exgrpo":  # the authors' run_exgrpo.sh, unless the config says otherwise
-            if self.signals.advantage is None:
-                self.signals.advantage = "dr_grpo"  # algorithm.grpo_use_std=False
-            if "clip" not in self.loss.model_fields_set:
-                self.loss.clip = False  # actor.loss_remove_clip=True
-            if "agg" not in self.loss.model_fields_set:
-                self.loss.agg = "seq-mean-token-sum-norm"  # actor.loss_remove_token_mean=True: Σ tokens / max length
-            if "mini_batch" not in self.optim.model_fields_set:  # ppo_mini_batch_size=64 of train_batch_size=128:
-                self.optim.mini_batch = -(-self.generate.prompts_per_step * self.generate.k // 2)  # two steps a step
+        self._method_defaults()
         if self.loss.agg == "seq-mean-token-sum-norm" and self.loss.norm_len is None:
             self.loss.norm_len = self.generate.max_tokens
         if self.eval.max_tokens is None:
@@ -353,15 +477,11 @@ class TrainConfig(StrictModel):
                              "params (repo: num_replays, exgrpo: mix_ratio; ar3po injects one per all-wrong group)")
         if self.replay.buffer == "fifo":
             self.replay.params.setdefault("per_step", self.replay.per_step)
-        if self.replay.buffer == "ar3po" and self.control.group is None:
-            self.control.group = "ar3po"  # AR3PO = staged rollout + response reuse
         from gfcr.control.policies import GROUP_POLICIES
 
         c = self.control  # the group policy is known once replay.buffer ar3po has named it
         c.group_params = check_component("control.group_params", "group policy", c.group or "single", GROUP_POLICIES,
                                          c.group_params, skip=("decide_on",))
-        if self.replay.buffer == "exgrpo":
-            self.replay.params.setdefault("group_size", self.generate.k)
         s = self.signals
         if s.advantage is None:
             s.advantage = "treerl" if self.generate.topology.name == "tree" else "reward" if s.adapt_think else "grpo"
@@ -410,13 +530,29 @@ class TrainConfig(StrictModel):
         if g.sync == "in_place" and g.sync_every != 1:
             raise ValueError("generate.sync_every > 1 needs an engine with its own weights (sync 'copy' or 'http'): "
                              "an in-place hf engine always samples with the current weights")
-        if g.sync == "in_place" and g.engine.args:
-            raise ValueError(f"generate.engine_params {sorted(g.engine.args)}: the in-place hf engine takes none "
+        if g.sync == "in_place" and g.engine.params:
+            raise ValueError(f"generate.engine_params {sorted(g.engine.params)}: the in-place hf engine takes none "
                              "(set sync: copy for a separate sampling copy, e.g. engine_params: {dtype: bfloat16})")
-        if engine == "openai" and not g.engine.args.get("base_url"):
+        if engine == "openai" and not g.engine.params.get("base_url"):
             raise ValueError("engine 'openai' needs generate.engine_params.base_url, e.g. http://127.0.0.1:8000/v1 of a "
                              "`gfcr serve --allow-weight-updates` server")
         return self
+
+    def _method_defaults(self) -> None:
+        """The defaults a method sets in other sections, declared on its class (``run_defaults``, e.g.
+        :meth:`gfcr.replay.buffers.ExGRPO.run_defaults`): each ``section.field`` the config does not name
+        takes the method's value; ``section.params.key`` fills a params dict's missing key."""
+        from gfcr.replay.buffers import BUFFERS
+
+        cls = BUFFERS.get(self.replay.buffer or "")
+        for path, value in (cls.run_defaults(self.generate.prompts_per_step, self.generate.k)
+                            if hasattr(cls, "run_defaults") else {}).items():
+            section, name, *key = path.split(".")
+            sec = getattr(self, section)
+            if key:
+                getattr(sec, name).setdefault(key[0], value)
+            elif name not in sec.model_fields_set:
+                setattr(sec, name, value)
 
 
 #: ``loss.tis_cap`` when ``generate.partial_budget`` is set and the config leaves ``tis_cap`` unset: AReaL's

@@ -272,12 +272,23 @@ class TeacherConfig(StrictModel):
     """One teacher: where it runs and which tasks it teaches."""
 
     name: str = Field(..., min_length=1, description="Name recorded with every score (meta.teacher.name).")
-    engine: Literal["hf", "openai"] = Field("hf", description="'hf': a transformers model in this process (scored with batched teacher-forced forwards); 'openai': an OpenAI-compatible server that echoes prompt log-probs (gfcr serve, vLLM).")
-    model: str = Field("default", description="hf: a model directory or 'default'; openai: the served model name.")
-    base_url: str | None = Field(None, description="openai: the server's /v1 URL (e.g. http://127.0.0.1:8000/v1).")
-    tokenizer: str | None = Field(None, description="openai: a local path to the teacher's tokenizer, checked against the student's (the API cannot show it). hf: defaults to the model's.")
-    tasks: list[str] = Field(default_factory=list, description="Tasks this teacher scores (MOPD). Empty: the default teacher for every task no other teacher claims.")
-    temperature: float | Literal["student"] = Field(1.0, description="Temperature the teacher is scored at (top-p 1): 1.0, the default, is the teacher's own distribution (the reference code's target); 'student' scores it at the student's sampling temperature and top-p (the KL between two tempered distributions, gfcr's earlier default).")
+    engine: Literal["hf", "openai"] = Field("hf", description=(
+        "'hf': a transformers model in this process (scored with batched teacher-forced forwards); 'openai': "
+        "an OpenAI-compatible server that echoes prompt log-probs (gfcr serve, vLLM)."))
+    model: str = Field("default", description=(
+        "hf: a model directory or 'default'; openai: the served model name."))
+    base_url: str | None = Field(None, description=(
+        "openai: the server's /v1 URL (e.g. http://127.0.0.1:8000/v1)."))
+    tokenizer: str | None = Field(None, description=(
+        "openai: a local path to the teacher's tokenizer, checked against the student's (the API cannot show "
+        "it). hf: defaults to the model's."))
+    tasks: list[str] = Field(default_factory=list, description=(
+        "Tasks this teacher scores (MOPD). Empty: the default teacher for every task no other teacher "
+        "claims."))
+    temperature: float | Literal["student"] = Field(1.0, description=(
+        "Temperature the teacher is scored at (top-p 1): 1.0, the default, is the teacher's own distribution "
+        "(the reference code's target); 'student' scores it at the student's sampling temperature and top-p "
+        "(the KL between two tempered distributions, gfcr's earlier default)."))
     dtype: str = Field("float32", description="hf: weights dtype of the teacher.")
 
     @model_validator(mode="after")
@@ -292,10 +303,17 @@ class TeacherConfig(StrictModel):
 class DistillConfig(StrictModel):
     """On-policy distillation in ``gfcr train`` (see :mod:`gfcr.train.distill`)."""
 
-    teachers: list[TeacherConfig] = Field(..., min_length=1, description="One or more teachers; with several, each prompt's task picks its teacher (MOPD).")
-    coef: float = Field(1.0, ge=0.0, description="Reverse-KL coefficient: each generated token's advantage gets -coef*(log p_student - log p_teacher).")
-    rl_coef: float = Field(0.0, ge=0.0, description="Weight of the RL (group) advantage added to the distillation advantage; 0 = pure on-policy distillation, 1 = RL plus the teacher term.")
-    discount: float = Field(0.0, ge=0.0, le=1.0, description="Discount of the future reverse-KL sum per token (0 = each token its own term, as the reference code's default).")
+    teachers: list[TeacherConfig] = Field(..., min_length=1, description=(
+        "One or more teachers; with several, each prompt's task picks its teacher (MOPD)."))
+    coef: float = Field(1.0, ge=0.0, description=(
+        "Reverse-KL coefficient: each generated token's advantage gets "
+        "-coef*(log p_student - log p_teacher)."))
+    rl_coef: float = Field(0.0, ge=0.0, description=(
+        "Weight of the RL (group) advantage added to the distillation advantage; 0 = pure on-policy "
+        "distillation, 1 = RL plus the teacher term."))
+    discount: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "Discount of the future reverse-KL sum per token (0 = each token its own term, as the reference "
+        "code's default)."))
 
     @model_validator(mode="after")
     def _check(self) -> DistillConfig:

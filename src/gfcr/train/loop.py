@@ -45,7 +45,9 @@ from typing import Any
 import numpy as np
 
 from gfcr.control.partial import PENDING_FILE, POOL_FILE, load_pool, save_pool
-from gfcr.records import GENERATED, Rollout
+from gfcr.control.step import observe_step, scalar_advantage, stamp_advantages  # noqa: F401
+from gfcr.records import Rollout
+from gfcr.replay.buffers import assemble
 from gfcr.train import dist
 from gfcr.train.checkpoint import STATE_FILE, latest_checkpoint, save_checkpoint
 from gfcr.train.config import TrainConfig
@@ -63,7 +65,6 @@ from gfcr.train.run_setup import (  # noqa: F401  (re-exported: the loop's publi
 )
 from gfcr.train.sampling import (  # noqa: F401  (re-exported)
     StageTimer,
-    StepSampler,
     final_turn_text,
     step_rng,
     version_number,
@@ -86,15 +87,6 @@ class RunResult:
     eval_before: Any = None
     eval_after: Any = None
     last_metrics: dict[str, Any] = field(default_factory=dict)
-
-
-def scalar_advantage(r: Rollout, a: Any) -> float:
-    """A rollout's advantage as one number: the float, or a per-token array's mean over generated tokens."""
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim == 0:
-        return float(a)
-    gen = np.asarray(r.token_role) == GENERATED
-    return float(a[gen].mean()) if gen.any() else 0.0
 
 
 class TrainingRun:
@@ -133,6 +125,7 @@ class TrainingRun:
         from gfcr.models import resolve_model
         from gfcr.replay.buffers import make_buffer
         from gfcr.store import RolloutStore
+        from gfcr.train.collect import StepCollector
         from gfcr.train.distill import build_teachers
         from gfcr.train.trainer import PolicyTrainer
 
@@ -156,7 +149,6 @@ class TrainingRun:
         self.selector = make_selector(c.selector, [p.prompt_id for p in self.train_prompts],
                                       [p.category for p in self.train_prompts], **c.selector_params)
         self.policy = make_group_policy(c.group, c.decide_on, **c.group_params)
-        self.decide = self.policy.decide
         self.buffer = make_buffer(cfg.replay.buffer, **cfg.replay.params) if cfg.replay.buffer else None
         if hasattr(self.buffer, "loss_agg"):
             self.buffer.loss_agg = cfg.loss.agg  # RePO's split averages rows or, under token-mean, tokens
@@ -164,7 +156,6 @@ class TrainingRun:
 
         g = cfg.generate
         self.partial = PartialPool(g.partial_budget, g.max_tokens) if g.partial_budget else None
-        self._partial_rounds: dict[str, Any] = {}  # this step's returned groups per round (partial_pending.arrow)
         self.staleness = None
         if c.staleness_eta is not None:
             from gfcr.control.groups import StalenessBound
@@ -196,6 +187,9 @@ class TrainingRun:
         self.update = PolicyTrainer(self.model, cfg.loss, cfg.optim, self.tokenizer.pad_token_id,
                                     temperature=cfg.generate.temperature, ref_model=ref)
         self.engine = build_engine(cfg, self.model, self.model_path, self.tokenizer, self.device)
+        self.collector = StepCollector(cfg, self.run_id, self.engine, self.prompt_by_id, self.verifier,
+                                       self.format_verifier, self.reward, self.teachers, self.partial,
+                                       entropy=self.update.rollout_entropy)
         self.start_step, self.policy_version = 0, "s0"
         if ckpt is not None:
             state = json.loads((ckpt / STATE_FILE).read_text())
@@ -228,106 +222,6 @@ class TrainingRun:
             if self.buffer is not None:
                 self.buffer.add([r for r in step_rs if r.meta.get("kept", r.meta.get("trained"))])
 
-    # --- stages ---------------------------------------------------------------------------------
-    def generate_groups(self, prompt_ids: list[str], sizes: dict[str, int], step: int, rnd: int) -> list[list[Rollout]]:
-        """The topology over the engine, K per prompt from ``sizes`` (prompts sharing a K share an engine
-        call); later rounds get their own seed and ``#r<round>`` group ids; ``meta["round"]`` is set."""
-        from gfcr.generate.engines.base import SamplingParams
-        from gfcr.generate.run import build_topology
-
-        g = self.cfg.generate
-        cap = g.max_tokens if self.partial is None else min(g.max_tokens, self.partial.budget)  # Kimi's per-step budget
-        params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=cap,
-                                repeat_ngram=g.repeat_ngram, repeat_max=g.repeat_max)
-        mine = dist.shard(prompt_ids)  # data parallel: each rank samples its share, every rank gets all
-        rs: list[Rollout] = []
-        for k in sorted({sizes[p] for p in mine}):
-            topo = build_topology(g.topology, params, self.cfg.seed * 1000 + rnd, k=k)
-            rs += topo.generate(self.engine, [self.prompt_by_id[p] for p in mine if sizes[p] == k], self.run_id, step)
-        if len({sizes[p] for p in mine}) > 1 or dist.world() > 1:
-            order = {p: i for i, p in enumerate(prompt_ids)}
-            rs = sorted((r for part in dist.all_gather(rs) for r in part), key=lambda r: (order[r.prompt_id], r.sample_index))
-        groups: dict[str, list[Rollout]] = {}
-        for r in rs:
-            r.meta["round"] = rnd
-            if rnd:
-                r.group_id = f"{r.group_id}#r{rnd}"
-            groups.setdefault(r.group_id, []).append(r)
-        if self.partial is None:
-            return list(groups.values())
-        now = version_number(self.policy_version, step)  # partial rollouts: hold the unfinished, finish the held
-        held = self.partial.resume(self._continuation(params, step), now, step) if rnd == 0 else []
-        out = held + self.partial.admit(list(groups.values()), now)
-        self._partial_rounds[str(rnd)] = {"prompts": list(prompt_ids), "groups": [[r.rollout_id for r in g] for g in out]}
-        return out
-
-    def partial_from_store(self, step: int, rnd: int, prompt_ids: list[str], stored: dict[int, list[Rollout]]) -> list[list[Rollout]]:
-        """Partial rollouts, a step replayed from the store: round ``rnd``'s groups in the order the killed
-        attempt returned them (``partial_pending.arrow``; held groups that completed come first)."""
-        rec = self._partial_rounds.get(str(rnd))
-        by_id = {r.rollout_id: r for rs in stored.values() for r in rs}
-        if rec is None or rec["prompts"] != list(prompt_ids) or any(i not in by_id for g in rec["groups"] for i in g):
-            raise TrainError(f"step {step} round {rnd}: the store's rollouts and the saved partial-rollout pool do not match "
-                             "what the resumed run selects; the run cannot continue exactly (start a new run)")
-        groups = [[by_id[i] for i in g] for g in rec["groups"]]
-        self.reward.seed_ref_accuracy([r for g in groups for r in g])
-        return groups
-
-    def _continuation(self, params: Any, step: int) -> Any:
-        """Partial rollouts' engine call: each rollout continued from its own tokens (one request each)."""
-        from gfcr.generate.engines.base import GenRequest
-
-        def cont(rollouts: list[Rollout], allow: list[int]) -> list[tuple[Any, Any, str]]:
-            seed = self.cfg.seed * 1000 + 10 * step
-            reqs = [GenRequest(prompt_ids=[int(t) for t in r.token_ids],
-                               params=params.model_copy(update={"n": 1, "seed": seed + 7919 * i, "max_tokens": a}))
-                    for i, (r, a) in enumerate(zip(rollouts, allow, strict=True))]
-            return [(res.token_ids, res.logprobs, res.finish_reason) for (res,) in self.engine.generate(reqs)]
-
-        return cont
-
-    def verify(self, groups: list[list[Rollout]]) -> None:
-        """Verdict (``verified``, evidence, ``signals["correctness"]``: the verdict's score, or a multi_turn
-        episode's reward by ``verify.reward_source``), the format signal, then the reward composition per
-        group (:class:`gfcr.filters.reward.RewardComposition`)."""
-        from gfcr.filters.apply import verdict_record
-        from gfcr.filters.verifiers import stated_answer_format
-        from gfcr.generate.envs import episode_reward
-
-        vc = self.cfg.verify
-        for grp in groups:
-            for r in grp:
-                p = self.prompt_by_id[r.prompt_id]
-                text = final_turn_text(r)  # the last assistant turn: the answer (the whole completion when single-turn)
-                v = self.verifier.verify(text, answer=p.answer, tests=p.tests, rollout=r,
-                                         answer_format=stated_answer_format(p))
-                r.verified, r.verifier = v.passed, verdict_record(self.verifier, v)
-                r.signals["format"] = float(self.format_verifier.verify(text).score)
-                score = float(v.score)
-                if "env" in r.meta:  # an env episode (MultiTurn records its env): verify.reward_source decides
-                    env_reward, env_success = r.signals.get("env_reward"), r.meta.get("env_success")
-                    score, r.verified, used = episode_reward(vc.reward_source, float(v.score), v.passed,
-                                                             env_reward, env_success, vc.env_weight)
-                    r.verifier |= {"reward_source": vc.reward_source, "reward_from": used,
-                                   "env_reward": env_reward, "env_success": env_success}
-                    r.signals["verifier_score"] = float(v.score)
-                r.signals["correctness"] = score
-            self.reward.apply(grp)
-
-    def score_teacher(self, groups: list[list[Rollout]]) -> None:
-        """On-policy distillation: each rollout's task teacher scores its generated tokens
-        (``meta["teacher"]``, ``signals["teacher_kl"]``; :func:`gfcr.train.distill.score_rollouts`)."""
-        from gfcr.train.distill import score_rollouts
-
-        score_rollouts([r for g in groups for r in g], self.teachers)
-
-    def entropy(self, groups: list[list[Rollout]]) -> None:
-        """``signals["entropy"]`` for rollouts whose engine did not report it (one no-grad forward)."""
-        rs = [r for g in groups for r in g if "entropy" not in r.signals]
-        for r, e in zip(rs, self.update.rollout_entropy(rs) if rs else [], strict=True):
-            if np.isfinite(e):
-                r.signals["entropy"] = float(e)
-
     def _stored(self, step: int) -> dict[int, list[Rollout]] | None:
         """The rollouts a crashed attempt of ``step`` already appended, by round (None: none)."""
         rs = self.store.rollouts(run=self.run_id, steps=(step, step))
@@ -340,11 +234,8 @@ class TrainingRun:
 
     def _batch(self, kept: list[list[Rollout]], step: int) -> list[Any]:
         """The replay buffer's mix (or the plain groups), each row's lag, then the staleness bound."""
-        from gfcr.replay.buffers import fresh_items
-
-        rng = step_rng(self.cfg.seed, step, "replay")
-        items = (self.buffer.mix(kept, step, rng, self.estimator, entropy=self.update.rollout_entropy)
-                 if self.buffer is not None else fresh_items(kept, self.estimator))
+        items = assemble(self.buffer, kept, step, step_rng(self.cfg.seed, step, "replay"), self.estimator,
+                         entropy=self.update.rollout_entropy)
         now = version_number(self.policy_version, step)
         for it in items:
             it.lag = now - version_number(it.rollout.policy_version, int(it.rollout.step))
@@ -377,7 +268,9 @@ class TrainingRun:
         """One training step (the stages of the module docstring); returns its metrics row."""
         cfg, timer, t0 = self.cfg, StageTimer(), time.perf_counter()
         stored = self._stored(step)
-        self._partial_rounds = {}
+        col_ = self.collector
+        col_.begin(step, self.policy_version, timer, stored)
+        col_.partial_rounds = {}
         if stored is not None and self.partial is not None:  # killed between append and checkpoint: the pool after it
             pend = self.run_dir / PENDING_FILE
             held, info = load_pool(pend, with_info=True) if pend.exists() else ([], {})
@@ -385,8 +278,8 @@ class TrainingRun:
                 raise TrainError(f"step {step}: the store holds its rollouts but {PENDING_FILE} is "
                                  f"{'missing' if not pend.exists() else 'of step ' + str(info.get('step'))}; "
                                  "the partial-rollout pool cannot be restored exactly (start a new run)")
-            self.partial.held, self._partial_rounds = held, info["rounds"]
-        col = self.policy.collect(StepSampler(self, step, timer, stored), cfg.generate.prompts_per_step, cfg.generate.k)
+            self.partial.held, col_.partial_rounds = held, info["rounds"]
+        col = self.policy.collect(col_.sampler(self.selector, self.buffer), cfg.generate.prompts_per_step, cfg.generate.k)
         info = dict(col.info) | ({"reused_rollouts": float(sum(map(len, stored.values())))} if stored else {})
         if self.partial is not None:
             info |= {"partial_held_groups": float(len(self.partial.held)), "partial_held_tokens": float(self.partial.held_tokens())}
@@ -399,15 +292,11 @@ class TrainingRun:
         trained_ids = {it.rollout.rollout_id for it in fresh}
         if stored is None:
             with timer("append"):
-                for g in col.generated:  # what each rollout was trained with (its group's value when not trained)
-                    for r, a in zip(g, self.estimator(g), strict=True):
-                        r.signals["advantage"] = scalar_advantage(r, a)
-                for it in fresh:
-                    it.rollout.signals["advantage"] = scalar_advantage(it.rollout, it.advantage)
+                stamp_advantages(col.generated, fresh, self.estimator)
                 for r in (r for g in col.generated for r in g):
                     r.meta["kept"], r.meta["trained"] = r.rollout_id in kept_ids, r.rollout_id in trained_ids
                 if dist.is_main() and self.partial is not None:  # the pool after this step, before its rows land
-                    save_pool(self.partial.held, self.run_dir / PENDING_FILE, {"step": step, "rounds": self._partial_rounds})
+                    save_pool(self.partial.held, self.run_dir / PENDING_FILE, {"step": step, "rounds": col_.partial_rounds})
                 if dist.is_main():
                     self.store.append([r for g in col.generated for r in g])
         with timer("update"):
@@ -421,13 +310,9 @@ class TrainingRun:
                 if np.isfinite(iw).any():
                     info["replay_iw_mean"] = float(np.nanmean(iw))
         with timer("observe"):
-            for g in col.generated:
-                self.selector.observe(g[0].prompt_id, [self.decide(r) for r in g], step)
-            self.policy.observe(col.generated)
+            observe_step(self.selector, self.policy, self.buffer, col.generated, col.kept, step)
             if dist.is_main():
                 self.selector.save(self.store)
-            if self.buffer is not None:
-                self.buffer.add([r for g in col.kept for r in g])
         self.policy_version = f"s{version_number(self.policy_version, step) + 1}"
         is_last = step == cfg.steps - 1 or step == self._end - 1
         if (step + 1) % cfg.generate.sync_every == 0 or is_last:
@@ -465,8 +350,8 @@ def train(cfg: TrainConfig, resume: str | Path | None = None, run_dir: str | Pat
           on_step: Callable[[int, dict[str, Any]], None] | None = None) -> RunResult:
     """Run (or resume) training. Evaluates before/after when ``cfg.eval`` asks; returns where things are."""
     check_supported(cfg)
-    if "base_url" in cfg.generate.engine.args:
-        check_server(cfg.generate.engine.args)  # a server must answer before anything is written
+    if "base_url" in cfg.generate.engine.params:
+        check_server(cfg.generate.engine.params)  # a server must answer before anything is written
     dist.init_from_env(cfg.device)
     d, resuming = dist.broadcast(prepare_run(cfg, resume, run_dir) if dist.is_main() else None)
     t = TrainingRun(cfg, d, resuming, progress=progress, on_step=on_step)

@@ -27,20 +27,40 @@ class SamplingParams(StrictModel):
     temperature: float = Field(1.0, ge=0.0, le=10.0, description="Softmax temperature; 0 = greedy.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass (1 = off).")
     max_tokens: int = Field(256, ge=1, le=1_000_000, description="Most new tokens per sample.")
-    stop: list[str] = Field(default_factory=list, description="Stop strings (the tokens that complete one are kept).")
-    stop_token_ids: list[int] = Field(default_factory=list, description="Extra token ids that end a sample (eos is always one).")
-    seed: int | None = Field(None, description="Seed; the same seed gives the same tokens (sample i uses seed + i).")
-    repeat_ngram: int = Field(0, ge=0, le=4096, description="Early exit on repetition (the rule of gfcr.control.groups.EarlyExit): stop a sample, finish_reason 'abort', once its last repeat_ngram generated tokens have occurred repeat_max times. 0 = off. hf engine (and gfcr serve) only.")
-    repeat_max: int = Field(4, ge=2, le=4096, description="Occurrences of the trailing n-gram that stop a sample (with repeat_ngram > 0).")
+    stop: list[str] = Field(default_factory=list, description=(
+        "Stop strings (the tokens that complete one are kept)."))
+    stop_token_ids: list[int] = Field(default_factory=list, description=(
+        "Extra token ids that end a sample (eos is always one)."))
+    seed: int | None = Field(None, description=(
+        "Seed; the same seed gives the same tokens (sample i uses seed + i)."))
+    repeat_ngram: int = Field(0, ge=0, le=4096, description=(
+        "Early exit on repetition (the rule of gfcr.control.groups.EarlyExit): stop a sample, finish_reason "
+        "'abort', once its last repeat_ngram generated tokens have occurred repeat_max times. 0 = off. hf "
+        "engine (and gfcr serve) only."))
+    repeat_max: int = Field(4, ge=2, le=4096, description=(
+        "Occurrences of the trailing n-gram that stop a sample (with repeat_ngram > 0)."))
     top_k: int = Field(0, ge=0, description="Keep only the k most likely tokens before top-p (0 = off).")
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="Subtracted from a token's logit once per earlier occurrence in the generated tokens (OpenAI's definition).")
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="Subtracted from a token's logit if it occurs in the generated tokens.")
-    logit_bias: dict[int, float] = Field(default_factory=dict, description="Token id -> value added to its logit before sampling (-100..100).")
-    top_logprobs: int = Field(0, ge=0, le=1000, description="Also return the this many most likely tokens and their log-probs at each step (of the distribution sampled from).")
-    min_p: float = Field(0.0, ge=0.0, le=1.0, description="vLLM's min-p: after temperature, drop tokens whose probability is below min_p x the most likely token's (0 = off).")
-    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="vLLM's / CTRL's repetition penalty over the prompt and generated tokens: a seen token's logit is divided by it when positive, multiplied when not (1 = off).")
-    min_tokens: int = Field(0, ge=0, le=1_000_000, description="vLLM's min_tokens: eos and stop_token_ids cannot be sampled, and stop strings do not stop, before this many tokens (0 = off).")
-    ignore_eos: bool = Field(False, description="vLLM's ignore_eos: the end-of-sequence tokens do not stop a sample (stop_token_ids still do).")
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description=(
+        "Subtracted from a token's logit once per earlier occurrence in the generated tokens (OpenAI's "
+        "definition)."))
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description=(
+        "Subtracted from a token's logit if it occurs in the generated tokens."))
+    logit_bias: dict[int, float] = Field(default_factory=dict, description=(
+        "Token id -> value added to its logit before sampling (-100..100)."))
+    top_logprobs: int = Field(0, ge=0, le=1000, description=(
+        "Also return the this many most likely tokens and their log-probs at each step (of the distribution "
+        "sampled from)."))
+    min_p: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "vLLM's min-p: after temperature, drop tokens whose probability is below min_p x the most likely "
+        "token's (0 = off)."))
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description=(
+        "vLLM's / CTRL's repetition penalty over the prompt and generated tokens: a seen token's logit is "
+        "divided by it when positive, multiplied when not (1 = off)."))
+    min_tokens: int = Field(0, ge=0, le=1_000_000, description=(
+        "vLLM's min_tokens: eos and stop_token_ids cannot be sampled, and stop strings do not stop, before "
+        "this many tokens (0 = off)."))
+    ignore_eos: bool = Field(False, description=(
+        "vLLM's ignore_eos: the end-of-sequence tokens do not stop a sample (stop_token_ids still do)."))
 
     @model_validator(mode="after")
     def _check_bias(self) -> SamplingParams:
