@@ -197,6 +197,62 @@ def test_no_import_cycles_between_modules_at_import_time():
     assert not cycles, [" -> ".join(c) for c in cycles]
 
 
+def _file_edges(sources: dict[str, tuple[bool, str]] | None = None) -> tuple[dict[str, set[str]], list[str]]:
+    """Every import between files (module level and inside functions, as ``ast`` reads them): the graph
+    ``module -> modules it imports`` (a package's own parents left out, as they load first anyway), and
+    the imports of another module's private name (``from gfcr.x import _y``). ``sources``: module ->
+    (is a package ``__init__``, its text); default the source tree."""
+    if sources is None:
+        sources = {m: (p.name == "__init__.py", p.read_text()) for m, p in MODULES.items()}
+    graph: dict[str, set[str]] = {}
+    private: list[str] = []
+    for m, (is_init, text) in sources.items():
+        package = m if is_init else m.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom):
+                mod = (".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([node.module] if node.module else [])) if node.level else node.module or "")
+                for a in node.names:
+                    full = f"{mod}.{a.name}"
+                    t = full if full in sources else mod if mod in sources else None
+                    if t is None or t == m:
+                        continue
+                    if full not in sources and a.name.startswith("_") and not a.name.startswith("__"):
+                        private.append(f"{m} imports {mod}.{a.name}")
+                    if not m.startswith(t + "."):
+                        targets.add(t)
+            elif isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names
+                               if a.name in sources and a.name != m and not m.startswith(a.name + "."))
+        graph[m] = targets
+    return graph, private
+
+
+def test_no_circle_between_files_function_local_imports_included():
+    """A function-local import still ties two files into one concept: no file imports, at any depth of
+    a function, a file that imports it back (directly or through others)."""
+    graph, _ = _file_edges()
+    cycles = _cycles(graph)
+    assert not cycles, [" -> ".join(c) for c in cycles]
+
+
+def test_no_import_of_another_modules_private_name():
+    _, private = _file_edges()
+    assert not private, private
+
+
+def test_the_file_checks_see_a_planted_circle_and_private_import():
+    graph, _ = _file_edges()
+    assert "gfcr.train.collect" in graph["gfcr.train.loop"]  # the reader finds real arrows
+    planted = {"gfcr.a": (False, "from gfcr.b import f\n"),
+               "gfcr.b": (False, "def f():\n    from gfcr.a import _g\n    return _g\n"),
+               "gfcr.c": (False, "import gfcr.a\n")}
+    g, private = _file_edges(planted)
+    assert _cycles(g) == [["gfcr.a", "gfcr.b", "gfcr.a"]]  # the function-local import closes the circle
+    assert private == ["gfcr.b imports gfcr.a._g"]
+
+
 def _imports_of(tree: ast.Module, module: str, path: Path) -> set[str]:
     """Names imported by the top-level statements of ``tree`` only."""
     return _import_names(tree.body, module, path)

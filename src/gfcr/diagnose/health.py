@@ -19,7 +19,6 @@ from gfcr.store.checks import (
     HealthIssue,
     HealthReport,
     Tally,
-    _quote,
     decode_mismatch,
     empty_turns,
     logprob_gap,
@@ -29,6 +28,7 @@ from gfcr.store.checks import (
     trainer_logprobs,
     unanswered_tool_calls,
 )
+from gfcr.store.sql import quote
 
 
 def _tokenizer_or_skip(store: Any, tokenizer: Any | None, decode: bool, skipped: dict[str, str]) -> Any | None:
@@ -67,7 +67,7 @@ def run_health_checks(store: Any, run: str | None = None, tokenizer: Any | None 
     cfg = config or HealthConfig()
     skipped: dict[str, str] = {}
     tok = _tokenizer_or_skip(store, tokenizer, decode, skipped)
-    flt = None if run is None else f"run_id = {_quote(run)}"
+    flt = None if run is None else f"run_id = {quote(run)}"
     tally = Tally(cfg)
     for batch in store.dataset("rollouts").to_batches(columns=COLUMNS, filter=flt, batch_size=cfg.batch_size):
         screen_batch(pa.Table.from_batches([batch]), tally, tok)

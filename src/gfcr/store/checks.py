@@ -270,9 +270,6 @@ def decode_mismatch(tokenizer: Any, token_ids: np.ndarray, token_role: np.ndarra
 # ---------------------------------------------------------------------------------------------
 
 
-def _quote(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
 
 def _flat(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """A list column's flat values, each value's row, and each row's length."""

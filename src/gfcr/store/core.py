@@ -78,7 +78,8 @@ from gfcr.store.reads import (
     sample_rows,
     take_ids,
 )
-from gfcr.store.upkeep import _in_list, compact_small, fragment_set, hash_ids, id_index
+from gfcr.store.sql import in_list, quote
+from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
 
 STATE_SCHEMA = pa.schema(
     [
@@ -106,9 +107,6 @@ def _session() -> Any:
         _SESSION.append(lance.Session() if hasattr(lance, "Session") else None)
     return _SESSION[0]
 
-
-def _quote(s: str) -> str:
-    return "'" + str(s).replace("'", "''") + "'"
 
 
 class RolloutStore:
@@ -262,7 +260,7 @@ class RolloutStore:
         found: set[str] = set()
         for i in range(0, len(ids), 2000):
             chunk = ids[i : i + 2000]
-            t = ds.to_table(columns=[column], filter=_in_list(column, chunk))
+            t = ds.to_table(columns=[column], filter=in_list(column, chunk))
             found.update(t.column(0).to_pylist())
         return found
 
@@ -402,9 +400,9 @@ class RolloutStore:
                 split: str | None = None) -> list[Prompt]:
         parts = []
         if task is not None:
-            parts.append(f"task = {_quote(task)}")
+            parts.append(f"task = {quote(task)}")
         if split is not None:
-            parts.append(f"split = {_quote(split)}")
+            parts.append(f"split = {quote(split)}")
         t = self._prompt_rows(ids, where=" AND ".join(parts) or None)
         ps = table_to_prompts(t)
         if ids is not None:
@@ -448,7 +446,7 @@ class RolloutStore:
         self._merge("prompts", t, "prompt_id", insert=False)
 
     def get_state(self, key: str) -> dict[str, Any] | None:
-        t = self.dataset("state").to_table(filter=f"key = {_quote(key)}")
+        t = self.dataset("state").to_table(filter=f"key = {quote(key)}")
         return json.loads(t.column("value")[0].as_py()) if t.num_rows else None
 
     def put_state(self, key: str, value: dict[str, Any]) -> None:
@@ -475,11 +473,11 @@ class RolloutStore:
                judge_version: str | None = None) -> pa.Table:
         parts = []
         if judge is not None:
-            parts.append(f"judge = {_quote(judge)}")
+            parts.append(f"judge = {quote(judge)}")
         if judge_version is not None:
-            parts.append(f"judge_version = {_quote(judge_version)}")
+            parts.append(f"judge_version = {quote(judge_version)}")
         if rollout_ids is not None:
-            parts.append(_in_list("rollout_id", rollout_ids))
+            parts.append(in_list("rollout_id", rollout_ids))
         return self.dataset("audits").to_table(filter=" AND ".join(parts) or None)
 
     # --- SQL, versions, maintenance --------------------------------------------------------------
@@ -568,7 +566,7 @@ class RolloutStore:
         """Per (run, step): ``n_rollouts``, ``gen_tokens``, ``reward_mean``, ``verified_rate`` (the share
         verified among rows with a verdict): the report's names (:data:`gfcr.store.stepstats.STEP_COLUMNS`)
         and definitions, counted in one SQL query."""
-        where = f"WHERE run_id = {_quote(run)}" if run is not None else ""
+        where = f"WHERE run_id = {quote(run)}" if run is not None else ""
         t = self.sql(
             f"""
             SELECT run_id, step, count(*) AS n_rollouts,

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gfcr.records import PROMPT_SCHEMA, ROLLOUT_SCHEMA, conform
-from gfcr.store.core import RolloutStore, StoreError, _in_list
+from gfcr.store.core import RolloutStore, StoreError
+from gfcr.store.sql import in_list
 
 
 def prompts_path(out: str | os.PathLike[str]) -> Path:
@@ -96,7 +97,7 @@ def export(store: RolloutStore, fmt: str, out: str | os.PathLike[str], where: st
     t = conform(t, ROLLOUT_SCHEMA, "export")
     if pout is not None:
         ids = sorted(set(t.column("prompt_id").to_pylist()))
-        pt = store.dataset("prompts").to_table(filter=_in_list("prompt_id", ids)) if ids else PROMPT_SCHEMA.empty_table()
+        pt = store.dataset("prompts").to_table(filter=in_list("prompt_id", ids)) if ids else PROMPT_SCHEMA.empty_table()
         pt = conform(pt, PROMPT_SCHEMA, "export")
         if pt.num_rows:
             write_new_file(pout, _write_table(pt, fmt, prompt_to_json))

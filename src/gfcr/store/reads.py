@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gfcr.store.upkeep import _in_list
+from gfcr.store.sql import in_list
 
 #: Lance merges reads less than this many bytes apart into one I/O (its local default: 4 KiB).
 #: With 64 KiB (and READ_PARAMS), 1,000 random rows cost 0.76-0.90x the CPU of Lance's defaults.
@@ -53,7 +53,7 @@ def rows_in(ds: lance.LanceDataset, column: str, keys: Sequence[str] | None, col
         t = ds.to_table(columns=cols, filter=f"({where})" if where else None)
         t = t.filter(pc.is_in(t.column(column), pa.array(list(keys), pa.string())))
         return t if columns is None else t.select(list(columns))
-    parts = ([_in_list(column, keys)] if keys is not None else []) + ([f"({where})"] if where else [])
+    parts = ([in_list(column, keys)] if keys is not None else []) + ([f"({where})"] if where else [])
     return ds.to_table(columns=list(columns) if columns else None, filter=" AND ".join(parts) or None)
 
 
@@ -68,7 +68,7 @@ def rollout_filter(run: str | None = None, steps: tuple[int, int] | None = None,
     if verified is not None:
         parts.append("verified = true" if verified else "verified = false")
     if prompt_ids is not None:
-        parts.append(_in_list("prompt_id", prompt_ids))
+        parts.append(in_list("prompt_id", prompt_ids))
     if task is not None:
         parts.append(f"task = {q(task)}")
     if where:
@@ -83,7 +83,7 @@ def take_ids(ds: lance.LanceDataset, ids: Sequence[str], columns: Sequence[str] 
     ids = list(ids)
     want = list(columns) if columns else None
     uniq = list(dict.fromkeys(ids))
-    found = ds.to_table(columns=["rollout_id"], filter=_in_list("rollout_id", uniq), with_row_id=True)
+    found = ds.to_table(columns=["rollout_id"], filter=in_list("rollout_id", uniq), with_row_id=True)
     rowid = dict(zip(found.column("rollout_id").to_pylist(), found.column("_rowid").to_pylist(), strict=True))
     missing = [i for i in ids if i not in rowid]
     if missing:

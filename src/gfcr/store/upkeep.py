@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from gfcr.store.errors import is_conflict
+from gfcr.store.sql import in_list
 
 #: merge the tail runs while the newer one is at least this fraction of the older one
 _MERGE_RATIO = 0.5
@@ -108,7 +109,7 @@ class IdIndex:
             return set()
         found: set[str] = set()
         for i in range(0, len(cand), 2000):
-            flt = _in_list(self.column, cand[i : i + 2000])
+            flt = in_list(self.column, cand[i : i + 2000])
             found.update(ds.to_table(columns=[self.column], filter=flt).column(0).to_pylist())
         return found
 
@@ -161,10 +162,6 @@ def forget_indexes() -> None:
     with _INDEXES_LOCK:
         _INDEXES.clear()
 
-
-def _in_list(col: str, values: Iterable[Any]) -> str:
-    vals = ["'" + str(v).replace("'", "''") + "'" for v in values]
-    return f"{col} IN ({', '.join(vals)})" if vals else "false"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ from gfcr.store.importers.arrow_text import (
     sha1_joined,
     turns_then,
 )
-from gfcr.store.importers.verl import _STD, split_prompt
+from gfcr.store.importers.verl import VERL_FIELDS, split_prompt
 
 #: why a file went to the row path instead (the exact mapping needs what Arrow cannot tell apart)
 Fallback = str
@@ -113,9 +113,9 @@ def check_table(t: pa.Table, verdict_key: str) -> Fallback | None:
     if not np.all(np.isfinite(t.column("score").cast(pa.float64()).to_numpy())) or pc.min(t.column("step")).as_py() < 0:
         return "score not finite or step < 0"
     for c in names:
-        if c not in _STD and t.column(c).null_count:  # the row path tells absent from null; Arrow cannot
+        if c not in VERL_FIELDS and t.column(c).null_count:  # the row path tells absent from null; Arrow cannot
             return f"nulls in {c!r}"
-        if c not in _STD and _is_number(t.schema.field(c).type) and \
+        if c not in VERL_FIELDS and _is_number(t.schema.field(c).type) and \
                 not np.all(np.isfinite(t.column(c).cast(pa.float64()).to_numpy())):
             return f"non-finite {c!r}"
     if verdict_key in names and not (pa.types.is_boolean(t.schema.field(verdict_key).type)
@@ -144,7 +144,7 @@ def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.nda
     names = t.column_names
     score = t.column("score").cast(pa.float64()).to_numpy()
     step = t.column("step").to_numpy()
-    extras = [c for c in names if c not in _STD]
+    extras = [c for c in names if c not in VERL_FIELDS]
     inp = t.column("input").combine_chunks().cast(pa.string())
     out = t.column("output").combine_chunks().cast(pa.string())
     # verdict: a bool as is, a number > 0 correct (verdict_of), absent -> null

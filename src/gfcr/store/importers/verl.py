@@ -48,7 +48,8 @@ from gfcr.store.importers._common import (
 
 PATTERNS = ("*.jsonl",)
 SCOPED = True  # ids and groups keyed by the file's folder under the dump root
-_STD = {"input", "output", "gts", "score", "step", "request_id"}
+#: the fields of a verl dump row gfcr maps to record fields (any other key is kept in meta)
+VERL_FIELDS = {"input", "output", "gts", "score", "step", "request_id"}
 
 
 #: (name, text before the first turn, a turn's head before its role, after its role, its end, the
@@ -183,7 +184,7 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, verdict_k
             k = counters[(step, pid)] = counters.get((step, pid), -1) + 1
             sig, other = {}, {}
             for key, v in obj.items():
-                if key in _STD:
+                if key in VERL_FIELDS:
                     continue
                 if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(float(v)):
                     sig[key] = float(v)
