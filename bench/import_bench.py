@@ -77,8 +77,8 @@ def arm(name: str, dump: str, store_path: str, threads: int, ref: str | None = N
 
     pa.set_cpu_count(threads)  # the reference read uses the machine's cores (OMP_NUM_THREADS would cap it)
 
+    from gfcr.formats import import_rollouts
     from gfcr.store import RolloutStore
-    from gfcr.store.importers import import_rollouts
 
     files = sorted(Path(dump).glob("*.jsonl"))
     store = RolloutStore.open(store_path, create=True) if name in ("columnar", "rows", "reimport") else None

@@ -21,9 +21,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=5000)
     args = ap.parse_args()
 
+    from gfcr.formats.export import export
+    from gfcr.formats.sft_export import SFT_FORMATS, export_sft
     from gfcr.store import RolloutStore
-    from gfcr.store.export import export
-    from gfcr.store.sft_export import SFT_FORMATS, export_sft
     from gfcr.testing import make_rollout
 
     tmp = Path(tempfile.mkdtemp(prefix="gfcr-sftx-"))

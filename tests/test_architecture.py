@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "models": set(),
     "testing": set(),
     "store": set(),
+    "formats": {"store"},
     "tasks": set(),
     "sandbox": set(),
     "filters": {"sandbox"},
@@ -39,18 +40,19 @@ ALLOWED: dict[str, set[str]] = {
     "diagnose": {"store", "control"},
     "train": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "scale"},
     "ross": {"store", "tasks", "filters", "generate", "evaluate", "models", "train"},
-    "integrations": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "train"},
+    "integrations": {"store", "formats", "tasks", "filters", "control", "replay", "generate", "evaluate", "models",
+                     "train"},
     "demo": {"store", "models", "train", "ross", "diagnose", "evaluate"},
     "cli": {"*"},
 }
 
 #: rooms that must not import model code (torch, transformers), at any depth of a function
-NO_MODEL_CODE = {"records", "config", "store"}
+NO_MODEL_CODE = {"records", "config", "store", "formats"}
 MODEL_PACKAGES = {"torch", "transformers"}
 #: (file, package): the places in those rooms that may import it, and why
 MODEL_CODE_EXEMPT = {
-    ("store/importers", "torch"): "reads slime/SkyRL dumps, which are torch-pickled .pt files (weights_only by default)",
-    ("store/importers", "transformers"): "the tokenizer that re-tokenizes text-only dumps (flagged 'retokenized')",
+    ("formats", "torch"): "reads slime/SkyRL dumps, which are torch-pickled .pt files (weights_only by default)",
+    ("formats", "transformers"): "the tokenizer that re-tokenizes text-only dumps (flagged 'retokenized')",
     ("store/samples.py", "torch"): "writes the sample slime .pt dump for the walkthrough and the importer tests",
 }
 
@@ -272,7 +274,7 @@ def test_records_config_and_store_import_no_model_code():
 
 
 def test_importing_the_store_loads_no_model_code():
-    code = ("import sys, gfcr.records, gfcr.config, gfcr.store, gfcr.store.importers, gfcr.cli; "
+    code = ("import sys, gfcr.records, gfcr.config, gfcr.store, gfcr.formats, gfcr.cli; "
             "print(sorted(m for m in ('torch', 'transformers', 'typer') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "['typer']"  # typer: by gfcr.cli only

@@ -33,9 +33,9 @@ def main() -> int:
                                                   src / "harbor" / "utils" / "trajectory_validator.py")
     val = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(val)
+    from gfcr.formats import import_rollouts
+    from gfcr.formats.export import export
     from gfcr.store import RolloutStore
-    from gfcr.store.export import export
-    from gfcr.store.importers import import_rollouts
 
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -87,7 +87,7 @@ def test_every_finding_carries_the_rows_it_read(store):
 def _import_all_fixtures(store: RolloutStore, tmp_path: Path) -> list[str]:
     """Every real dump the contract fixtures hold, one run per framework (SkyRL's pickle is written
     by the stand-in classes of tests/store, as SkyRL is not installed)."""
-    from gfcr.store.importers import import_rollouts
+    from gfcr.formats import import_rollouts
 
     import_rollouts(store, "verl", [str(FIX / "verl")], run_id="verl")
     import_rollouts(store, "trl", [str(FIX / "trl")], run_id="trl", reward_columns=["accuracy_reward", "format_reward"])
@@ -133,7 +133,7 @@ def test_false_alarm_rate_on_the_demos_store_is_zero(store):
     metrics: each is a real pathology of so short a run (the 135M model rarely solves the sums; 64
     tokens cut many answers), so 0 false alarms among its 3 findings (9 detectors judged)."""
     from gfcr.diagnose.health import run_health_checks
-    from gfcr.store.importers import import_rollouts
+    from gfcr.formats import import_rollouts
 
     import_rollouts(store, "parquet", [str(DEMO)])
     (run,) = set(store.scan(columns=["run_id"]).column("run_id").to_pylist())

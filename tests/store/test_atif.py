@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from gfcr.formats import ImportFormatError, import_rollouts
+from gfcr.formats.export import export
 from gfcr.records import rollouts_to_table
 from gfcr.store import RolloutStore
-from gfcr.store.export import export
-from gfcr.store.importers import ImportFormatError, import_rollouts
 
 FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures"
 

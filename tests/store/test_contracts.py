@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gfcr.store.importers import ImportFormatError, import_rollouts
+from gfcr.formats import ImportFormatError, import_rollouts
 
 FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures"
 

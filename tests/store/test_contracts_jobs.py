@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gfcr.store.importers import import_rollouts
+from gfcr.formats import import_rollouts
 
 FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures"
 
@@ -74,7 +74,7 @@ def test_trl_single_folder_ids_unchanged(store):
     assert a.written == 12 and again.written == 0 and again.skipped == 12
     assert all(r.group_id == f"s/{r.prompt_id}@{r.step}" for r in a.rollouts)  # as before
     r = next(r for r in a.rollouts if r.meta["row"] == 0 and r.meta["file"] == "completions_00001.parquet")
-    from gfcr.store.importers._common import hid
+    from gfcr.formats._common import hid
 
     ptext = r.messages[0].content
     assert r.rollout_id == "trl-" + hid("s", "completions_00001.parquet", 0, ptext,
@@ -114,7 +114,7 @@ def test_verl_single_folder_ids_unchanged_and_paths_agree(store, tmp_path):
     b = import_rollouts(store, "verl", [str(FIX / "verl")], run_id="v", columnar=False)
     assert a.written == 8 and b.written == 0 and b.skipped == 8
     assert all(r.group_id == f"v/{r.prompt_id}@{r.step}" for r in store.rollouts(run="v"))  # as before
-    from gfcr.store.importers._common import hid
+    from gfcr.formats._common import hid
 
     r = next(r for r in store.rollouts(run="v") if r.meta["file"] == "1.jsonl" and r.meta["line"] == 1)
     assert r.rollout_id == "verl-" + hid("v", "1.jsonl", 1, r.messages[0].content if len(r.messages) == 2
@@ -156,7 +156,7 @@ def test_verl_paths_agree_on_split_prompts(tmp_path):
 def test_verl_unrecognised_template_kept_verbatim_and_never_retemplated(store, tmp_path):
     """Qwen's ChatML with its special tokens decoded away (``user\\n…\\nassistant\\n``, the verl fixture)
     cannot be split safely: kept as one turn, marked, warned about; the SFT text export skips it."""
-    from gfcr.store.sft_export import export_sft
+    from gfcr.formats.sft_export import export_sft
 
     res = import_rollouts(store, "verl", [str(FIX / "verl")], run_id="v")
     assert any("warning" in n and "templated" in n for n in res.notes)
@@ -235,7 +235,7 @@ def test_atif_lone_surrogate_names_file_and_field(store, tmp_path):
     d.mkdir(parents=True)
     text = (FIX / "harbor_job" / "t1" / "agent" / "trajectory.json").read_text()
     (d / "trajectory.json").write_text(text.replace('"What is 2 + 3?"', '"What is 2 \\ud800 3?"'))
-    from gfcr.store.importers import ImportFormatError
+    from gfcr.formats import ImportFormatError
 
     with pytest.raises(ImportFormatError, match=r"trajectory\.json: trajectory: field 'steps\[1\]\.message': lone surrogate"):
         import_rollouts(store, "atif", [str(tmp_path / "job")], run_id="a")
@@ -334,7 +334,7 @@ def test_prime_rl_stream_annotation_longer_than_its_branch_refused(store, tmp_pa
     lines[0] = json.dumps(o, separators=(",", ":"))
     ann.write_text("".join(x + "\n" for x in lines))
     _reindex(lines, ann.with_name("trainer.index.jsonl"))
-    from gfcr.store.importers import ImportFormatError
+    from gfcr.formats import ImportFormatError
 
     with pytest.raises(ImportFormatError, match=r"trainer\.jsonl: row 1 .*field 'branches\[0\]\.trainer_logprobs': "
                                                 r"16 values for the 14 tokens"):
@@ -345,7 +345,7 @@ def test_prime_rl_stream_annotation_longer_than_its_branch_refused(store, tmp_pa
 @pytest.mark.parametrize("fmt", ["verl", "prime-rl"])
 def test_json_nested_too_deeply_names_the_field(store, tmp_path, fmt):
     """"JSON nested too deeply" named field '-'."""
-    from gfcr.store.importers import ImportFormatError
+    from gfcr.formats import ImportFormatError
 
     deep = "[" * 5000 + "]" * 5000
     if fmt == "verl":
@@ -392,7 +392,7 @@ def test_relax_dump_through_the_slime_importer(store):
 def test_follow_scopes_like_the_bulk_import(store, tmp_path):
     """--follow reads one file at a time: it must key ids by the same folder scope as a bulk import
     of the same parent, or the two would store every rollout twice."""
-    from gfcr.store.importers import follow
+    from gfcr.formats import follow
 
     for name in ("exp-a", "exp-b"):
         shutil.copytree(FIX / "verl", tmp_path / "dump" / name)

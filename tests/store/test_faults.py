@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
+from gfcr.formats import import_rollouts
 from gfcr.store import RolloutStore
 from gfcr.store.core import TABLES
-from gfcr.store.importers import import_rollouts
 from gfcr.store.integrity import check_store
 from gfcr.testing import make_rollout
 
@@ -53,7 +53,7 @@ CHILD = textwrap.dedent('''
                 s.compact()
                 print("compacted", b, flush=True)
     elif op in ("import", "follow"):
-        from gfcr.store.importers import follow, import_rollouts
+        from gfcr.formats import follow, import_rollouts
         s = RolloutStore.open(path, create=True)
         print("ready", flush=True)
         if op == "import":

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gfcr.store.importers import ImportFormatError, import_rollouts
+from gfcr.formats import ImportFormatError, import_rollouts
 
 FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures" / "art"
 TRAIN = FIX / "trajectories" / "train" / "0003.parquet"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gfcr.formats import ImportFormatError, import_rollouts
 from gfcr.store import RolloutStore
-from gfcr.store.importers import ImportFormatError, import_rollouts
 
 FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures"
 
@@ -126,7 +126,7 @@ def test_turns_then_gathers_each_rows_prompt_turns_then_its_tail():
     import numpy as np
     import pyarrow as pa
 
-    from gfcr.store.importers.arrow_text import turns_then
+    from gfcr.formats.arrow_text import turns_then
 
     rng = np.random.default_rng(0)
     words = ["", "q", "ü∂", "long " * 30, "a\"b"]
@@ -149,7 +149,7 @@ def test_turns_then_gathers_each_rows_prompt_turns_then_its_tail():
 def test_char_lengths_count_code_points_as_len_does():
     import pyarrow as pa
 
-    from gfcr.store.importers.arrow_text import char_lengths
+    from gfcr.formats.arrow_text import char_lengths
 
     for xs in (["ab", "", "xyz"], ["ab", "ü∂x", "", "🙂"]):
         a = pa.array(["pre"] + xs).slice(1)  # a slice: its own bytes only
@@ -160,8 +160,8 @@ def test_char_lengths_count_code_points_as_len_does():
 def test_sha1_joined_is_the_sha1_of_the_joined_row_at_any_slice_size():
     import pyarrow as pa
 
-    from gfcr.store.importers._common import hid
-    from gfcr.store.importers.arrow_text import sha1_joined
+    from gfcr.formats._common import hid
+    from gfcr.formats.arrow_text import sha1_joined
 
     a, b = pa.array(["1", "2", "3", "4", "5"]), pa.array(["q", "", "ü", "x" * 3000, "z"])
     want = ["p-" + hid("r", x, y) for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True)]
@@ -173,7 +173,7 @@ def test_sha1_joined_is_the_sha1_of_the_joined_row_at_any_slice_size():
 def test_the_import_runs_on_arrows_jemalloc_pool_and_restores_the_default(tmp_path, monkeypatch):
     import pyarrow as pa
 
-    from gfcr.store.importers import columnar
+    from gfcr.formats import columnar
 
     try:
         pa.jemalloc_memory_pool()
@@ -200,7 +200,7 @@ def test_the_import_runs_on_arrows_jemalloc_pool_and_restores_the_default(tmp_pa
 
 @pytest.mark.parametrize("chunk", [1, 3, 7, 1 << 20])
 def test_newline_count_by_chunks_equals_bytes_count(chunk):
-    from gfcr.store.importers.columnar import _newlines
+    from gfcr.formats.columnar import _newlines
 
     for data in (b"", b"\n", b"a\nb", b"\n" * 5, b"x" * 6 + b"\n", bytes(range(256)) * 40 + b"\n\n"):
         assert _newlines(data, chunk=chunk) == data.count(b"\n"), (data[:12], chunk)
@@ -210,7 +210,7 @@ def _split_by_regex(text):
     """verl.split_prompt as written before issue 48 part 5 (its regexes): the reference."""
     import re
 
-    from gfcr.store.importers.verl import _TEMPLATED
+    from gfcr.formats.verl import _TEMPLATED
 
     chatml = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>\n?", re.S)
     llama3 = re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)<\|eot_id\|>", re.S)
@@ -231,7 +231,7 @@ def _split_by_regex(text):
 def test_split_prompt_cuts_as_the_template_regexes_do():
     import random
 
-    from gfcr.store.importers.verl import split_prompt
+    from gfcr.formats.verl import split_prompt
 
     pieces = ["<|im_start|>", "<|im_end|>", "\n", "\n\n", "user", "system", "as sistant", "ü", "é_1", "x", " ", "",
               "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "assistant", "<|im_start|>assistant\n",
@@ -252,7 +252,7 @@ def test_json_text_writes_each_string_as_json_dumps_does():
 
     import pyarrow as pa
 
-    from gfcr.store.importers.arrow_text import json_text
+    from gfcr.formats.arrow_text import json_text
 
     rng = random.Random(3)
     chars = [chr(c) for c in range(0, 0x80)] + ["ü", "\u2028", "🙂"]

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gfcr.store.importers import ImportFormatError, import_rollouts
+from gfcr.formats import ImportFormatError, import_rollouts
 from gfcr.testing import make_rollout
 
 _VERL = {"input": "q", "output": "a", "score": 1.0, "step": 1}

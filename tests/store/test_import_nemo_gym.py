@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gfcr.store.importers import ImportFormatError, import_rollouts
+from gfcr.formats import ImportFormatError, import_rollouts
 
 FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures" / "nemo_gym"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from rich.console import Console
 
 from gfcr.cli.common import import_progress
+from gfcr.formats import import_rollouts
 from gfcr.store import RolloutStore
-from gfcr.store.importers import import_rollouts
 
 
 def _dump(d: Path, files: int = 3, blank_in: int | None = None) -> Path:

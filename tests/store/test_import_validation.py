@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gfcr.store.importers import ImportFormatError, import_rollouts
+from gfcr.formats import ImportFormatError, import_rollouts
 
 FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures"
 PRIME = FIX / "prime_rl" / "rollouts" / "step_4" / "train" / "effective" / "traces.jsonl"
@@ -79,8 +79,8 @@ def test_open_instruct_nan_logprob_refused(store, tmp_path):
 def test_validation_names_the_row_not_only_the_record(store, tmp_path):
     """A check made on the finished record (here a finish reason outside the vocabulary, from gfcr's
     own JSONL) names the line it came from, once."""
+    from gfcr.formats.export import rollout_to_json
     from gfcr.records import rollouts_to_table
-    from gfcr.store.export import rollout_to_json
     from gfcr.testing import make_rollout
 
     f = tmp_path / "r.jsonl"
@@ -92,7 +92,7 @@ def test_validation_names_the_row_not_only_the_record(store, tmp_path):
 
 
 def test_check_logprobs_worked_example():
-    from gfcr.store.importers._common import check_logprobs
+    from gfcr.formats._common import check_logprobs
 
     assert check_logprobs([-0.5, 0, -1e-5 * 0], 3, "f", "line 1", "lp") == [-0.5, 0.0, 0.0]
     assert check_logprobs([5e-5], 1, "f", "w", "lp") == [5e-5]  # float32 round-off of log(1) is allowed

@@ -5,9 +5,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from gfcr.formats import ImportFormatError, export, import_rollouts
 from gfcr.store import StoreError
 from gfcr.store import samples as S
-from gfcr.store.importers import ImportFormatError, export, import_rollouts
 from gfcr.testing import make_rollout, tiny_tokenizer
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
+from gfcr.formats import ImportFormatError, import_rollouts
 from gfcr.store import samples as S
-from gfcr.store.importers import ImportFormatError, import_rollouts
 from gfcr.testing import tiny_tokenizer
 
 # ------------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from gfcr.formats import follow, import_rollouts
 from gfcr.store import RolloutStore
-from gfcr.store.importers import follow, import_rollouts
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -129,7 +129,7 @@ def test_follow_defers_a_file_still_being_written(store, tmp_path):
 
 
 def test_export_import_round_trip_keeps_prompts(store, tmp_path):
-    from gfcr.store.export import export, prompts_path
+    from gfcr.formats.export import export, prompts_path
     from gfcr.testing import make_prompt, make_rollout
 
     store.upsert_prompts([make_prompt("p0", answer="7", tests={"cases": [1, 2]}, category="arith", difficulty=0.5),

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gfcr.store.importers import ImportFormatError, follow, import_rollouts
-from gfcr.store.importers import prime_rl_stream as prs
-from gfcr.store.importers._seekable import seek_table
+from gfcr.formats import ImportFormatError, follow, import_rollouts
+from gfcr.formats import prime_rl_stream as prs
+from gfcr.formats._seekable import seek_table
 
 FIX = Path(__file__).resolve().parents[1] / "contracts" / "fixtures"
 STREAM = FIX / "prime_rl_stream"

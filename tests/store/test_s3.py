@@ -111,7 +111,7 @@ def test_two_racing_imports_of_one_dump_store_each_rollout_once(s3_env, tmp_path
     store = RolloutStore.open(uri, create=True)
     ds = store.dataset("rollouts")
     assert ds.schema.field("rollout_id").metadata[b"lance-schema:unenforced-primary-key"] == b"true"
-    code = ("import sys; from gfcr.store import RolloutStore; from gfcr.store.importers import import_rollouts; "
+    code = ("import sys; from gfcr.store import RolloutStore; from gfcr.formats import import_rollouts; "
             "r = import_rollouts(RolloutStore.open(sys.argv[1]), 'verl', [sys.argv[2]]); print(r.written)")
     for _ in range(2):
         procs = [subprocess.Popen([sys.executable, "-c", code, uri, str(VERL)], stdout=subprocess.PIPE,

@@ -11,15 +11,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from gfcr.records import Message, Rollout
-from gfcr.store import RolloutStore, StoreError
-from gfcr.store.sft_export import (
+from gfcr.formats.sft_export import (
     IGNORE_INDEX,
     export_sft,
     split_last_assistant,
     token_targets,
     with_assistant,
 )
+from gfcr.records import Message, Rollout
+from gfcr.store import RolloutStore, StoreError
 from gfcr.testing import make_rollout, tiny_model, tiny_tokenizer
 
 TWO_TURN = [
@@ -209,7 +209,7 @@ def test_refuses_overwrite_bad_format_and_leaves_no_partial_file(tmp_path, monke
     with pytest.raises(StoreError, match=r"ending in \.parquet"):
         export_sft(store, tmp_path / "y.jsonl", "tokens")
 
-    import gfcr.store.sft_export as M
+    import gfcr.formats.sft_export as M
 
     def broken_write(table, where, **kw):
         with open(where, "wb") as fh:

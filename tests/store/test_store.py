@@ -168,7 +168,7 @@ def test_store_import_needs_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, gfcr.store, gfcr.store.importers, gfcr.records; "
+    code = ("import sys, gfcr.store, gfcr.formats, gfcr.records; "
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr

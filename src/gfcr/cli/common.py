@@ -387,7 +387,7 @@ QuietOpt = Annotated[bool, typer.Option(help="No progress bar.")]
 def import_progress(enabled: bool, console: Any = None) -> Iterator[Callable[[str, int, int], None] | None]:
     """A bar on stderr over an import's files, ``reading`` (parsed and checked) then ``writing``
     (committed), removed when done; yields the ``progress`` callback of
-    :func:`gfcr.store.importers.import_rollouts` (None when not ``enabled``, e.g. stderr is no terminal)."""
+    :func:`gfcr.formats.import_rollouts` (None when not ``enabled``, e.g. stderr is no terminal)."""
     if not enabled:
         yield None
         return

@@ -149,9 +149,9 @@ def import_(
     import signal
     import threading
 
+    from gfcr.formats import follow as follow_dump
+    from gfcr.formats import import_rollouts
     from gfcr.store import RolloutStore
-    from gfcr.store.importers import follow as follow_dump
-    from gfcr.store.importers import import_rollouts
 
     opts = dict(run_id=run, tokenizer=cli_tokenizer(tokenizer), trust_pickle=trust_pickle, reward_columns=_csv(reward_columns),
                 reward_weights=[float(x) for x in _csv(reward_weights) or []] or None, reward_key=reward_key,
@@ -212,7 +212,7 @@ def export_(
     where: Annotated[str | None, typer.Option(help="DuckDB SQL predicate over rollouts, e.g. \"reward > 0\".")] = None,
 ) -> None:
     """Export rollouts in gfcr's own schema (importable again with --from jsonl/parquet)."""
-    from gfcr.store.export import export
+    from gfcr.formats.export import export
 
     n = export(_open(path), to, out, where=where)
     console.print(f"wrote {n} rollouts to {out}")
@@ -237,7 +237,7 @@ def export_sft_(
     ] = False,
 ) -> None:
     """Export rollouts as an SFT dataset for TRL, verl or slime (e.g. --where verified for RFT)."""
-    from gfcr.store.sft_export import export_sft
+    from gfcr.formats.sft_export import export_sft
 
     res = export_sft(_open(path), out, format_, where=where, dedup=dedup, tokenizer=cli_tokenizer(tokenizer),
                      include_truncated=include_truncated)
@@ -446,9 +446,9 @@ def walkthrough(
     path: Annotated[str | None, typer.Argument(help="Store directory or URI (default runs/walkthrough-<time>).")] = None,
 ) -> None:
     """Import the bundled sample dumps, print stats and run a query (a tour of the store)."""
+    from gfcr.formats import import_rollouts
     from gfcr.store import RolloutStore
     from gfcr.store import samples as S
-    from gfcr.store.importers import import_rollouts
 
     path = path or str(Path("runs") / f"walkthrough-{time.strftime('%Y%m%d-%H%M%S')}")
     with removed_on_failure(path):

@@ -25,7 +25,7 @@ positions (in ``token_ids``), and the NaN is kept as null in ``meta["verl"]["per
 back as NaN by :func:`rollouts_to_batch`); ``reward`` = the sum of ``token_level_rewards``;
 ``signals["advantage"]`` = the mean advantage over role-1 tokens, ``signals["score"]`` = the sum of
 ``token_level_scores``; ``verified`` = verl's ``acc`` reward-extra value when given (else null), read as the importer reads it
-(:func:`gfcr.store.importers.verl.verdict_of`: a bool as is, a number ``> 0`` correct, since verl's
+(:func:`gfcr.formats.verl.verdict_of`: a bool as is, a number ``> 0`` correct, since verl's
 reward loop sets ``acc = score`` for a float scorer); ``finish_reason`` null (the batch does not
 record it);
 ``step`` = ``global_steps``; ``policy_version`` = ``"step-<global_steps>"``; ``group_id`` from ``uid``;
@@ -103,7 +103,7 @@ def dataproto_to_rollouts(batch: Any, run_id: str, global_steps: int | None = No
     ``reward_extra_info``: the reward manager's extra values per row (``acc`` becomes ``verified``);
     ``tokenizer``: optional, to decode ``messages``.
     """
-    from gfcr.store.importers.verl import verdict_of  # the dump importer's rule, one for both paths
+    from gfcr.formats.verl import verdict_of  # the dump importer's rule, one for both paths
 
     t = {k: _np(v) for k, v in _tensors(batch).items()}
     raw = _tensors(batch)

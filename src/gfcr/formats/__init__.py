@@ -1,4 +1,6 @@
-"""Bring rollouts in from the frameworks people already run: one module per framework, one driver.
+"""Other frameworks' formats: bring rollouts in from the trainers people already run (one module per
+framework, one driver: :func:`import_rollouts`) and take them out as their datasets
+(:mod:`~gfcr.formats.export`: JSONL, Parquet, ATIF; :mod:`~gfcr.formats.sft_export`: TRL, verl, slime SFT).
 
 Every importer parses and validates *all* of a file into records before anything is written; a
 malformed input raises :class:`ImportFormatError` naming file, line (or record) and field, and the
@@ -10,7 +12,7 @@ imports of the same dump store each rollout once.
 
 Formats (the per-framework modules say exactly which fields map where; docs/store.md has tables):
 ``verl``, ``trl``, ``areal``, ``prime-rl``, ``prime-rl-stream``, ``slime``, ``roll``, ``skyrl``, ``open-instruct``, ``atif``, ``atropos``, ``nemo-gym``, ``art``, and
-gfcr's own ``jsonl`` / ``parquet`` (:mod:`gfcr.store.export`).
+gfcr's own ``jsonl`` / ``parquet`` (:mod:`gfcr.formats.export`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gfcr.records import Rollout, rollouts_to_table
-from gfcr.store.core import RolloutStore, StoreError
-from gfcr.store.export import export, refuse_existing, rollout_to_json, write_new_file  # noqa: F401 - re-exported
-from gfcr.store.importers import (
+from gfcr.formats import (
     areal,
     art,
     atif,
@@ -44,7 +43,7 @@ from gfcr.store.importers import (
     trl,
     verl,
 )
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     FOLLOWING,
     ImportFormatError,
     ImportResult,
@@ -55,6 +54,9 @@ from gfcr.store.importers._common import (
     ticking,
     validate_rollouts,
 )
+from gfcr.formats.export import export, refuse_existing, rollout_to_json, write_new_file  # noqa: F401 - re-exported
+from gfcr.records import Rollout, rollouts_to_table
+from gfcr.store.core import RolloutStore, StoreError
 
 __all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "export", "follow", "import_rollouts",
            "load_tokenizer"]
@@ -241,7 +243,7 @@ class FollowStopped(ImportFormatError):
 def _import_columnar(store: RolloutStore, files: list[Path], run: str, kw: dict[str, Any], total: ImportResult,
                      seen: dict[str, Path], progress: Progress | None = None,
                      scopes: dict[Path, str] | None = None) -> ImportResult:
-    """verl without a tokenizer: :func:`gfcr.store.importers.columnar.import_files` (Arrow, one
+    """verl without a tokenizer: :func:`gfcr.formats.columnar.import_files` (Arrow, one
     append per file, unchanged files skipped by content); files it cannot map exactly go through
     the row parser and :func:`_check` / :func:`_write`, as every other format does."""
     notes: list[str] = []

@@ -1,5 +1,5 @@
 """Arrow string columns built without a Python object per row, for the columnar import
-(:mod:`gfcr.store.importers.columnar`): ids hashed straight from an array's buffers, the JSON text
+(:mod:`gfcr.formats.columnar`): ids hashed straight from an array's buffers, the JSON text
 of a column as ``json.dumps`` writes each value, floats as ``repr`` writes them, each row's message
 contents gathered, character counts. Each function is pure and gives exactly what the row path's
 per-row Python gives (``tests/store/test_import_columnar.py`` compares the two paths' rows field by field).

@@ -23,8 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gfcr.records import Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportResult,
     check_logprobs,
     find_files,
@@ -37,6 +36,7 @@ from gfcr.store.importers._common import (
     step_int,
     token_ids,
 )
+from gfcr.records import Message, Prompt, Rollout
 
 PATTERNS = ("*_rollouts_*.jsonl",)
 

@@ -30,8 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.records import Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     Tokenize,
@@ -45,6 +44,7 @@ from gfcr.store.importers._common import (
     text_lengths,
     text_only_note,
 )
+from gfcr.records import Message, Prompt, Rollout
 
 PATTERNS = ("*.jsonl",)
 SCOPED = True  # ids and groups keyed by the file's folder under the dump root
@@ -154,7 +154,7 @@ def _verdict(v: Any, path: Path, where: str, key: str) -> bool | None:
 def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, verdict_key: str = "acc",
           scope: str = "", **_: Any) -> ImportResult:
     """``scope``: the file's folder relative to the dump root (``""`` directly in it), which keys ids
-    and groups (:func:`gfcr.store.importers._common.file_scopes`)."""
+    and groups (:func:`gfcr.formats._common.file_scopes`)."""
     files = find_files(paths, PATTERNS)
     tok = Tokenize(tokenizer)
     rollouts, prompts = [], {}

@@ -32,8 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.records import Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     check_logprobs,
@@ -45,6 +44,7 @@ from gfcr.store.importers._common import (
     req,
     token_ids,
 )
+from gfcr.records import Message, Prompt, Rollout
 
 PATTERNS = ("*.jsonl",)
 MASKED = -100

@@ -31,8 +31,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gfcr.records import GENERATED, Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     check_logprobs,
@@ -45,6 +44,7 @@ from gfcr.store.importers._common import (
     step_int,
     token_ids,
 )
+from gfcr.records import GENERATED, Message, Prompt, Rollout
 
 PATTERNS = ("*.pt",)
 

@@ -7,8 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gfcr.records import Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     Tokenize,
@@ -18,6 +17,7 @@ from gfcr.store.importers._common import (
     read_jsonl,
     req,
 )
+from gfcr.records import Message, Prompt, Rollout
 
 PATTERNS = ("rollout_dump_data.step_*.jsonl",)
 

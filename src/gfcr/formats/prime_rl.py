@@ -32,8 +32,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gfcr.records import GENERATED, Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     check_logprobs,
@@ -46,6 +45,7 @@ from gfcr.store.importers._common import (
     step_int,
     token_ids,
 )
+from gfcr.records import GENERATED, Message, Prompt, Rollout
 
 PATTERNS = ("traces.jsonl",)
 _TRUNC = ("max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "context_length")
@@ -252,7 +252,7 @@ def episode_rollouts(obj: Any, f: Path, w: str, line: int, run_id: str, evals: s
     """One episode record's rollouts with their prompt info, or None for an eval episode skipped
     (``evals="skip"``). ``where`` holds what the file's place says: ``kind`` (``train``/``eval`` or
     None), ``batch_step`` (str or None), ``subset``; ``w`` names the record in errors. Shared with
-    :mod:`gfcr.store.importers.prime_rl_stream` (the same records, written once to a stream)."""
+    :mod:`gfcr.formats.prime_rl_stream` (the same records, written once to a stream)."""
     if not isinstance(obj, dict):
         raise ImportFormatError(f, w, "-", "expected an object (an episode record)")
     eid = str(req(obj, "id", (str, int), f, w))

@@ -46,9 +46,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gfcr.formats.export import refuse_existing, write_new_file
 from gfcr.records import GENERATED, IGNORE_INDEX, labels_from_mask
 from gfcr.store.core import RolloutStore, StoreError
-from gfcr.store.export import refuse_existing, write_new_file
 
 SFT_FORMATS = ("tokens", "messages", "prompt-completion", "slime")
 
@@ -146,7 +146,7 @@ def dedup_key(prompt_id: str, generated_ids: np.ndarray, conv: Sequence[dict[str
 
 def _load_tokenizer(tokenizer: Any) -> Any:
     if isinstance(tokenizer, str | os.PathLike):
-        from gfcr.store.importers._common import load_tokenizer
+        from gfcr.formats._common import load_tokenizer
 
         return load_tokenizer(str(tokenizer))
     return tokenizer

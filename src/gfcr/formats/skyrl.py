@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.records import GENERATED, Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     check_id_array,
@@ -19,6 +18,7 @@ from gfcr.store.importers._common import (
     load_weights_only,
     need_torch,
 )
+from gfcr.records import GENERATED, Message, Prompt, Rollout
 
 PATTERNS = ("global_step_*_training_input.pkl",)
 

@@ -33,8 +33,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gfcr.records import Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     check_logprobs,
@@ -44,6 +43,7 @@ from gfcr.store.importers._common import (
     req,
     token_ids,
 )
+from gfcr.records import Message, Prompt, Rollout
 
 PATTERNS = ("*.tokens.jsonl",)
 SCHEMA_VERSION = 1  # TOKEN_ENTRY_RECORD_SCHEMA_VERSION of the writer read

@@ -1,4 +1,4 @@
-"""gfcr's own JSONL and Parquet, as :func:`gfcr.store.export.export` writes them: rollouts, and the
+"""gfcr's own JSONL and Parquet, as :func:`gfcr.formats.export.export` writes them: rollouts, and the
 prompts beside them (``x.prompts.jsonl`` / ``x.prompts.parquet``), every field bit-exact."""
 
 from __future__ import annotations
@@ -10,6 +10,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gfcr.formats._common import (
+    INT64_MAX,
+    ImportFormatError,
+    ImportResult,
+    find_files,
+    from_record_error,
+    read_jsonl,
+)
 from gfcr.records import (
     PROMPT_SCHEMA,
     ROLLOUT_SCHEMA,
@@ -19,14 +27,6 @@ from gfcr.records import (
     conform,
     table_to_prompts,
     table_to_rollouts,
-)
-from gfcr.store.importers._common import (
-    INT64_MAX,
-    ImportFormatError,
-    ImportResult,
-    find_files,
-    from_record_error,
-    read_jsonl,
 )
 
 

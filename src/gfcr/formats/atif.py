@@ -55,8 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from gfcr.records import GENERATED, Cost, Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     check_logprobs,
@@ -69,6 +68,7 @@ from gfcr.store.importers._common import (
     scoped,
     token_ids,
 )
+from gfcr.records import GENERATED, Cost, Message, Prompt, Rollout
 
 PATTERNS = ("*.json", "*.atif.jsonl")
 SCOPED = True  # a Harbor job folder: {job}/{trial}/agent/trajectory.json

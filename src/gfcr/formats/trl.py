@@ -52,8 +52,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gfcr.records import Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     Tokenize,
@@ -65,6 +64,7 @@ from gfcr.store.importers._common import (
     text_lengths,
     text_only_note,
 )
+from gfcr.records import Message, Prompt, Rollout
 
 PATTERNS = ("completions_*.parquet",)
 SCOPED = True  # ids and groups keyed by the run's folder under the dump root

@@ -42,8 +42,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gfcr.records import Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     check_logprobs,
@@ -53,6 +52,7 @@ from gfcr.store.importers._common import (
     norm_finish,
     token_ids,
 )
+from gfcr.records import Message, Prompt, Rollout
 
 PATTERNS = ("*.parquet",)
 _COLUMNS = ("group_index", "reward", "messages")

@@ -22,7 +22,7 @@ in its own write order, as prime-rl's dashboard reads them (``src/prime_rl/dashb
 ``annotation_streams`` / ``trace_updates``).
 
 Mapping: the folded record goes through the prime-rl folder importer's mapping
-(:func:`gfcr.store.importers.prime_rl.episode_rollouts`: one rollout per episode, trace and
+(:func:`gfcr.formats.prime_rl.episode_rollouts`: one rollout per episode, trace and
 branch; ids from run, episode, trace and branch, so two runs never collide). Added here, per branch
 over its sampled tokens, null where a node holds no value: ``meta.trainer_logprobs``,
 ``meta.entropies``, ``meta.is_masked``, ``meta.advantages``; ``meta.batch_step`` =
@@ -43,9 +43,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gfcr.records import Prompt, Rollout
-from gfcr.store.importers import prime_rl
-from gfcr.store.importers._common import (
+from gfcr.formats import prime_rl
+from gfcr.formats._common import (
     FOLLOWING,
     ImportFormatError,
     ImportResult,
@@ -54,7 +53,8 @@ from gfcr.store.importers._common import (
     find_files,
     opt_num,
 )
-from gfcr.store.importers._seekable import SealedReader, ZstdUnavailable
+from gfcr.formats._seekable import SealedReader, ZstdUnavailable
+from gfcr.records import Prompt, Rollout
 
 PATTERNS = ("stream.index.jsonl",)
 RESUMABLE = True

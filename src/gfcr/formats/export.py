@@ -90,7 +90,7 @@ def export(store: RolloutStore, fmt: str, out: str | os.PathLike[str], where: st
     if fmt not in ("jsonl", "parquet", "atif"):
         raise StoreError(f"unknown export format {fmt!r}; choose jsonl, parquet or atif")
     out = refuse_existing(out)
-    if fmt == "atif":  # one ATIF v1.8 trajectory per line (gfcr.store.importers.atif), read back by --from atif
+    if fmt == "atif":  # one ATIF v1.8 trajectory per line (gfcr.formats.atif), read back by --from atif
         return _export_atif(store, out, where)
     pout = refuse_existing(prompts_path(out)) if with_prompts else None
     t = store.sql(f"SELECT * FROM rollouts WHERE {where}") if where else store.scan()
@@ -113,8 +113,8 @@ def export(store: RolloutStore, fmt: str, out: str | os.PathLike[str], where: st
 
 
 def _export_atif(store: RolloutStore, out: Path, where: str | None) -> int:
+    from gfcr.formats.atif import rollout_to_atif
     from gfcr.records import table_to_rollouts
-    from gfcr.store.importers.atif import rollout_to_atif
 
     t = store.sql(f"SELECT * FROM rollouts WHERE {where}") if where else store.scan()
     t = conform(t, ROLLOUT_SCHEMA, "export")

@@ -25,8 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gfcr.records import Message, Prompt, Rollout
-from gfcr.store.importers._common import (
+from gfcr.formats._common import (
     ImportFormatError,
     ImportResult,
     Tokenize,
@@ -39,6 +38,7 @@ from gfcr.store.importers._common import (
     req,
     text_only_note,
 )
+from gfcr.records import Message, Prompt, Rollout
 
 PATTERNS = ("*.jsonl",)
 _HEADER = re.compile(r"<\|im_start\|>(\w+)\n|<\|start_header_id\|>(\w+)<\|end_header_id\|>\n*")

@@ -42,7 +42,7 @@ class ImportFormatError(ValueError):
 @dataclass
 class ImportResult:
     """What a parser read: rollouts and prompts, the files, notes for the user. After
-    :func:`gfcr.store.importers.import_rollouts`, ``skipped`` counts rollouts already stored and
+    :func:`gfcr.formats.import_rollouts`, ``skipped`` counts rollouts already stored and
     ``written`` those committed now."""
 
     format: str

@@ -3,7 +3,7 @@
 Arrow buffers, JSON text joined by Arrow, prompts dictionary-encoded), consecutive files appended
 together up to a memory budget; no :class:`~gfcr.records.Rollout` object is built.
 
-The rows it writes are the ones the row path (:mod:`gfcr.store.importers.verl`) writes, field for
+The rows it writes are the ones the row path (:mod:`gfcr.formats.verl`) writes, field for
 field (same ids, same JSON, ``created_at`` aside): the row path stays the reference, and every
 file this path cannot map exactly is handed to it (a blank line, a value of another type than its
 column's, a null where the row path tells null from absent, nested values, a non-finite score, a
@@ -37,10 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from gfcr.records.classes import utcnow
-from gfcr.records.schema import COST_TYPE, MESSAGE_TYPE, PROMPT_SCHEMA, ROLLOUT_SCHEMA, TS_TYPE
-from gfcr.store.importers._common import Progress, scoped, ticking
-from gfcr.store.importers.arrow_text import (
+from gfcr.formats._common import Progress, scoped, ticking
+from gfcr.formats.arrow_text import (
     char_lengths,
     float_reprs,
     json_str,
@@ -49,7 +47,9 @@ from gfcr.store.importers.arrow_text import (
     sha1_joined,
     turns_then,
 )
-from gfcr.store.importers.verl import VERL_FIELDS, split_prompt
+from gfcr.formats.verl import VERL_FIELDS, split_prompt
+from gfcr.records.classes import utcnow
+from gfcr.records.schema import COST_TYPE, MESSAGE_TYPE, PROMPT_SCHEMA, ROLLOUT_SCHEMA, TS_TYPE
 
 #: why a file went to the row path instead (the exact mapping needs what Arrow cannot tell apart)
 Fallback = str
@@ -127,13 +127,13 @@ def check_table(t: pa.Table, verdict_key: str) -> Fallback | None:
 def map_table(t: pa.Table, f: Path, run_id: str, verdict_key: str, lines: np.ndarray, scope: str = "",
               stats: dict[str, int] | None = None) -> tuple[pa.Table, pa.Table]:
     """verl dump rows (an Arrow table of the JSON lines, :func:`check_table` passed) → (rollout
-    table, prompt table), exactly as :func:`gfcr.store.importers.verl.parse` maps them.
+    table, prompt table), exactly as :func:`gfcr.formats.verl.parse` maps them.
 
     Shapes: ``t`` has n rows with at least ``input``, ``output``, ``score``, ``step``; ``lines`` (n,)
     the file's line numbers. Example: ``{"input": "q", "output": "a", "score": -1, "step": 3, "acc":
     -1}`` → reward −1.0, verified False, step 3, ``policy_version`` ``step-3``, ``signals`` {acc: −1}.
 
-    Columnar throughout (the string helpers are :mod:`gfcr.store.importers.arrow_text`): ids hashed
+    Columnar throughout (the string helpers are :mod:`gfcr.formats.arrow_text`): ids hashed
     straight from the Arrow buffers (``sha1_ids``), the JSON text of ``meta`` and ``verifier``
     joined by Arrow from per-column JSON (``json_text``, ``float_reprs``), prompts
     dictionary-encoded; Python runs once per row only for the SHA-1 call.
@@ -320,7 +320,7 @@ def import_files(store: Any, files: list[Path], run_id: str, verdict_key: str,
                  progress: Progress | None = None, scopes: dict[Path, str] | None = None,
                  stats: dict[str, int] | None = None) -> tuple[int, int, dict[str, str]]:
     """:func:`_import_files` with Arrow's jemalloc pool (:func:`_import_pool`); ``scopes``: each
-    file's folder relative to the dump root (:func:`gfcr.store.importers._common.file_scopes`);
+    file's folder relative to the dump root (:func:`gfcr.formats._common.file_scopes`);
     ``stats`` gains ``templated``, the rows whose chat template is kept verbatim."""
     with _import_pool():
         return _import_files(store, files, run_id, verdict_key, row_parse, row_write, lock, hold_bytes, progress,
