@@ -368,3 +368,20 @@ def test_one_strict_config_base():
                     isinstance(node.value, ast.Constant) and node.value.value == "forbid":
                 own.append(f"{rel}:{node.value.lineno}")
     assert not own, f"derive gfcr.config.StrictModel instead of a strict base of your own: {own}"
+
+
+@pytest.mark.parametrize("package", sorted(m for m, p in MODULES.items() if p.name == "__init__.py" and m.count(".") == 1))
+def test_every_room_names_its_public_names_and_they_resolve(package):
+    """Each room's ``__init__`` has a 3+ line docstring and ``__all__``, and every name in it resolves
+    (for the lazy rooms, through their ``__getattr__``)."""
+    import importlib
+
+    mod = importlib.import_module(package)
+    doc = (mod.__doc__ or "").strip().splitlines()
+    assert len(doc) >= 2, f"{package}: a docstring of a few lines saying what the room holds"
+    if package == "gfcr.cli":
+        return  # the command line: its public name is the `gfcr` entry point (gfcr.cli:main)
+    names = getattr(mod, "__all__", None)
+    assert names, f"{package} names no public names (__all__)"
+    for n in names:
+        assert getattr(mod, n) is not None, f"{package}.{n}"
