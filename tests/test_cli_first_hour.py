@@ -259,13 +259,13 @@ def test_engine_override_drops_the_other_engines_args(tmp_path, capsys):
         ["device", "max_batch"]
     shipped = Path(__file__).resolve().parents[1] / "configs" / "generate-arith.yaml"
     cfg = generate_config(shipped, store=str(tmp_path / "st"), engine="openai", base_url="http://127.0.0.1:9/v1")
-    assert cfg.engine.name == "openai" and cfg.engine.args == {"base_url": "http://127.0.0.1:9/v1"}
+    assert cfg.engine.name == "openai" and cfg.engine.params == {"base_url": "http://127.0.0.1:9/v1"}
     err = capsys.readouterr().err
-    assert "note: --engine openai: dropped the config's hf engine args device, max_batch" in err
-    make_engine(cfg.engine.name, model="default", **cfg.engine.args)  # builds (it failed on device=)
-    # the config's own engine keeps its args
+    assert "note: --engine openai: dropped the config's hf engine params device, max_batch" in err
+    make_engine(cfg.engine.name, model="default", **cfg.engine.params)  # builds (it failed on device=)
+    # the config's own engine keeps its params
     cfg = generate_config(shipped, store=str(tmp_path / "st"), engine="hf")
-    assert cfg.engine.args == {"device": "cpu", "max_batch": 32}
+    assert cfg.engine.params == {"device": "cpu", "max_batch": 32}
 
 
 @pytest.mark.timeout(120)

@@ -305,11 +305,12 @@ def generate_config(config: Path | None, *, store: str | None = None, run_id: st
         if val is not None:
             data[key] = val
     eng = data.setdefault("engine", {})
-    if engine is not None and engine != eng.get("name", "hf") and eng.get("args"):
-        dropped = foreign_engine_args(engine, eng["args"])
+    key = "args" if "args" in eng else "params"  # args: the old name (noted when the config loads)
+    if engine is not None and engine != eng.get("name", "hf") and eng.get(key):
+        dropped = foreign_engine_args(engine, eng[key])
         if dropped:
-            eng["args"] = {k: v for k, v in eng["args"].items() if k not in dropped}
-            typer.echo(f"note: --engine {engine}: dropped the config's {eng.get('name', 'hf')} engine args "
+            eng[key] = {k: v for k, v in eng[key].items() if k not in dropped}
+            typer.echo(f"note: --engine {engine}: dropped the config's {eng.get('name', 'hf')} engine params "
                        f"{', '.join(dropped)} ({engine} does not take them)", err=True)
     for key, val in (("name", engine), ("model", model)):
         if val is not None:
