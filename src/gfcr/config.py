@@ -51,6 +51,21 @@ def new_run_dir(base: str | Path, name: str) -> Path:
     raise ConfigError(f"{base}: no free run folder name for {name}-{stamp}")
 
 
+def lazy_public(package: str, public: Mapping[str, str]) -> Any:
+    """A package's module ``__getattr__`` that imports each public name from its defining module on first
+    use (PEP 562), so importing one module of the package loads none of the others. ``public``: name ->
+    module. Example: ``__getattr__ = lazy_public(__name__, {"train": "gfcr.train.loop"})``; then
+    ``gfcr.train.train`` imports ``gfcr.train.loop`` and returns its ``train``."""
+    from importlib import import_module
+
+    def getattr_(name: str) -> Any:
+        if name in public:
+            return getattr(import_module(public[name]), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return getattr_
+
+
 def resolve_object(name: str, table: Mapping[str, Any] | None = None, kind: str = "object") -> Any:
     """The object a config names: an entry of ``table`` (a room's visible name → object table), or
     an import path ``"pkg.module:attr"`` (a user's own code, at the edge).

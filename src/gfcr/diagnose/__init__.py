@@ -3,8 +3,7 @@
 the self-contained HTML report (:func:`write_report`) and the browser viewer (:func:`create_app`). It
 reads the store only."""
 
-from importlib import import_module
-from typing import Any
+from gfcr.config import lazy_public
 
 #: public name -> the module that defines it (imported on first use, so that importing one module of
 #: this package loads none of the others: the viewer loads FastAPI)
@@ -21,8 +20,4 @@ _PUBLIC = {
 }
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _PUBLIC:
-        return getattr(import_module(_PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_public(__name__, _PUBLIC)

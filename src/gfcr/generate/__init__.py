@@ -3,8 +3,7 @@ TreeRL's entropy-guided trees, multi-turn env episodes; :func:`make_topology`), 
 ``gfcr generate``'s job (:func:`run_generate` over a :class:`GenerateConfig`). Every rollout keeps the
 token ids the policy sampled, their roles and behaviour log-probs."""
 
-from importlib import import_module
-from typing import Any
+from gfcr.config import lazy_public
 
 #: public name -> the module that defines it (imported on first use, so that importing one module of
 #: this package loads none of the others: an engine may load torch)
@@ -29,8 +28,4 @@ _PUBLIC = {
 }
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _PUBLIC:
-        return getattr(import_module(_PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_public(__name__, _PUBLIC)

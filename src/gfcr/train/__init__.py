@@ -3,8 +3,7 @@ one :class:`StepCollector` per run for the step's world), its typed config (:cla
 losses as pure functions (policy gradient, masked NLL, reverse KL), masked SFT (ROSS trains through it),
 on-policy distillation, checkpoints and data parallel."""
 
-from importlib import import_module
-from typing import Any
+from gfcr.config import lazy_public
 
 #: public name -> the module that defines it (imported on first use, so that importing one module of
 #: this package loads none of the others: the loop and the losses load torch)
@@ -26,8 +25,4 @@ _PUBLIC = {
 }
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _PUBLIC:
-        return getattr(import_module(_PUBLIC[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_public(__name__, _PUBLIC)
