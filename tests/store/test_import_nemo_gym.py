@@ -74,3 +74,44 @@ def test_malformed_entry_names_file_line_field_and_writes_nothing(store, tmp_pat
     with pytest.raises(ImportFormatError, match="rollout-b.tokens.jsonl: line 1: field '" + re.escape(field)):
         import_rollouts(store, "nemo-gym", [str(d)], run_id="g")
     assert store.count() == 0 and store.count("prompts") == 0
+
+
+JOB = Path(__file__).resolve().parents[1] / "contracts" / "fixtures" / "nemo_gym_job"
+
+
+def test_capture_key_is_gyms_own():
+    """``maybe_rollout_id_from_run_body`` @ 07d6b0d0: explicit id, else task-rollout, -a{n} for n > 0."""
+    from gfcr.formats.nemo_gym import capture_key
+
+    assert capture_key({"_ng_task_index": 3, "_ng_rollout_index": 1}) == "3-1"
+    assert capture_key({"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_attempt_index": 0}) == "3-1"
+    assert capture_key({"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_attempt_index": 2}) == "3-1-a2"
+    assert capture_key({"_ng_rollout_id": "x", "_ng_task_index": 3, "_ng_rollout_index": 1}) == "x"
+    assert capture_key({"_ng_task_index": 3}) is None
+
+
+def test_results_file_rewards_are_joined_to_every_call_of_their_trajectory(store):
+    res = import_rollouts(store, "nemo-gym", [str(JOB)], run_id="g")
+    assert res.written == 5
+    got = {r.meta["model_call_id"]: (r.reward, r.verified, r.meta.get("reward_source")) for r in store.rollouts(run="g")}
+    assert got == {"call-a1": (1.0, None, "rollouts.jsonl:1"), "call-a2": (1.0, None, "rollouts.jsonl:1"),
+                   "call-b1": (0.0, None, "rollouts.jsonl:2"), "call-c1": (0.5, None, "rollouts.jsonl:3"),
+                   "call-d1": (None, None, None)}  # rollout-d's attempt failed: no results line, reward unknown
+    assert any("rewards joined from the Gym results file(s) rollouts.jsonl" in n for n in res.notes)
+
+
+def test_without_results_rewards_stay_null_and_the_note_says_how_to_join(store):
+    res = import_rollouts(store, "nemo-gym", [str(JOB / "captures")], run_id="g")
+    assert all(r.reward is None for r in store.rollouts(run="g"))
+    assert any("no Gym results file among the paths" in n for n in res.notes)
+
+
+def test_a_trajectory_with_two_rewards_is_refused_naming_both(store, tmp_path):
+    d = tmp_path / "job"
+    shutil.copytree(JOB, d)
+    first = json.loads((d / "rollouts.jsonl").read_text().splitlines()[0])
+    with open(d / "rollouts.jsonl", "a") as f:
+        f.write(json.dumps({**first, "reward": 0.25}) + "\n")
+    with pytest.raises(ImportFormatError, match=r"rollout-a.*0.25.*rollouts.jsonl:1"):
+        import_rollouts(store, "nemo-gym", [str(d)], run_id="g")
+    assert store.count() == 0

@@ -197,6 +197,8 @@ def import_rollouts(
     if fmt == "verl" and tokenizer is None and kw.pop("columnar", True) and not FOLLOWING.get():
         return _import_columnar(store, files, run, kw, total, seen, progress, scopes)
     kw.pop("columnar", None)
+    if getattr(mod, "READS_ROOTS", False):  # the format joins files beside its own (NeMo Gym's results)
+        kw["roots"] = [str(p) for p in paths]
     for f in ticking(files, progress, "read", len(files)):
         res = FORMATS[fmt]([str(f)], run, **({**kw, "scope": scopes[f]} if scoped else kw))
         rs = _check(fmt, res, f, seen)

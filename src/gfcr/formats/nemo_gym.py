@@ -25,6 +25,17 @@ would mask the rollout. Null or absent, never invented: reward and verdict (a ca
 finish reason (the output items do not say why generation stopped), step 0 and policy version
 ``unknown`` (not recorded). Not rebuilt: Gym's ``prefix_merging`` chains of calls (each call is its
 own row). A record with a ``schema_version`` above 1 is refused, as Gym's reader refuses it.
+
+Rewards: the capture holds none; Gym's rollout collection writes them to its results file (its
+``output_jsonl_fpath``, one line per trajectory with the harness's ``reward`` and the row's
+``_ng_task_index``, ``_ng_rollout_index``, optional ``_ng_attempt_index`` and ``_ng_rollout_id``,
+``nemo_gym/rollout_collection.py`` @ 07d6b0d0). A results file found among the imported paths (a
+``*.jsonl`` whose first record has ``_ng_task_index``; its ``_materialized_inputs`` and ``_failures``
+siblings are not results) is joined by Gym's own capture key (``rollout_correlation.py``
+``maybe_rollout_id_from_run_body``: ``_ng_rollout_id``, else ``"{task}-{rollout}"``, then ``-a{n}`` for
+a re-dispatch attempt ``n > 0``): each model call of that trajectory gets the trajectory's ``reward``
+(Gym scores trajectories, not calls) and ``meta.reward_source`` names the file and line. A capture with
+no results line keeps ``reward`` null; the verdict stays null (Gym's reward is not a pass/fail).
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ from gfcr.formats._common import (
 from gfcr.records import Message, Prompt, Rollout
 
 PATTERNS = ("*.tokens.jsonl",)
+READS_ROOTS = True  # the driver passes the import's paths (``roots``): the results files live beside the captures
 SCHEMA_VERSION = 1  # TOKEN_ENTRY_RECORD_SCHEMA_VERSION of the writer read
 _KNOWN = {"schema_version", "rollout_id", "model_call_id", "model", "prompt_token_ids", "generation_token_ids",
           "generation_log_probs", "routed_experts", "output_items", "token_item_index", "created_at"}
@@ -94,9 +106,80 @@ def _lost_calls(f: Path, rollout: str, entries: list[str]) -> tuple[bool, list[s
     return bool(state.get("incomplete")) or sentinel.exists() or bool(lost), sorted(set(lost))
 
 
+ROLLOUT_KEYS = ("_ng_task_index", "_ng_rollout_index", "_ng_attempt_index", "_ng_rollout_id")
+
+
+def capture_key(row: dict[str, Any]) -> str | None:
+    """Gym's capture key of a results row (``maybe_rollout_id_from_run_body`` @ 07d6b0d0): the explicit
+    ``_ng_rollout_id``, else ``"{task}-{rollout}"``; ``-a{n}`` appended for attempt ``n > 0``; None when
+    the row names neither. Examples: ``{_ng_task_index: 3, _ng_rollout_index: 1}`` → ``"3-1"``; with
+    ``_ng_attempt_index: 2`` → ``"3-1-a2"``; ``{_ng_rollout_id: "x", _ng_task_index: 3, ...}`` → ``"x"``."""
+    rid = row.get("_ng_rollout_id")
+    if rid is None:
+        task, rollout = row.get("_ng_task_index"), row.get("_ng_rollout_index")
+        if task is None or rollout is None:
+            return None
+        rid = f"{task}-{rollout}"
+    attempt = row.get("_ng_attempt_index")
+    if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0:
+        rid = f"{rid}-a{attempt}"
+    return str(rid)
+
+
+def results_files(paths: list[str]) -> list[Path]:
+    """Gym rollout-collection results files among ``paths`` (see the module docstring)."""
+    out = []
+    for f in find_files(paths, ("*.jsonl",)):
+        if f.name.endswith((".tokens.jsonl", "_materialized_inputs.jsonl", "_failures.jsonl")):
+            continue
+        with open(f, "rb") as fh:
+            first = fh.readline()
+        try:
+            head = json.loads(first) if first.strip() else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(head, dict) and "_ng_task_index" in head:
+            out.append(f)
+    return out
+
+
+def rewards_of(roots: list[str]) -> tuple[list[Path], dict[str, tuple[float, str]]]:
+    """The results files under ``roots`` and their rewards by capture key, read once per import (cached
+    on the files' paths, sizes and modification times: the driver parses one capture file at a time)."""
+    files = results_files(roots)
+    stamp = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if _REWARDS.get("stamp") != stamp:
+        _REWARDS.update(stamp=stamp, rewards=rewards_by_capture(files))
+    return files, _REWARDS["rewards"]
+
+
+_REWARDS: dict[str, Any] = {}
+
+
+def rewards_by_capture(files: list[Path]) -> dict[str, tuple[float, str]]:
+    """``capture key -> (reward, "file:line")`` from Gym results files; a trajectory listed twice with
+    different rewards is refused (one line naming both places)."""
+    out: dict[str, tuple[float, str]] = {}
+    for f in files:
+        for line, obj in read_jsonl(f):
+            key = capture_key(obj)
+            r = obj.get("reward")
+            if key is None or r is None or "_ng_failure_class" in obj:
+                continue
+            if not isinstance(r, int | float) or isinstance(r, bool):
+                raise ImportFormatError(f, f"line {line}", "reward", f"expected a number, got {r!r}")
+            where = f"{f.name}:{line}"
+            if key in out and out[key][0] != float(r):
+                raise ImportFormatError(f, f"line {line}", "reward", f"trajectory {key!r} has reward {r} here "
+                                        f"and {out[key][0]} at {out[key][1]}")
+            out[key] = (float(r), where)
+    return out
+
+
 def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, vocab: int | None = None,
-          **_: Any) -> ImportResult:
-    files = find_files(paths, PATTERNS)
+          roots: list[str] | None = None, **_: Any) -> ImportResult:
+    files = [f for f in find_files(paths, PATTERNS) if f.name.endswith(".tokens.jsonl")]
+    results, rewards = rewards_of(roots or paths)
     rollouts: list[Rollout] = []
     prompts: dict[str, Prompt] = {}
     flagged = 0
@@ -133,16 +216,24 @@ def parse(paths: list[str], run_id: str, tokenizer: Any | None = None, vocab: in
                     "extra": {key: v for key, v in obj.items() if key not in _KNOWN}}
             if incomplete:
                 meta.update(capture_incomplete=True, lost_calls=lost)
+            reward = rewards.get(rid)
+            if reward is not None:
+                meta["reward_source"] = reward[1]
             rollouts.append(Rollout(
                 rollout_id="nemo-gym-" + hid(run_id, rid, call), run_id=run_id, prompt_id=pid, group_id=gid,
                 sample_index=0, task="nemo-gym", step=0, policy_version="unknown",
                 messages=[assistant_message(items)], token_ids=p_ids + g_ids,
                 token_role=[0] * len(p_ids) + [1] * len(g_ids), logprobs=[0.0] * len(p_ids) + lps,
-                finish_reason=None, reward=None, verified=None, verifier={}, tokens_source="engine",
+                finish_reason=None, reward=reward[0] if reward is not None else None, verified=None, verifier={},
+                tokens_source="engine",
                 sampling={"model": obj["model"]} if isinstance(obj.get("model"), str) and obj["model"] else {},
                 meta=meta))
-    notes = ["NeMo Gym token capture records no reward, verdict, finish reason, step or policy version: "
-             "null, step 0 (meta.step_in_dump=false), policy_version 'unknown'"]
+    notes = ["NeMo Gym token capture records no verdict, finish reason, step or policy version: "
+             "null, step 0 (meta.step_in_dump=false), policy_version 'unknown'",
+             f"rewards joined from the Gym results file(s) {', '.join(f.name for f in results)}: each trajectory's "
+             "reward on each of its model calls; a capture with no results line keeps a null reward"
+             if results else "no Gym results file among the paths: rewards are null (import the results "
+             "JSONL with the capture folder to join them)"]
     if flagged:
         notes.append("rollouts that lost a call (Gym's consumer masks them) are stored with "
                      "meta.capture_incomplete=true and meta.lost_calls")
