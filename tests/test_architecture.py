@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "evaluate": {"filters", "generate", "models", "tasks"},
     "sim": {"control", "replay", "filters"},
     "scale": {"store", "tasks", "filters", "generate", "models"},
-    "diagnose": {"store", "control"},
+    "diagnose": {"store", "control", "evaluate"},
     "train": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "scale"},
     "ross": {"store", "tasks", "filters", "generate", "evaluate", "models", "train"},
     "integrations": {"store", "formats", "tasks", "filters", "control", "replay", "generate", "evaluate", "models",

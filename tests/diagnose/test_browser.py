@@ -438,3 +438,32 @@ def test_viewer_overlays_slider_and_two_runs(two_runs, browser, tmp_path):
     _overlay_shot(page, tmp_path, "viewer-overlays")
     assert errors == []
     page.close()
+
+
+def test_viewer_compare_table_pairs_two_runs_per_prompt(browser, tmp_path):
+    """Issue 45, part 3: with a run and a compared run chosen, the two paired per prompt; a click on a
+    prompt where they differ lists it."""
+    from playwright.sync_api import expect
+    from test_viewer_paired import VERDICTS
+
+    store = RolloutStore.open(tmp_path / "store", create=True)
+    store.append([rollout(run, 0, p, reward=float(v), verified=bool(v), rollout_id=f"{run}-{p}-{i}")
+                  for run, per in VERDICTS.items() for p, vs in per.items() for i, v in enumerate(vs)])
+    srv, th, url = _serve(store.path)
+    try:
+        page = browser.new_page()
+        errors = _watch(page)
+        page.goto(url + "?run=run-a&compare=run-b")
+        expect(page.locator("#paired-summary")).to_contain_text("run-a − run-b, verified rate per prompt: +0.000")
+        expect(page.locator("#paired-summary")).to_contain_text("over 3 prompts")
+        expect(page.locator("#paired-table tbody tr")).to_have_count(2)  # the prompts where they differ
+        page.click("#paired-table button[data-prompt='p3']")
+        expect(page.locator("#page-info")).to_have_text("1–2 of 2")  # run-a's two rollouts of p3
+        assert page.locator("#f-prompt").input_value() == "p3" and "prompt=p3" in page.url
+        page.select_option("#f-run-b", "")
+        expect(page.locator("#paired")).to_be_hidden()
+        assert errors == []
+        page.close()
+    finally:
+        srv.should_exit = True
+        th.join(timeout=10)

@@ -38,7 +38,8 @@ def _api_routes(app):
 def test_the_routes_fuzzed_are_all_of_them(app):
     """Guard: the fuzz below walks the app's own route table, so a new parameter is fuzzed too."""
     routes = {p: q for p, q, _ in _api_routes(app)}
-    assert set(routes) == {"/api/summary", "/api/rollouts", "/api/rollouts/{rollout_id}", "/api/ross"}
+    assert set(routes) == {"/api/summary", "/api/rollouts", "/api/rollouts/{rollout_id}", "/api/ross", "/api/paired"}
+    assert set(routes["/api/paired"]) == {"a", "b"}
     assert {"step_min", "step_max", "reward_min", "reward_max", "offset", "limit", "verified", "finish", "q", "gen_min",
             "gen_max", "audit", "judge", "sort", "order"} <= set(routes["/api/rollouts"])
     assert set(routes["/api/rollouts/{rollout_id}"]) == {"judge"} and set(routes["/api/ross"]) == {"judge", "run"}

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 from gfcr.diagnose.audits import latest_audits, resolve_judge, ter_by_step
 from gfcr.diagnose.listing import AUDIT_STATES, SORT_COLUMNS, refine
 from gfcr.diagnose.paging import read_page, select_steps, step_index
+from gfcr.diagnose.paired import paired_prompts
 from gfcr.diagnose.spans import segments
 from gfcr.diagnose.tokenizer import resolve_tokenizer
 from gfcr.records import FINISH_REASONS, assistant_text
@@ -329,6 +330,15 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     def ross(judge: str | None = None, run: str | None = None) -> JSONResponse:
         j = _judge(judge)
         return JSONResponse(jsonable({"judge": j, "ter_by_step": ter_by_step(store, j, run or None)}))
+
+    @app.get("/api/paired")
+    def paired(a: str | None = Query(None, max_length=200), b: str | None = Query(None, max_length=200)) -> JSONResponse:
+        if not a or not b:
+            raise HTTPException(400, "name both runs: /api/paired?a=RUN_A&b=RUN_B")
+        try:
+            return JSONResponse(jsonable(paired_prompts(store, a, b)))
+        except ValueError as e:
+            raise HTTPException(400, str(e)) from None
 
     @app.get("/api/rollouts")
     def list_rollouts(

@@ -141,6 +141,31 @@ async function loadList() {
   document.getElementById("next").disabled = last >= state.total;
 }
 
+async function loadPaired() {
+  // the run filter (A) and the compared run (B), paired per prompt: the verified rate of each, the mean
+  // difference with its bootstrap interval, and the prompts where they differ (a click lists that prompt)
+  const box = document.getElementById("paired");
+  const a = document.getElementById("f-run").value, b = document.getElementById("f-run-b").value;
+  if (!a || !b || a === b) { box.hidden = true; box.replaceChildren(); return; }
+  let d;
+  try { d = await getJSON(`/api/paired?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`); }
+  catch (e) { box.hidden = false; box.replaceChildren(el("p", { class: "muted", text: e.message })); return; }
+  const sig = d.p_value < 0.05 ? "significant" : "not significant";
+  const head = el("p", { id: "paired-summary", text: `${d.a} − ${d.b}, verified rate per prompt: ${d.diff >= 0 ? "+" : ""}${d.diff.toFixed(3)} ` +
+    `[${d.ci[0].toFixed(3)}, ${d.ci[1].toFixed(3)}] over ${d.n} prompts, p = ${d.p_value.toPrecision(2)} (${d.test}): ${sig}; ` +
+    `better in ${d.a} on ${d.a_better}, in ${d.b} on ${d.b_better}` });
+  const rows = d.rows.filter((r) => r.diff !== 0).map((r) => {
+    const btn = el("button", { type: "button", class: "paired-prompt", "data-prompt": r.prompt_id, text: r.prompt_id });
+    btn.addEventListener("click", () => { document.getElementById("f-prompt").value = r.prompt_id; state.offset = 0; loadList(); });
+    return el("tr", { "data-prompt": r.prompt_id }, el("td", {}, btn), el("td", { class: "num", text: `${r.a[0]}/${r.a[1]}` }),
+      el("td", { class: "num", text: `${r.b[0]}/${r.b[1]}` }), el("td", { class: r.diff > 0 ? "ok num" : "bad num", text: (r.diff > 0 ? "+" : "") + r.diff.toFixed(3) }));
+  });
+  const table = el("table", { id: "paired-table" }, el("thead", {}, el("tr", {}, el("th", { text: "prompt (click: list it)" }),
+    el("th", { text: `${d.a} verified` }), el("th", { text: `${d.b} verified` }), el("th", { text: "difference" }))), el("tbody", {}, ...rows));
+  box.hidden = false;
+  box.replaceChildren(head, rows.length ? table : el("p", { class: "muted", text: "the two runs agree on every shared prompt" }));
+}
+
 function sliderBounds() {
   // the step slider spans the selected run's steps (all runs' when none is selected)
   const sel = document.getElementById("f-run").value;
@@ -365,11 +390,13 @@ document.addEventListener("DOMContentLoaded", async () => {
     if (document.getElementById("f-audit").value) { state.offset = 0; loadList(); }
     if (state.shown && state.shown[0]) openRollout(state.shown[0].rollout_id, null);
   });
-  document.getElementById("f-run-b").addEventListener("change", () => { saveUrl(); if (state.shown && state.shown[0]) openRollout(state.shown[0].rollout_id, null); });
+  document.getElementById("f-run-b").addEventListener("change", () => { saveUrl(); loadPaired(); if (state.shown && state.shown[0]) openRollout(state.shown[0].rollout_id, null); });
+  document.getElementById("f-run").addEventListener("change", () => loadPaired());
   window.addEventListener("hashchange", () => { const id = hashId(); if (id) openRollout(id, null); });
   try { await loadSummary(); } catch (e) { document.getElementById("store").textContent = e.message; }
   restoreUrl();
   await loadList();
+  loadPaired();
   const id = hashId();
   if (id) openRollout(id, null);
 });
