@@ -391,6 +391,7 @@ def test_viewer_overlays_slider_and_two_runs(two_runs, browser, tmp_path):
                   "WHERE r.run_id = 'grpo-sums' ORDER BY r.step LIMIT 1").to_pylist()[0]
     page.select_option("#f-run-b", "grpo-sums-b")
     assert "compare=grpo-sums-b" in page.url  # the compared run is in the URL with the filters
+    expect(page.locator("#paired-summary")).to_contain_text("share no prompt with a verdict")  # said, not an error
     page.goto(page.url.split("#")[0] + f"#rollout={a['rollout_id']}")  # same page, filters kept
     page.wait_for_selector("#detail-pane.compare [data-side=b] #token-strip")
     left, right = page.locator("[data-side=a]"), page.locator("[data-side=b]")

@@ -34,8 +34,10 @@ def test_paired_prompts_by_hand(paired_store):
     ref = paired_bootstrap([1.0, 0.0, 0.5], [0.5, 0.0, 1.0], n_boot=1000, seed=0)
     assert d["diff"] == pytest.approx(0.0) and d["ci"] == [ref.ci_low, ref.ci_high] and d["p_value"] == ref.p_value
     assert (d["a_better"], d["b_better"]) == (1, 1)
-    with pytest.raises(ValueError, match="share no prompt"):
-        paired_prompts(paired_store, "run-a", "run-z")
+    none = paired_prompts(paired_store, "run-a", "run-z")
+    assert none["n"] == 0 and none["rows"] == [] and "share no prompt" in none["note"]
+    with pytest.raises(ValueError, match="two different runs"):
+        paired_prompts(paired_store, "run-a", "run-a")
 
 
 def test_paired_api(paired_store):

@@ -20,8 +20,8 @@ MAX_ROWS = 200
 def paired_prompts(store: Any, a: str, b: str, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Runs ``a`` and ``b`` of ``store`` paired per prompt (module docstring). Returns ``{a, b, n, diff,
     ci, p_value, test, a_better, b_better, rows}``; ``rows``: ``{prompt_id, a: [verified, judged], b: [...],
-    diff}``, A's wins first (largest difference), then B's, at most :data:`MAX_ROWS`. A ``ValueError``
-    when the runs are the same or share no prompt with a verdict.
+    diff}``, A's wins first (largest difference), then B's, at most :data:`MAX_ROWS`; two runs that share no
+    prompt with a verdict give ``n`` 0 and a ``note`` saying so. A ``ValueError`` when the runs are the same.
 
     Example: A verified 2/2 on p1 and 0/2 on p2, B 1/2 and 0/2 → p1 diff +0.5, p2 0; mean diff +0.25."""
     from gfcr.evaluate.paired import paired_bootstrap
@@ -37,7 +37,7 @@ def paired_prompts(store: Any, a: str, b: str, n_boot: int = 1000, seed: int = 0
             per.setdefault(r["prompt_id"], {})[r["run_id"]] = (int(r["ok"]), int(r["judged"]))
     shared = sorted(p for p, v in per.items() if a in v and b in v)
     if not shared:
-        raise ValueError(f"runs {a!r} and {b!r} share no prompt with a verdict")
+        return {"a": a, "b": b, "n": 0, "rows": [], "note": f"runs {a} and {b} share no prompt with a verdict"}
     va = [per[p][a][0] / per[p][a][1] for p in shared]
     vb = [per[p][b][0] / per[p][b][1] for p in shared]
     d = paired_bootstrap(va, vb, n_boot=n_boot, seed=seed, metric="verified rate")

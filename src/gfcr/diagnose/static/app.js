@@ -150,6 +150,7 @@ async function loadPaired() {
   let d;
   try { d = await getJSON(`/api/paired?a=${encodeURIComponent(a)}&b=${encodeURIComponent(b)}`); }
   catch (e) { box.hidden = false; box.replaceChildren(el("p", { class: "muted", text: e.message })); return; }
+  if (!d.n) { box.hidden = false; box.replaceChildren(el("p", { id: "paired-summary", class: "muted", text: d.note })); return; }
   const sig = d.p_value < 0.05 ? "significant" : "not significant";
   const head = el("p", { id: "paired-summary", text: `${d.a} − ${d.b}, verified rate per prompt: ${d.diff >= 0 ? "+" : ""}${d.diff.toFixed(3)} ` +
     `[${d.ci[0].toFixed(3)}, ${d.ci[1].toFixed(3)}] over ${d.n} prompts, p = ${d.p_value.toPrecision(2)} (${d.test}): ${sig}; ` +
