@@ -10,7 +10,7 @@ gives medians over repetitions with the machine load (``os.getloadavg``) seen du
 - throughput: one request of ``n = 1, 8, 32`` samples of the same prompt; tokens per wall second
   and per CPU second. Goal: batch 32 >= 5x batch 1 per CPU second.
 - sampler: the sampling step alone at batch 32 on the model's logits (repeated per row), CPU ms per
-  decode step: the engine's vectorised step (``_DecodeState.step``: one inverse-CDF draw for all rows
+  decode step: the engine's vectorised step (``DecodeState.step``: one inverse-CDF draw for all rows
   from per-row seeded uniforms) against the rule it replaced (the same log-probs and entropy, then one
   seeded ``torch.multinomial`` per row), alternated.
 - tree vs group: EPTree (6x2x1x2, 30 leaves per prompt) decoded as one growing batch, the same tree
@@ -65,7 +65,7 @@ def _per_row_multinomial(logits, gens) -> list[int]:
     seeded ``torch.multinomial`` over the vocabulary and one ``float(lp[t])`` per row."""
     import torch
 
-    from gfcr.generate.engines.hf import sampling_logprobs
+    from gfcr.generate.engines.hf_sampling import sampling_logprobs
 
     lp = sampling_logprobs(logits, 1.0)
     probs = lp.exp()
@@ -81,7 +81,8 @@ def sampler(eng, ids, a) -> dict:
     import torch
 
     from gfcr.generate.engines import GenRequest, SamplingParams
-    from gfcr.generate.engines.hf import _DecodeState, row_generator
+    from gfcr.generate.engines.decode import DecodeState
+    from gfcr.generate.engines.hf_sampling import row_generator
 
     B, steps = 32, 20
     with torch.no_grad():
@@ -94,7 +95,7 @@ def sampler(eng, ids, a) -> dict:
         for k in range(len(order)):
             name = order[(rep + k) % len(order)]
             if name == "vectorised step":
-                st = _DecodeState(rows, eng.eos_ids, len(eng.tokenizer), eng.model.config)
+                st = DecodeState(rows, eng.eos_ids, len(eng.tokenizer), eng.model.config)
                 live = list(range(B))
 
                 def run(st=st, live=live):

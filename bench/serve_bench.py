@@ -57,7 +57,7 @@ _ARRIVALS: list[float] = []  # when each job reached the batcher (monotonic s), 
 
 def _record_arrivals() -> None:
     """Make every Batcher note when each job is submitted (the spread of a burst as the server sees it)."""
-    from gfcr.generate import batching
+    from gfcr.serve import batching
 
     if getattr(batching.Batcher.submit, "_bench", False):
         return

@@ -9,7 +9,7 @@ import pytest
 
 from gfcr.control.groups import EarlyExit, tail_ngram_count
 from gfcr.generate.engines import GenRequest, SamplingParams
-from gfcr.generate.engines.hf import NgramCounter
+from gfcr.generate.engines.hf_sampling import NgramCounter
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])

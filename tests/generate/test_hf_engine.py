@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gfcr.generate.engines import GenRequest, SamplingParams
-from gfcr.generate.engines.hf import sampling_logprobs
+from gfcr.generate.engines.hf_sampling import sampling_logprobs
 
 MSGS = [{"role": "user", "content": "What is 12 + 7? Answer: N"}]
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gfcr.generate.engines import GenRequest, SamplingParams
-from gfcr.generate.engines.hf import penalized_logits, sampling_logprobs
+from gfcr.generate.engines.hf_sampling import penalized_logits, sampling_logprobs
 from gfcr.serve import LOOPBACK_NAMES, host_allowed, is_loopback
 from gfcr.serve.api import (
     APIError,
@@ -164,7 +164,7 @@ def test_cancel_stops_one_request_and_leaves_the_others(engine):
 
 
 def test_inverse_cdf_sample_hand_worked():
-    from gfcr.generate.engines.hf import inverse_cdf_sample
+    from gfcr.generate.engines.hf_sampling import inverse_cdf_sample
 
     probs = torch.tensor([[0.5, 0.3, 0.2]] * 4)
     assert inverse_cdf_sample(probs, torch.tensor([0.1, 0.5, 0.9, 0.0])).tolist() == [0, 1, 2, 0]
@@ -198,7 +198,8 @@ def test_a_seed_gives_the_same_tokens_whatever_shares_its_batch(tiny):
     """A seeded request decoded alone, in batches of other requests (other prompts, temperatures, top-p,
     top-k, penalties, greedy rows), split across engine batches, and asked for more tokens (past a block
     of uniforms) gives the same tokens: each row draws from its own stream."""
-    from gfcr.generate.engines.hf import NOISE_BLOCK, HFEngine
+    from gfcr.generate.engines.hf import HFEngine
+    from gfcr.generate.engines.hf_sampling import NOISE_BLOCK
 
     model, tok = tiny
     eng = HFEngine(model, tok, policy_version="tiny-0", max_batch=4)

@@ -13,7 +13,8 @@ import openai
 import pytest
 import torch
 
-from gfcr.generate.engines.hf import HFEngine, sampling_logprobs
+from gfcr.generate.engines.hf import HFEngine
+from gfcr.generate.engines.hf_sampling import sampling_logprobs
 from gfcr.serve import serve_in_thread
 from gfcr.serve.api import ServeLimits
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from gfcr.generate.engines import GenRequest, SamplingParams
-from gfcr.generate.engines.hf import HFEngine, entropy_of
+from gfcr.generate.engines.hf import HFEngine
+from gfcr.generate.engines.hf_sampling import entropy_of
 from gfcr.generate.topologies import make_topology
 from gfcr.records import Message, Prompt
 from gfcr.testing import tiny_model, tiny_tokenizer

@@ -22,16 +22,7 @@ import numpy as np
 
 from gfcr.generate.engines.base import GenRequest, GenResult, TokenEvent
 from gfcr.generate.engines.decode import DecodeState, Row, cache_of
-from gfcr.generate.engines.hf_sampling import (  # noqa: F401 - re-exported: the engine's sampling rules
-    NOISE_BLOCK,
-    NgramCounter,
-    entropy_of,
-    inverse_cdf_sample,
-    penalized_logits,
-    repetition_penalized,
-    row_generator,
-    sampling_logprobs,
-)
+from gfcr.generate.engines.hf_sampling import sampling_logprobs
 
 
 def _report(req: GenRequest, ev: TokenEvent) -> None:

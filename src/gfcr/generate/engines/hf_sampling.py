@@ -1,4 +1,4 @@
-"""The hf engine's sampling rules as pure functions (re-exported by :mod:`gfcr.generate.engines.hf`):
+"""The hf engine's sampling rules as pure functions (used by :mod:`gfcr.generate.engines.decode`):
 the distribution sampled from (:func:`sampling_logprobs`: temperature, top-k, top-p), OpenAI's
 penalties and logit bias (:func:`penalized_logits`), its entropy (:func:`entropy_of`), the vectorised
 draw (:func:`inverse_cdf_sample`) from each row's seeded stream (:func:`row_generator`,
