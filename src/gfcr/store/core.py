@@ -79,6 +79,7 @@ from gfcr.store.reads import (
     take_ids,
 )
 from gfcr.store.sql import in_list, quote
+from gfcr.store.staging import Staged, commit_staged, stage
 from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
 
 STATE_SCHEMA = pa.schema(
@@ -307,6 +308,22 @@ class RolloutStore:
         self._record("rollouts", after)
         self._upkeep("rollouts", after)
         return n
+
+    @writes
+    def stage(self, records: Iterable[Rollout] | pa.Table, source: str = "stage", check_existing: bool = True) -> Staged:
+        """Write rollouts as data files without a commit; :meth:`commit_staged` (in any process) makes
+        them visible. Refuses what :meth:`append` refuses, writing nothing (:mod:`gfcr.store.staging`)."""
+        self._writable()
+        table = self._as_rollout_table(records, source)
+        self._allow_nulls(table, self.dataset("rollouts"))
+        return stage(self._latest("rollouts"), table, self.existing_ids if check_existing else None)
+
+    @writes
+    def commit_staged(self, staged: Sequence[Staged], check_existing: bool = True) -> int:
+        """One commit of many staged batches (:func:`gfcr.store.staging.commit_staged`); returns the rows added."""
+        self._writable()
+        return commit_staged(self._uri("rollouts"), lambda: self._latest("rollouts"), staged, self._opts,
+                             lambda ds: (self._record("rollouts", ds), self._upkeep("rollouts", ds)), check_existing)
 
     def _allow_nulls(self, table: pa.Table, ds: lance.LanceDataset) -> bool:
         """Stores created before a rollout field became nullable (``finish_reason``: null = not

@@ -1,0 +1,130 @@
+"""Staged writes (gfcr.store.staging): writers write data files without committing, one commit makes many
+writers' batches visible. On local disk and on the loopback S3 server (the ``store_uri`` fixture)."""
+
+import subprocess
+import sys
+
+import lance
+import pytest
+
+from gfcr.store import RolloutStore, StoreError
+from gfcr.store.staging import BatchedWriter, Staged
+from gfcr.testing import make_rollout
+
+# a writer process: stages its batches (no commit) and prints each as JSON for the committer
+STAGER = r"""
+import sys
+from gfcr.store import RolloutStore
+from gfcr.testing import make_rollout
+uri, tag, batches, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+store = RolloutStore.open(uri)
+for b in range(batches):
+    s = store.stage([make_rollout(i, step=b, run=tag, n_ctx=8, n_gen=16, seed=b, rollout_id=f"{tag}-{b}-{i}")
+                     for i in range(size)], check_existing=False)
+    print(s.to_json(), flush=True)
+"""
+
+
+def _batch(tag, n, step=0):
+    return [make_rollout(i, step=step, run=tag, rollout_id=f"{tag}-{i}") for i in range(n)]
+
+
+def _txn(store):
+    ds = store.dataset("rollouts")
+    return ds.read_transaction(ds.version).transaction_properties or {}
+
+
+def test_writer_processes_stage_and_one_commit_makes_all_visible(store_uri):
+    uri = str(store_uri)
+    store = RolloutStore.open(uri, create=True, auto_compact=0)  # (a merge of the 9 new fragments adds a version)
+    v0 = store.version
+    procs = [subprocess.Popen([sys.executable, "-c", STAGER, uri, f"w{k}", "3", "5"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k in range(3)]
+    staged = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+        staged += [Staged.from_json(line) for line in out.splitlines()]
+    assert len(staged) == 9
+    assert store.count() == 0 and store.version == v0  # staged, not visible
+    store.append(_batch("plain", 4))  # a plain append lands between the stages and the commit
+    assert store.commit_staged(staged) == 45
+    ids = store.scan(columns=["rollout_id"]).column("rollout_id").to_pylist()
+    assert len(ids) == len(set(ids)) == 49 == store.count()
+    assert set(ids) == {f"w{k}-{b}-{i}" for k in range(3) for b in range(3) for i in range(5)} | {
+        f"plain-{i}" for i in range(4)}
+    assert store.version == v0 + 2  # the plain append, then one commit for the 9 staged batches
+    props = _txn(store)
+    assert props["gfcr.rows"] == "45" and props["gfcr.staged"] == "9"
+    RolloutStore.open(uri)  # opens, its integrity checks pass (local: the commit was recorded)
+
+
+def test_a_staged_batch_never_committed_is_invisible(store_uri):
+    store = RolloutStore.open(store_uri, create=True)
+    lost = store.stage(_batch("lost", 6))
+    kept = store.stage(_batch("kept", 3))
+    assert store.commit_staged([kept]) == 3
+    again = RolloutStore.open(store_uri)
+    assert again.count() == 3
+    assert set(again.scan(columns=["rollout_id"]).column(0).to_pylist()) == {f"kept-{i}" for i in range(3)}
+    assert len(lost.fragments) == 1 and lost.rows == 6
+
+
+def test_commit_refuses_repeated_or_stored_ids_and_commits_nothing(store_uri):
+    store = RolloutStore.open(store_uri, create=True)
+    store.append(_batch("a", 2))
+    v = store.version
+    one, two = store.stage(_batch("b", 3)), store.stage(_batch("b", 3))
+    with pytest.raises(StoreError, match="is in two staged batches"):
+        store.commit_staged([one, two])
+    assert store.version == v and store.count() == 2
+    late = store.stage(_batch("c", 2))
+    store.append(_batch("c", 1))  # another writer stored c-0 after it was staged
+    v = store.version
+    with pytest.raises(StoreError, match="already in the store .*'c-0'.*nothing was committed"):
+        store.commit_staged([late])
+    assert store.version == v and store.count() == 3
+    with pytest.raises(StoreError, match="already in the store"):  # stage checks too, writing nothing
+        store.stage(_batch("a", 1))
+    with pytest.raises(StoreError, match="duplicate rollout_id"):
+        store.stage(_batch("d", 2) + _batch("d", 1))
+
+
+def test_a_commit_that_loses_to_a_plain_append_is_retried(store_uri, monkeypatch):
+    store = RolloutStore.open(store_uri, create=True)
+    other = RolloutStore.open(store_uri)
+    staged = store.stage(_batch("s", 5))
+    real = lance.LanceDataset.commit
+    calls = []
+
+    def racing(*a, **kw):  # the first try: another writer commits first and the commit is refused
+        calls.append(1)
+        if len(calls) == 1:
+            other.append(_batch("p", 2))
+            from lance.commit import CommitConflictError
+
+            raise CommitConflictError("Retryable commit conflict for version 2: raced")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(racing))
+    assert store.commit_staged([staged]) == 5
+    assert len(calls) == 2
+    ids = store.scan(columns=["rollout_id"]).column(0).to_pylist()
+    assert sorted(ids) == sorted([f"s-{i}" for i in range(5)] + ["p-0", "p-1"])
+
+
+def test_batched_writer_commits_every_n_batches_and_flushes(tmp_path):
+    store = RolloutStore.open(tmp_path / "st", create=True, auto_compact=0)
+    v0 = store.version
+    with BatchedWriter(store, max_batches=4, max_seconds=3600) as w:
+        for b in range(10):
+            w.write(_batch(f"b{b}", 3))
+            assert store.count() == 3 * 4 * ((b + 1) // 4)  # visible only at each 4th batch
+    assert (w.commits, w.committed, store.count()) == (3, 30, 30)
+    assert store.version == v0 + 3
+    with pytest.raises(RuntimeError, match="boom"), BatchedWriter(store, max_batches=100) as w2:
+        w2.write(_batch("x", 2))
+        raise RuntimeError("boom")
+    assert store.count() == 30 and len(w2.pending) == 1  # after an error: nothing committed
+    with pytest.raises(StoreError, match="max_batches"):
+        BatchedWriter(store, max_batches=0)
