@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "serve": {"generate"},
     "evaluate": {"filters", "generate", "models", "tasks"},
     "sim": {"control", "replay", "filters"},
-    "scale": {"store", "tasks", "filters", "generate", "models"},
+    "scale": {"store", "formats", "tasks", "filters", "generate", "models"},
     "diagnose": {"store", "control", "evaluate"},
     "train": {"store", "tasks", "filters", "control", "replay", "generate", "evaluate", "models", "scale"},
     "ross": {"store", "tasks", "filters", "generate", "evaluate", "models", "train"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from typer.testing import CliRunner
 
 from gfcr.generate.config import GenerateConfig
 from gfcr.records import Message, Prompt, Rollout
+from gfcr.scale.cluster import ScaleError
 from gfcr.store import RolloutStore
 
 ray = pytest.importorskip("ray")
@@ -210,3 +212,28 @@ def test_cli_generate_then_verify(cluster, tmp_path, tiny_dir):
     assert all(r.verifier.get("name") == "numeric" for r in RolloutStore.open(store).rollouts())
     res = runner.invoke(app, ["scale", "verify", str(store), "--verifier", "nope"])
     assert res.exit_code != 0 and "unknown verifier" in res.output
+
+
+def test_scale_import_two_workers_equals_store_import_and_a_failed_worker_commits_nothing(cluster, tmp_path):
+    import shutil
+
+    from gfcr.formats import import_rollouts
+    from gfcr.scale.importing import ray_import
+
+    verl = Path(__file__).parents[1] / "contracts" / "fixtures" / "verl"
+    serial = RolloutStore.open(tmp_path / "serial", create=True)
+    import_rollouts(serial, "verl", [str(verl)])
+    store = RolloutStore.open(tmp_path / "scaled", create=True)
+    v0 = store.version
+    out = ray_import(store, "verl", [str(verl)], workers=2)
+    assert (out["workers"], out["written"], store.count(), store.version) == (2, 8, 8, v0 + 1)  # one commit
+    cols = [c for c in store.dataset("rollouts").schema.names if c != "created_at"]
+    assert store.scan(columns=cols).sort_by("rollout_id").equals(serial.scan(columns=cols).sort_by("rollout_id"))
+    # one worker's share holds a malformed line: the other worker staged its rows, nothing is committed
+    dump = tmp_path / "dump"
+    shutil.copytree(verl, dump)
+    (dump / "2.jsonl").write_text((verl / "2.jsonl").read_text() + "{not json\n")
+    fresh = RolloutStore.open(tmp_path / "fresh", create=True)
+    with pytest.raises(ScaleError, match=r"worker for 2\.jsonl failed.*nothing was committed: the store is as it was \(0"):
+        ray_import(fresh, "verl", [str(dump)], workers=2)
+    assert fresh.count() == 0 and fresh.version == v0 and fresh.count("prompts") == 0

@@ -1,8 +1,9 @@
-"""``gfcr scale generate`` and ``gfcr scale verify``: generation and verification on Ray actors
-(thin wrappers over :mod:`gfcr.scale`)."""
+"""``gfcr scale generate``, ``gfcr scale verify`` and ``gfcr scale import``: generation, verification and
+imports on Ray (thin wrappers over :mod:`gfcr.scale`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -30,7 +31,7 @@ from .common import (
     verify_inputs,
 )
 
-scale_app = typer.Typer(help="Scale out on Ray: generation and verification actors over one store.",
+scale_app = typer.Typer(help="Scale out on Ray: generation, verification and import workers over one store.",
                         no_args_is_help=True)
 
 Address = Annotated[str | None, typer.Option(
@@ -111,6 +112,48 @@ def verify_cmd(
     if summary["n"] and not summary["written"]:
         typer.echo(f"note: no verdict or verifier record changed: nothing written (store version {summary['version_after']})",
                    err=True)
+    echo_json(summary)
+
+
+@scale_app.command("import")
+def import_cmd(
+    store: Annotated[str, typer.Argument(help="Store directory or s3://, gs://, az:// URI (created if missing).")],
+    files: Annotated[list[Path], typer.Argument(help="Files or directories of the dump.")],
+    from_: Annotated[str, typer.Option("--from", help="Format, as `gfcr store import --from` takes it (verl, trl, jsonl and the others).")],
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Import tasks (each a share of the files).")] = 2,
+    run: Annotated[str | None, typer.Option(help="run_id for the imported rows (default import-FORMAT).")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="Tokenizer (HF name or dir) to retokenize text-only formats.")] = None,
+    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help="slime, skyrl: allow unpickling (trusted files only).")] = False,
+    verdict_key: Annotated[str | None, typer.Option(help="verl (default acc), trl: the field whose value > 0 means correct.")] = None,
+    reward_key: Annotated[str | None, typer.Option(help="slime: the key of a dict reward used for training.")] = None,
+    evals: Annotated[str, typer.Option(help="areal, prime-rl, slime: evaluation rollouts into RUN-eval (separate) or skip.")] = "separate",
+    vocab: Annotated[int | None, typer.Option(help="Refuse token ids >= this vocabulary size.")] = None,
+    address: Address = None,
+    num_cpus: NumCpus = None,
+) -> None:
+    """Import a large dump on N Ray workers that each write data files; one commit makes all rows visible
+    (a failed worker commits nothing: the store stays as it was). Same rows as `gfcr store import`."""
+    from gfcr.scale.cluster import ScaleError
+    from gfcr.scale.importing import ray_import
+    from gfcr.store import RolloutStore
+
+    missing = [str(f) for f in files if not f.exists()]
+    if missing:
+        raise typer.BadParameter(f"no such file or folder: {', '.join(missing)}")
+    opts = {k: v for k, v in dict(run_id=run, tokenizer=tokenizer, trust_pickle=trust_pickle or None,
+                                  verdict_key=verdict_key, reward_key=reward_key, evals=evals, vocab=vocab).items()
+            if v is not None}
+    st = RolloutStore.open(store, create=True)
+    try:
+        summary = ray_import(st, from_, [str(f) for f in files], workers=workers, address=address, num_cpus=num_cpus,
+                             **opts)
+    except ScaleError as e:  # a worker failed: nothing committed
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+    for n in summary["notes"]:
+        typer.echo(f"note: {n}", err=True)
+    summary.pop("notes")
+    summary["files"] = len(summary["files"])
     echo_json(summary)
 
 

@@ -58,8 +58,8 @@ from gfcr.formats.export import export, refuse_existing, rollout_to_json, write_
 from gfcr.records import Rollout, rollouts_to_table
 from gfcr.store.core import RolloutStore, StoreError
 
-__all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "export", "follow", "import_rollouts",
-           "load_tokenizer"]
+__all__ = ["FORMATS", "FollowStopped", "ImportFormatError", "ImportResult", "dump_files", "export", "follow",
+           "import_rollouts", "load_tokenizer"]
 
 _MODULES: dict[str, ModuleType] = {
     "verl": verl, "trl": trl, "areal": areal, "prime-rl": prime_rl, "prime-rl-stream": prime_rl_stream, "slime": slime, "roll": roll,
@@ -98,6 +98,13 @@ def _import_lock(store: RolloutStore) -> Iterator[None]:
 def _sorted(fmt: str, files: list[Path]) -> list[Path]:
     order = getattr(_MODULES.get(fmt), "file_order", None)
     return sorted(files, key=order) if order else files
+
+
+def dump_files(fmt: str, paths: list[str]) -> list[Path]:
+    """The files of ``fmt`` under ``paths``, in the order an import reads them (as :func:`import_rollouts`)."""
+    if fmt not in FORMATS:
+        raise StoreError(f"unknown import format {fmt!r}; choose one of {sorted(FORMATS)}")
+    return _sorted(fmt, find_files(paths, _PATTERNS[fmt]))
 
 
 def _check(fmt: str, res: ImportResult, f: Path, seen: dict[str, Path]) -> list[Rollout]:
