@@ -1,6 +1,16 @@
-"""Verification throughput on Ray (gfcr.scale.ray_verify) at 1 and 2 workers vs in-process verify_many.
+"""Verification throughput on Ray (gfcr.scale.ray_verify) at 1 and 2 workers vs in-process verify_many;
+with ``--import-rows``, import throughput of ``gfcr scale import`` (gfcr.scale.ray_import) instead.
 
 Run: .venv/bin/python bench/scale_bench.py [--n 1000] [--repeat 2] [--verifier math] [--out bench/out/scale.json]
+     .venv/bin/python bench/scale_bench.py --import-rows 40000 [--import-files 8] [--rounds 3]
+
+Import arms (``--import-rows``), alternated every round (order rotating), each into a new local store,
+on a verl dump of ``--import-files`` files (``bench/import_bench.py``'s ``write_dump``): ``store import``
+(:func:`gfcr.formats.import_rollouts` in this process: what ``gfcr store import`` runs) and
+``scale import`` at 1 and 2 workers (Ray tasks that stage their share of the files, one commit by
+this process; the local Ray cluster is started once, before, and timed apart). Per arm, medians:
+wall s, rows/s, this process's CPU s and the import workers' CPU s beside the wall; load average
+at each sample.
 
 All rows are measured in the same run, side by side (best of ``--repeat``), on the same rollouts in a fresh store. The
 in-process baseline is ``verify_many(workers=1)`` (its math-verify worker warmed first); each
@@ -53,14 +63,67 @@ def timed(fn, repeat: int = 1) -> tuple[float, object]:
     return best, out
 
 
+def import_arms(args: argparse.Namespace) -> None:
+    """The ``--import-rows`` benchmark (module docstring)."""
+    import statistics
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from import_bench import write_dump
+
+    from gfcr.formats import import_rollouts
+    from gfcr.scale.importing import ray_import
+
+    samples: dict[str, list[dict]] = {"store import": [], "scale import, 1 worker": [], "scale import, 2 workers": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = Path(tmp) / "dump"
+        size = write_dump(dump, args.import_rows, args.import_files)
+        t_init, _ = timed(lambda: init_ray(num_cpus=os.cpu_count()))
+        ray_import(RolloutStore.open(Path(tmp) / "warm", create=True), "verl", [str(dump)], workers=2)  # warm workers
+
+        def run(name: str, k: int) -> dict:
+            st = RolloutStore.open(Path(tmp) / f"s{k}-{name[:5]}-{len(samples[name])}", create=True)
+            load = os.getloadavg()[0]
+            c0, t0 = time.process_time(), time.perf_counter()
+            if name == "store import":
+                n, workers_cpu = import_rollouts(st, "verl", [str(dump)]).written, 0.0
+            else:
+                out = ray_import(st, "verl", [str(dump)], workers=1 if "1 worker" in name else 2)
+                n, workers_cpu = out["written"], sum(out["worker_cpu_s"])
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            assert n == args.import_rows == st.count(), (n, st.count())
+            return {"wall_s": wall, "rows_per_s": n / wall, "driver_cpu_s": cpu, "workers_cpu_s": workers_cpu, "load": load}
+
+        names = list(samples)
+        for r in range(args.rounds):
+            for k in range(len(names)):
+                name = names[(r + k) % len(names)]
+                samples[name].append(run(name, r))
+                print(name, {k: round(v, 2) for k, v in samples[name][-1].items()})
+    out = {"rows": args.import_rows, "files": args.import_files, "dump_mb": round(size / 1e6, 1), "rounds": args.rounds,
+           "cpus": os.cpu_count(), "ray_init_s": round(t_init, 1), "arms": {}}
+    for name, xs in samples.items():
+        out["arms"][name] = {k: round(statistics.median(x[k] for x in xs), 3) for k in xs[0]}
+        out["arms"][name]["load_max"] = round(max(x["load"] for x in xs), 2)
+    print(json.dumps(out, indent=1))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--import-rows", type=int, default=0, help="Run the import benchmark on a dump of this many rows.")
+    ap.add_argument("--import-files", type=int, default=8, help="Files of that dump.")
+    ap.add_argument("--rounds", type=int, default=3, help="Import benchmark: samples per arm (alternated).")
     ap.add_argument("--n", type=int, default=1000, help="Rollouts in the small set (the large one has 2n).")
     ap.add_argument("--verifier", default="math")
     ap.add_argument("--chunk-size", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=2, help="Best of this many runs per cell.")
     ap.add_argument("--out", default="bench/out/scale.json")
     args = ap.parse_args()
+    if args.import_rows:
+        import_arms(args)
+        return
 
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,6 +30,7 @@ prime-rl-stream trace that gained annotations) is refused in one line; use ``gfc
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,7 @@ class StagedImport:
     notes: list[str] = field(default_factory=list)
     tokens: str = ""
     how: dict[str, str] = field(default_factory=dict)  #: per file, as ImportResult.how (verl: ``unchanged``…)
+    cpu_s: float = 0.0  #: CPU seconds of the staging process (all its threads)
 
 
 def stage_import(store: RolloutStore, fmt: str, files: list[str], scope_roots: list[str],
@@ -112,10 +114,11 @@ def stage_import(store: RolloutStore, fmt: str, files: list[str], scope_roots: l
     """Import ``files`` (a share of the dump under ``scope_roots``) into ``store`` with every write
     staged (see the module); ``opts`` as :func:`~gfcr.formats.import_rollouts` takes them."""
     proxy = StagingStore(store)
+    c0 = time.process_time()
     res = import_rollouts(proxy, fmt, files, scope_roots=scope_roots, **opts)  # type: ignore[arg-type]
     prompts = pa.concat_tables(proxy.prompts) if proxy.prompts else None
     return StagedImport([str(f) for f in files], proxy.staged, prompts, proxy.states, res.written, res.skipped,
-                        list(res.notes), res.tokens_source, dict(res.how))
+                        list(res.notes), res.tokens_source, dict(res.how), time.process_time() - c0)
 
 
 def last_per_id(prompts: pa.Table) -> pa.Table:
@@ -171,7 +174,8 @@ def commit_import(store: RolloutStore, parts: Iterable[StagedImport]) -> dict[st
     if unchanged:
         notes.append(f"{unchanged} file(s) unchanged since they were imported: skipped unread")
     return {"written": written, "skipped": sum(p.skipped for p in parts), "files": [f for p in parts for f in p.files],
-            "notes": notes, "tokens": next((p.tokens for p in parts if p.tokens), "")}
+            "notes": notes, "tokens": next((p.tokens for p in parts if p.tokens), ""),
+            "worker_cpu_s": [round(p.cpu_s, 3) for p in parts]}
 
 
 __all__ = ["StagedImport", "StagingStore", "commit_import", "last_per_id", "stage_import"]
