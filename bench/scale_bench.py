@@ -76,13 +76,22 @@ def import_arms(args: argparse.Namespace) -> None:
 
     samples: dict[str, list[dict]] = {"store import": [], "scale import, 1 worker": [], "scale import, 2 workers": []}
     with tempfile.TemporaryDirectory() as tmp:
+        srv = None
+        if args.import_s3:  # (before Ray starts: its workers inherit the endpoint's environment variables)
+            from s3_bench import BUCKET, Server
+
+            srv = Server(Path(tmp) / "requests.log")
         dump = Path(tmp) / "dump"
         size = write_dump(dump, args.import_rows, args.import_files)
         t_init, _ = timed(lambda: init_ray(num_cpus=os.cpu_count()))
-        ray_import(RolloutStore.open(Path(tmp) / "warm", create=True), "verl", [str(dump)], workers=2)  # warm workers
+
+        def where(tag: str) -> str:
+            return f"s3://{BUCKET}/{tag}" if srv is not None else str(Path(tmp) / tag)
+
+        ray_import(RolloutStore.open(where("warm"), create=True), "verl", [str(dump)], workers=2)  # warm workers
 
         def run(name: str, k: int) -> dict:
-            st = RolloutStore.open(Path(tmp) / f"s{k}-{name[:5]}-{len(samples[name])}", create=True)
+            st = RolloutStore.open(where(f"s{k}-{names.index(name)}"), create=True)  # a new store per sample
             load = os.getloadavg()[0]
             c0, t0 = time.process_time(), time.perf_counter()
             if name == "store import":
@@ -100,7 +109,9 @@ def import_arms(args: argparse.Namespace) -> None:
                 name = names[(r + k) % len(names)]
                 samples[name].append(run(name, r))
                 print(name, {k: round(v, 2) for k, v in samples[name][-1].items()})
-    out = {"rows": args.import_rows, "files": args.import_files, "dump_mb": round(size / 1e6, 1), "rounds": args.rounds,
+        if srv is not None:
+            srv.stop()
+    out = {"backend": "s3 (loopback moto)" if args.import_s3 else "local", "rows": args.import_rows, "files": args.import_files, "dump_mb": round(size / 1e6, 1), "rounds": args.rounds,
            "cpus": os.cpu_count(), "ray_init_s": round(t_init, 1), "arms": {}}
     for name, xs in samples.items():
         out["arms"][name] = {k: round(statistics.median(x[k] for x in xs), 3) for k in xs[0]}
@@ -115,6 +126,7 @@ def main() -> None:
     ap.add_argument("--import-rows", type=int, default=0, help="Run the import benchmark on a dump of this many rows.")
     ap.add_argument("--import-files", type=int, default=8, help="Files of that dump.")
     ap.add_argument("--rounds", type=int, default=3, help="Import benchmark: samples per arm (alternated).")
+    ap.add_argument("--import-s3", action="store_true", help="Import benchmark: into stores on a loopback S3 server.")
     ap.add_argument("--n", type=int, default=1000, help="Rollouts in the small set (the large one has 2n).")
     ap.add_argument("--verifier", default="math")
     ap.add_argument("--chunk-size", type=int, default=128)

@@ -162,7 +162,7 @@ def commit_staged(uri: str, latest: Callable[[], lance.LanceDataset], staged: Se
 class BatchedWriter:
     """Stage every batch, commit many batches at once: ``write`` stages a batch (data files, no
     commit) and commits the staged batches once ``max_batches`` are pending or the oldest has waited
-    ``max_seconds``; ``add`` takes a batch another process staged (:class:`Staged`, e.g. received as
+    ``max_seconds`` (checked at each ``write``/``add``: no timer thread); ``add`` takes a batch another process staged (:class:`Staged`, e.g. received as
     JSON), so one process can commit for many writers; ``flush`` commits what is pending. As a context
     manager it flushes on a normal exit; after an exception the pending batches stay uncommitted
     (invisible). ``committed``: rows committed so far; ``commits``: commits made.
