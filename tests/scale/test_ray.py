@@ -237,3 +237,13 @@ def test_scale_import_two_workers_equals_store_import_and_a_failed_worker_commit
     with pytest.raises(ScaleError, match=r"worker for 2\.jsonl failed.*nothing was committed: the store is as it was \(0"):
         ray_import(fresh, "verl", [str(dump)], workers=2)
     assert fresh.count() == 0 and fresh.version == v0 and fresh.count("prompts") == 0
+    from gfcr.cli import app  # the command: exit 1, one line; then the good dump, its summary as JSON
+
+    res = CliRunner().invoke(app, ["scale", "import", str(tmp_path / "fresh"), str(dump), "--from", "verl", "-w", "2"])
+    assert res.exit_code == 1 and "error: the import worker for 2.jsonl failed" in res.output
+    assert RolloutStore.open(tmp_path / "fresh").count() == 0
+    res = CliRunner().invoke(app, ["scale", "import", str(tmp_path / "fresh"), str(verl), "--from", "verl", "-w", "2"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert (summary["written"], summary["workers"], summary["files"]) == (8, 2, 2)
+    assert RolloutStore.open(tmp_path / "fresh").count() == 8
