@@ -19,9 +19,10 @@ returned. The commit then, under the store's import lock on local disk:
 
 So a worker that fails leaves the store as it was: nothing is committed until every worker has
 finished (its staged files stay unreferenced, :mod:`gfcr.store.staging`). On object storage there is
-no import lock: the id check of step 1 and the commit of step 3 are seconds apart, and an import of
-the same rows committing between them would store those rows twice (a serial remote import commits
-insert-if-absent instead, :mod:`gfcr.store.keys`); run one import of a dump at a time there.
+no import lock: the commit re-checks the ids just before it commits (:func:`gfcr.store.staging.commit_staged`),
+but check and commit are separate requests, and an import of the same rows committing between them
+would store those rows twice (a serial remote import commits insert-if-absent instead,
+:mod:`gfcr.store.keys`; Lance's Append has no key check); run one import of a dump at a time there.
 
 Not staged: a re-import that would *replace* stored rows (prime-rl's advantage-less copies, a
 prime-rl-stream trace that gained annotations) is refused in one line; use ``gfcr store import``.
