@@ -68,6 +68,14 @@ def test_a_staged_batch_never_committed_is_invisible(store_uri):
     assert again.count() == 3
     assert set(again.scan(columns=["rollout_id"]).column(0).to_pylist()) == {f"kept-{i}" for i in range(3)}
     assert len(lost.fragments) == 1 and lost.rows == 6
+    # the full check reads every fragment of every version: the unreferenced files are not the store's
+    from gfcr.store import TABLES
+    from gfcr.store.integrity import check_store
+    from gfcr.store.opening import check_remote
+
+    rep = check_store(store.path, list(TABLES)) if store.local else check_remote(store.location, TABLES)
+    assert rep.ok, rep.all_problems
+    assert sum(t.rows for t in rep.tables if t.name == "rollouts") == 3
 
 
 def test_commit_refuses_repeated_or_stored_ids_and_commits_nothing(store_uri):
