@@ -136,3 +136,18 @@ def test_batched_writer_commits_every_n_batches_and_flushes(tmp_path):
     assert store.count() == 30 and len(w2.pending) == 1  # after an error: nothing committed
     with pytest.raises(StoreError, match="max_batches"):
         BatchedWriter(store, max_batches=0)
+
+
+def test_lances_cleanup_removes_a_batch_never_committed_only_when_asked(tmp_path):
+    """docs/store.md's cleanup: Lance keeps unreferenced files younger than 7 days unless told."""
+    from datetime import timedelta
+
+    store = RolloutStore.open(tmp_path / "st", create=True)
+    store.append(_batch("k", 3))
+    lost = store.stage(_batch("l", 3))
+    f = tmp_path / "st" / "rollouts.lance" / "data" / lost.fragments[0]["files"][0]["path"]
+    assert f.exists()
+    store.dataset("rollouts").cleanup_old_versions(older_than=timedelta(days=1))
+    assert f.exists()  # a batch staged a moment ago is never deleted under its committer
+    store.dataset("rollouts").cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
+    assert not f.exists() and RolloutStore.open(tmp_path / "st").count() == 3
