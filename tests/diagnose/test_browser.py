@@ -468,3 +468,83 @@ def test_viewer_compare_table_pairs_two_runs_per_prompt(browser, tmp_path):
     finally:
         srv.should_exit = True
         th.join(timeout=10)
+
+
+def test_viewer_indexed_search_and_a_histogram_bar_filters(browser, tmp_path):
+    """Issue 45: the search through the store's text index (no "row by row" note; rows appended after
+    the index still found), and a click on a histogram bar sets that range's filter, in the URL, and
+    lists exactly the bar's rollouts."""
+    from playwright.sync_api import expect
+
+    store = RolloutStore.open(tmp_path / "store", create=True)
+    rows = [rollout("run-a", i % 4, f"p{i}", reward=round((i % 8) / 8, 3), gen_len=6 + i % 5, verified=i % 2 == 0,
+                    text="a zebra, then the sum" if i % 10 == 3 else f"the sum is {i}", rollout_id=f"r{i:02d}")
+            for i in range(40)]
+    store.append(rows[:30])
+    store.index_text()
+    store.append(rows[30:])  # r33: after the index
+    srv, th, url = _serve(store.path)
+    try:
+        page = browser.new_page()
+        errors = _watch(page)
+        page.goto(url + "?q=ZEBRA")
+        expect(page.locator("#page-info")).to_have_text("1–4 of 4")
+        ids = page.locator("#rollouts tbody tr").evaluate_all("(rs) => rs.map((r) => r.dataset.id)")
+        assert ids == ["r13", "r33", "r23", "r03"]  # run, step, prompt order
+        expect(page.locator("#search-note")).to_be_hidden()
+        page.fill("#f-q", "")
+        page.click("#f-apply")
+        bars = page.locator("#hist-reward rect.bar:not(.empty)")
+        expect(bars).to_have_count(8)  # rewards 0, 1/8, ..., 7/8: one bar each
+        bar = bars.nth(2)
+        n = int(bar.get_attribute("data-count"))
+        bar.click()
+        expect(page.locator("#page-info")).to_have_text(f"1–{n} of {n}")
+        assert "reward_min=0.25" in page.url and "reward_max=0.25" in page.url
+        expect(page.locator("#hist-reward rect.bar.on")).to_have_count(1)
+        gbar = page.locator("#hist-gen rect.bar:not(.empty)").last  # gen tokens 10 (i % 5 == 4), among reward 0.25
+        m = int(gbar.get_attribute("data-count"))
+        gbar.click()
+        expect(page.locator("#page-info")).to_have_text(f"1–{m} of {m}" if m else "no rollouts match")
+        assert "gen_min=" in page.url and page.locator("#f-gen-min").input_value() == page.locator("#f-gen-max").input_value()
+        page.goto(page.url)  # the bar's filters survive a reload
+        expect(page.locator("#page-info")).to_have_text(f"1–{m} of {m}")
+        _no_horizontal_overflow(page)
+        assert errors == []
+        page.close()
+    finally:
+        srv.should_exit = True
+        th.join(timeout=10)
+
+
+def test_viewer_lineage_from_a_rollout(browser, tmp_path):
+    """Issue 45: from a rollout's detail, the link to what trained the checkpoint after its step (fresh
+    and replayed), and from there a click opens one of those rollouts."""
+    from playwright.sync_api import expect
+
+    from gfcr.testing import make_rollout
+
+    store = RolloutStore.open(tmp_path / "store", create=True)
+    store.append([make_rollout(0, step=0, rollout_id="a", meta={"trained": True, "replayed_at_step": [1]}),
+                  make_rollout(1, step=0, rollout_id="b", meta={"trained": False}),
+                  make_rollout(2, step=1, rollout_id="c", meta={"trained": True})])
+    srv, th, url = _serve(store.path)
+    try:
+        page = browser.new_page()
+        errors = _watch(page)
+        page.goto(url + "#rollout=c")
+        page.click("a.lineage-link")
+        expect(page.locator("#lineage-summary")).to_have_text(
+            "2 rollouts: 2 fresh uses and 1 replayed uses over 2 training steps")
+        assert page.locator("#lineage-rollouts tbody tr").evaluate_all("(rs) => rs.map((r) => r.dataset.id)") == ["a", "c"]
+        expect(page.locator("#lineage-rollouts tbody tr").first.locator("td").nth(3)).to_have_text("fresh + replayed")
+        assert "#lineage=run-a@1" in page.url
+        page.click("#lineage-steps a >> text='0'")  # the checkpoint after step 0
+        expect(page.locator("#lineage-summary")).to_have_text("1 rollouts: 1 fresh uses and 0 replayed uses over 1 training steps")
+        page.click("a.lineage-rollout[data-id='a']")
+        expect(page.locator("#detail-pane h2").first).to_have_text("Rollout a")
+        assert errors == []
+        page.close()
+    finally:
+        srv.should_exit = True
+        th.join(timeout=10)
