@@ -8,7 +8,9 @@ realistic text (a ~60-word prompt and a ~90-word completion of arithmetic workin
 First, on a store without the text index, the search as a scan (``word_match`` over every row the
 other filters keep); then ``RolloutStore.index_text`` (``gfcr store index``) builds the index, timed;
 then the arms alternated in one run: a search for a rare word (~0.15% of rows), a search for a word in
-every row (the worst case: every row is matched, then sorted), a sort, a plain page. Each sample is
+(almost) every row (the worst case: every row is matched, then sorted), a sort, a plain page, and the
+list's two histograms (``/api/histogram``, reward and generated tokens, over the rows of steps >= a
+random step: at least half the store). Each sample is
 fresh (another word, another offset), medians over ``--samples``; wall and process CPU seconds side by
 side, the load average before and after. The app runs in process (FastAPI's test client), so the
 numbers are the route's own work plus its JSON, without a socket. A cached store that already has the
@@ -104,10 +106,11 @@ def main() -> None:
                   f"{1000 * statistics.median(x[1] for x in xs):8.1f} ms CPU over {len(xs)} fresh samples "
                   f"(rows matched: {sorted({x[2] for x in xs})[:3]}...; searched by {sorted({str(x[3]) for x in xs})})")
 
-    def sample(name: str, params: dict, arms: dict) -> None:
-        w, cp, r = timed(lambda: c.get("/api/rollouts", params=params))
+    def sample(name: str, params: dict, arms: dict, route: str = "/api/rollouts") -> None:
+        w, cp, r = timed(lambda: c.get(route, params=params))
         assert r.status_code == 200, r.text
-        arms[name].append((w, cp, r.json()["total"], r.json().get("search")))
+        d = r.json()
+        arms[name].append((w, cp, d["total"] if "total" in d else d["n"], d.get("search", "-")))
 
     if text_index(st.dataset("rollouts")) is None:
         scan_arms: dict = {"search q=rareN (no index)": []}
@@ -122,7 +125,8 @@ def main() -> None:
         print("the store has the text index already: the no-index arm is skipped (use a fresh --cache)")
     c.get("/api/rollouts", params={"q": "rare0", "limit": 50})  # the new version's per-step index and index open
     load0 = os.getloadavg()
-    arms: dict = {"search q=rareN": [], "search common word (~all rows)": [], "sort=reward desc": [], "plain page": []}
+    arms: dict = {"search q=rareN": [], "search common word (~all rows)": [], "sort=reward desc": [], "plain page": [],
+                  "histogram reward (steps >= s)": [], "histogram gen (steps >= s)": []}
     for _ in range(args.samples):
         word = f"rare{int(rng.integers(0, 7))}"
         off = int(rng.integers(0, max(1, args.n - 50)))
@@ -132,6 +136,9 @@ def main() -> None:
                              ("sort=reward desc", {"sort": "reward", "order": "desc", "offset": off, "limit": 50}),
                              ("plain page", {"offset": off, "limit": 50})):
             sample(name, params, arms)
+        s = int(rng.integers(0, args.steps // 2))  # another filter each time: the histograms are cached per filter
+        for field in ("reward", "gen"):
+            sample(f"histogram {field} (steps >= s)", {"field": field, "step_min": s}, arms, "/api/histogram")
     load1 = os.getloadavg()
     print(f"load average before {load0[0]:.2f} {load0[1]:.2f}, after {load1[0]:.2f} {load1[1]:.2f}; pyarrow {pa.__version__}")
     report(arms)

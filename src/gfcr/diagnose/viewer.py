@@ -470,8 +470,10 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
         return JSONResponse(jsonable(hists[key]))
 
     @app.get("/api/lineage")
-    def lineage_route(run: str = Query(..., max_length=200), step: int = Query(..., ge=0, le=MAX_INT),
+    def lineage_route(run: str | None = Query(None, max_length=200), step: int | None = Query(None, ge=0, le=MAX_INT),
                       limit: int = Query(500, ge=1, le=5000)) -> JSONResponse:
+        if not run or step is None:
+            raise HTTPException(400, "name both run and step: /api/lineage?run=RUN&step=N (the checkpoint after step N)")
         try:
             lin = lineage(store, run, step)
         except ValueError as e:
