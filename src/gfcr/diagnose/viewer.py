@@ -17,8 +17,15 @@ JSON API:
   sample, task, reward, verified, finish, gen) and ``order`` (asc/desc); paging ``offset``, ``limit``
   (≤ 200); by default sorted by run, step, prompt, sample index. With run/step filters only, the page is
   planned on a per-step index (:mod:`gfcr.diagnose.paging`, built once per store version) and
-  only the steps it shows are read; other filters are one pushed-down filtered scan. Returns ``{total, offset, limit, items}``;
-  each item carries the prompt's text (``prompt_text``, its last user turn, cut to 200 characters).
+  only the steps it shows are read; other filters are one pushed-down filtered scan; ``q`` goes through
+  the store's text index when it has one (:mod:`gfcr.store.textindex`). Returns
+  ``{total, offset, limit, search, items}`` (``search``: ``"index"``, ``"scan"`` or None, how ``q`` was
+  answered); each item carries the prompt's text (``prompt_text``, its last user turn, cut to 200 characters).
+* ``GET /api/histogram`` — ``field`` (``reward`` or ``gen``), ``bins`` (≤ 100) and the list's filters:
+  equal-width bars of the listed rows (:func:`gfcr.diagnose.listing.histogram_bars`), each with the
+  smallest and largest value in it (the range a click on the bar filters to); once per version and filters.
+* ``GET /api/lineage`` — ``run``, ``step``: the rollouts that trained the checkpoint after that step
+  (:func:`gfcr.store.lineage.lineage`), fresh and replayed, and the uses per training step.
 * ``GET /api/rollouts/{rollout_id}`` — one rollout: turns, tokens (each decoded with the store's
   tokenizer), verifier evidence, signals, its group's siblings, and each ROSS audit with its
   excluded spans and the assistant text cut into supervised / excluded segments. ``judge``
