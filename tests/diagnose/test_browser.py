@@ -272,6 +272,7 @@ def test_viewer_search_sort_page_size_and_filters_in_the_url(browser, tmp_path):
         page.click("#f-apply")
         expect(page.locator("#page-info")).to_have_text("1–4 of 4")
         assert "q=ZEBRA" in page.url
+        expect(page.locator("#search-note")).to_contain_text("no text index")  # this store has none: said
         page.click("#rollouts th[data-sort='reward']")  # the first click on reward sorts high to low
         expect(page.locator("#rollouts tbody tr").first).to_have_attribute("data-id", "r33")
         assert "sort=reward" in page.url and "order=desc" in page.url
@@ -502,13 +503,18 @@ def test_viewer_indexed_search_and_a_histogram_bar_filters(browser, tmp_path):
         expect(page.locator("#page-info")).to_have_text(f"1–{n} of {n}")
         assert "reward_min=0.25" in page.url and "reward_max=0.25" in page.url
         expect(page.locator("#hist-reward rect.bar.on")).to_have_count(1)
+        expect(page.locator("#hist-gen figcaption")).to_contain_text(f"of the {n} listed rollouts")  # redrawn
         gbar = page.locator("#hist-gen rect.bar:not(.empty)").last  # gen tokens 10 (i % 5 == 4), among reward 0.25
         m = int(gbar.get_attribute("data-count"))
+        assert m == 1  # i = 34 (i % 8 == 2 and i % 5 == 4)
         gbar.click()
         expect(page.locator("#page-info")).to_have_text(f"1–{m} of {m}" if m else "no rollouts match")
         assert "gen_min=" in page.url and page.locator("#f-gen-min").input_value() == page.locator("#f-gen-max").input_value()
         page.goto(page.url)  # the bar's filters survive a reload
         expect(page.locator("#page-info")).to_have_text(f"1–{m} of {m}")
+        page.locator("#hist-gen rect.bar.on").click()  # the chosen bar again: its filter is cleared
+        expect(page.locator("#page-info")).to_have_text(f"1–{n} of {n}")
+        assert page.locator("#f-gen-min").input_value() == "" and "gen_min" not in page.url
         _no_horizontal_overflow(page)
         assert errors == []
         page.close()

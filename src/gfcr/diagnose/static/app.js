@@ -184,10 +184,11 @@ function histNode(h, label, minId, maxId) {
     const on = b.count && lo === String(b.min) && hi === String(b.max);
     const r = svg("rect", { class: "bar" + (b.count ? "" : " empty") + (on ? " on" : ""), x: String(i * w + 0.3), y: String(48 - ht),
       width: String(Math.max(0.4, w - 0.6)), height: String(ht), "data-i": String(i), "data-count": String(b.count) },
-    svg("title", {}, `${label} ${range}: ${b.count} rollout${b.count === 1 ? "" : "s"}`));
+    svg("title", {}, `${label} ${range}: ${b.count} rollout${b.count === 1 ? "" : "s"}${on ? " (click again: clear this filter)" : ""}`));
     if (b.count) r.addEventListener("click", () => {
-      document.getElementById(minId).value = String(b.min);
-      document.getElementById(maxId).value = String(b.max);
+      // a bar's range becomes the filter; a click on the chosen bar clears it
+      document.getElementById(minId).value = on ? "" : String(b.min);
+      document.getElementById(maxId).value = on ? "" : String(b.max);
       state.offset = 0; loadList();
     });
     chart.append(r);
