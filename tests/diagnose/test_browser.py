@@ -539,7 +539,7 @@ def test_viewer_lineage_from_a_rollout(browser, tmp_path):
         page = browser.new_page()
         errors = _watch(page)
         page.goto(url + "#rollout=c")
-        page.click("a.lineage-link")
+        page.click("#detail-pane a.lineage-link")
         expect(page.locator("#lineage-summary")).to_have_text(
             "2 rollouts: 2 fresh uses and 1 replayed uses over 2 training steps")
         assert page.locator("#lineage-rollouts tbody tr").evaluate_all("(rs) => rs.map((r) => r.dataset.id)") == ["a", "c"]
@@ -549,6 +549,10 @@ def test_viewer_lineage_from_a_rollout(browser, tmp_path):
         expect(page.locator("#lineage-summary")).to_have_text("1 rollouts: 1 fresh uses and 0 replayed uses over 1 training steps")
         page.click("a.lineage-rollout[data-id='a']")
         expect(page.locator("#detail-pane h2").first).to_have_text("Rollout a")
+        page.goto(url + "?run=run-a")  # from the filter bar: a chosen run's last checkpoint
+        expect(page.locator("#run-lineage")).to_have_text("what trained run-a's checkpoint after step 1")
+        page.click("#run-lineage")
+        expect(page.locator("#lineage-summary")).to_contain_text("2 rollouts: 2 fresh uses and 1 replayed uses")
         assert errors == []
         page.close()
     finally:

@@ -143,6 +143,20 @@ async function loadList() {
   note.hidden = data.search !== "scan";
   note.textContent = data.search === "scan" ? "searched row by row: this store has no text index (`gfcr store index STORE` builds it)" : "";
   loadHistograms();
+  runLineageLink();
+}
+
+function runLineageLink() {
+  // with a run chosen: what trained its checkpoint after the chosen step (the slider's, else the step
+  // filter's upper bound, else the run's last step)
+  const a = document.getElementById("run-lineage");
+  const run = state.runs.find((r) => r.run_id === document.getElementById("f-run").value);
+  if (!run) { a.hidden = true; return; }
+  const one = document.getElementById("f-step-on").checked, smax = document.getElementById("f-step-max").value;
+  const step = one ? Number(document.getElementById("f-step").value) : smax !== "" ? Math.min(Number(smax), run.step_max) : run.step_max;
+  a.href = lineageHref(run.run_id, step);
+  a.textContent = `what trained ${run.run_id}'s checkpoint after step ${step}`;
+  a.hidden = false;
 }
 
 const SVG = "http://www.w3.org/2000/svg";
