@@ -102,3 +102,20 @@ def test_a_query_without_words_is_not_asked_of_the_index(tmp_path, q):
     store.index_text()
     assert search(store.dataset("rollouts"), q, ["rollout_id"]) is None
     assert scan_answer(store, q) == ["r-000"]  # a substring test: only "What is 3+4?" holds + and ?
+
+
+def test_the_viewer_searches_an_s3_store_through_its_index(s3_env):
+    from fastapi.testclient import TestClient
+    from tests.store.conftest import s3_uri
+
+    from gfcr.diagnose.viewer import create_app
+
+    uri = s3_uri()
+    store = RolloutStore.open(uri, create=True)
+    store.append(rows(0, 14))
+    store.index_text()
+    store.append(rows(14, 21, step=1))
+    d = TestClient(create_app(uri)).get("/api/rollouts", params={"q": "zebra", "limit": 200}).json()
+    assert d["search"] == "index"
+    assert sorted(r["rollout_id"] for r in d["items"]) == scan_answer(store, "zebra") == \
+        ["r-001", "r-005", "r-008", "r-012", "r-015", "r-019"]
