@@ -93,6 +93,9 @@ def test_cli_builds_the_index_and_says_so(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "text index built: 5 of 5 rollouts indexed" in " ".join(out.stdout.split())
     assert text_index(store.dataset("rollouts"))["rows_indexed"] == 5
+    check = subprocess.run([sys.executable, "-m", "gfcr", "store", "check", str(tmp_path / "st")],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0 and "verified" in check.stdout, check.stdout + check.stderr  # the commit was recorded
 
 
 @pytest.mark.parametrize("q", ["+", "?"])
