@@ -272,6 +272,7 @@ def test_viewer_search_sort_page_size_and_filters_in_the_url(browser, tmp_path):
         page.click("#f-apply")
         expect(page.locator("#page-info")).to_have_text("1–4 of 4")
         assert "q=ZEBRA" in page.url
+        expect(page.locator("#search-note")).to_contain_text("no text index")  # this store has none: said
         page.click("#rollouts th[data-sort='reward']")  # the first click on reward sorts high to low
         expect(page.locator("#rollouts tbody tr").first).to_have_attribute("data-id", "r33")
         assert "sort=reward" in page.url and "order=desc" in page.url
@@ -463,6 +464,95 @@ def test_viewer_compare_table_pairs_two_runs_per_prompt(browser, tmp_path):
         assert page.locator("#f-prompt").input_value() == "p3" and "prompt=p3" in page.url
         page.select_option("#f-run-b", "")
         expect(page.locator("#paired")).to_be_hidden()
+        assert errors == []
+        page.close()
+    finally:
+        srv.should_exit = True
+        th.join(timeout=10)
+
+
+def test_viewer_indexed_search_and_a_histogram_bar_filters(browser, tmp_path):
+    """Issue 45: the search through the store's text index (no "row by row" note; rows appended after
+    the index still found), and a click on a histogram bar sets that range's filter, in the URL, and
+    lists exactly the bar's rollouts."""
+    from playwright.sync_api import expect
+
+    store = RolloutStore.open(tmp_path / "store", create=True)
+    rows = [rollout("run-a", i % 4, f"p{i}", reward=round((i % 8) / 8, 3), gen_len=6 + i % 5, verified=i % 2 == 0,
+                    text="a zebra, then the sum" if i % 10 == 3 else f"the sum is {i}", rollout_id=f"r{i:02d}")
+            for i in range(40)]
+    store.append(rows[:30])
+    store.index_text()
+    store.append(rows[30:])  # r33: after the index
+    srv, th, url = _serve(store.path)
+    try:
+        page = browser.new_page()
+        errors = _watch(page)
+        page.goto(url + "?q=ZEBRA")
+        expect(page.locator("#page-info")).to_have_text("1–4 of 4")
+        ids = page.locator("#rollouts tbody tr").evaluate_all("(rs) => rs.map((r) => r.dataset.id)")
+        assert ids == ["r13", "r33", "r23", "r03"]  # run, step, prompt order
+        expect(page.locator("#search-note")).to_be_hidden()
+        page.fill("#f-q", "")
+        page.click("#f-apply")
+        bars = page.locator("#hist-reward rect.bar:not(.empty)")
+        expect(bars).to_have_count(8)  # rewards 0, 1/8, ..., 7/8: one bar each
+        bar = bars.nth(2)
+        n = int(bar.get_attribute("data-count"))
+        bar.click()
+        expect(page.locator("#page-info")).to_have_text(f"1–{n} of {n}")
+        assert "reward_min=0.25" in page.url and "reward_max=0.25" in page.url
+        expect(page.locator("#hist-reward rect.bar.on")).to_have_count(1)
+        expect(page.locator("#hist-gen figcaption")).to_contain_text(f"of the {n} listed rollouts")  # redrawn
+        gbar = page.locator("#hist-gen rect.bar:not(.empty)").last  # gen tokens 10 (i % 5 == 4), among reward 0.25
+        m = int(gbar.get_attribute("data-count"))
+        assert m == 1  # i = 34 (i % 8 == 2 and i % 5 == 4)
+        gbar.click()
+        expect(page.locator("#page-info")).to_have_text(f"1–{m} of {m}" if m else "no rollouts match")
+        assert "gen_min=" in page.url and page.locator("#f-gen-min").input_value() == page.locator("#f-gen-max").input_value()
+        page.goto(page.url)  # the bar's filters survive a reload
+        expect(page.locator("#page-info")).to_have_text(f"1–{m} of {m}")
+        page.locator("#hist-gen rect.bar.on").click()  # the chosen bar again: its filter is cleared
+        expect(page.locator("#page-info")).to_have_text(f"1–{n} of {n}")
+        assert page.locator("#f-gen-min").input_value() == "" and "gen_min" not in page.url
+        _no_horizontal_overflow(page)
+        assert errors == []
+        page.close()
+    finally:
+        srv.should_exit = True
+        th.join(timeout=10)
+
+
+def test_viewer_lineage_from_a_rollout(browser, tmp_path):
+    """Issue 45: from a rollout's detail, the link to what trained the checkpoint after its step (fresh
+    and replayed), and from there a click opens one of those rollouts."""
+    from playwright.sync_api import expect
+
+    from gfcr.testing import make_rollout
+
+    store = RolloutStore.open(tmp_path / "store", create=True)
+    store.append([make_rollout(0, step=0, rollout_id="a", meta={"trained": True, "replayed_at_step": [1]}),
+                  make_rollout(1, step=0, rollout_id="b", meta={"trained": False}),
+                  make_rollout(2, step=1, rollout_id="c", meta={"trained": True})])
+    srv, th, url = _serve(store.path)
+    try:
+        page = browser.new_page()
+        errors = _watch(page)
+        page.goto(url + "#rollout=c")
+        page.click("#detail-pane a.lineage-link")
+        expect(page.locator("#lineage-summary")).to_have_text(
+            "2 rollouts: 2 fresh uses and 1 replayed uses over 2 training steps")
+        assert page.locator("#lineage-rollouts tbody tr").evaluate_all("(rs) => rs.map((r) => r.dataset.id)") == ["a", "c"]
+        expect(page.locator("#lineage-rollouts tbody tr").first.locator("td").nth(3)).to_have_text("fresh + replayed")
+        assert "#lineage=run-a@1" in page.url
+        page.click("#lineage-steps a >> text='0'")  # the checkpoint after step 0
+        expect(page.locator("#lineage-summary")).to_have_text("1 rollouts: 1 fresh uses and 0 replayed uses over 1 training steps")
+        page.click("a.lineage-rollout[data-id='a']")
+        expect(page.locator("#detail-pane h2").first).to_have_text("Rollout a")
+        page.goto(url + "?run=run-a")  # from the filter bar: a chosen run's last checkpoint
+        expect(page.locator("#run-lineage")).to_have_text("what trained run-a's checkpoint after step 1")
+        page.click("#run-lineage")
+        expect(page.locator("#lineage-summary")).to_contain_text("2 rollouts: 2 fresh uses and 1 replayed uses")
         assert errors == []
         page.close()
     finally:

@@ -27,19 +27,26 @@ def app(tmp_path_factory):
     return create_app(store.path)
 
 
+def _params(dependant, kind):
+    """A route's own parameters of ``kind`` and its dependencies' (the list's filters are one)."""
+    return [p.name for p in getattr(dependant, kind)] + [n for d in dependant.dependencies for n in _params(d, kind)]
+
+
 def _api_routes(app):
     out = []
     for r in app.routes:
         if isinstance(r, APIRoute) and r.path.startswith("/api"):
-            out.append((r.path, [p.name for p in r.dependant.query_params], [p.name for p in r.dependant.path_params]))
+            out.append((r.path, _params(r.dependant, "query_params"), _params(r.dependant, "path_params")))
     return out
 
 
 def test_the_routes_fuzzed_are_all_of_them(app):
     """Guard: the fuzz below walks the app's own route table, so a new parameter is fuzzed too."""
     routes = {p: q for p, q, _ in _api_routes(app)}
-    assert set(routes) == {"/api/summary", "/api/rollouts", "/api/rollouts/{rollout_id}", "/api/ross", "/api/paired"}
-    assert set(routes["/api/paired"]) == {"a", "b"}
+    assert set(routes) == {"/api/summary", "/api/rollouts", "/api/rollouts/{rollout_id}", "/api/ross", "/api/paired",
+                           "/api/histogram", "/api/lineage"}
+    assert set(routes["/api/paired"]) == {"a", "b"} and set(routes["/api/lineage"]) == {"run", "step", "limit"}
+    assert {"field", "bins", "q", "reward_min", "gen_max", "audit"} <= set(routes["/api/histogram"])
     assert {"step_min", "step_max", "reward_min", "reward_max", "offset", "limit", "verified", "finish", "q", "gen_min",
             "gen_max", "audit", "judge", "sort", "order"} <= set(routes["/api/rollouts"])
     assert set(routes["/api/rollouts/{rollout_id}"]) == {"judge"} and set(routes["/api/ross"]) == {"judge", "run"}

@@ -371,6 +371,18 @@ def compact(path: StorePath) -> None:
     print_rows([{"table": k, **v} for k, v in res.items()])
 
 
+@store_app.command("index")
+def index_text(path: StorePath) -> None:
+    """Build the full-text index the viewer's search uses (prompts and completions), or add the rows
+    appended since it was built (one commit). Rows not yet indexed are still searched, more slowly."""
+    store = _open(path)
+    res = store.index_text()
+    if res["action"] == "empty":
+        console.print("the store holds no rollouts; nothing to index")
+        return
+    console.print(f"text index {res['action']}: {res['rows_indexed']} of {res['rows']} rollouts indexed")
+
+
 @store_app.command("check")
 def check(
     path: StorePath,

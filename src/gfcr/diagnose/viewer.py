@@ -17,8 +17,15 @@ JSON API:
   sample, task, reward, verified, finish, gen) and ``order`` (asc/desc); paging ``offset``, ``limit``
   (≤ 200); by default sorted by run, step, prompt, sample index. With run/step filters only, the page is
   planned on a per-step index (:mod:`gfcr.diagnose.paging`, built once per store version) and
-  only the steps it shows are read; other filters are one pushed-down filtered scan. Returns ``{total, offset, limit, items}``;
-  each item carries the prompt's text (``prompt_text``, its last user turn, cut to 200 characters).
+  only the steps it shows are read; other filters are one pushed-down filtered scan; ``q`` goes through
+  the store's text index when it has one (:mod:`gfcr.store.textindex`). Returns
+  ``{total, offset, limit, search, items}`` (``search``: ``"index"``, ``"scan"`` or None, how ``q`` was
+  answered); each item carries the prompt's text (``prompt_text``, its last user turn, cut to 200 characters).
+* ``GET /api/histogram`` — ``field`` (``reward`` or ``gen``), ``bins`` (≤ 100) and the list's filters:
+  equal-width bars of the listed rows (:func:`gfcr.diagnose.listing.histogram_bars`), each with the
+  smallest and largest value in it (the range a click on the bar filters to); once per version and filters.
+* ``GET /api/lineage`` — ``run``, ``step``: the rollouts that trained the checkpoint after that step
+  (:func:`gfcr.store.lineage.lineage`), fresh and replayed, and the uses per training step.
 * ``GET /api/rollouts/{rollout_id}`` — one rollout: turns, tokens (each decoded with the store's
   tokenizer), verifier evidence, signals, its group's siblings, and each ROSS audit with its
   excluded spans and the assistant text cut into supervised / excluded segments. ``judge``
@@ -35,6 +42,7 @@ downloads); else token ids, with a note saying why.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -43,13 +51,16 @@ import numpy as np
 import pyarrow.compute as pc
 
 from gfcr.diagnose.audits import latest_audits, resolve_judge, ter_by_step
-from gfcr.diagnose.listing import AUDIT_STATES, SORT_COLUMNS, refine
+from gfcr.diagnose.listing import AUDIT_STATES, HIST_FIELDS, SORT_COLUMNS, gen_counts, histogram_bars, refine
 from gfcr.diagnose.paging import read_page, select_steps, step_index
 from gfcr.diagnose.paired import paired_prompts
 from gfcr.diagnose.spans import segments
 from gfcr.diagnose.tokenizer import resolve_tokenizer
 from gfcr.records import FINISH_REASONS, assistant_text
+from gfcr.store.lineage import lineage
+from gfcr.store.reads import rollout_filter
 from gfcr.store.stepstats import CONTROL_JUDGES
+from gfcr.store.textindex import search as text_search
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                 ".css": "text/css; charset=utf-8"}
@@ -244,7 +255,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
     Long because: the routes are closures over the opened store, its tokenizer and the static files; each
     route is a few lines, and moving them out would hand that state to every one.
     """
-    from fastapi import FastAPI, HTTPException, Query
+    from fastapi import Depends, FastAPI, HTTPException, Query
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
 
@@ -340,8 +351,7 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
         except ValueError as e:
             raise HTTPException(400, str(e)) from None
 
-    @app.get("/api/rollouts")
-    def list_rollouts(
+    def list_filters(
         run: str | None = None,
         step_min: int | None = Query(None, ge=0, le=MAX_INT),
         step_max: int | None = Query(None, ge=0, le=MAX_INT),
@@ -356,18 +366,11 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
         gen_max: int | None = Query(None, ge=0, le=MAX_INT),
         audit: str | None = None,
         judge: str | None = None,
-        sort: str | None = None,
-        order: str = "asc",
-        offset: int = Query(0, ge=0, le=MAX_INT),
-        limit: int = Query(50, ge=1, le=200),
-    ) -> JSONResponse:
-        if sort is not None and sort not in SORT_COLUMNS:
-            raise HTTPException(400, f"sort must be one of {list(SORT_COLUMNS)}")
-        if order not in ("asc", "desc"):
-            raise HTTPException(400, "order must be asc or desc")
+    ) -> dict[str, Any]:
+        """The list's filters (shared by the list and its histograms), checked; ``where``: the Lance
+        predicate of the reward bounds and the finish reason."""
         if audit is not None and audit not in AUDIT_STATES:
             raise HTTPException(400, f"audit must be one of {list(AUDIT_STATES)}")
-        refined = bool(q) or gen_min is not None or gen_max is not None or audit is not None or sort is not None
         where = []
         for v, op in ((reward_min, ">="), (reward_max, "<=")):
             if v is not None:
@@ -378,26 +381,63 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
             if finish not in FINISH_REASONS:
                 raise HTTPException(400, f"finish must be one of {list(FINISH_REASONS)}")
             where.append(f"finish_reason = '{finish}'")
-        ds, index, _ = current()
-        if not where and verified is None and not prompt and not task and not refined:
+        steps = None
+        if step_min is not None or step_max is not None:
+            steps = (step_min or 0, step_max if step_max is not None else MAX_INT)
+        return {"run": run or None, "step_min": step_min, "step_max": step_max, "steps": steps, "verified": verified,
+                "prompt": prompt or None, "task": task or None, "where": " AND ".join(where) or None, "q": q or None,
+                "gen_min": gen_min, "gen_max": gen_max, "audit": audit, "judge": judge}
+
+    def matching(f: dict[str, Any], cols: list[str], sort: str | None = None, order: str = "asc",
+                 ordered: bool = True) -> tuple[Any, str | None]:
+        """The rows passing every filter, with ``cols`` (plus what the filters need), and how the text
+        was searched: ``"index"`` (the store's text index, :mod:`gfcr.store.textindex`), ``"scan"``, None."""
+        ds, _, _ = current()
+        need = list(cols) + (["token_role"] if (f["gen_min"] is not None or f["gen_max"] is not None or sort == "gen")
+                             and "token_role" not in cols else [])
+        t, q, searched = None, f["q"], None
+        if q:
+            flt = rollout_filter(f["run"], f["steps"], f["verified"], [f["prompt"]] if f["prompt"] else None, f["task"],
+                                 f["where"])
+            t = text_search(ds, q, need, flt)
+            searched = "scan" if t is None else "index"
+            q = q if t is None else None  # matched by the index already
+            need += ["messages"] if t is None else []
+        if t is None:
+            t = store.scan(run=f["run"], steps=f["steps"], verified=f["verified"],
+                           prompt_ids=[f["prompt"]] if f["prompt"] else None, task=f["task"], where=f["where"], columns=need)
+        statuses = None
+        if f["audit"] is not None:
+            j = _judge(f["judge"])
+            statuses = {a["rollout_id"]: a["status"] for a in latest_audits(
+                store, t.column("rollout_id").to_pylist(), j).values()} if j else {}
+        t = refine(t, q=q, gen_min=f["gen_min"], gen_max=f["gen_max"], audits=statuses, audit=f["audit"], sort=sort,
+                   order=order, ordered=ordered)
+        return t, searched
+
+    @app.get("/api/rollouts")
+    def list_rollouts(
+        f: dict[str, Any] = Depends(list_filters),
+        sort: str | None = None,
+        order: str = "asc",
+        offset: int = Query(0, ge=0, le=MAX_INT),
+        limit: int = Query(50, ge=1, le=200),
+    ) -> JSONResponse:
+        if sort is not None and sort not in SORT_COLUMNS:
+            raise HTTPException(400, f"sort must be one of {list(SORT_COLUMNS)}")
+        if order not in ("asc", "desc"):
+            raise HTTPException(400, "order must be asc or desc")
+        refined = bool(f["q"]) or f["gen_min"] is not None or f["gen_max"] is not None or f["audit"] is not None \
+            or sort is not None
+        searched = None
+        if not f["where"] and f["verified"] is None and not f["prompt"] and not f["task"] and not refined:
             # run / step filters only: the per-step index plans the page; only its steps are read
-            sel = select_steps(index, run or None, step_min, step_max)
+            ds, index, _ = current()
+            sel = select_steps(index, f["run"], f["step_min"], f["step_max"])
             total = int(pc.sum(sel.column("n")).as_py() or 0)
             t = read_page(ds, sel, offset, limit, LIST_COLUMNS + ["token_role", "messages"]) if offset < total else None
-        else:  # other filters: one pushed-down filtered scan, sorted
-            steps = None
-            if step_min is not None or step_max is not None:
-                steps = (step_min or 0, step_max if step_max is not None else MAX_INT)
-            cols = LIST_COLUMNS + (["messages"] if q else []) + \
-                (["token_role"] if gen_min is not None or gen_max is not None or sort == "gen" else [])
-            t = store.scan(run=run or None, steps=steps, verified=verified, prompt_ids=[prompt] if prompt else None,
-                           task=task or None, where=" AND ".join(where) or None, columns=cols)
-            statuses = None
-            if audit is not None:
-                j = _judge(judge)
-                statuses = {a["rollout_id"]: a["status"] for a in latest_audits(
-                    store, t.column("rollout_id").to_pylist(), j).values()} if j else {}
-            t = refine(t, q=q, gen_min=gen_min, gen_max=gen_max, audits=statuses, audit=audit, sort=sort, order=order)
+        else:  # other filters: one pushed-down filtered scan (or the text index), sorted
+            t, searched = matching(f, LIST_COLUMNS, sort, order)
             total = t.num_rows
             if total:
                 t = t.slice(offset, limit)
@@ -415,7 +455,43 @@ def create_app(store_path: str | Path, tokenizer: Any | None = None, allowed_hos
                 r["gen_tokens"] = int(sm) if n else int(cost["gen_tokens"])
                 r["prompt_text"] = prompt_text(msgs)
                 items.append(jsonable(r))
-        return JSONResponse({"total": total, "offset": offset, "limit": limit, "items": items})
+        return JSONResponse({"total": total, "offset": offset, "limit": limit, "search": searched, "items": items})
+
+    @app.get("/api/histogram")
+    def histogram(field: str = "reward", bins: int = Query(20, ge=1, le=100),
+                  f: dict[str, Any] = Depends(list_filters)) -> JSONResponse:
+        if field not in HIST_FIELDS:
+            raise HTTPException(400, f"field must be one of {list(HIST_FIELDS)}")
+        _, _, facts = current()
+        key = (field, bins, tuple(sorted((k, str(v)) for k, v in f.items())))
+        hists = facts.setdefault("histograms", {})
+        if key not in hists:  # once per store version and filter set
+            t, _ = matching(f, ["rollout_id", "reward"] + (["token_role"] if field == "gen" else []), ordered=False)
+            if field == "gen":
+                values = gen_counts(t.column("token_role")).astype(np.float64)
+            else:
+                values = t.column("reward").to_numpy(zero_copy_only=False).astype(np.float64)
+            if len(hists) > 64:
+                hists.clear()
+            hists[key] = {"field": field, **histogram_bars(values, bins, integer=field == "gen")}
+        return JSONResponse(jsonable(hists[key]))
+
+    @app.get("/api/lineage")
+    def lineage_route(run: str | None = Query(None, max_length=200), step: int | None = Query(None, ge=0, le=MAX_INT),
+                      limit: int = Query(500, ge=1, le=5000)) -> JSONResponse:
+        if not run or step is None:
+            raise HTTPException(400, "name both run and step: /api/lineage?run=RUN&step=N (the checkpoint after step N)")
+        try:
+            lin = lineage(store, run, step)
+        except ValueError as e:
+            raise HTTPException(400, str(e)) from None
+        used = [asdict(u) for u in lin.used]
+        return JSONResponse(jsonable({
+            "run": lin.run, "step": lin.step, "n_used": len(used),
+            "fresh_uses": sum(c["fresh"] for c in lin.per_step.values()),
+            "replayed_uses": sum(c["replayed"] for c in lin.per_step.values()),
+            "per_step": [{"step": k, **c} for k, c in lin.per_step.items()],
+            "unknown": len(lin.unknown), "used": used[:limit], "truncated": len(used) > limit}))
 
     @app.get("/api/rollouts/{rollout_id}")
     def get_rollout(rollout_id: str, judge: str | None = None) -> JSONResponse:

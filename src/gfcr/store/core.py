@@ -29,6 +29,9 @@ readers (:func:`gfcr.diagnose.metrics.step_metrics`, cached per store version in
 
 Reads (:mod:`gfcr.store.reads`): :meth:`RolloutStore.get` and :meth:`RolloutStore.sample` take rows
 by row id or offset, never through a filtered scan of whole rows.
+
+Long because: it is the store's one public face (open, every write, every read, upkeep, staging, the
+text index), each method a few lines over the modules named above.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ from gfcr.store.reads import (
 )
 from gfcr.store.sql import in_list, quote
 from gfcr.store.staging import Staged, commit_staged, stage
+from gfcr.store.textindex import build_text_index
 from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
 
 STATE_SCHEMA = pa.schema(
@@ -577,6 +581,16 @@ class RolloutStore:
         if _retry(lambda: build_id_index(self._uri("rollouts"), self._opts)):
             self._record("rollouts")
             out["rollouts"]["index"] = "rollout_id (BTREE)"
+        return out
+
+    @writes
+    def index_text(self) -> dict[str, Any]:
+        """Build the full-text index over the rollouts' turns, or add the rows appended since
+        (:func:`gfcr.store.textindex.build_text_index`; one commit). ``gfcr store index`` runs it."""
+        self._writable()
+        out = _retry(lambda: build_text_index(self._uri("rollouts"), self._opts))
+        if out["action"] != "empty":
+            self._record("rollouts")
         return out
 
     def stats(self, run: str | None = None) -> list[dict[str, Any]]:

@@ -139,6 +139,76 @@ async function loadList() {
   document.getElementById("page-info").textContent = state.total ? `${state.offset + 1}–${last} of ${state.total}` : "no rollouts match";
   document.getElementById("prev").disabled = state.offset === 0;
   document.getElementById("next").disabled = last >= state.total;
+  const note = document.getElementById("search-note");
+  note.hidden = data.search !== "scan";
+  note.textContent = data.search === "scan" ? "searched row by row: this store has no text index (`gfcr store index STORE` builds it)" : "";
+  loadHistograms();
+  runLineageLink();
+}
+
+function runLineageLink() {
+  // with a run chosen: what trained its checkpoint after the chosen step (the slider's, else the step
+  // filter's upper bound, else the run's last step)
+  const a = document.getElementById("run-lineage");
+  const run = state.runs.find((r) => r.run_id === document.getElementById("f-run").value);
+  if (!run) { a.hidden = true; return; }
+  const one = document.getElementById("f-step-on").checked, smax = document.getElementById("f-step-max").value;
+  const step = one ? Number(document.getElementById("f-step").value) : smax !== "" ? Math.min(Number(smax), run.step_max) : run.step_max;
+  a.href = lineageHref(run.run_id, step);
+  a.textContent = `what trained ${run.run_id}'s checkpoint after step ${step}`;
+  a.hidden = false;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, ...children) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const c of children) e.append(c);
+  return e;
+}
+// field, label, and the two filter inputs a bar's click fills
+const HISTS = [["reward", "reward", "f-reward-min", "f-reward-max"], ["gen", "gen tokens", "f-gen-min", "f-gen-max"]];
+
+async function loadHistograms() {
+  // the listed rows' reward and length, binned; a click on a bar sets that range's filter (and the URL)
+  const seq = (state.histSeq = (state.histSeq || 0) + 1);
+  const p = filterParams();
+  p.delete("sort"); p.delete("order");
+  for (const [field, label, minId, maxId] of HISTS) {
+    const box = document.getElementById(`hist-${field}`);
+    let h;
+    try { h = await getJSON(`/api/histogram?field=${field}&${p}`); }
+    catch (e) { if (seq === state.histSeq) box.replaceChildren(el("figcaption", { class: "muted", text: `${label}: ${e.message}` })); continue; }
+    if (seq !== state.histSeq) return;  // a newer list asked already
+    box.replaceChildren(histNode(h, label, minId, maxId));
+  }
+}
+
+function histNode(h, label, minId, maxId) {
+  const cap = el("figcaption", { class: "muted", text: `${label} of the ${h.n} listed rollouts` + (h.missing ? ` (${h.missing} without a value)` : "") +
+    (h.bars.length ? " — click a bar to list it" : "") });
+  if (!h.bars.length) return cap;
+  const top = Math.max(...h.bars.map((b) => b.count)) || 1;
+  const w = 100 / h.bars.length;
+  const lo = document.getElementById(minId).value, hi = document.getElementById(maxId).value;
+  const chart = svg("svg", { viewBox: "0 0 100 48", preserveAspectRatio: "none", "data-field": h.field, role: "img" });
+  h.bars.forEach((b, i) => {
+    const ht = b.count ? Math.max(1.5, (46 * b.count) / top) : 1;
+    const range = b.count ? (b.min === b.max ? fmt(b.min) : `${fmt(b.min)}–${fmt(b.max)}`) : `${fmt(b.lo)}–${fmt(b.hi)}`;
+    const on = b.count && lo === String(b.min) && hi === String(b.max);
+    const r = svg("rect", { class: "bar" + (b.count ? "" : " empty") + (on ? " on" : ""), x: String(i * w + 0.3), y: String(48 - ht),
+      width: String(Math.max(0.4, w - 0.6)), height: String(ht), "data-i": String(i), "data-count": String(b.count) },
+    svg("title", {}, `${label} ${range}: ${b.count} rollout${b.count === 1 ? "" : "s"}${on ? " (click again: clear this filter)" : ""}`));
+    if (b.count) r.addEventListener("click", () => {
+      // a bar's range becomes the filter; a click on the chosen bar clears it
+      document.getElementById(minId).value = on ? "" : String(b.min);
+      document.getElementById(maxId).value = on ? "" : String(b.max);
+      state.offset = 0; loadList();
+    });
+    chart.append(r);
+  });
+  const axis = el("div", { class: "axis" }, el("span", { text: fmt(h.bars[0].lo) }), el("span", { text: fmt(h.bars[h.bars.length - 1].hi) }));
+  return el("div", {}, cap, chart, axis);
 }
 
 async function loadPaired() {
@@ -278,6 +348,42 @@ function hashId() {
   return m ? decodeURIComponent(m[1]) : null;
 }
 
+function hashLineage() {
+  // #lineage=RUN@STEP: the checkpoint saved after STEP of RUN
+  const m = location.hash.match(/^#lineage=(.+)@(\d+)$/);
+  return m ? [decodeURIComponent(m[1]), Number(m[2])] : null;
+}
+const lineageHref = (run, step) => `#lineage=${encodeURIComponent(run)}@${step}`;
+
+async function openLineage(run, step) {
+  // which stored rollouts trained the checkpoint after `step` of `run` (`gfcr store lineage`'s query)
+  const pane = document.getElementById("detail-pane");
+  pane.className = "";
+  let d;
+  try { d = await getJSON(`/api/lineage?run=${encodeURIComponent(run)}&step=${step}`); }
+  catch (e) { pane.replaceChildren(el("p", { class: "err", text: e.message })); return; }
+  state.shown = null;
+  const steps = el("tbody");
+  for (const s of d.per_step) steps.append(el("tr", {}, el("td", {}, el("a", { href: lineageHref(d.run, s.step), text: String(s.step) })),
+    el("td", { class: "num", text: String(s.fresh) }), el("td", { class: "num", text: String(s.replayed) })));
+  const used = el("tbody");
+  for (const u of d.used) used.append(el("tr", { "data-id": u.rollout_id },
+    el("td", {}, el("a", { href: `#rollout=${encodeURIComponent(u.rollout_id)}`, class: "lineage-rollout", "data-id": u.rollout_id, text: u.rollout_id })),
+    el("td", { class: "num", text: String(u.step) }), el("td", { text: u.trained_at.join(", ") }),
+    el("td", { text: u.fresh ? (u.replayed.length ? "fresh + replayed" : "fresh") : "replayed" }),
+    el("td", { text: u.prompt_id }), el("td", { class: "num", text: fmt(u.reward) }),
+    el("td", { class: u.verified === true ? "ok" : u.verified === false ? "bad" : "", text: fmt(u.verified) })));
+  const head = (...names) => el("thead", {}, el("tr", {}, ...names.map((n) => el("th", { text: n }))));
+  pane.replaceChildren(el("div", { id: "lineage", "data-run": d.run, "data-step": String(d.step) },
+    el("h2", { text: `What trained ${d.run}'s checkpoint after step ${d.step}` }),
+    el("p", { id: "lineage-summary", text: `${d.n_used} rollouts: ${d.fresh_uses} fresh uses and ${d.replayed_uses} replayed uses over ` +
+      `${d.per_step.length} training steps` + (d.unknown ? `; ${d.unknown} rows do not record whether they were trained` : "") }),
+    el("h2", { text: "Uses per training step (a step: what trained the checkpoint after it)" }),
+    el("table", { id: "lineage-steps" }, head("step", "fresh", "replayed"), steps),
+    el("h2", { text: `Rollouts (${d.used.length}${d.truncated ? ` of ${d.n_used}` : ""}; a click opens one)` }),
+    el("table", { id: "lineage-rollouts" }, head("rollout", "generated at", "trained at", "use", "prompt", "reward", "verified"), used)));
+}
+
 async function compareWith(d) {
   // the same prompt at the same step in the other run, else that run's first rollout at the step
   const runB = document.getElementById("f-run-b").value;
@@ -323,6 +429,7 @@ function detailNodes(d) {
   const nodes = [
     el("h2", { text: `Rollout ${d.rollout_id}` }),
     el("div", { class: "muted", text: `run ${d.run_id} · step ${d.step} · prompt ${d.prompt_id} · sample ${d.sample_index} · task ${d.task} · policy ${d.policy_version}` }),
+    el("a", { class: "lineage-link", href: lineageHref(d.run_id, d.step), text: `what trained the checkpoint after step ${d.step} of ${d.run_id} (lineage)` }),
     el("div", { id: "scores", text: `reward ${fmt(d.reward)} · verified ${fmt(d.verified)} · finish ${d.finish_reason} · tokens: ${d.n_context} context / ${d.n_generated} generated` }),
     el("h2", { text: `Group ${d.group_id} (${d.siblings.length} sample${d.siblings.length === 1 ? "" : "s"})` }),
     siblingsNode(d),
@@ -372,7 +479,7 @@ document.addEventListener("DOMContentLoaded", async () => {
   document.getElementById("prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - state.limit); loadList(); });
   document.getElementById("next").addEventListener("click", () => { state.offset += state.limit; loadList(); });
   document.getElementById("detail-pane").addEventListener("click", (ev) => {
-    const a = ev.target.closest("a.sibling");
+    const a = ev.target.closest("a.sibling, a.lineage-rollout");
     if (a) { ev.preventDefault(); openRollout(a.dataset.id, null); return; }
     const b = ev.target.closest("button.ov-btn");
     if (b && !b.disabled) { state.overlay = b.dataset.overlay; renderDetail(); }
@@ -393,11 +500,16 @@ document.addEventListener("DOMContentLoaded", async () => {
   });
   document.getElementById("f-run-b").addEventListener("change", () => { saveUrl(); loadPaired(); if (state.shown && state.shown[0]) openRollout(state.shown[0].rollout_id, null); });
   document.getElementById("f-run").addEventListener("change", () => loadPaired());
-  window.addEventListener("hashchange", () => { const id = hashId(); if (id) openRollout(id, null); });
+  window.addEventListener("hashchange", () => {
+    const id = hashId(), lin = hashLineage();
+    if (id) openRollout(id, null);
+    else if (lin) openLineage(...lin);
+  });
   try { await loadSummary(); } catch (e) { document.getElementById("store").textContent = e.message; }
   restoreUrl();
   await loadList();
   loadPaired();
-  const id = hashId();
+  const id = hashId(), lin = hashLineage();
   if (id) openRollout(id, null);
+  else if (lin) openLineage(...lin);
 });
