@@ -173,11 +173,12 @@ class RolloutStore:
             integrity.write_manifest(p, {**integrity.new_manifest(list(TABLES)), "committed": committed})
 
     # --- low level ------------------------------------------------------------------------------
-    def _record(self, name: str, ds: lance.LanceDataset | None = None) -> None:
+    def _record(self, name: str, ds: lance.LanceDataset | None = None, since: lance.LanceDataset | None = None) -> None:
         """Record table ``name``'s version after a commit in a local store's manifest
-        (:func:`gfcr.store.integrity.record_commit`); a remote store records nothing outside Lance's commit."""
+        (:func:`gfcr.store.integrity.record_commit`; ``since``: the version an append wrote on, so
+        that only its new files are digested); a remote store records nothing outside Lance's commit."""
         if self.local:
-            integrity.record_commit(self.path, name, ds if ds is not None else self._latest(name))
+            integrity.record_commit(self.path, name, ds if ds is not None else self._latest(name), since)
 
     def _uri(self, name: str) -> str:
         return self.location.join(f"{name}.lance")
@@ -298,13 +299,15 @@ class RolloutStore:
             changed = self._allow_nulls(table, before)
             uri = self._uri("rollouts")
             target = (self.dataset("rollouts") if changed else before) if self.local else uri
+            since = None
             if self.if_absent and has_key(before, "rollout_id"):
                 n, after = _retry(lambda: insert_absent(uri, table, "rollout_id", self._opts)), self._latest("rollouts")
             else:
                 n, after = table.num_rows, _retry(lambda: lance.write_dataset(
                     table, target, mode="append", storage_options=self._opts, transaction_properties=props(table)))
+                since = target if self.local else None
             idx.committed(before, after, hashes)
-        self._record("rollouts", after)
+        self._record("rollouts", after, since)
         self._upkeep("rollouts", after)
         return n
 
