@@ -79,7 +79,7 @@ from gfcr.store.reads import (
     take_ids,
 )
 from gfcr.store.sql import in_list, quote
-from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
+from gfcr.store.upkeep import compact_small, compaction_due, fragment_set, hash_ids, id_index
 
 STATE_SCHEMA = pa.schema(
     [
@@ -129,6 +129,7 @@ class RolloutStore:
         self.auto_compact = int(auto_compact)
         self.compactions: list[dict[str, Any]] = []  # automatic compactions done by this object
         self.if_absent = False  # see append()
+        self._relaxed = False  # every nullable rollout field is nullable in the stored schema (_allow_nulls)
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
@@ -227,7 +228,7 @@ class RolloutStore:
 
     def _upkeep(self, name: str, ds: lance.LanceDataset) -> None:
         """Merge ``auto_compact`` adjacent fragments of one size tier of table ``name``, if it has them."""
-        if self.auto_compact < 2 or len(ds.fragment_ids()) < self.auto_compact:
+        if not compaction_due(ds, self.auto_compact):
             return
         idx = id_index(self._uri(name), "rollout_id") if name == "rollouts" else None
         if idx is not None:
@@ -316,8 +317,13 @@ class RolloutStore:
         recorded by the source) get that field relaxed, once, before the first null is written
         (``ds``: the rollouts table as just opened). Returns whether it changed the schema."""
         changed = False
-        for f in ROLLOUT_SCHEMA:
-            if f.nullable and table.column(f.name).null_count and not ds.schema.field(f.name).nullable:
+        need = [f for f in ROLLOUT_SCHEMA if f.nullable and table.column(f.name).null_count]
+        if not need or self._relaxed:
+            return False
+        stored = ds.schema  # (converting Lance's schema costs ~0.05 ms: once per store object)
+        self._relaxed = all(stored.field(f.name).nullable for f in ROLLOUT_SCHEMA if f.nullable)
+        for f in need:
+            if not stored.field(f.name).nullable:
                 _retry(lambda f=f: self._latest("rollouts").alter_columns({"path": f.name, "nullable": True}))
                 self._record("rollouts")
                 changed = True
