@@ -376,8 +376,16 @@ class RolloutStore:
 
     def sample(self, n: int, where: str | None = None, seed: int | None = None,
                columns: Sequence[str] | None = None) -> pa.Table:
-        """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``."""
-        return sample_rows(self.dataset("rollouts"), n, where, seed, columns)
+        """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``. On
+        object storage, rows from small data files are read a file per request
+        (:func:`gfcr.store.reads.whole_file_block`)."""
+        ds = self.dataset("rollouts")
+        reopen = None
+        if not self.local:
+            reopen = lambda block: lance.dataset(  # noqa: E731
+                self._uri("rollouts"), version=ds.version, session=_session(), read_params=READ_PARAMS, block_size=block,
+                storage_options=self._opts)
+        return sample_rows(ds, n, where, seed, columns, reopen)
 
     def count(self, table: str = "rollouts", where: str | None = None) -> int:
         return self.dataset(table).count_rows(filter=where)
