@@ -224,7 +224,7 @@ def _record(path: Path, name: str, ds: lance.LanceDataset, since: lance.LanceDat
         files = m.get("files")
         c[name] = {"version": int(ds.version), "rows": int(ds.count_rows())}
         if (since is not None and files is not None and int(old.get("version", -1)) == since.version
-                and ds.version == since.version + 1 and set(since.fragment_ids()) <= set(ds.fragment_ids())):
+                and ds.version == since.version + 1):
             digest_added(str(path), name, ds, since, files)
         else:
             record_digests(Path(path), name, ds, m.setdefault("files", {}))
@@ -266,14 +266,17 @@ def record_digests(path: Path, name: str, ds: lance.LanceDataset, files: dict[st
 def digest_added(path: str, name: str, ds: lance.LanceDataset, since: lance.LanceDataset,
                  files: dict[str, Any]) -> int:
     """Add ``{"size", "sha256"}`` under ``files`` for the data files of the fragments ``ds`` holds and
-    ``since`` does not (an append's new fragments; ``since``'s fragments must all be in ``ds``, as
-    after an append): :func:`record_digests` for one append, without walking every fragment of the
-    table. Returns files hashed.
+    ``since`` does not (an append's new fragments): :func:`record_digests` for one append, without
+    walking every fragment of the table; when ``ds`` lacks a fragment of ``since`` (not an append),
+    :func:`record_digests` itself. Returns files hashed.
 
     Example: ``since`` with fragments 0-2, ``ds`` (one append later) with 0-3 → fragment 3's data
     file is hashed, 1 is returned."""
+    now, before = set(ds.fragment_ids()), set(since.fragment_ids())
+    if not before <= now:
+        return record_digests(Path(path), name, ds, files)
     hashed = 0
-    for i in sorted(set(ds.fragment_ids()) - set(since.fragment_ids())):
+    for i in sorted(now - before):
         for df in ds.get_fragment(i).metadata.files:
             k = f"{name}.lance/data/{df.path}"
             if k not in files:
