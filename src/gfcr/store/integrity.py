@@ -3,7 +3,7 @@ verification of ``gfcr store check``.
 
 **Recorded at commit.** After every write, :func:`record_commit` writes the table's new Lance
 version and row count into ``gfcr-store.json`` (under ``"committed"``; under a lock, atomically by
-rename, never going backwards when writers race). Lance itself records each data file's size in
+rename, never going backwards when writers race; an append digests only its new fragment). Lance itself records each data file's size in
 its version manifest (``DataFile.file_size_bytes``), and every Lance data file ends in the magic
 bytes ``LANC``.
 

@@ -12,7 +12,8 @@ Both take rows by row id or offset, never through a filtered scan of whole rows:
 :func:`rows_in` (rows whose key is in a list, e.g. the stored prompts of an upsert) filters with
 an SQL ``IN`` list when the list is short and with Arrow's ``is_in`` on the read columns when long.
 
-Datasets are opened with :data:`READ_BLOCK_SIZE` and :data:`READ_PARAMS`. What remains of the
+Datasets are opened with :data:`READ_BLOCK_SIZE` and :data:`READ_PARAMS` (on object storage
+:data:`REMOTE_BLOCK_SIZE`, and a sample from small data files reads each whole: :func:`whole_file_block`). What remains of the
 cost is Lance's per-row take (every row of every variable-width column is its own read and
 decode); docs/store.md has the profile and what did not help.
 """
