@@ -174,7 +174,8 @@ class RolloutStore:
             integrity.write_manifest(p, {**integrity.new_manifest(list(TABLES)), "committed": committed})
 
     # --- low level ------------------------------------------------------------------------------
-    def _record(self, name: str, ds: lance.LanceDataset | None = None, since: lance.LanceDataset | None = None) -> None:
+    def _record(self, name: str, ds: lance.LanceDataset | None = None,
+                since: lance.LanceDataset | None = None) -> None:
         """Record table ``name``'s version after a commit in a local store's manifest
         (:func:`gfcr.store.integrity.record_commit`; ``since``: the version an append wrote on, so
         that only its new files are digested); a remote store records nothing outside Lance's commit."""
@@ -376,15 +377,14 @@ class RolloutStore:
 
     def sample(self, n: int, where: str | None = None, seed: int | None = None,
                columns: Sequence[str] | None = None) -> pa.Table:
-        """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``. On
-        object storage, rows from small data files are read a file per request
-        (:func:`gfcr.store.reads.whole_file_block`)."""
+        """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``; on object
+        storage, small data files are read a file per request (:func:`gfcr.store.reads.whole_file_block`)."""
         ds = self.dataset("rollouts")
         reopen = None
         if not self.local:
             reopen = lambda block: lance.dataset(  # noqa: E731
-                self._uri("rollouts"), version=ds.version, session=_session(), read_params=READ_PARAMS, block_size=block,
-                storage_options=self._opts)
+                self._uri("rollouts"), version=ds.version, session=_session(), read_params=READ_PARAMS,
+                block_size=block, storage_options=self._opts)
         return sample_rows(ds, n, where, seed, columns, reopen)
 
     def count(self, table: str = "rollouts", where: str | None = None) -> int:

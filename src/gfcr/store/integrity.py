@@ -3,9 +3,9 @@ verification of ``gfcr store check``.
 
 **Recorded at commit.** After every write, :func:`record_commit` writes the table's new Lance
 version and row count into ``gfcr-store.json`` (under ``"committed"``; under a lock, atomically by
-rename, never going backwards when writers race; an append digests only its new fragment). Lance itself records each data file's size in
-its version manifest (``DataFile.file_size_bytes``), and every Lance data file ends in the magic
-bytes ``LANC``.
+rename, never going backwards when writers race; an append digests only its new fragment). Lance
+itself records each data file's size in its version manifest (``DataFile.file_size_bytes``), and
+every Lance data file ends in the magic bytes ``LANC``.
 
 **Checked at every open** (:func:`quick_check`, called by ``RolloutStore.open``, so by every
 ``gfcr store`` command; cost: one Lance open, a ``stat`` and a 4-byte read per data file):
@@ -172,7 +172,8 @@ def file_lock(lock_file: Path | str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def record_commit(path: Path, name: str, ds: lance.LanceDataset, since: lance.LanceDataset | None = None) -> None:
+def record_commit(path: Path, name: str, ds: lance.LanceDataset,
+                  since: lance.LanceDataset | None = None) -> None:
     """Record ``ds``'s version and row count as table ``name``'s last commit in the manifest (kept
     when a racing writer already recorded a newer version). The commit itself has landed: a record
     that cannot be written (a full disk) is a warning, and the manifest keeps its older record

@@ -13,9 +13,9 @@ Both take rows by row id or offset, never through a filtered scan of whole rows:
 an SQL ``IN`` list when the list is short and with Arrow's ``is_in`` on the read columns when long.
 
 Datasets are opened with :data:`READ_BLOCK_SIZE` and :data:`READ_PARAMS` (on object storage
-:data:`REMOTE_BLOCK_SIZE`, and a sample from small data files reads each whole: :func:`whole_file_block`). What remains of the
-cost is Lance's per-row take (every row of every variable-width column is its own read and
-decode); docs/store.md has the profile and what did not help.
+:data:`REMOTE_BLOCK_SIZE`; a sample from small data files reads each whole, :func:`whole_file_block`).
+What remains of the cost is Lance's per-row take (every row of every variable-width column is its
+own read and decode); docs/store.md has the profile and what did not help.
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ def sample_rows(ds: lance.LanceDataset, n: int, where: str | None = None, seed: 
     return ds.take(idx.tolist(), columns=cols)
 
 
-def whole_file_block(ds: lance.LanceDataset, frag_ids: np.ndarray, rows: int, frags: list[Any] | None = None) -> int | None:
+def whole_file_block(ds: lance.LanceDataset, frag_ids: np.ndarray, rows: int,
+                     frags: list[Any] | None = None) -> int | None:
     """A read block size that makes Lance read each data file of the fragments ``frag_ids`` (``[rows]``,
     the fragment of each sampled row) in one request, or None when that reads too much: more than
     :data:`WHOLE_FILE_PER_ROW` bytes per sampled row in all, or a file over :data:`WHOLE_FILE_MAX`
