@@ -2,6 +2,7 @@
 
     python bench/s3_bench.py                     # append 64x256 (15 rounds), 5,000x512 (4), sample(1000) (8)
     python bench/s3_bench.py --small-rounds 30 --out s3.json
+    python bench/s3_bench.py --no-appends --rows-read 1000000 --read-tokens 16 --read-batch 10000 --read-rounds 4
 
 The S3 server is moto's (``ThreadedMotoServer``, the S3 HTTP API) in a child process on 127.0.0.1,
 logging every request; requests are counted from its log between marks. It is one Python process on
@@ -15,9 +16,11 @@ Arms, per operation, alternated every round (the order rotates so machine load h
 - ``gfcr-s3`` / ``lance-s3``: the same on the S3 server;
 - for reads, on a table of ``--rows-read`` rows: ``RolloutStore.sample(1000)`` beside Lance's own
   ``take`` of 1,000 sorted random offsets and a full scan of one column (``reward``), cold (a new
-  process: Lance's session caches empty) and warm; and ``sample`` with other read block sizes than
-  ``gfcr.store.reads.REMOTE_BLOCK_SIZE`` (``--block-sizes``: reads closer than this are merged into
-  one request).
+  process: Lance's session caches empty) and warm; ``sample`` without the whole-file block
+  (``gfcr.store.reads.whole_file_block``: ``REMOTE_BLOCK_SIZE`` only) and with other read block sizes
+  (``--block-sizes``: reads closer than this are merged into one request). ``--rows-read 1000000
+  --read-tokens 16 --read-batch 10000 --no-appends``: the 1M-row table as the store writes it from
+  10,000-row commits (100 fragments).
 
 Per arm: median wall and CPU seconds of the client (the server's CPU is in its own process), and on
 S3 the median requests per operation; the 1-minute load average at each sample.
@@ -45,6 +48,7 @@ from store_bench import synth_table  # noqa: E402
 
 from gfcr.store import RolloutStore  # noqa: E402
 from gfcr.store import core as store_core  # noqa: E402
+from gfcr.store import reads as store_reads  # noqa: E402
 
 BUCKET = "gfcr-bench"
 #: one logged request (werkzeug colours some status lines: escape codes after the opening quote)
@@ -138,6 +142,9 @@ def main() -> None:
     ap.add_argument("--large-rounds", type=int, default=4)
     ap.add_argument("--read-rounds", type=int, default=8)
     ap.add_argument("--rows-read", type=int, default=20_000, help="rows of the table sample(1000) reads")
+    ap.add_argument("--read-tokens", type=int, default=256, help="tokens per row of the read table")
+    ap.add_argument("--read-batch", type=int, default=5000, help="rows per commit (fragment) of the read table")
+    ap.add_argument("--no-appends", dest="appends", action="store_false", help="skip the append arms")
     ap.add_argument("--block-sizes", default="65536,4194304", help="other read block sizes tried for sample on S3")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
@@ -147,13 +154,14 @@ def main() -> None:
         d = Path(td)
         srv = Server(d / "requests.log")
         try:
-            out["append 64x256"] = run_rounds(append_arms(64, 256, a.small_rounds, d, srv), a.small_rounds, load)
-            out["append 5000x512"] = run_rounds(append_arms(5000, 512, a.large_rounds, d, srv), a.large_rounds, load)
-            # reads: one table of --rows-read rows in 5,000-row commits, local and S3
+            if a.appends:
+                out["append 64x256"] = run_rounds(append_arms(64, 256, a.small_rounds, d, srv), a.small_rounds, load)
+                out["append 5000x512"] = run_rounds(append_arms(5000, 512, a.large_rounds, d, srv), a.large_rounds, load)
+            # reads: one table of --rows-read rows in --read-batch-row commits, local and S3
             s3 = f"s3://{BUCKET}/read-{uuid.uuid4().hex[:6]}"
             stores = {"local": RolloutStore.open(d / "read", create=True), "s3": RolloutStore.open(s3, create=True)}
-            for b in range(0, a.rows_read, 5000):
-                t = synth_table(5000, 256, 10, start=b, total=a.rows_read)
+            for b in range(0, a.rows_read, a.read_batch):
+                t = synth_table(min(a.read_batch, a.rows_read - b), a.read_tokens, 10, start=b, total=a.rows_read)
                 for st in stores.values():
                     st.append(t)
             rng = np.random.default_rng(0)
@@ -184,9 +192,21 @@ def main() -> None:
                     np.sort(rng.choice(a.rows_read, 1000, replace=False)).tolist()), s)
                 arms[f"lance scan(reward) {where}, cold"] = (
                     lambda r, uri=uri: lance.dataset(uri).to_table(columns=["reward"]), s)
+            def whole_off(fn):  # sample with REMOTE_BLOCK_SIZE only (no whole-file block)
+                def go(r):
+                    keep = store_reads.WHOLE_FILE_PER_ROW
+                    store_reads.WHOLE_FILE_PER_ROW = 0
+                    try:
+                        return fn(r)
+                    finally:
+                        store_reads.WHOLE_FILE_PER_ROW = keep
+                return go
+
+            arms["gfcr sample(1000) s3, cold, 1 MiB block only"] = (
+                cold(whole_off(lambda r, st=stores["s3"]: st.sample(1000, seed=r))), srv)
             for bs in [int(x) for x in a.block_sizes.split(",") if x]:
                 arms[f"gfcr sample(1000) s3, cold, block {bs >> 10} KiB"] = (
-                    cold(with_block(lambda r, st=stores["s3"]: st.sample(1000, seed=r), bs)), srv)
+                    cold(whole_off(with_block(lambda r, st=stores["s3"]: st.sample(1000, seed=r), bs))), srv)
             out[f"reads, {a.rows_read} rows"] = run_rounds(arms, a.read_rounds, load)
         finally:
             srv.stop()

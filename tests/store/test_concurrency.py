@@ -10,6 +10,8 @@ import time
 import numpy as np
 
 from gfcr.store import RolloutStore
+from gfcr.store.core import TABLES
+from gfcr.store.integrity import check_store
 
 WRITER = r"""
 import sys, json
@@ -39,6 +41,12 @@ def test_three_writers_lose_and_duplicate_nothing(tmp_path):
     assert len(ids) == 3 * 8 * 25
     assert len(set(ids)) == len(ids)
     assert set(ids) == {f"w{k}-{b}-{i}" for k in range(3) for b in range(8) for i in range(25)}
+    # racing records (each append digests only its own fragment when the manifest is in step, else
+    # compares the whole table) leave the newest version recorded and every data file digested
+    rep = check_store(store.path, list(TABLES))
+    assert rep.ok and sum(t.files_digested for t in rep.tables) > 0
+    assert all(t.files_not_digested == 0 for t in rep.tables), [(t.name, t.files_not_digested) for t in rep.tables]
+    assert RolloutStore.open(store.path).manifest["committed"]["rollouts"]["version"] == store.version
 
 
 def test_sigkill_mid_append_keeps_every_committed_row(tmp_path):

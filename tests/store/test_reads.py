@@ -115,3 +115,54 @@ def test_rows_in_is_the_in_list_filter_for_short_and_long_key_lists(tmp_path, n_
         assert got.column_names == want.column_names and got.to_pylist() == want.to_pylist()
         assert want.num_rows > 0
     assert reads.rows_in(ds, "prompt_id", None, ["task"]).num_rows == 3000
+
+
+def test_whole_file_block_reads_small_files_whole_within_the_byte_budget(tmp_path, monkeypatch):
+    """On object storage a sample from small data files is read a file per request: the block is the
+    largest touched file, rounded up to a MiB; None (the 1 MiB block stays) when the touched files hold
+    more than WHOLE_FILE_PER_ROW bytes per sampled row, or one is larger than WHOLE_FILE_MAX."""
+    from gfcr.store import reads
+
+    s = RolloutStore.open(tmp_path / "st", create=True, auto_compact=0)
+    for b in range(4):
+        s.append(_batch(b, 6))
+    ds = s.dataset("rollouts")
+    frags = ds.get_fragments()
+    sizes = {f.fragment_id: f.metadata.files[0].file_size_bytes for f in frags}
+    ids = np.array([frags[0].fragment_id, frags[2].fragment_id, frags[2].fragment_id])
+    assert reads.whole_file_block(ds, ids, 3) == reads.REMOTE_BLOCK_SIZE  # (files of a few KB)
+    monkeypatch.setattr(reads, "WHOLE_FILE_PER_ROW", (sizes[ids[0]] + sizes[ids[1]]) // 3)  # one byte short
+    assert reads.whole_file_block(ds, ids, 3) is None
+    monkeypatch.setattr(reads, "WHOLE_FILE_PER_ROW", 1 << 20)
+    monkeypatch.setattr(reads, "REMOTE_BLOCK_SIZE", 1)
+    assert reads.whole_file_block(ds, ids, 3) == 1 << 20
+    monkeypatch.setattr(reads, "WHOLE_FILE_MAX", min(sizes.values()) - 1)
+    assert reads.whole_file_block(ds, ids, 3) is None
+
+
+def test_a_sample_on_object_storage_reads_whole_small_files_and_the_same_rows(s3_env, monkeypatch):
+    """sample() on an s3:// store reopens the table (same version) with the whole-file block and
+    returns exactly the rows the 1 MiB block returns for the same seed (with a deletion, and with
+    ``where``); with the budget at 0 it takes from the store's own open."""
+    from tests.store.conftest import s3_uri
+
+    from gfcr.store import reads
+
+    s = RolloutStore.open(s3_uri("sample"), create=True, auto_compact=0)
+    for b in range(5):
+        s.append(_batch(b, 8))
+    s.dataset("rollouts").delete("rollout_id = 'b1-3'")
+    opens: list = []
+    real = lance.dataset
+    monkeypatch.setattr(lance, "dataset", lambda *a, **k: opens.append((k.get("version"), k.get("block_size")))
+                        or real(*a, **k))
+    whole = [s.sample(10, seed=3).to_pylist(), s.sample(10, where="step >= 2", seed=4).to_pylist()]
+    v, biggest = s.version, max(f.metadata.files[0].file_size_bytes for f in s.dataset("rollouts").get_fragments())
+    reopened = [b for ver, b in opens if ver == v]
+    assert len(reopened) == 2 and all(b >= biggest for b in reopened)
+    monkeypatch.setattr(reads, "WHOLE_FILE_PER_ROW", 0)
+    opens.clear()
+    plain = [s.sample(10, seed=3).to_pylist(), s.sample(10, where="step >= 2", seed=4).to_pylist()]
+    assert [ver for ver, _ in opens] == [None, None]  # the store's own opens only
+    assert whole == plain and len(whole[0]) == 10 and all(r["step"] >= 2 for r in whole[1])
+    assert "b1-3" not in {r["rollout_id"] for r in whole[0]}

@@ -84,7 +84,7 @@ from gfcr.store.reads import (
 from gfcr.store.sql import in_list, quote
 from gfcr.store.staging import Staged, commit_staged, stage
 from gfcr.store.textindex import build_text_index
-from gfcr.store.upkeep import compact_small, fragment_set, hash_ids, id_index
+from gfcr.store.upkeep import compact_small, compaction_due, fragment_set, hash_ids, id_index
 
 STATE_SCHEMA = pa.schema(
     [
@@ -134,6 +134,7 @@ class RolloutStore:
         self.auto_compact = int(auto_compact)
         self.compactions: list[dict[str, Any]] = []  # automatic compactions done by this object
         self.if_absent = False  # see append()
+        self._relaxed = False  # every nullable rollout field is nullable in the stored schema (_allow_nulls)
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
@@ -178,11 +179,13 @@ class RolloutStore:
             integrity.write_manifest(p, {**integrity.new_manifest(list(TABLES)), "committed": committed})
 
     # --- low level ------------------------------------------------------------------------------
-    def _record(self, name: str, ds: lance.LanceDataset | None = None) -> None:
+    def _record(self, name: str, ds: lance.LanceDataset | None = None,
+                since: lance.LanceDataset | None = None) -> None:
         """Record table ``name``'s version after a commit in a local store's manifest
-        (:func:`gfcr.store.integrity.record_commit`); a remote store records nothing outside Lance's commit."""
+        (:func:`gfcr.store.integrity.record_commit`; ``since``: the version an append wrote on, so
+        that only its new files are digested); a remote store records nothing outside Lance's commit."""
         if self.local:
-            integrity.record_commit(self.path, name, ds if ds is not None else self._latest(name))
+            integrity.record_commit(self.path, name, ds if ds is not None else self._latest(name), since)
 
     def _uri(self, name: str) -> str:
         return self.location.join(f"{name}.lance")
@@ -231,7 +234,7 @@ class RolloutStore:
 
     def _upkeep(self, name: str, ds: lance.LanceDataset) -> None:
         """Merge ``auto_compact`` adjacent fragments of one size tier of table ``name``, if it has them."""
-        if self.auto_compact < 2 or len(ds.fragment_ids()) < self.auto_compact:
+        if not compaction_due(ds, self.auto_compact):
             return
         idx = id_index(self._uri(name), "rollout_id") if name == "rollouts" else None
         if idx is not None:
@@ -303,13 +306,15 @@ class RolloutStore:
             changed = self._allow_nulls(table, before)
             uri = self._uri("rollouts")
             target = (self.dataset("rollouts") if changed else before) if self.local else uri
+            since = None
             if self.if_absent and has_key(before, "rollout_id"):
                 n, after = _retry(lambda: insert_absent(uri, table, "rollout_id", self._opts)), self._latest("rollouts")
             else:
                 n, after = table.num_rows, _retry(lambda: lance.write_dataset(
                     table, target, mode="append", storage_options=self._opts, transaction_properties=props(table)))
+                since = target if self.local else None
             idx.committed(before, after, hashes)
-        self._record("rollouts", after)
+        self._record("rollouts", after, since)
         self._upkeep("rollouts", after)
         return n
 
@@ -334,8 +339,13 @@ class RolloutStore:
         recorded by the source) get that field relaxed, once, before the first null is written
         (``ds``: the rollouts table as just opened). Returns whether it changed the schema."""
         changed = False
-        for f in ROLLOUT_SCHEMA:
-            if f.nullable and table.column(f.name).null_count and not ds.schema.field(f.name).nullable:
+        need = [f for f in ROLLOUT_SCHEMA if f.nullable and table.column(f.name).null_count]
+        if not need or self._relaxed:
+            return False
+        stored = ds.schema  # (converting Lance's schema costs ~0.05 ms: once per store object)
+        self._relaxed = all(stored.field(f.name).nullable for f in ROLLOUT_SCHEMA if f.nullable)
+        for f in need:
+            if not stored.field(f.name).nullable:
                 _retry(lambda f=f: self._latest("rollouts").alter_columns({"path": f.name, "nullable": True}))
                 self._record("rollouts")
                 changed = True
@@ -388,8 +398,15 @@ class RolloutStore:
 
     def sample(self, n: int, where: str | None = None, seed: int | None = None,
                columns: Sequence[str] | None = None) -> pa.Table:
-        """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``."""
-        return sample_rows(self.dataset("rollouts"), n, where, seed, columns)
+        """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``; on object
+        storage, small data files are read a file per request (:func:`gfcr.store.reads.whole_file_block`)."""
+        ds = self.dataset("rollouts")
+        reopen = None
+        if not self.local:
+            reopen = lambda block: lance.dataset(  # noqa: E731
+                self._uri("rollouts"), version=ds.version, session=_session(), read_params=READ_PARAMS,
+                block_size=block, storage_options=self._opts)
+        return sample_rows(ds, n, where, seed, columns, reopen)
 
     def count(self, table: str = "rollouts", where: str | None = None) -> int:
         return self.dataset(table).count_rows(filter=where)

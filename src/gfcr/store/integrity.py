@@ -3,9 +3,9 @@ verification of ``gfcr store check``.
 
 **Recorded at commit.** After every write, :func:`record_commit` writes the table's new Lance
 version and row count into ``gfcr-store.json`` (under ``"committed"``; under a lock, atomically by
-rename, never going backwards when writers race). Lance itself records each data file's size in
-its version manifest (``DataFile.file_size_bytes``), and every Lance data file ends in the magic
-bytes ``LANC``.
+rename, never going backwards when writers race; an append digests only its new fragment). Lance
+itself records each data file's size in its version manifest (``DataFile.file_size_bytes``), and
+every Lance data file ends in the magic bytes ``LANC``.
 
 **Checked at every open** (:func:`quick_check`, called by ``RolloutStore.open``, so by every
 ``gfcr store`` command; cost: one Lance open, a ``stat`` and a 4-byte read per data file):
@@ -148,19 +148,21 @@ def new_manifest(tables: list[str]) -> dict[str, Any]:
             "created_by": f"gfcr {__version__}", "tables": sorted(tables)}
 
 
-def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """Write ``gfcr-store.json`` atomically (a temporary file renamed over it)."""
+def write_manifest(path: Path, manifest: dict[str, Any]) -> bytes:
+    """Write ``gfcr-store.json`` atomically (a temporary file renamed over it); returns the bytes written."""
     tmp = Path(path) / f"{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp"
+    raw = json.dumps(manifest).encode()  # no indent: json's C encoder (indent=2 took ~2 ms at 60 fragments)
     try:
-        tmp.write_text(json.dumps(manifest, indent=2))
+        tmp.write_bytes(raw)
         os.replace(tmp, Path(path) / MANIFEST)
+        return raw
     except BaseException:
         tmp.unlink(missing_ok=True)  # e.g. a full disk: the old manifest stays as it was
         raise
 
 
 @contextmanager
-def file_lock(lock_file: Path) -> Iterator[None]:
+def file_lock(lock_file: Path | str) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``lock_file`` (created if missing) for the ``with`` block."""
     with open(lock_file, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -170,37 +172,71 @@ def file_lock(lock_file: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def record_commit(path: Path, name: str, ds: lance.LanceDataset) -> None:
+def record_commit(path: Path, name: str, ds: lance.LanceDataset,
+                  since: lance.LanceDataset | None = None) -> None:
     """Record ``ds``'s version and row count as table ``name``'s last commit in the manifest (kept
     when a racing writer already recorded a newer version). The commit itself has landed: a record
     that cannot be written (a full disk) is a warning, and the manifest keeps its older record
-    (which the checks read as "Lance is ahead", never as damage)."""
+    (which the checks read as "Lance is ahead", never as damage).
+
+    ``since``: the version an append committed on top of. When the manifest's record is that version
+    and ``ds`` is the very next one (no other commit in between), only the fragments ``ds`` added are
+    digested (:func:`digest_added`); otherwise every file of ``ds`` is compared with the record
+    (:func:`record_digests`), which also catches files a crashed writer never recorded."""
     try:
-        _record(path, name, ds)
+        _record(path, name, ds, since)
     except OSError as e:
+        _MEMO.pop(os.path.join(path, MANIFEST), None)
         warnings.warn(f"table {name} version {ds.version} is committed but {Path(path) / MANIFEST} could not "
                       f"record it ({e})", RuntimeWarning, stacklevel=3)
 
 
-def _record(path: Path, name: str, ds: lance.LanceDataset) -> None:
-    with file_lock(Path(path) / ".manifest.lock"):
-        m = read_manifest(path)
+#: the manifest this process last read or wrote, per file: its bytes and their parsed content, so
+#: that a writer's next record re-reads the file (one read) but parses it only when it changed
+_MEMO: dict[str, tuple[bytes, dict[str, Any]]] = {}
+
+
+def _read_memo(path: Path, f: str) -> dict[str, Any]:
+    """:func:`read_manifest` of the store at ``path``, or this process's parsed copy when the manifest
+    file ``f`` holds the bytes it last read or wrote."""
+    hit = _MEMO.pop(f, None)
+    try:
+        with open(f, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raw = None
+    if hit is not None and raw == hit[0]:
+        return hit[1]
+    m = read_manifest(path)
+    if raw is not None:
+        _MEMO[f] = (raw, m)
+    return m
+
+
+def _record(path: Path, name: str, ds: lance.LanceDataset, since: lance.LanceDataset | None = None) -> None:
+    mf = os.path.join(path, MANIFEST)
+    with file_lock(os.path.join(path, ".manifest.lock")):
+        m = _read_memo(path, mf)
+        _MEMO.pop(mf, None)  # m is changed below: remembered again only once written
         c = m.setdefault("committed", {})
         old = c.get(name) or {}
         if int(old.get("version", 0)) >= ds.version:
             return
+        files = m.get("files")
         c[name] = {"version": int(ds.version), "rows": int(ds.count_rows())}
-        record_digests(Path(path), name, ds, m.setdefault("files", {}))
-        write_manifest(path, m)
+        if (since is not None and files is not None and int(old.get("version", -1)) == since.version
+                and ds.version == since.version + 1):
+            digest_added(str(path), name, ds, since, files)
+        else:
+            record_digests(Path(path), name, ds, m.setdefault("files", {}))
+        _MEMO[mf] = (write_manifest(path, m), m)
 
 
-def sha256_file(f: Path, chunk: int = 1 << 20) -> str:
-    """Hex SHA-256 of the file ``f``, read in 1 MiB chunks."""
-    h = hashlib.sha256()
+def sha256_file(f: Path) -> str:
+    """Hex SHA-256 of the file ``f`` (``hashlib.file_digest``: one reused buffer; 0.9x the CPU of
+    1 MiB reads, 0.75x of hashing a memory map, on a 15 MB data file)."""
     with open(f, "rb") as fh:
-        while b := fh.read(chunk):
-            h.update(b)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def record_digests(path: Path, name: str, ds: lance.LanceDataset, files: dict[str, Any]) -> int:
@@ -225,6 +261,29 @@ def record_digests(path: Path, name: str, ds: lance.LanceDataset, files: dict[st
         if k not in files:
             files[k] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
             hashed += 1
+    return hashed
+
+
+def digest_added(path: str, name: str, ds: lance.LanceDataset, since: lance.LanceDataset,
+                 files: dict[str, Any]) -> int:
+    """Add ``{"size", "sha256"}`` under ``files`` for the data files of the fragments ``ds`` holds and
+    ``since`` does not (an append's new fragments): :func:`record_digests` for one append, without
+    walking every fragment of the table; when ``ds`` lacks a fragment of ``since`` (not an append),
+    :func:`record_digests` itself. Returns files hashed.
+
+    Example: ``since`` with fragments 0-2, ``ds`` (one append later) with 0-3 → fragment 3's data
+    file is hashed, 1 is returned."""
+    now, before = set(ds.fragment_ids()), set(since.fragment_ids())
+    if not before <= now:
+        return record_digests(Path(path), name, ds, files)
+    hashed = 0
+    for i in sorted(now - before):
+        for df in ds.get_fragment(i).metadata.files:
+            k = f"{name}.lance/data/{df.path}"
+            if k not in files:
+                f = os.path.join(path, k)
+                files[k] = {"size": os.stat(f).st_size, "sha256": sha256_file(Path(f))}
+                hashed += 1
     return hashed
 
 

@@ -12,14 +12,16 @@ Both take rows by row id or offset, never through a filtered scan of whole rows:
 :func:`rows_in` (rows whose key is in a list, e.g. the stored prompts of an upsert) filters with
 an SQL ``IN`` list when the list is short and with Arrow's ``is_in`` on the read columns when long.
 
-Datasets are opened with :data:`READ_BLOCK_SIZE` and :data:`READ_PARAMS`. What remains of the
-cost is Lance's per-row take (every row of every variable-width column is its own read and
-decode); docs/store.md has the profile and what did not help.
+Datasets are opened with :data:`READ_BLOCK_SIZE` and :data:`READ_PARAMS` (on object storage
+:data:`REMOTE_BLOCK_SIZE`; a sample from small data files reads each whole, :func:`whole_file_block`).
+What remains of the cost is Lance's per-row take (every row of every variable-width column is its
+own read and decode); docs/store.md has the profile and what did not help.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import lance
 import numpy as np
@@ -35,6 +37,14 @@ READ_BLOCK_SIZE = 64 * 1024
 #: loopback S3 server, sample(1000) of 20,000 rows took 26 requests at 1 MiB against 58 at 64 KiB
 #: (0.6x the wall time; bench/s3_bench.py, docs/performance.md)
 REMOTE_BLOCK_SIZE = 1024 * 1024
+#: on object storage, a sample whose rows lie in data files holding at most this many bytes per
+#: sampled row in all is read with a block as large as the largest of those files
+#: (:func:`whole_file_block`): Lance then merges each file's reads into one request. 1M rows x 16
+#: tokens in 100 fragments (1.65 MB files, 165 KB per sampled row): 100 requests for sample(1000)
+#: against 400 with REMOTE_BLOCK_SIZE (bench/s3_bench.py, docs/performance.md)
+WHOLE_FILE_PER_ROW = 256 * 1024
+#: ... and only when the largest of those files is at most this large
+WHOLE_FILE_MAX = 64 * 1024 * 1024
 #: Lance read options: keep list columns' repetition index in the session cache between takes
 READ_PARAMS = {"cache_repetition_index": True}
 #: :func:`rows_in` matches longer key lists with ``is_in`` after the read: Lance parses an ``IN`` list
@@ -98,20 +108,55 @@ def take_ids(ds: lance.LanceDataset, ids: Sequence[str], columns: Sequence[str] 
 
 
 def sample_rows(ds: lance.LanceDataset, n: int, where: str | None = None, seed: int | None = None,
-                columns: Sequence[str] | None = None) -> pa.Table:
+                columns: Sequence[str] | None = None,
+                reopen: Callable[[int], lance.LanceDataset] | None = None) -> pa.Table:
     """``n`` distinct random rows of ``ds`` (all rows if fewer), optionally among rows matching
-    ``where`` (a Lance SQL predicate), in row order."""
+    ``where`` (a Lance SQL predicate), in row order. ``reopen(block_size)`` (a store on object
+    storage): ``ds`` at the same version opened with another read block, used when
+    :func:`whole_file_block` says the sampled files are small enough to read whole."""
     rng = np.random.default_rng(seed)
     cols = list(columns) if columns else None
     if where:
         rowids = ds.to_table(columns=[], filter=where, with_row_id=True).column("_rowid").to_numpy()
         pick = rng.choice(len(rowids), size=min(n, len(rowids)), replace=False) if len(rowids) else []
-        return ds._take_rows(np.sort(rowids[pick]).tolist(), columns=cols) if len(pick) else ds.schema.empty_table()
+        if not len(pick):
+            return ds.schema.empty_table()
+        ids = np.sort(rowids[pick])
+        block = whole_file_block(ds, ids >> 32, len(ids)) if reopen is not None else None
+        return (reopen(block) if block else ds)._take_rows(ids.tolist(), columns=cols)
     total = ds.count_rows()
     if total == 0:
         return ds.schema.empty_table() if cols is None else ds.to_table(columns=cols, limit=0)
     idx = np.sort(rng.choice(total, size=min(n, total), replace=False))
+    if reopen is not None:
+        frags = ds.get_fragments()
+        ends = np.cumsum([f.metadata.num_rows for f in frags])
+        if ends[-1] == total:  # (the fragments' live rows are the offsets' rows)
+            ids = np.asarray([f.fragment_id for f in frags])[np.searchsorted(ends, idx, side="right")]
+            block = whole_file_block(ds, ids, len(idx), frags)
+            if block:
+                return reopen(block).take(idx.tolist(), columns=cols)
     return ds.take(idx.tolist(), columns=cols)
+
+
+def whole_file_block(ds: lance.LanceDataset, frag_ids: np.ndarray, rows: int,
+                     frags: list[Any] | None = None) -> int | None:
+    """A read block size that makes Lance read each data file of the fragments ``frag_ids`` (``[rows]``,
+    the fragment of each sampled row) in one request, or None when that reads too much: more than
+    :data:`WHOLE_FILE_PER_ROW` bytes per sampled row in all, or a file over :data:`WHOLE_FILE_MAX`
+    (then :data:`REMOTE_BLOCK_SIZE` stays). Sizes are Lance's own record of each file (no request).
+
+    Example: 1,000 rows from 100 fragments of one 1.65 MB file each → 165 KB a row ≤ 256 KiB: the
+    block is 1.65 MB (rounded up to a MiB: 2 MiB); from 100 fragments of 50 MB each → None."""
+    frags = ds.get_fragments() if frags is None else frags
+    size = {f.fragment_id: [df.file_size_bytes for df in f.metadata.files] for f in frags}
+    touched = [x for i in np.unique(frag_ids).tolist() for x in size.get(int(i), [None])]
+    if not touched or any(not x for x in touched):  # (a size Lance did not record)
+        return None
+    if sum(touched) > rows * WHOLE_FILE_PER_ROW or max(touched) > WHOLE_FILE_MAX:
+        return None
+    mib = 1 << 20
+    return max(REMOTE_BLOCK_SIZE, -(-max(touched) // mib) * mib)
 
 
 def build_id_index(uri: str, storage_options: dict[str, str] | None = None) -> bool:

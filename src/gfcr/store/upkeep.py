@@ -161,6 +161,7 @@ def forget_indexes() -> None:
     """Drop every in-process id index (they are rebuilt from the store on next use)."""
     with _INDEXES_LOCK:
         _INDEXES.clear()
+        _ROWS.clear()
 
 
 
@@ -218,6 +219,40 @@ def pick_compaction(sizes: Sequence[int], k: int, max_rows: int = MAX_ROWS) -> l
     return []
 
 
+#: dataset uri -> {fragment id: rows when first seen} (see :func:`fragment_rows`)
+_ROWS: dict[str, dict[int, int]] = {}
+
+
+def fragment_rows(ds: lance.LanceDataset, ids: Sequence[int]) -> list[int]:
+    """Rows of each fragment ``ids`` of ``ds`` (``[len(ids)]``), counted once per fragment and process:
+    Lance never reuses a fragment id, and an append leaves the earlier fragments as they were, so an
+    append's compaction check counts only its new fragment (counting every fragment was ~0.6 ms of
+    a 64-row append at ~15 fragments). Rows deleted later from a counted fragment are not seen: the
+    count only places the fragment in a size tier (:func:`pick_compaction`), and a merge reads the
+    rows themselves.
+
+    Example: fragments ``[0, 1]`` counted, then ``ids = [0, 1, 2]`` → only fragment 2 is counted."""
+    seen = _ROWS.setdefault(ds.uri, {})
+    for i in ids:
+        if i not in seen:
+            seen[i] = ds.get_fragment(i).count_rows()
+    if len(seen) > 2 * len(ids):  # forget merged fragments now and then
+        keep = set(ids)
+        for i in [i for i in seen if i not in keep]:
+            del seen[i]
+    return [seen[i] for i in ids]
+
+
+def compaction_due(ds: lance.LanceDataset, k: int) -> bool:
+    """Whether :func:`compact_small` could merge anything in ``ds`` (a remote table: whenever it has
+    ``k`` fragments; its own-fragment rule is checked there), from the fragments' counted rows only:
+    most appends merge nothing, and this spares them a second open of the table."""
+    ids = [int(i) for i in ds.fragment_ids()]
+    if k < 2 or len(ids) < k:
+        return False
+    return is_remote(ds.uri) or bool(pick_compaction(fragment_rows(ds, ids), k))
+
+
 def compact_small(ds: lance.LanceDataset, k: int, storage_options: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Merge the fragments :func:`pick_compaction` chooses into one, as one Lance rewrite commit.
 
@@ -230,16 +265,19 @@ def compact_small(ds: lance.LanceDataset, k: int, storage_options: dict[str, str
     same ones (each lost race costs a read and a write of the fragments on object storage). Returns ``{"fragments_removed", "rows", "version"}``, or ``None`` when
     nothing was merged (no tier is full, or another writer touched the same fragments first).
     """
-    if k < 2 or len(ds.fragment_ids()) < k:
+    ids = [int(i) for i in ds.fragment_ids()]
+    if k < 2 or len(ids) < k:
         return None
-    frags = ds.get_fragments()
     own = _OWN.get(ds.uri) if is_remote(ds.uri) else None
     if own is not None:
-        frags = [f for f in frags if f.metadata.files and f.metadata.files[0].path in own]
-    pick = pick_compaction([f.count_rows() for f in frags], k)
+        frags = [f for f in ds.get_fragments() if f.metadata.files and f.metadata.files[0].path in own]
+        pick = pick_compaction([f.count_rows() for f in frags], k)
+        chosen = [frags[i] for i in pick]
+    else:
+        pick = pick_compaction(fragment_rows(ds, ids), k)
+        chosen = [ds.get_fragment(ids[i]) for i in pick]
     if not pick:
         return None
-    chosen = [frags[i] for i in pick]
     rows = ds.scanner(fragments=chosen, scan_in_order=True).to_table()
     new = lance.fragment.write_fragments(rows, ds.uri, schema=ds.schema, data_storage_version=ds.data_storage_version,
                                          storage_options=storage_options)
