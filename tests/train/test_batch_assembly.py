@@ -90,8 +90,8 @@ def test_single_round_grpo_unbiased(tiny_dir, tmp_path):
 
 def test_ar3po_injects_cached_correct_and_renormalises(tiny_dir, tmp_path):
     """AR3PO: [0,0,0,0] + the cached correct answer → [−0.447 ×4, +1.789] (GRPO over the 5)."""
-    t = _run(tiny_dir, tmp_path, **{"replay.buffer": "ar3po", "control.group_params": {"stages": 1}})
-    assert t.cfg.control.group == "ar3po"  # the buffer brings its staged rollout
+    t = _run(tiny_dir, tmp_path, **{"replay.buffer": "ar3po", "control.group": {"name": "ar3po", "params": {"stages": 1}}})
+    assert t.cfg.control.group.name == "ar3po"
     sc = Script(t, {0: [[[1, 0, 0, 0]]], 1: [[[0, 0, 0, 0]]]})
     t.step(0)
     t.step(1)
@@ -315,7 +315,8 @@ def test_exgrpo_alone_follows_the_authors_script(tiny_dir, tmp_path):
     [0, 0, 0 | 1] trains at [−0.25, −0.25, −0.25, +0.75], not GRPO's [−0.5, −0.5, −0.5, +1.5]."""
     t = _run(tiny_dir, tmp_path, **{"replay.buffer": "exgrpo", "generate.prompts_per_step": 2})
     c = t.cfg
-    assert (c.signals.advantage, c.loss.clip, c.loss.agg, c.loss.norm_len) == ("dr_grpo", False, "seq-mean-token-sum-norm", 4)
+    assert (c.signals.advantage.name, c.loss.clip, c.loss.agg, c.loss.norm_len) == \
+        ("dr_grpo", False, "seq-mean-token-sum-norm", 4)
     sc = Script(t, {0: [[[1, 0, 0, 0]]], 1: [[[1, 1, 0, 0]]], 2: [[[1, 1, 0, 0]]], 3: [[[0, 0, 0]]]})
     for s in range(4):
         t.step(s)
@@ -326,7 +327,7 @@ def test_exgrpo_alone_follows_the_authors_script(tiny_dir, tmp_path):
     over = {"replay.buffer": "exgrpo", "signals.advantage": "grpo", "loss.clip": True, "loss.agg": "token-mean",
             "optim.mini_batch": None}
     c = load_config(None, {"model": tiny_dir} | over)  # what the config names stays
-    assert (c.signals.advantage, c.loss.clip, c.loss.agg, c.optim.mini_batch) == ("grpo", True, "token-mean", None)
+    assert (c.signals.advantage.name, c.loss.clip, c.loss.agg, c.optim.mini_batch) == ("grpo", True, "token-mean", None)
 
 
 def test_exgrpo_takes_two_optimizer_steps_a_step_as_its_script(tiny_dir, tmp_path):

@@ -143,6 +143,6 @@ def test_unsupported_topology_combinations_are_refused(tiny_dir, tmp_path, parit
 
     with pytest.raises(ConfigError, match="gfpo"):
         _cfg(tiny_dir, tmp_path, steps=1, **{"generate.topology": "tree", "control.group": "gfpo"})
-    with pytest.raises(ConfigError, match="multi_turn needs generate.params.env"):  # refused at config load
+    with pytest.raises(ConfigError, match="multi_turn needs generate.topology.params.env"):  # refused at config load
         _cfg(tiny_dir, tmp_path, steps=1, **{"generate.topology": "multi_turn"})
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

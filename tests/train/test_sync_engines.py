@@ -82,8 +82,8 @@ def test_openai_engine_trains_against_gfcr_serve(tiny_dir, tmp_path):
 @pytest.mark.parametrize("over, match", [
     ({"generate.engine": "vllm", "generate.sync": "http"}, "does not work with engine 'vllm'"),
     ({"generate.sync_every": 2}, "sync_every > 1 needs"),
-    ({"generate.engine": "openai"}, "needs generate.engine_params.base_url"),
-    ({"generate.engine": "openai", "generate.engine_params": {"base_url": "http://127.0.0.1:1/v1", "api_key": "k"}},
+    ({"generate.engine": "openai"}, "needs generate.engine.params.base_url"),
+    ({"generate.engine": {"name": "openai", "params": {"base_url": "http://127.0.0.1:1/v1", "api_key": "k"}}},
      "api_key_env"),
 ])
 def test_engine_and_sync_settings_are_checked_at_load(tiny_dir, tmp_path, over, match):
