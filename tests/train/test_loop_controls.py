@@ -20,7 +20,7 @@ def _cfg(tiny_dir, tmp_path, steps=3, **over):
     base = {
         "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": steps, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 6, "n_eval": 0, "params": {"level": 1}}],
-        "generate.k": 4, "generate.prompts_per_step": 3, "generate.max_tokens": 3, "signals.entropy": False,
+        "generate.topology.params.k": 4, "generate.prompts_per_step": 3, "generate.max_tokens": 3, "signals.entropy": False,
         "control.group": {"name": "adaptive_k", "params": {"k_min": 2, "k_max": 8}},
     }
     base.update(over)

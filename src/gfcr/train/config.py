@@ -124,8 +124,9 @@ class TrainTopologyConfig(TopologyConfig):
 
 
 class TrainGenerateConfig(StrictModel):
-    """Generation in a training run: Generate's engine and topology sub-configs, composed, plus what
-    the training step adds (prompts per step, sampling, weight sync)."""
+    """Generation in a training run: Generate's engine and topology sub-configs, written as ``gfcr
+    generate`` writes them (``engine: {name, params}``, ``topology: {name, params}``), plus what the
+    training step adds (prompts per step, sampling, weight sync)."""
 
     engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig, description=(
         "The engine (gfcr.generate.config.EngineConfig): `engine: hf` or `engine: {name: hf, params: "
@@ -169,7 +170,8 @@ class TrainGenerateConfig(StrictModel):
 
     @property
     def k(self) -> int:
-        """Rollouts per prompt (the group size K; a tree's own shape decides its size)."""
+        """Rollouts per prompt: ``generate.topology.params.k`` (the group size K; a tree's own shape
+        decides its size)."""
         return self.topology.k
 
 
