@@ -82,7 +82,7 @@ def test_adaptive_k_with_a_tree_is_refused_at_load(tiny_dir, tmp_path):
     from gfcr.train.config import ConfigError
 
     with pytest.raises(ConfigError, match="adaptive_k"):
-        _cfg(tiny_dir, tmp_path, **{"generate.topology": "tree", "generate.params": {"m": 2, "n": 1, "l": 1, "t": 1}})
+        _cfg(tiny_dir, tmp_path, **{"generate.topology": {"name": "tree", "params": {"m": 2, "n": 1, "l": 1, "t": 1}}})
 
 
 def test_shorter_better_shapes_rewards_and_advantages_by_hand(tiny_dir, tmp_path):
