@@ -96,13 +96,14 @@ def bench_train(args, root: Path) -> dict[str, dict[str, float]]:
 
     out = {}
     for arm in ("hf", "vllm"):
-        extra = {"generate.engine_params": {"max_model_len": 512}} if arm == "vllm" else {}
+        extra = {"generate.engine.params": {"max_model_len": 512}} if arm == "vllm" else {}
         cfg = load_config(None, {
             "model": "default", "output_dir": str(root / "runs"), "steps": args.train_steps, "seed": 0,
             "tensorboard": False, "tasks": [{"name": "arith", "n_train": 16, "n_eval": 0, "params": {"level": 2}}],
-            "generate.engine": arm, "generate.k": 4, "generate.prompts_per_step": 4,
+            "generate.engine": arm, "generate.topology": {"name": "group", "params": {"k": 4}},
+            "generate.prompts_per_step": 4,
             "generate.max_tokens": args.max_tokens, "generate.temperature": 0.7, "optim.micro_batch": 4,
-            "verify.verifier": "numeric", "verify.params": {"lenient_fallback": True}, "checkpoint.every": 1000,
+            "verify.verifier": {"name": "numeric", "params": {"lenient_fallback": True}}, "checkpoint.every": 1000,
         } | extra)
         load0 = os.getloadavg()[0]
         c0, t0 = cpu_seconds_tree(), time.perf_counter()

@@ -176,7 +176,7 @@ def arm_config(args: argparse.Namespace, arm: str, run_dir: Path) -> Any:
             "checkpoint.every": args.ckpt_every, "checkpoint.keep_last": 1,
             "control.selector": SELECTOR_OF[arm], "generate.engine": args.engine}
     if args.engine == "vllm":
-        over["generate.engine_params"] = {"enforce_eager": True, "dtype": "float32", "max_model_len": 1024,
+        over["generate.engine.params"] = {"enforce_eager": True, "dtype": "float32", "max_model_len": 1024,
                                           "kv_cache_memory_bytes": args.kv_mib << 20}
     for kv in args.set:
         k, _, v = kv.partition("=")

@@ -60,7 +60,7 @@ def loop(steps: int, budget: int, max_tokens: int) -> dict:
     model = save_tiny(str(tmp / "tiny"), seed=0)
     base = {"model": model, "output_dir": str(tmp / "runs"), "steps": steps, "tensorboard": False,
             "tasks": [{"name": "arith", "n_train": 16, "n_eval": 0, "params": {"level": 1}}],
-            "generate.k": 4, "generate.prompts_per_step": 4, "generate.max_tokens": max_tokens, "signals.entropy": False}
+            "generate.topology": {"name": "group", "params": {"k": 4}}, "generate.prompts_per_step": 4, "generate.max_tokens": max_tokens, "signals.entropy": False}
     arms = {"full": base, f"partial_{budget}": base | {"generate.partial_budget": budget}}
     runs = {}
     for name, over in arms.items():

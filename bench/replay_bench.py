@@ -37,9 +37,9 @@ import numpy as np
 
 ARMS = {
     "no_replay": {},
-    "repo": {"replay.buffer": "repo", "replay.params": {"num_replays": 4, "max_cache_size": 8, "min_cache_to_replay": 4}},
+    "repo": {"replay.buffer": {"name": "repo", "params": {"num_replays": 4, "max_cache_size": 8, "min_cache_to_replay": 4}}},
     "exgrpo": {"replay.buffer": "exgrpo", "signals.advantage": "dr_grpo"},
-    "ar3po": {"replay.buffer": "ar3po", "control.group_params": {"stages": 2}},
+    "ar3po": {"replay.buffer": "ar3po", "control.group": {"name": "ar3po", "params": {"stages": 2}}},
     "greso": {"control.selector": "greso"},  # no replay; the selector skips prompts predicted zero-variance
 }
 

@@ -213,7 +213,7 @@ def stage_own_rl(args: argparse.Namespace, state: Path, clock: Clock) -> Path:
             "eval.before": False, "eval.after": False, "checkpoint.every": 5, "checkpoint.keep_last": 1,
             "generate.engine": args.rl_engine}
     if args.rl_engine == "vllm":
-        over["generate.engine_params"] = {"enforce_eager": True, "dtype": "float32", "max_model_len": 1024,
+        over["generate.engine.params"] = {"enforce_eager": True, "dtype": "float32", "max_model_len": 1024,
                                           "kv_cache_memory_bytes": args.kv_mib << 20}
     cfg = load_config(args.rl_config, over | overrides(args.rl_set))
     resume = d.exists() and latest_checkpoint(d) is not None

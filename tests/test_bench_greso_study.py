@@ -88,7 +88,7 @@ def tiny_path(tmp_path_factory):
 def _argv(state, model):
     return ["--state", str(state), "--engine", "hf", "--arms", "uniform,greso", "--steps", "4", "--ckpt-every", "2",
             "--eval-every", "2", "--n-train", "2,3", "--n-eval", "2,3", "--set", f"model={model}",
-            "--set", "generate.max_tokens=6", "--set", "generate.k=2", "--set", "generate.prompts_per_step=2",
+            "--set", "generate.max_tokens=6", "--set", "generate.topology.params.k=2", "--set", "generate.prompts_per_step=2",
             "--set", "optim.lr=0.05", "--set", "eval.max_tokens=6", "--set", "signals.entropy=false"]
 
 

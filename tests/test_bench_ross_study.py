@@ -70,7 +70,7 @@ def tiny_run(tmp_path_factory):
     model = save_tiny(str(root / "model"), seed=1)
     cfg = load_config(Path(__file__).parents[1] / "configs" / "arith-smollm2.yaml", {
         "model": model, "steps": 2, "output_dir": str(root), "run_name": "up", "tensorboard": False,
-        "generate.engine": "hf", "generate.max_tokens": 6, "generate.k": 2, "generate.prompts_per_step": 2,
+        "generate.engine": "hf", "generate.max_tokens": 6, "generate.topology": {"name": "group", "params": {"k": 2}}, "generate.prompts_per_step": 2,
         "optim.lr": 0.05, "eval.before": False, "eval.after": False, "checkpoint.every": 1,
         "signals.entropy": False})
     for t in cfg.tasks:
@@ -156,7 +156,7 @@ def test_own_upstream_rl_trains_resumably_then_the_count_decides(tmp_path, capsy
     model = save_tiny(str(tmp_path / "m"), seed=1)
     argv = ["--state", str(tmp_path / "s"), "--run", "own", "--rl-engine", "hf", "--rl-steps", "2", "--min-verified", "1",
             "--rl-config", str(Path(__file__).parents[1] / "configs" / "arith-smollm2.yaml"),
-            *[f"--rl-set={kv}" for kv in (f"model={model}", "generate.max_tokens=4", "generate.k=2",
+            *[f"--rl-set={kv}" for kv in (f"model={model}", "generate.max_tokens=4", "generate.topology.params.k=2",
                                            "generate.prompts_per_step=2", "signals.entropy=false")]]
     with pytest.raises(SystemExit, match="holds 0 verified distinct rollouts, fewer than --min-verified 1"):
         rs.main(argv)

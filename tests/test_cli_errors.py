@@ -35,7 +35,8 @@ def train_cfg(tmp_path, tiny_dir):
     def write(**over):
         cfg = {"run_name": "t", "output_dir": str(tmp_path / "runs"), "model": tiny_dir, "steps": 1,
                "tasks": [{"name": "arith", "n_train": 4, "n_eval": 0, "params": {"level": 1}}],
-               "generate": {"k": 2, "prompts_per_step": 2, "max_tokens": 4}, "tensorboard": False,
+               "generate": {"topology": {"name": "group", "params": {"k": 2}}, "prompts_per_step": 2, "max_tokens": 4},
+               "tensorboard": False,
                "eval": {"before": False, "after": False}}
         cfg.update(over)
         p = tmp_path / "cfg.yaml"
@@ -73,6 +74,17 @@ def test_train_bad_value_and_bad_set(tmp_path, train_cfg):
     _mistake(tmp_path, "train", str(cfg), "--set", "steps=-3", names="steps")
     _mistake(tmp_path, "train", str(cfg), "--set", "steps", names="KEY=VALUE")
     _mistake(tmp_path, "train", str(tmp_path / "missing.yaml"), names="missing.yaml")
+
+
+def test_train_notes_an_old_config_key_in_one_line(tmp_path, train_cfg):
+    """A config in the older flat shape: one ``note:`` line per old key saying what to write, then the run
+    (here the one error line of a bad value, so nothing trains)."""
+    cfg = train_cfg(generate={"k": 2, "prompts_per_step": 2, "max_tokens": 4}, steps=0)
+    p = subprocess.run([*GFCR, "train", str(cfg)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and p.stderr.splitlines() == [
+        "note: generate.k is the old config shape: write generate.topology: {name: group, params: {k: 2}} (read "
+        "that way for now; `gfcr config migrate FILE` rewrites a file)",
+        f"error: invalid TrainConfig in {cfg}: steps: Input should be greater than or equal to 1 [greater_than_equal]"]
 
 
 def test_serve_missing_model_path(tmp_path):

@@ -23,36 +23,36 @@ def _error_line(overrides: dict, loader=load_config) -> str:
 # (overrides, the wrong key's line, the wrong type's overrides, its line) per component kind of gfcr train
 TRAIN_CASES = {
     "verifier": (
-        {"verify.verifier": "numeric", "verify.params": {"rel_tl": 0.1}},
-        "verify.params: unknown key 'rel_tl' for verifier 'numeric'; allowed: answer_format, lenient_fallback, "
-        "allow_truncated, rel_tol, abs_tol",
-        {"verify.verifier": "numeric", "verify.params": {"rel_tol": "small"}},
-        "verify.params.rel_tol: input should be a valid number, unable to parse string as a number, got 'small' "
-        "for verifier 'numeric'"),
+        {"verify.verifier": {"name": "numeric", "params": {"rel_tl": 0.1}}},
+        "verify.verifier.params: unknown key 'rel_tl' for verifier 'numeric'; allowed: answer_format, "
+        "lenient_fallback, allow_truncated, rel_tol, abs_tol",
+        {"verify.verifier": {"name": "numeric", "params": {"rel_tol": "small"}}},
+        "verify.verifier.params.rel_tol: input should be a valid number, unable to parse string as a number, got "
+        "'small' for verifier 'numeric'"),
     "selector": (
-        {"control.selector": "vcrl", "control.selector_params": {"kapa": 0.3}},
-        "control.selector_params: unknown key 'kapa' for selector 'vcrl'; allowed: key, kappa, floor",
-        {"control.selector": "vcrl", "control.selector_params": {"floor": [0.1]}},
-        "control.selector_params.floor: input should be a valid number, got [0.1] for selector 'vcrl'"),
+        {"control.selector": {"name": "vcrl", "params": {"kapa": 0.3}}},
+        "control.selector.params: unknown key 'kapa' for selector 'vcrl'; allowed: key, kappa, floor",
+        {"control.selector": {"name": "vcrl", "params": {"floor": [0.1]}}},
+        "control.selector.params.floor: input should be a valid number, got [0.1] for selector 'vcrl'"),
     "group policy": (
-        {"control.group": "adaptive_k", "control.group_params": {"kmin": 2}},
-        "control.group_params: unknown key 'kmin' for group policy 'adaptive_k'; allowed: k_min, k_max",
-        {"control.group": "adaptive_k", "control.group_params": {"k_max": "many"}},
-        "control.group_params.k_max: input should be a valid integer, unable to parse string as an integer, got "
+        {"control.group": {"name": "adaptive_k", "params": {"kmin": 2}}},
+        "control.group.params: unknown key 'kmin' for group policy 'adaptive_k'; allowed: k_min, k_max",
+        {"control.group": {"name": "adaptive_k", "params": {"k_max": "many"}}},
+        "control.group.params.k_max: input should be a valid integer, unable to parse string as an integer, got "
         "'many' for group policy 'adaptive_k'"),
     "buffer": (
-        {"replay.buffer": "repo", "replay.params": {"num_replay": 2}},
-        "replay.params: unknown key 'num_replay' for buffer 'repo'; allowed: strategy, num_replays, max_cache_size, "
-        "min_cache_to_replay, adv_norm_mode, off_policy_loss_coef, loss_sets",
-        {"replay.buffer": "repo", "replay.params": {"num_replays": "many"}},
-        "replay.params.num_replays: input should be a valid integer, unable to parse string as an integer, got "
-        "'many' for buffer 'repo'"),
+        {"replay.buffer": {"name": "repo", "params": {"num_replay": 2}}},
+        "replay.buffer.params: unknown key 'num_replay' for buffer 'repo'; allowed: strategy, num_replays, "
+        "max_cache_size, min_cache_to_replay, adv_norm_mode, off_policy_loss_coef, loss_sets",
+        {"replay.buffer": {"name": "repo", "params": {"num_replays": "many"}}},
+        "replay.buffer.params.num_replays: input should be a valid integer, unable to parse string as an integer, "
+        "got 'many' for buffer 'repo'"),
     "advantage estimator": (
-        {"signals.advantage": "seed_grpo", "signals.advantage_params": {"alfa": 1.0}},
-        "signals.advantage_params: unknown key 'alfa' for advantage estimator 'seed_grpo'; allowed: alpha, form, "
+        {"signals.advantage": {"name": "seed_grpo", "params": {"alfa": 1.0}}},
+        "signals.advantage.params: unknown key 'alfa' for advantage estimator 'seed_grpo'; allowed: alpha, form, "
         "estimator, likelihood",
-        {"signals.advantage": "seed_grpo", "signals.advantage_params": {"likelihood": "maybe"}},
-        "signals.advantage_params.likelihood: input should be a valid boolean, unable to interpret input, got "
+        {"signals.advantage": {"name": "seed_grpo", "params": {"likelihood": "maybe"}}},
+        "signals.advantage.params.likelihood: input should be a valid boolean, unable to interpret input, got "
         "'maybe' for advantage estimator 'seed_grpo'"),
     "token term": (
         {"signals.token_terms": [{"name": "teacher_kl", "params": {"discnt": 0.5}}]},
@@ -61,22 +61,24 @@ TRAIN_CASES = {
         "signals.token_terms[].params.discount: input should be a valid number, unable to parse string as a number, "
         "got 'half' for token term 'teacher_kl'"),
     "length reward": (
-        {"signals.length_reward": "shorter_better", "signals.length_params": {"gamma": 1.0}},
-        "signals.length_params: unknown key 'gamma' for length reward 'shorter_better'; allowed: alpha, beta",
-        {"signals.length_reward": "shorter_better", "signals.length_params": {"beta": "tiny"}},
-        "signals.length_params.beta: input should be a valid number, unable to parse string as a number, got "
-        "'tiny' for length reward 'shorter_better'"),
+        {"signals.length_reward": {"name": "shorter_better", "params": {"gamma": 1.0}}},
+        "signals.length_reward.params: unknown key 'gamma' for length reward 'shorter_better'; allowed: alpha, beta",
+        {"signals.length_reward": {"name": "shorter_better", "params": {"beta": "tiny"}}},
+        "signals.length_reward.params.beta: input should be a valid number, unable to parse string as a number, "
+        "got 'tiny' for length reward 'shorter_better'"),
     "topology": (
-        {"generate.topology": "tree", "generate.params": {"mm": 2}},
-        "generate.params: unknown key 'mm' for topology 'tree'; allowed: m, n, l, t, min_prefix_frac, no_fork_after",
-        {"generate.topology": "tree", "generate.params": {"m": "two"}},
-        "generate.topology.m: Input should be a valid integer, unable to parse string as an integer [int_parsing]"),
+        {"generate.topology": {"name": "tree", "params": {"mm": 2}}},
+        "generate.topology.params: unknown key 'mm' for topology 'tree'; allowed: m, n, l, t, min_prefix_frac, "
+        "no_fork_after",
+        {"generate.topology": {"name": "tree", "params": {"m": "two"}}},
+        "generate.topology.params.m: input should be a valid integer, unable to parse string as an integer, got "
+        "'two' for topology 'tree'"),
     "engine": (
-        {"generate.engine": "openai", "generate.engine_params": {"base_url": "http://127.0.0.1:1/v1", "timeout": 5}},
-        "generate.engine_params: unknown key 'timeout' for engine 'openai'; allowed: base_url, model, api_key, "
+        {"generate.engine": {"name": "openai", "params": {"base_url": "http://127.0.0.1:1/v1", "timeout": 5}}},
+        "generate.engine.params: unknown key 'timeout' for engine 'openai'; allowed: base_url, model, api_key, "
         "max_concurrency, max_retries, backoff_s, timeout_s, extra_body",
-        {"generate.engine": "openai", "generate.engine_params": {"base_url": "http://127.0.0.1:1/v1", "timeout_s": "soon"}},
-        "generate.engine_params.timeout_s: input should be a valid number, unable to parse string as a number, got "
+        {"generate.engine": {"name": "openai", "params": {"base_url": "http://127.0.0.1:1/v1", "timeout_s": "soon"}}},
+        "generate.engine.params.timeout_s: input should be a valid number, unable to parse string as a number, got "
         "'soon' for engine 'openai'"),
     "task source": (
         {"tasks": [{"name": "arith", "params": {"lvl": 2}}]},
@@ -96,49 +98,136 @@ def test_a_wrong_key_and_a_wrong_type_fail_at_train_config_load(kind):
 
 
 def test_params_are_coerced_to_the_declared_types_and_kept_as_given():
-    cfg = load_config(None, {"replay.buffer": "repo", "replay.params": {"num_replays": "3"},
-                             "control.selector": "greso", "control.selector_params": {"p_min": "1e-2"}})
-    assert cfg.replay.params == {"num_replays": 3}  # only the keys given; the buffer keeps its defaults
-    assert cfg.control.selector_params == {"p_min": 0.01}  # YAML reads 1e-2 as a string; the selector takes a float
+    cfg = load_config(None, {"replay.buffer": {"name": "repo", "params": {"num_replays": "3"}},
+                             "control.selector": {"name": "greso", "params": {"p_min": "1e-2"}}})
+    assert cfg.replay.buffer.params == {"num_replays": 3}  # only the keys given; the buffer keeps its defaults
+    assert cfg.control.selector.params == {"p_min": 0.01}  # YAML reads 1e-2 as a string; the selector takes a float
+    # the typed model of the method, looked up by name, has every default of the method's own class
+    from gfcr.replay.buffers import RePO
+
+    typed = cfg.replay.buffer.typed()
+    assert typed.num_replays == 3 and typed.max_cache_size == RePO().max_cache_size
     # a component whose parameters go on to another library (vllm.LLM) takes any extra key
-    cfg = load_config(None, {"generate.engine": "vllm", "generate.engine_params": {"enforce_eager": True}})
+    cfg = load_config(None, {"generate.engine": {"name": "vllm", "params": {"enforce_eager": True}}})
     assert cfg.generate.engine.params == {"enforce_eager": True}
 
 
+def test_a_method_named_alone_takes_params_from_set():
+    """``--set control.selector.params.kappa=0.3`` over a file that says ``selector: vcrl`` opens the name."""
+    cfg = load_config(None, {"control.selector": "vcrl", "control.selector.params.kappa": 0.3,
+                             "generate.topology": "group", "generate.topology.params.k": 3})
+    assert (cfg.control.selector.name, cfg.control.selector.params, cfg.generate.k) == ("vcrl", {"kappa": 0.3}, 3)
+    line = _error_line({"control.selector": "gresso"})
+    assert line == "control.selector 'gresso' does not exist; choose one of ['greso', 'sec', 'uniform', 'vade', 'vcrl']"
+
+
 def test_the_run_supplies_its_own_engine_arguments():
-    line = _error_line({"generate.engine": "hf", "generate.sync": "copy", "generate.engine_params": {"max_batch": 8}})
-    assert line == "generate.engine_params: unknown key 'max_batch' for engine 'hf'; allowed: dtype"  # generate.max_batch
-    line = _error_line({"generate.engine": "openai", "generate.engine_params": {"base_url": "u", "token_env": "T"}})
+    line = _error_line({"generate.engine": {"name": "hf", "params": {"max_batch": 8}}, "generate.sync": "copy"})
+    assert line == "generate.engine.params: unknown key 'max_batch' for engine 'hf'; allowed: dtype"  # generate.max_batch
+    line = _error_line({"generate.engine": {"name": "openai", "params": {"base_url": "u", "token_env": "T"}}})
     assert "'token_env' names no parameter of engine 'openai'" in line and "api_key_env" in line
 
 
-def test_train_composes_generates_engine_and_topology_sub_configs(tmp_path):
-    from gfcr.generate.config import EngineConfig, TopologyConfig
+def test_generate_has_one_shape_in_gfcr_generate_and_gfcr_train(tmp_path):
+    """The engine and topology sections of a ``gfcr generate`` config are ``gfcr train``'s
+    ``generate.engine`` and ``generate.topology`` as they are, and are written back the same way."""
+    from gfcr.generate.config import EngineConfig, GenerateConfig, TopologyConfig
 
-    flat = load_config(None, {"generate.engine": "openai", "generate.engine_params": {"base_url": "u", "model": "m"},
-                              "generate.topology": "multi_turn", "generate.k": 3,
-                              "generate.params": {"env": "calculator", "max_turns": 2}})
-    g = flat.generate
+    sections = {"engine": {"name": "openai", "model": "m", "params": {"base_url": "u"}},
+                "topology": {"name": "multi_turn", "params": {"k": 3, "env": "calculator", "max_turns": 2}}}
+    gen = GenerateConfig.model_validate({"store": "s", **sections})
+    train = load_config(None, {f"generate.{k}": v for k, v in sections.items()})
+    g = train.generate
     assert isinstance(g.engine, EngineConfig) and isinstance(g.topology, TopologyConfig)
-    assert (g.engine.name, g.engine.params, g.topology.name, g.k, g.topology.env, g.topology.max_turns) == \
-        ("openai", {"base_url": "u", "model": "m"}, "multi_turn", 3, "calculator", 2)
-    nested = load_config(None, {"generate.engine": {"name": "openai", "params": {"base_url": "u", "model": "m"}},
-                                "generate.topology": {"name": "multi_turn", "k": 3, "env": "calculator", "max_turns": 2}})
-    assert nested.generate == g
-    # the resolved config keeps only the topology's own keys and loads back to the same config
-    dump_config(flat, tmp_path / "config.yaml")
+    resolved = sections | {"topology": {"name": "multi_turn", "params": sections["topology"]["params"] |
+                                        {"obs_role": "user"}}}  # a topology's defaults are written out
+    for key in sections:
+        assert getattr(gen, key).model_dump() == getattr(g, key).model_dump() == resolved[key]
+    assert (g.k, g.topology.typed().env, g.topology.kwargs()["obs_role"]) == (3, "calculator", "user")
+    # the resolved config is written in the same shape and loads back to the same config
+    dump_config(train, tmp_path / "config.yaml")
     written = yaml.safe_load((tmp_path / "config.yaml").read_text())["generate"]
-    assert written["topology"] == {"name": "multi_turn", "k": 3, "env": "calculator", "max_turns": 2, "obs_role": "user"}
-    assert load_config(tmp_path / "config.yaml") == flat
-    # a run folder written before the composition (flat keys) still loads (resume)
-    old = yaml.safe_load((tmp_path / "config.yaml").read_text())
-    old["generate"] |= {"engine": "openai", "engine_params": {"base_url": "u", "model": "m"}, "topology": "multi_turn",
-                        "k": 3, "params": {"env": "calculator", "max_turns": 2}}
+    assert {k: written[k] for k in sections} == resolved
+    assert load_config(tmp_path / "config.yaml") == train
+    # a run folder's config.yaml written before (topology keys flat, every default filled) is the same
+    # config as the file it was resolved from, so --resume finds nothing changed
+    assert load_config(None, {"generate": {"topology": {"name": "group", "k": 4}}}) == load_config(None, {})
+
+
+def test_the_old_flat_shape_loads_with_one_note_per_key(tmp_path):
+    """A config (or a run folder's config.yaml, for --resume) written in the flat shape loads to the
+    same config; each old key is said in one line with what to write instead."""
+    import warnings
+
+    new = {"generate": {"engine": {"name": "openai", "params": {"base_url": "u", "model": "m"}},
+                        "topology": {"name": "multi_turn", "params": {"k": 3, "env": "calculator"}}},
+           "verify": {"verifier": {"name": "numeric", "params": {"lenient_fallback": True}}},
+           "signals": {"advantage": {"name": "seed_grpo", "params": {"alpha": 0.5}},
+                       "length_reward": {"name": "shorter_better", "params": {"beta": 0.01}}},
+           "control": {"selector": {"name": "vcrl", "params": {"kappa": 0.3}},
+                       "group": {"name": "adaptive_k", "params": {"k_max": 6}}},
+           "replay": {"buffer": {"name": "repo", "params": {"num_replays": 2}}}}
+    old = {"generate": {"engine": "openai", "engine_params": {"base_url": "u", "model": "m"}, "topology": "multi_turn",
+                        "k": 3, "params": {"env": "calculator"}},
+           "verify": {"params": {"lenient_fallback": True}},  # the default verifier, numeric
+           "signals": {"advantage": "seed_grpo", "advantage_params": {"alpha": 0.5},
+                       "length_reward": "shorter_better", "length_params": {"beta": 0.01}},
+           "control": {"selector": "vcrl", "selector_params": {"kappa": 0.3},
+                       "group": "adaptive_k", "group_params": {"k_max": 6}},
+           "replay": {"buffer": "repo", "params": {"num_replays": 2}}}
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
-    assert load_config(tmp_path / "old.yaml") == flat
-    # a --set in the flat spelling over a config written nested (a run's config.yaml) wins
-    over = load_config(tmp_path / "config.yaml", {"generate.k": 5, "generate.engine_params.model": "n"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = load_config(tmp_path / "old.yaml")
+    assert got == load_config(None, new)
+    notes = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+    assert len(notes) == 9 and all(n.count("\n") == 0 for n in notes)
+    assert "control.selector_params is the old config shape: write control.selector: {name: vcrl, params: " \
+           "{kappa: 0.3}} (read that way for now; `gfcr config migrate FILE` rewrites a file)" in notes
+    assert any(n.startswith("generate.k is the old config shape: write generate.topology: {name: multi_turn, "
+                            "params: {k: 3}}") for n in notes)
+    # a --set in the old spelling over a file in the new shape wins (the flat key was the override)
+    (tmp_path / "new.yaml").write_text(yaml.safe_dump(new))
+    over = load_config(tmp_path / "new.yaml", {"generate.k": 5, "generate.engine_params.model": "n"})
     assert (over.generate.k, over.generate.engine.params) == (5, {"base_url": "u", "model": "n"})
+    # parameters of a method that is off by default, with no method named, are refused in one line
+    assert _error_line({"replay.params": {"num_replays": 2}}) == (
+        "replay.params is set but replay.buffer is not (name the buffer the parameters are for: replay.buffer: "
+        "{name: NAME, params: {...}})")
+    # a tree's size is its shape: the old generate.k never applied to it and is dropped
+    tree = load_config(None, {"generate.k": 4, "generate.topology": "tree", "generate.params": {"m": 2}})
+    assert tree.generate.topology.params["m"] == 2 and "k" not in tree.generate.topology.params
+
+
+def test_gfcr_config_migrate_rewrites_an_old_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from gfcr.cli import app
+
+    old = {"steps": 2, "generate": {"k": 2, "engine_params": {"dtype": "bfloat16"}, "sync": "copy"},
+           "control": {"selector": "vcrl", "selector_params": {"kappa": 0.3}}}
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(old))
+    res = CliRunner().invoke(app, ["config", "migrate", str(path)])
+    assert res.exit_code == 0, res.output
+    printed = yaml.safe_load(res.stdout)
+    assert printed["generate"]["topology"] == {"name": "group", "params": {"k": 2}}
+    assert printed["generate"]["engine"] == {"name": "hf", "params": {"dtype": "bfloat16"}}
+    assert printed["control"]["selector"] == {"name": "vcrl", "params": {"kappa": 0.3}}
+    assert "moved: control.selector_params" in res.stderr
+    assert load_config(None, printed) == load_config(path)  # the same config, now in the current shape
+    res = CliRunner().invoke(app, ["config", "migrate", str(path), "--write"])
+    assert res.exit_code == 0 and yaml.safe_load(path.read_text()) == printed
+    res = CliRunner().invoke(app, ["config", "migrate", str(path), "--write"])  # already current: left alone
+    assert res.exit_code == 0 and "already in the current shape" in res.stderr
+    gen = tmp_path / "gen.yaml"
+    gen.write_text(yaml.safe_dump({"sampling": {"max_tokens": 8}, "topology": {"name": "tree", "m": 2}}))
+    res = CliRunner().invoke(app, ["config", "migrate", str(gen)])
+    assert res.exit_code == 0 and yaml.safe_load(res.stdout)["topology"] == {"name": "tree", "params": {"m": 2}}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"control": {"group_params": {"k_max": 3}}}))
+    res = CliRunner().invoke(app, ["config", "migrate", str(bad)])
+    assert res.exit_code == 2 and "control.group_params is set but control.group is not" in res.stderr
 
 
 def test_gfcr_generate_checks_the_same_sub_configs():
@@ -149,8 +238,11 @@ def test_gfcr_generate_checks_the_same_sub_configs():
     with pytest.raises(ValidationError, match="engine.params: unknown key 'max_bach' for engine 'hf'; allowed: model, "
                                               "tokenizer, device, max_batch, policy_version, dtype"):
         GenerateConfig(store="s", engine={"name": "hf", "params": {"max_bach": 4}})
-    with pytest.raises(ValidationError, match="topology: unknown key 'm' for topology 'group'; allowed: k"):
-        GenerateConfig(store="s", topology={"name": "group", "m": 2})
+    with pytest.raises(ValidationError, match="topology.params: unknown key 'm' for topology 'group'; allowed: k"):
+        GenerateConfig(store="s", topology={"name": "group", "params": {"m": 2}})
+    with pytest.warns(FutureWarning, match=r"topology: \{name: tree, m: 2\} is the old config shape: write "
+                                           r"topology: \{name: tree, params: \{m: 2\}\}"):
+        assert GenerateConfig(store="s", topology={"name": "tree", "m": 2}).topology.params["m"] == 2
     with pytest.raises(ValidationError, match="tasks.params.level: input should be a valid integer"):
         GenerateConfig(store="s", tasks={"name": "arith", "params": {"level": "x"}})
     cfg = GenerateConfig(store="s", engine={"name": "pkg.mod:Mine", "params": {"anything": 1}})  # a user's own engine
@@ -226,11 +318,11 @@ def test_engine_args_is_read_as_params_with_a_one_line_deprecation_note(tmp_path
     assert notes == ["engine.args is deprecated: write engine.params (read as engine.params for now)"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        t = load_config(None, {"generate.engine": {"name": "openai", "args": {"base_url": "u"}},
-                               "generate.engine_params": {"model": "m"}})
-    assert t.generate.engine.params == {"base_url": "u", "model": "m"}  # the flat key still merges in
+        t = load_config(None, {"generate.engine": {"name": "openai", "args": {"base_url": "u", "model": "m"}}})
+    assert t.generate.engine.params == {"base_url": "u", "model": "m"}
     assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == [
-        "generate.engine.args is deprecated: write generate.engine.params (read as generate.engine.params for now)"]
+        "generate.engine.args is the old config shape: write generate.engine.params (read that way for now; "
+        "`gfcr config migrate FILE` rewrites a file)"]
     assert "args" not in yaml.safe_load(yaml.safe_dump(t.model_dump(mode="json")))["generate"]["engine"]
 
 

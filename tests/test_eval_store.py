@@ -127,7 +127,7 @@ def test_train_keeps_its_before_and_after_evals_as_rollouts(tiny_dir, tmp_path):
     cfg = load_config(None, {
         "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 1, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 4, "n_eval": 3, "params": {"level": 1}}],
-        "generate.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4,
+        "generate.topology.params.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4,
         "eval.before": True, "eval.after": True, "eval.k": 2, "eval.max_tokens": 4})
     res = train(cfg, run_dir=tmp_path / "run", progress=False)
     evals = RolloutStore.open(res.run_dir / "evals")

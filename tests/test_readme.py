@@ -89,7 +89,7 @@ def _key(argv: list[str]) -> str:
 
 
 def _tiny_train() -> list[str]:
-    return ["--set", "model={tiny}", "--set", "steps=3", "--set", "generate.k=2", "--set", "generate.prompts_per_step=2",
+    return ["--set", "model={tiny}", "--set", "steps=3", "--set", "generate.topology.params.k=2", "--set", "generate.prompts_per_step=2",
             "--set", "generate.max_tokens=6", "--set", "eval.before=false", "--set", "eval.after=false",
             "--set", "checkpoint.every=3", "--set", "tensorboard=false"]
 
@@ -131,7 +131,7 @@ RULES: dict[str, tuple[str, object]] = {
     "gfcr scale verify": ("tiny", {"replace": {"4": "1"}, "check": "stdout_json"}),
 }
 #: how a later command reaches a server the README starts in the background
-SERVE_CONFIG = {"configs/arith-smollm2-serve.yaml": ["--set", "generate.engine_params.base_url=http://127.0.0.1:{port}/v1"]}
+SERVE_CONFIG = {"configs/arith-smollm2-serve.yaml": ["--set", "generate.engine.params.base_url=http://127.0.0.1:{port}/v1"]}
 
 
 def _add_solved_rollouts(store_path: Path, tokenizer_dir: str, n: int = 6) -> None:

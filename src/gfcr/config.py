@@ -1,5 +1,6 @@
 """Typed configs from YAML: one loader for every room's pydantic config, the strict base model
-every config section derives from, object resolution (a name in a room's table, or a user's
+every config section derives from, the one shape of a chosen method (:class:`Method`: ``KEY: NAME``
+or ``KEY: {name: NAME, params: {...}}``), object resolution (a name in a room's table, or a user's
 ``pkg.module:name``), the typed parameters of a named component, and new run folders.
 
 ``load_config_model(Model, path, overrides)`` reads a YAML mapping (``None`` = all defaults),
@@ -17,10 +18,10 @@ import warnings
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -182,6 +183,59 @@ def check_component(where: str, kind: str, name: str | None, table: Mapping[str,
     return check_params(where, kind, name, target, params, skip)
 
 
+class Method(StrictModel):
+    """A chosen method and its parameters: the one shape of every component a config names.
+
+    Written ``KEY: NAME`` (short for ``{name: NAME}``) or ``KEY: {name: NAME, params: {...}}``, e.g.
+    ``control: {selector: {name: greso, params: {p_min: 0.01}}}``. A subclass says where names are
+    looked up (:meth:`table`, a room's name → class table), what the method is called in errors
+    (``kind``), the section's config path (``path``) and what the caller supplies itself (``skip``).
+    ``params`` are checked at load against the method's own parameter model, looked up by name
+    (:func:`params_model`: its ``Config`` class, or a model of its constructor's signature, so each
+    default stays on the method's class) and kept as given; :meth:`typed` gives the full model with
+    the defaults filled in. Example: ``SelectorMethod.model_validate("vcrl").typed().kappa`` is
+    VCRL's default ``kappa``; ``{"name": "vcrl", "params": {"kapa": 1}}`` fails with
+    ``control.selector.params: unknown key 'kapa' for selector 'vcrl'; allowed: key, kappa, floor``.
+    """
+
+    name: str = Field(description="The method's name in its room's table.")
+    params: dict[str, Any] = Field(default_factory=dict, description=(
+        "The method's keyword arguments, checked against its parameters at config load."))
+
+    #: what the method is called in error lines ("selector", "buffer"...)
+    kind: ClassVar[str] = "method"
+    #: config path of the section, in error lines
+    path: ClassVar[str] = "method"
+    #: parameters the caller passes itself (not settable in params)
+    skip: ClassVar[tuple[str, ...]] = ()
+    #: whether a user's own ``pkg.module:name`` may be named
+    allow_path: ClassVar[bool] = False
+
+    @classmethod
+    def table(cls) -> Mapping[str, Any]:
+        """The room's name → method table (imported on use: config load loads no method code)."""
+        return {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _check(self) -> Method:
+        table = self.table()
+        if self.name not in table and not (self.allow_path and ":" in self.name):
+            extra = " or 'pkg.module:object'" if self.allow_path else ""
+            raise ConfigError(f"{self.path} {self.name!r} does not exist; choose one of {sorted(table)}{extra}")
+        self.params = check_component(f"{self.path}.params", self.kind, self.name, table, self.params, self.skip)
+        return self
+
+    def typed(self) -> BaseModel:
+        """The method's parameter model with ``params`` and every default (:func:`params_model`)."""
+        target = resolve_object(self.name, self.table(), self.kind)
+        return params_model(target, tuple(sorted(self.skip))).model_validate(self.params)
+
+
 def parse_sets(sets: list[str] | None) -> dict[str, Any]:
     """``["optim.lr=1e-5", "steps=4"]`` → ``{"optim.lr": 1e-5, "steps": 4}`` (values parsed as YAML)."""
     out: dict[str, Any] = {}
@@ -226,11 +280,15 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | None) -> dict[str, Any]:
-    """Set dotted keys in a nested mapping (in place; returns it)."""
+    """Set dotted keys in a nested mapping (in place; returns it). A method written by its name alone
+    opens into ``{name: NAME}`` when a key below it is set (``selector: greso`` with
+    ``control.selector.params.p_min=0.01`` is ``{name: greso, params: {p_min: 0.01}}``)."""
     for key, value in (overrides or {}).items():
         node = data
         parts = key.split(".")
         for part in parts[:-1]:
+            if isinstance(node.get(part), str):
+                node[part] = {"name": node[part]}
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {key!r}: {part!r} is not a section")
@@ -258,6 +316,14 @@ def _error_line(err: Any) -> str:
     if isinstance(cause, ConfigError):
         return f"  {cause}"
     return f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']} [{err['type']}]"
+
+
+def note_old_shape(old: str, write: str) -> None:
+    """The one-line note (``FutureWarning``) of a config key read in an old shape: what was given and
+    what to write instead. Example: ``note_old_shape("control.selector_params", "control.selector:
+    {name: greso, params: {...}}")``."""
+    warnings.warn(f"{old} is the old config shape: write {write} (read that way for now; "
+                  "`gfcr config migrate FILE` rewrites a file)", FutureWarning, stacklevel=3)
 
 
 def note_renamed(data: Any, renames: dict[str, str], where: str) -> Any:

@@ -54,10 +54,10 @@ def demo_config(full: bool = False, output_dir: str = "runs", model: str = "defa
             {"name": "arith", "n_train": 64, "n_eval": 8, "params": {"level": 1}},
             {"name": "arith", "n_train": 192, "n_eval": 56 if full else 24, "params": {"level": 2}},
         ],
-        "generate": {"k": 4, "prompts_per_step": 8 if full else 4, "max_tokens": 64, "temperature": 0.7},
+        "generate": {"topology": {"name": "group", "params": {"k": 4}}, "prompts_per_step": 8 if full else 4, "max_tokens": 64, "temperature": 0.7},
         # SmolLM2-135M rarely writes the 'Answer: N' line the task asks for: the reward falls back to the
         # last number (recorded per verdict as lenient_fallback); a truncated answer is never verified
-        "verify": {"params": {"lenient_fallback": True}},
+        "verify": {"verifier": {"name": "numeric", "params": {"lenient_fallback": True}}},
         "loss": {"agg": "seq-mean-token-mean", "clip_low": 0.2, "clip_high": 0.28},
         "optim": {"lr": 2e-6, "micro_batch": 4},
         "checkpoint": {"every": 5 if full else 4},
@@ -125,7 +125,7 @@ def stage_ross(d: Demo, say: Callable[[Any], None]) -> None:
     res = run_ross_demo(
         store=d.store_path, upstream_model=str(d.result.checkpoint), base_model=d.model_path,
         out_dir=d.run_dir / "ross", n_eval=32 if d.full else 8, k=4 if d.full else 2,
-        epochs=3 if d.full else 1, max_tokens=max_tokens, verifier_params=d.cfg.verify.params,
+        epochs=3 if d.full else 1, max_tokens=max_tokens, verifier_params=d.cfg.verify.verifier.params,
         variants=("positive_sft", "ross_nomask", "ross") if d.full else ("positive_sft", "ross"), log=say,
     )
     d.outputs["ROSS table"] = res.run_dir / "table.md"

@@ -37,7 +37,7 @@ def test_the_loop_carries_unfinished_rollouts_and_trains_them_when_complete(tiny
 
     over = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 3, "tensorboard": False,
             "tasks": [{"name": "arith", "n_train": 2, "n_eval": 0, "params": {"level": 1}}],
-            "generate.k": 2, "generate.prompts_per_step": 1, "generate.max_tokens": 6,
+            "generate.topology.params.k": 2, "generate.prompts_per_step": 1, "generate.max_tokens": 6,
             "generate.partial_budget": 2, "signals.entropy": False}
     cfg = load_config(None, over)
     d, _ = prepare_run(cfg)
@@ -99,7 +99,7 @@ def test_partial_rollouts_default_to_areals_decoupled_objective(tiny_dir, tmp_pa
 
     over = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 3, "tensorboard": False,
             "tasks": [{"name": "arith", "n_train": 2, "n_eval": 0, "params": {"level": 1}}],
-            "generate.k": 2, "generate.prompts_per_step": 1, "generate.max_tokens": 6,
+            "generate.topology.params.k": 2, "generate.prompts_per_step": 1, "generate.max_tokens": 6,
             "generate.partial_budget": 2, "signals.entropy": False}
     assert load_config(None, over).loss.tis_cap == 5.0
     assert load_config(None, over | {"loss.tis_cap": None}).loss.tis_cap is None  # opting out stays possible

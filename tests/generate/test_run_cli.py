@@ -13,7 +13,7 @@ def test_run_generate_into_store(tmp_path, tiny_dir):
         "store": str(tmp_path / "s"), "run_id": "run-a", "step": 3, "batch_prompts": 2,
         "tasks": {"source": "arith", "args": {"n": 3, "level": 1}},
         "engine": {"name": "hf", "model": tiny_dir},
-        "topology": {"name": "group", "k": 2},
+        "topology": {"name": "group", "params": {"k": 2}},
         "sampling": {"max_tokens": 8, "temperature": 1.0},
     })
     out = run_generate(cfg, progress=False)

@@ -271,9 +271,9 @@ def test_gfcr_train_on_engine_vllm_checkpoints_and_resumes_exactly(vllm_tiny, tm
 
     cfg = {"model": str(vllm_tiny), "output_dir": str(tmp_path / "runs"), "steps": 2, "seed": 3, "tensorboard": False,
            "tasks": [{"name": "arith", "n_train": 4, "n_eval": 0, "params": {"level": 1}}],
-           "generate": {"engine": "vllm", "k": 2, "prompts_per_step": 2, "max_tokens": 8,
-                        "engine_params": {"enforce_eager": True, "dtype": "float32", "max_model_len": 256,
-                                          "kv_cache_memory_bytes": 64 << 20}},
+           "generate": {"engine": {"name": "vllm", "params": {"enforce_eager": True, "dtype": "float32",
+                                                              "max_model_len": 256, "kv_cache_memory_bytes": 64 << 20}},
+                        "topology": {"name": "group", "params": {"k": 2}}, "prompts_per_step": 2, "max_tokens": 8},
            "optim": {"lr": 0.05}, "checkpoint": {"every": 1}, "signals": {"entropy": False}}
     path = tmp_path / "vllm.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -409,9 +409,9 @@ def test_gfcr_train_on_vllms_openai_server_reloads_the_new_weights(vllm_tiny_unt
     cfg = load_config(None, {
         "model": str(vllm_tiny_untied), "output_dir": str(tmp_path / "runs"), "steps": 2, "seed": 3, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 4, "n_eval": 0, "params": {"level": 1}}],
-        "generate.engine": "openai", "generate.sync": "vllm_reload", "generate.k": 6, "generate.prompts_per_step": 2,
+        "generate.engine": {"name": "openai", "params": {"base_url": vllm_server + "/v1", "model": "tiny"}},
+        "generate.sync": "vllm_reload", "generate.topology.params.k": 6, "generate.prompts_per_step": 2,
         "generate.max_tokens": 8, "generate.temperature": 1.0,
-        "generate.engine_params": {"base_url": vllm_server + "/v1", "model": "tiny"},
         "verify.verifier": _LastTokenParity.name, "optim.lr": 0.05, "checkpoint.every": 1, "checkpoint.keep_last": 3,
         "signals.entropy": False})
     train(cfg, run_dir=tmp_path / "run", progress=False)

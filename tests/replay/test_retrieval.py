@@ -218,7 +218,7 @@ def test_gfcr_generate_retrieve_option_feeds_the_seeds_to_the_engine(tmp_path, t
     src = _solved_store(tmp_path)
     cfg = GenerateConfig.model_validate({
         "store": str(tmp_path / "out"), "tasks": {"name": "arith", "params": {"n": 2, "level": 1}},
-        "engine": {"name": "hf", "params": {"model": tiny_dir}}, "topology": {"name": "group", "k": 2},
+        "engine": {"name": "hf", "params": {"model": tiny_dir}}, "topology": {"name": "group", "params": {"k": 2}},
         "sampling": {"max_tokens": 3}, "retrieve": {"store": str(src.path), "k": 1}})
     run_generate(cfg, progress=False)
     rs = RolloutStore.open(tmp_path / "out").rollouts()

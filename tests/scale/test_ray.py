@@ -34,7 +34,7 @@ def test_local_cluster_is_loopback_only(cluster):
 
 def _config(store, model, **kw) -> GenerateConfig:
     base = {"store": str(store), "run_id": "r1", "seed": 7, "batch_prompts": 2,
-            "engine": {"name": "hf", "model": model}, "topology": {"name": "group", "k": 2},
+            "engine": {"name": "hf", "model": model}, "topology": {"name": "group", "params": {"k": 2}},
             "sampling": {"temperature": 1.0, "max_tokens": 6}}
     base.update(kw)
     return GenerateConfig.model_validate(base)

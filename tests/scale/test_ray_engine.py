@@ -189,9 +189,9 @@ def test_training_loop_with_ray_engine_syncs_every_actor(cluster, tiny_dir, tmp_
     cfg = load_config(None, {
         "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 2, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 8, "n_eval": 0, "params": {"level": 1}}],
-        "generate.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "signals.entropy": False,
+        "generate.topology.params.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "signals.entropy": False,
         "optim.lr": 0.05, "generate.engine": "ray",
-        "generate.engine_params": {"workers": 2, "inner_params": {"max_batch": 8}},
+        "generate.engine.params": {"workers": 2, "inner_params": {"max_batch": 8}},
     })
     assert cfg.generate.sync == "copy"
     d, resuming = prepare_run(cfg, None, None)

@@ -98,10 +98,11 @@ def test_simulator_and_loop_build_the_same_batch(tiny_dir, tmp_path, case):
     selector = sel[0] if sel else "uniform"
     over = {"model": tiny_dir, "output_dir": str(tmp_path), "seed": SEED, "tensorboard": False, "steps": STEPS,
             "tasks": [{"name": "arith", "n_train": len(P), "n_eval": 0, "params": {"level": 1}}],
-            "generate.k": K, "generate.prompts_per_step": B, "generate.max_tokens": 8, "signals.entropy": False,
-            "control.group": group, "control.group_params": gparams, "control.selector": selector}
+            "generate.topology": {"name": "group", "params": {"k": K}}, "generate.prompts_per_step": B,
+            "generate.max_tokens": 8, "signals.entropy": False,
+            "control.group": {"name": group, "params": gparams}, "control.selector": selector}
     if buffer:
-        over |= {"replay.buffer": buffer, "replay.params": bparams}
+        over |= {"replay.buffer": {"name": buffer, "params": bparams}}
     cfg = load_config(None, over)
     d, _ = prepare_run(cfg)
     t = TrainingRun(cfg, d, False, progress=False)

@@ -195,7 +195,7 @@ def test_simulator_and_loop_assemble_the_same_batch(tiny_dir, tmp_path, buffer):
               "exgrpo": {"start_solved_ratio": 0.2, "mix_ratio": 0.5, "group_size": 4}, "ar3po": {}}[buffer]
     cfg = load_config(None, {"model": tiny_dir, "output_dir": str(tmp_path), "seed": 7, "tensorboard": False,
                              "tasks": [{"name": "arith", "n_train": 4, "n_eval": 0, "params": {"level": 1}}],
-                             "generate.k": 4, "replay.buffer": buffer, "replay.params": params})
+                             "generate.topology.params.k": 4, "replay.buffer": {"name": buffer, "params": params}})
     d, _ = prepare_run(cfg)
     t = TrainingRun(cfg, d, False, progress=False)
     t.setup()

@@ -47,7 +47,7 @@ def test_lineage_of_a_real_run_matches_the_loops_counts(tiny_dir, tmp_path):
     cfg = load_config(None, {
         "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 3, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 8, "n_eval": 0, "params": {"level": 1}}],
-        "generate.k": 4, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "optim.lr": 1e-3,
+        "generate.topology.params.k": 4, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "optim.lr": 1e-3,
         "replay": {"buffer": "fifo", "per_step": 3}})
     res = train(cfg, run_dir=tmp_path / "run", progress=False)
     rows = {r["step"]: r for r in map(json.loads, res.metrics_path.read_text().splitlines())}

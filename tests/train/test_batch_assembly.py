@@ -21,7 +21,7 @@ S3 = 3 ** -0.5
 def _run(tiny_dir, tmp_path, n_train=1, **over) -> TrainingRun:
     base = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 8, "tensorboard": False,
             "tasks": [{"name": "arith", "n_train": n_train, "n_eval": 0, "params": {"level": 1}}],
-            "generate.k": 4, "generate.prompts_per_step": 1, "generate.max_tokens": 4, "signals.entropy": False}
+            "generate.topology.params.k": 4, "generate.prompts_per_step": 1, "generate.max_tokens": 4, "signals.entropy": False}
     cfg = load_config(None, base | over)
     d, _ = prepare_run(cfg)
     t = TrainingRun(cfg, d, False, progress=False)
@@ -90,8 +90,8 @@ def test_single_round_grpo_unbiased(tiny_dir, tmp_path):
 
 def test_ar3po_injects_cached_correct_and_renormalises(tiny_dir, tmp_path):
     """AR3PO: [0,0,0,0] + the cached correct answer → [−0.447 ×4, +1.789] (GRPO over the 5)."""
-    t = _run(tiny_dir, tmp_path, **{"replay.buffer": "ar3po", "control.group_params": {"stages": 1}})
-    assert t.cfg.control.group == "ar3po"  # the buffer brings its staged rollout
+    t = _run(tiny_dir, tmp_path, **{"replay.buffer": "ar3po", "control.group": {"name": "ar3po", "params": {"stages": 1}}})
+    assert t.cfg.control.group.name == "ar3po"
     sc = Script(t, {0: [[[1, 0, 0, 0]]], 1: [[[0, 0, 0, 0]]]})
     t.step(0)
     t.step(1)
@@ -105,7 +105,7 @@ def test_ar3po_injects_cached_correct_and_renormalises(tiny_dir, tmp_path):
 
 
 def test_ar3po_staged_rollout_merges_stages_into_one_group(tiny_dir, tmp_path):
-    t = _run(tiny_dir, tmp_path, **{"generate.k": 2, "control.group": "ar3po", "control.group_params": {"stages": 3}})
+    t = _run(tiny_dir, tmp_path, **{"generate.topology.params.k": 2, "control.group": {"name": "ar3po", "params": {"stages": 3}}})
     sc = Script(t, {0: [[[0, 0]], [[1, 0]]]})  # stage 2 is not run: the prompt is solved after stage 1
     t.step(0)
     (b,) = sc.batches
@@ -118,7 +118,7 @@ def test_ar3po_staged_rollout_merges_stages_into_one_group(tiny_dir, tmp_path):
 def test_repo_split_unbiased_replay_group_and_weight(tiny_dir, tmp_path):
     """RePO: the cached [1,0,0,0] replays as its own group → [1.5, −0.5, −0.5, −0.5] (torch.std, unbiased),
     weighted off_policy_loss_coef; the fresh [1,1,0,0] keeps GRPO [0.866, 0.866, −0.866, −0.866]."""
-    t = _run(tiny_dir, tmp_path, **{"replay.buffer": "repo", "replay.params": {
+    t = _run(tiny_dir, tmp_path, **{"replay.buffer.name": "repo", "replay.buffer.params": {
         "strategy": "recent", "num_replays": 4, "max_cache_size": 4, "min_cache_to_replay": 4, "off_policy_loss_coef": 0.5}})
     sc = Script(t, {0: [[[1, 0, 0, 0]]], 1: [[[1, 1, 0, 0]]]})
     t.step(0)
@@ -175,7 +175,7 @@ def test_dynamic_sampling_decides_on_accuracy_not_the_shaped_reward(tiny_dir, tm
     """All wrong with overlong penalties [0, −0.5, 0, 0] has reward variance but no accuracy variance:
     DAPO (metric acc) drops it and samples another round; decide_on: reward keeps it."""
     plan = {0: [[[(0, 2), (0, 3), (0, 2), (0, 2)]], [[1, 0, 0, 0]]]}
-    over = {"control.group": "dynamic_sampling", "signals.overlong_buffer": 2, "control.group_params": {"max_num_gen_batches": 3}}
+    over = {"control.group": {"name": "dynamic_sampling", "params": {"max_num_gen_batches": 3}}, "signals.overlong_buffer": 2}
     t = _run(tiny_dir, tmp_path, n_train=2, **over)  # two prompts: a refill round never redraws one (issue 47)
     sc = Script(t, plan)
     t.step(0)
@@ -198,8 +198,8 @@ def test_dynamic_sampling_refills_never_redraw_a_prompt_of_the_step(tiny_dir, tm
     next step; every round of a step draws a new prompt, and a round with the pool used up generates nothing."""
     zero, mixed = [[0, 0, 0, 0]], [[1, 0, 0, 0]]
     plan = {0: [zero, zero, zero, mixed], 1: [zero, zero, zero, zero]}
-    t = _run(tiny_dir, tmp_path, n_train=4, **{"control.group": "dynamic_sampling",
-                                              "control.group_params": {"max_num_gen_batches": 6}})
+    t = _run(tiny_dir, tmp_path, n_train=4, **{"control.group": {"name": "dynamic_sampling",
+                                                                 "params": {"max_num_gen_batches": 6}}})
     sc = Script(t, plan)  # a fifth round of step 1 would find no plan: generation must not be called
     t.step(0)
     t.step(1)
@@ -215,7 +215,7 @@ def test_dynamic_sampling_refills_never_redraw_a_prompt_of_the_step(tiny_dir, tm
 
 
 def test_gfpo_keeps_the_shortest_and_normalises_over_them(tiny_dir, tmp_path):
-    t = _run(tiny_dir, tmp_path, **{"control.group": "gfpo", "control.group_params": {"k": 2}})
+    t = _run(tiny_dir, tmp_path, **{"control.group": {"name": "gfpo", "params": {"k": 2}}})
     sc = Script(t, {0: [[[(1, 3), (0, 9), (0, 2), (1, 8)]]]})
     t.step(0)
     (b,) = sc.batches
@@ -227,7 +227,7 @@ def test_gfpo_keeps_the_shortest_and_normalises_over_them(tiny_dir, tmp_path):
 def test_adaptive_k_sizes_follow_the_posterior(tiny_dir, tmp_path):
     from gfcr.control.policies import AdaptiveK
 
-    t = _run(tiny_dir, tmp_path, n_train=2, **{"control.group": "adaptive_k", "control.group_params": {"k_min": 2, "k_max": 6},
+    t = _run(tiny_dir, tmp_path, n_train=2, **{"control.group": {"name": "adaptive_k", "params": {"k_min": 2, "k_max": 6}},
                                                "generate.prompts_per_step": 2})
     pids = [p.prompt_id for p in t.train_prompts]
     t.policy.outcomes = {pids[0]: (3, 3), pids[1]: (0, 9)}
@@ -276,7 +276,7 @@ def test_a_registered_token_term_reaches_the_update(tiny_dir, tmp_path, monkeypa
 
 
 def _repo(tiny_dir, tmp_path, **params):
-    return _run(tiny_dir, tmp_path, **{"replay.buffer": "repo", "replay.params": {
+    return _run(tiny_dir, tmp_path, **{"replay.buffer.name": "repo", "replay.buffer.params": {
         "strategy": "recent", "num_replays": 3, "max_cache_size": 4, "min_cache_to_replay": 4} | params})
 
 
@@ -315,7 +315,8 @@ def test_exgrpo_alone_follows_the_authors_script(tiny_dir, tmp_path):
     [0, 0, 0 | 1] trains at [−0.25, −0.25, −0.25, +0.75], not GRPO's [−0.5, −0.5, −0.5, +1.5]."""
     t = _run(tiny_dir, tmp_path, **{"replay.buffer": "exgrpo", "generate.prompts_per_step": 2})
     c = t.cfg
-    assert (c.signals.advantage, c.loss.clip, c.loss.agg, c.loss.norm_len) == ("dr_grpo", False, "seq-mean-token-sum-norm", 4)
+    assert (c.signals.advantage.name, c.loss.clip, c.loss.agg, c.loss.norm_len) == \
+        ("dr_grpo", False, "seq-mean-token-sum-norm", 4)
     sc = Script(t, {0: [[[1, 0, 0, 0]]], 1: [[[1, 1, 0, 0]]], 2: [[[1, 1, 0, 0]]], 3: [[[0, 0, 0]]]})
     for s in range(4):
         t.step(s)
@@ -326,7 +327,7 @@ def test_exgrpo_alone_follows_the_authors_script(tiny_dir, tmp_path):
     over = {"replay.buffer": "exgrpo", "signals.advantage": "grpo", "loss.clip": True, "loss.agg": "token-mean",
             "optim.mini_batch": None}
     c = load_config(None, {"model": tiny_dir} | over)  # what the config names stays
-    assert (c.signals.advantage, c.loss.clip, c.loss.agg, c.optim.mini_batch) == ("grpo", True, "token-mean", None)
+    assert (c.signals.advantage.name, c.loss.clip, c.loss.agg, c.optim.mini_batch) == ("grpo", True, "token-mean", None)
 
 
 def test_exgrpo_takes_two_optimizer_steps_a_step_as_its_script(tiny_dir, tmp_path):
@@ -341,7 +342,7 @@ def test_exgrpo_takes_two_optimizer_steps_a_step_as_its_script(tiny_dir, tmp_pat
     row = t.step(0)
     assert row["n_optimizer_steps"] == 2.0
     t.close()
-    assert load_config(None, {"model": tiny_dir, "replay.buffer": "exgrpo", "generate.k": 3,
+    assert load_config(None, {"model": tiny_dir, "replay.buffer": "exgrpo", "generate.topology.params.k": 3,
                               "generate.prompts_per_step": 3}).optim.mini_batch == 5  # 9 rows: 5 + 4
     assert load_config(None, {"model": tiny_dir}).optim.mini_batch is None  # other methods: one step, as before
 
@@ -355,7 +356,7 @@ def test_starpo_s_keeps_the_highest_std_groups_in_the_loop(tiny_dir, tmp_path):
     assert starpo_s_keep([[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1], [1, 0, 0, 0]], 0.5) == [0, 2]
     assert starpo_s_keep([[1, 0, 1, 0], [1, 1, 1, 1]], 0.5, "std_rev") == [1]
     assert starpo_s_keep([[1, 0], [1, 1], [0, 0]], 0.25) == []  # int(0.75) = 0, as RAGEN's topk(0)
-    t = _run(tiny_dir, tmp_path, n_train=4, **{"control.group": "starpo_s", "control.group_params": {"ratio": 0.5},
+    t = _run(tiny_dir, tmp_path, n_train=4, **{"control.group": {"name": "starpo_s", "params": {"ratio": 0.5}},
                                                "generate.prompts_per_step": 4})
     sc = Script(t, {0: [[[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 1], [1, 0, 0, 0]]]})
     row = t.step(0)
@@ -373,7 +374,7 @@ def test_a_pairwise_judge_reaches_the_update(tiny_dir, tmp_path, monkeypatch):
     import gfcr.filters.pairwise as pw
 
     monkeypatch.setattr(pw, "_index_judge", lambda p, a, b: float(a > b), raising=False)
-    t = _run(tiny_dir, tmp_path, **{"signals.advantage": "judge", "signals.advantage_params": {
+    t = _run(tiny_dir, tmp_path, **{"signals.advantage.name": "judge", "signals.advantage.params": {
         "mode": "pairwise", "judge": "gfcr.filters.pairwise:_index_judge", "weight": 0.5}})
     sc = Script(t, {0: [[[1, 1, 1, 1]]]})
     for i in range(4):  # completions "a0" < "a1" < ... so the judge prefers the later sample

@@ -101,7 +101,7 @@ LOOP_SCRIPT = textwrap.dedent('''
     cfg = load_config(None, {
         "model": model_dir, "output_dir": out, "steps": 2, "tensorboard": False, "seed": 3,
         "tasks": [{"name": "arith", "n_train": 8, "n_eval": 2, "params": {"level": 1}}],
-        "generate.k": 2, "generate.prompts_per_step": 3, "generate.max_tokens": 4, "optim.lr": 0.05,
+        "generate.topology.params.k": 2, "generate.prompts_per_step": 3, "generate.max_tokens": 4, "optim.lr": 0.05,
         "eval.k": 1, "eval.greedy": False, "eval.before": True, "eval.after": True,
     })
     seen = {}

@@ -101,7 +101,7 @@ def test_gfcr_train_with_a_teacher_scores_stores_and_refuses_a_foreign_tokenizer
     teacher_dir = save_tiny(str(tmp_path / "teacher"), seed=7)
     base = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 2, "tensorboard": False,
             "tasks": [{"name": "arith", "n_train": 2, "n_eval": 0, "params": {"level": 1}}],
-            "generate.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "generate.temperature": 1.0,
+            "generate.topology.params.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "generate.temperature": 1.0,
             "signals.entropy": False,
             "distill": {"teachers": [{"name": "t7", "model": teacher_dir}], "rl_coef": 0.0, "coef": 1.0}}
     res = train(load_config(None, base), run_dir=tmp_path / "r", progress=False)
@@ -247,7 +247,7 @@ def test_the_loop_scores_the_teacher_at_temperature_1_not_the_students(tiny_dir,
     teacher_dir = save_tiny(str(tmp_path / "teacher"), seed=7)
     base = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 1, "tensorboard": False,
             "tasks": [{"name": "arith", "n_train": 1, "n_eval": 0, "params": {"level": 1}}],
-            "generate.k": 2, "generate.prompts_per_step": 1, "generate.max_tokens": 4, "generate.temperature": 0.7,
+            "generate.topology.params.k": 2, "generate.prompts_per_step": 1, "generate.max_tokens": 4, "generate.temperature": 0.7,
             "signals.entropy": False, "distill": {"teachers": [{"name": "t7", "model": teacher_dir}]}}
     m = AutoModelForCausalLM.from_pretrained(teacher_dir).eval()
 

@@ -15,7 +15,7 @@ def _cfg(tiny_dir, tmp_path, steps=3, **over):
     base = {
         "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": steps, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 8, "n_eval": 2, "params": {"level": 1}}],
-        "generate.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 5,
+        "generate.topology.params.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 5,
     }
     base.update(over)
     return load_config(None, base)
@@ -48,7 +48,7 @@ def test_unusable_engines_are_refused_before_anything_is_written(tiny_dir, tmp_p
     from gfcr.serve import free_port
 
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"generate.engine": "openai", "generate.engine_params": {"base_url": url}})
+    cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"generate.engine": {"name": "openai", "params": {"base_url": url}}})
     with pytest.raises(TrainError, match="no server answers"):
         train(cfg, run_dir=tmp_path / "r", progress=False)
     assert not (tmp_path / "r").exists()
@@ -56,7 +56,7 @@ def test_unusable_engines_are_refused_before_anything_is_written(tiny_dir, tmp_p
 
 def test_dynamic_sampling_and_replay_are_wired(tiny_dir, tmp_path):
     cfg = _cfg(tiny_dir, tmp_path, steps=2, **{
-        "control": {"selector": "uniform", "group": "dynamic_sampling", "group_params": {"max_num_gen_batches": 2}},
+        "control": {"selector": "uniform", "group": {"name": "dynamic_sampling", "params": {"max_num_gen_batches": 2}}},
         "replay": {"buffer": "fifo", "per_step": 2},
         "signals.entropy": False,
     })

@@ -20,8 +20,8 @@ def _cfg(tiny_dir, tmp_path, steps=3, **over):
     base = {
         "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": steps, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 6, "n_eval": 0, "params": {"level": 1}}],
-        "generate.k": 4, "generate.prompts_per_step": 3, "generate.max_tokens": 3, "signals.entropy": False,
-        "control.group": "adaptive_k", "control.group_params": {"k_min": 2, "k_max": 8},
+        "generate.topology.params.k": 4, "generate.prompts_per_step": 3, "generate.max_tokens": 3, "signals.entropy": False,
+        "control.group": {"name": "adaptive_k", "params": {"k_min": 2, "k_max": 8}},
     }
     base.update(over)
     return load_config(None, base)
@@ -82,7 +82,7 @@ def test_adaptive_k_with_a_tree_is_refused_at_load(tiny_dir, tmp_path):
     from gfcr.train.config import ConfigError
 
     with pytest.raises(ConfigError, match="adaptive_k"):
-        _cfg(tiny_dir, tmp_path, **{"generate.topology": "tree", "generate.params": {"m": 2, "n": 1, "l": 1, "t": 1}})
+        _cfg(tiny_dir, tmp_path, **{"generate.topology": {"name": "tree", "params": {"m": 2, "n": 1, "l": 1, "t": 1}}})
 
 
 def test_shorter_better_shapes_rewards_and_advantages_by_hand(tiny_dir, tmp_path):
@@ -91,9 +91,9 @@ def test_shorter_better_shapes_rewards_and_advantages_by_hand(tiny_dir, tmp_path
     from gfcr.filters.signals import ADVANTAGES
     from gfcr.testing import make_rollout
 
-    cfg = _cfg(tiny_dir, tmp_path, **{"control.group": None, "control.group_params": {},
-                                      "signals.length_reward": "shorter_better",
-                                      "signals.length_params": {"alpha": 1.0, "beta": 0.1},
+    cfg = _cfg(tiny_dir, tmp_path, **{"control.group": None,
+                                      "signals.length_reward": {"name": "shorter_better",
+                                                                "params": {"alpha": 1.0, "beta": 0.1}},
                                       "verify.format_bonus": 0.5})
     d, _ = prepare_run(cfg)
     t = TrainingRun(cfg, d, False, progress=False)
@@ -114,17 +114,18 @@ def test_shorter_better_shapes_rewards_and_advantages_by_hand(tiny_dir, tmp_path
 def test_length_params_without_length_reward_fail_at_load(tiny_dir, tmp_path):
     from gfcr.train.config import ConfigError
 
-    with pytest.raises(ConfigError, match="length_reward"):
-        _cfg(tiny_dir, tmp_path, **{"signals.length_params": {"beta": 0.1}})
-    with pytest.raises(ConfigError, match="unknown key .gamma. for length reward .shorter_better.; allowed: alpha, beta"):
-        _cfg(tiny_dir, tmp_path, **{"signals.length_reward": "shorter_better", "signals.length_params": {"gamma": 1}})
+    with pytest.raises(ConfigError, match="signals.length_params is set but signals.length_reward is not"):
+        _cfg(tiny_dir, tmp_path, **{"signals.length_params": {"beta": 0.1}})  # the old shape, no method named
+    with pytest.raises(ConfigError, match="signals.length_reward.params: unknown key .gamma. for length reward "
+                                          ".shorter_better.; allowed: alpha, beta"):
+        _cfg(tiny_dir, tmp_path, **{"signals.length_reward": {"name": "shorter_better", "params": {"gamma": 1}}})
 
 
 def test_early_exit_on_repetition_reaches_the_store(tiny_dir, tmp_path):
     from gfcr.control.groups import tail_ngram_count
     from gfcr.store import RolloutStore
 
-    cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"control.group": None, "control.group_params": {},
+    cfg = _cfg(tiny_dir, tmp_path, steps=1, **{"control.group": None,
                                                 "generate.max_tokens": 24, "generate.repeat_ngram": 1,
                                                 "generate.repeat_max": 2})
     res = train(cfg, run_dir=tmp_path / "ee", progress=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,12 @@ def test_the_table_is_read():
 def test_every_documented_option_runs_two_steps(tiny_dir, tmp_path, name, over):
     base = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 2, "tensorboard": False,
             "tasks": [{"name": "arith", "n_train": 2, "n_eval": 0, "params": {"level": 1}}],
-            "generate.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 3, "signals.entropy": False}
+            "generate.topology": {"name": "group", "params": {"k": 2}}, "generate.prompts_per_step": 2, "generate.max_tokens": 3, "signals.entropy": False}
     over = json.loads(json.dumps(over).replace('"@model"', json.dumps(tiny_dir)))  # a teacher: the tiny model
-    res = train(load_config(None, base | over), run_dir=tmp_path / "r", progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # every row is written in the current config shape
+        cfg = load_config(None, base | over)
+    res = train(cfg, run_dir=tmp_path / "r", progress=False)
     rows = [json.loads(x) for x in res.metrics_path.read_text().splitlines()]
     assert res.steps_done == 2 and [r["step"] for r in rows] == [0, 1]
     assert all(r["n_rollouts"] > 0 for r in rows)

@@ -80,8 +80,8 @@ def _cfg(tiny_dir, tmp_path, **over):
     base = {
         "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 2, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 4, "n_eval": 0, "params": {"level": 1}}],
-        "generate.topology": "multi_turn", "generate.params": {"env": "forced_calculator", "max_turns": 3},
-        "generate.k": 3, "generate.prompts_per_step": 2, "generate.max_tokens": 8,
+        "generate.topology": {"name": "multi_turn", "params": {"env": "forced_calculator", "max_turns": 3, "k": 3}},
+        "generate.prompts_per_step": 2, "generate.max_tokens": 8,
         "verify.verifier": EvenFinalTurn.name, "optim.lr": 1e-3,
     }
     base.update(over)
@@ -104,7 +104,7 @@ def test_final_turn_text_is_the_last_assistant_message():
 
 
 @pytest.mark.parametrize("params, match", [
-    ({}, "generate.params.env"),
+    ({}, "generate.topology.params.env"),
     ({"env": "calculator", "max_turns": 0}, "max_turns"),
     ({"env": "calculator", "m": 2}, "unknown key 'm' for topology 'multi_turn'; allowed: env, k, max_turns, obs_role"),
 ])
@@ -112,12 +112,12 @@ def test_bad_multi_turn_params_are_refused_at_config_load(tiny_dir, tmp_path, pa
     from gfcr.config import ConfigError
 
     with pytest.raises(ConfigError, match=match):
-        _cfg(tiny_dir, tmp_path, **{"generate.params": params, "verify.verifier": "numeric"})
+        _cfg(tiny_dir, tmp_path, **{"generate.topology.params": params, "verify.verifier": "numeric"})
 
 
 def test_an_unknown_env_is_refused_before_the_run(tiny_dir, tmp_path):
-    cfg = _cfg(tiny_dir, tmp_path, **{"generate.params": {"env": "no_such_env"}, "verify.verifier": "numeric"})
-    with pytest.raises(TrainError, match="generate.params.env"):
+    cfg = _cfg(tiny_dir, tmp_path, **{"generate.topology.params": {"env": "no_such_env"}, "verify.verifier": "numeric"})
+    with pytest.raises(TrainError, match="generate.topology.params.env"):
         train(cfg, run_dir=tmp_path / "r", progress=False)
     assert not (tmp_path / "r").exists()
 

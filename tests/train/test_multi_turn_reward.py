@@ -158,7 +158,7 @@ def test_user_env_by_import_path_reports_a_reward_and_a_bad_one_is_refused():
 
 def _verify_with(source: str, rollouts, answer="14", topology="multi_turn", bonus=0.0, weight=0.5):
     params = {"env": "calculator"} if topology == "multi_turn" else {}  # env is a multi_turn key only
-    cfg = load_config(None, {"generate.topology": topology, "generate.params": params,
+    cfg = load_config(None, {"generate.topology": {"name": topology, "params": params},
                              "verify.reward_source": source, "verify.env_weight": weight,
                              "verify.format_bonus": bonus})
     fake = SimpleNamespace(cfg=cfg, prompt_by_id={"p0": _prompt(answer)}, verifier=get_verifier("numeric"),
@@ -217,8 +217,8 @@ def test_multi_turn_run_records_its_reward_source_and_evaluates_episodes(tmp_pat
     cfg = load_config(None, {
         "model": model, "output_dir": str(tmp_path / "runs"), "steps": 1, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 2, "n_eval": 2, "params": {"level": 1}}],
-        "generate.topology": "multi_turn", "generate.params": {"env": "calculator", "max_turns": 2},
-        "generate.k": 2, "generate.prompts_per_step": 1, "generate.max_tokens": 6,
+        "generate.topology": {"name": "multi_turn", "params": {"env": "calculator", "max_turns": 2, "k": 2}},
+        "generate.prompts_per_step": 1, "generate.max_tokens": 6,
         "verify.reward_source": "env_or_verifier", "signals.entropy": False,
         "eval.before": True, "eval.k": 2, "eval.max_tokens": 4,
     })

@@ -36,7 +36,7 @@ def _cfg(tiny_dir, tmp_path, steps, **over):
     base = {
         "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": steps, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 8, "n_eval": 0, "params": {"level": 1}}],
-        "generate.k": 4, "generate.prompts_per_step": 2, "generate.max_tokens": 4,
+        "generate.topology.params.k": 4, "generate.prompts_per_step": 2, "generate.max_tokens": 4,
         "verify.verifier": LastTokenParity.name, "optim.lr": 1e-3,
     }
     base.update(over)
@@ -114,7 +114,7 @@ def test_tree_topology_trains_on_treerl_advantages(tiny_dir, tmp_path, parity, m
 
     monkeypatch.setattr(trainer_mod.PolicyTrainer, "update", spy)
     tree = {"m": 2, "n": 1, "l": 1, "t": 1, "min_prefix_frac": 0.0}
-    cfg = _cfg(tiny_dir, tmp_path, steps=2, **{"generate.topology": "tree", "generate.params": tree,
+    cfg = _cfg(tiny_dir, tmp_path, steps=2, **{"generate.topology": {"name": "tree", "params": tree},
                                                "generate.max_tokens": 6})
     res = train(cfg, run_dir=tmp_path / "tree", progress=False)
     rows = _rows(res)
@@ -143,6 +143,6 @@ def test_unsupported_topology_combinations_are_refused(tiny_dir, tmp_path, parit
 
     with pytest.raises(ConfigError, match="gfpo"):
         _cfg(tiny_dir, tmp_path, steps=1, **{"generate.topology": "tree", "control.group": "gfpo"})
-    with pytest.raises(ConfigError, match="multi_turn needs generate.params.env"):  # refused at config load
+    with pytest.raises(ConfigError, match="multi_turn needs generate.topology.params.env"):  # refused at config load
         _cfg(tiny_dir, tmp_path, steps=1, **{"generate.topology": "multi_turn"})
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

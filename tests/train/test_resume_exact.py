@@ -32,10 +32,10 @@ class LastTokenParity:
 
 OPTIONS = {
     "greso+dynamic_sampling+repo": {
-        "control": {"selector": "greso", "group": "dynamic_sampling", "group_params": {"max_num_gen_batches": 2}},
+        "control": {"selector": "greso", "group": {"name": "dynamic_sampling", "params": {"max_num_gen_batches": 2}}},
         "replay": {"buffer": "repo", "params": {"num_replays": 2, "max_cache_size": 4, "min_cache_to_replay": 2}}},
     "vade+adaptive_k+exgrpo": {
-        "control": {"selector": "vade", "group": "adaptive_k", "group_params": {"k_min": 2, "k_max": 6}},
+        "control": {"selector": "vade", "group": {"name": "adaptive_k", "params": {"k_min": 2, "k_max": 6}}},
         "replay": {"buffer": "exgrpo", "params": {"start_solved_ratio": 0.2}}},
 }
 
@@ -43,7 +43,7 @@ OPTIONS = {
 def _cfg(tiny_dir, tmp_path, extra):
     base = {"model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 4, "tensorboard": False, "seed": 3,
             "tasks": [{"name": "arith", "n_train": 3, "n_eval": 0, "params": {"level": 1}}],
-            "generate.k": 4, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "optim.lr": 1e-3,
+            "generate.topology.params.k": 4, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "optim.lr": 1e-3,
             "verify.verifier": LastTokenParity.name, "signals.entropy": False}
     return load_config(None, base | extra)
 

@@ -17,7 +17,7 @@ def _cfg(tiny_dir, tmp_path, steps, **over):
     base = {
         "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": steps, "tensorboard": False,
         "tasks": [{"name": "arith", "n_train": 8, "n_eval": 0, "params": {"level": 1}}],
-        "generate.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "signals.entropy": False,
+        "generate.topology.params.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4, "signals.entropy": False,
         "optim.lr": 0.05,  # big steps so every update changes the weights hash
     }
     base.update(over)
@@ -68,8 +68,8 @@ def test_openai_engine_trains_against_gfcr_serve(tiny_dir, tmp_path):
 
     served = HFEngine(tiny_dir)  # the server's own copy, loaded from the same folder
     with serve_in_thread(served, model_name="tiny", allow_weight_updates=True) as url:
-        cfg = _cfg(tiny_dir, tmp_path, 2, **{"generate.engine": "openai",
-                                              "generate.engine_params": {"base_url": url, "model": "tiny"}})
+        cfg = _cfg(tiny_dir, tmp_path, 2, **{"generate.engine": {"name": "openai",
+                                                                  "params": {"base_url": url, "model": "tiny"}}})
         assert cfg.generate.sync == "http"
         t, initial, metrics, versions = _run(cfg)
         _assert_same_weights(served.model, t.model)
@@ -82,8 +82,8 @@ def test_openai_engine_trains_against_gfcr_serve(tiny_dir, tmp_path):
 @pytest.mark.parametrize("over, match", [
     ({"generate.engine": "vllm", "generate.sync": "http"}, "does not work with engine 'vllm'"),
     ({"generate.sync_every": 2}, "sync_every > 1 needs"),
-    ({"generate.engine": "openai"}, "needs generate.engine_params.base_url"),
-    ({"generate.engine": "openai", "generate.engine_params": {"base_url": "http://127.0.0.1:1/v1", "api_key": "k"}},
+    ({"generate.engine": "openai"}, "needs generate.engine.params.base_url"),
+    ({"generate.engine": {"name": "openai", "params": {"base_url": "http://127.0.0.1:1/v1", "api_key": "k"}}},
      "api_key_env"),
 ])
 def test_engine_and_sync_settings_are_checked_at_load(tiny_dir, tmp_path, over, match):
@@ -93,7 +93,7 @@ def test_engine_and_sync_settings_are_checked_at_load(tiny_dir, tmp_path, over, 
 
 @pytest.mark.parametrize("topology, params", [
     ("tree", {"m": 2, "n": 1, "l": 1, "t": 1}),
-    ("multi_turn", {"env": "calculator", "max_turns": 2}),
+    ("multi_turn", {"env": "calculator", "max_turns": 2, "k": 2}),
 ])
 def test_tree_and_multi_turn_sample_through_gfcr_serve(tiny_dir, tmp_path, topology, params):
     """Topologies that continue token prefixes work through the server: the trainer's tokenizer
@@ -103,9 +103,9 @@ def test_tree_and_multi_turn_sample_through_gfcr_serve(tiny_dir, tmp_path, topol
 
     served = HFEngine(tiny_dir)
     with serve_in_thread(served, model_name="tiny", allow_weight_updates=True) as url:
-        cfg = _cfg(tiny_dir, tmp_path, 2, **{"generate.engine": "openai", "generate.topology": topology,
-                                              "generate.params": params,
-                                              "generate.engine_params": {"base_url": url, "model": "tiny"}})
+        cfg = _cfg(tiny_dir, tmp_path, 2, **{
+            "generate.engine": {"name": "openai", "params": {"base_url": url, "model": "tiny"}},
+            "generate.topology": {"name": topology, "params": params}})
         t, initial, metrics, versions = _run(cfg)
         _assert_same_weights(served.model, t.model)
     assert versions == {0: {initial}, 1: {metrics[0]["policy_version"]}}

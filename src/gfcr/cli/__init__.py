@@ -11,6 +11,7 @@ One module per command group, each with a ``register(app)`` that adds its comman
     simulate  gfcr simulate, gfcr retrieve
     report    gfcr report, gfcr view
     scale     gfcr scale generate|verify
+    config    gfcr config migrate
 
 They share :mod:`gfcr.cli.common` (the error helper, the clean-up guard, option helpers) and import
 no other CLI module. Heavy imports (torch, transformers) happen inside the command bodies so that
@@ -27,9 +28,22 @@ from typing import Annotated
 # PASSIVE while one other process was busy). Set before torch loads; an explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import warnings  # noqa: E402
+
 import typer  # noqa: E402
 
-from . import generate, report, ross, scale, simulate, store, train, verify  # noqa: E402
+_format_warning = warnings.formatwarning
+
+
+def _one_line_note(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001
+    """A config note (``FutureWarning``: an old key read, what to write instead) as one ``note:`` line
+    on stderr, not Python's two-line warning with the source line."""
+    if issubclass(category, FutureWarning):
+        return f"note: {message}\n"
+    return _format_warning(message, category, filename, lineno, line)
+
+
+from . import config, generate, report, ross, scale, simulate, store, train, verify  # noqa: E402
 from .common import DEBUG, GfcrGroup, strip_internal_help  # noqa: E402
 
 app = typer.Typer(
@@ -69,9 +83,10 @@ def _root(
     """Rollouts as first-class data for LLM RL post-training: Generate, Filter, Control, Replay, ROSS."""
     if debug:
         DEBUG["on"] = True
+    warnings.formatwarning = _one_line_note  # type: ignore[assignment]
 
 
-for _group in (store, generate, verify, train, ross, simulate, report, scale):
+for _group in (store, generate, verify, train, ross, simulate, report, scale, config):
     _group.register(app)
 strip_internal_help(app)  # "Long because" notes are for the code's readers, not --help
 

@@ -304,6 +304,9 @@ def generate_config(config: Path | None, *, store: str | None = None, run_id: st
     for key, val in (("store", store), ("run_id", run_id), ("step", step), ("seed", seed), ("batch_prompts", batch_prompts)):
         if val is not None:
             data[key] = val
+    for section in ("engine", "topology"):  # a method written by its name alone opens into {name: NAME}
+        if isinstance(data.get(section), str):
+            data[section] = {"name": data[section]}
     eng = data.setdefault("engine", {})
     key = "args" if "args" in eng else "params"  # args: the old name (noted when the config loads)
     if engine is not None and engine != eng.get("name", "hf") and eng.get(key):
@@ -318,11 +321,13 @@ def generate_config(config: Path | None, *, store: str | None = None, run_id: st
     for key, val in (("base_url", base_url), ("device", device)):
         if val is not None:
             eng.setdefault("args" if "args" in eng else "params", {})[key] = val  # args: the old name (noted)
-    topo = data.setdefault("topology", {})
+    from gfcr.generate.config import migrate_topology
+
+    topo = data["topology"] = migrate_topology(data.get("topology", {}), "topology", note=True)  # before --k
     if topology is not None:
         topo["name"] = topology
     if k is not None and topo.get("name") != "tree":  # --k is the group/multi_turn size; a tree's is its shape
-        topo["k"] = k
+        topo.setdefault("params", {})["k"] = k
     tasks = data.setdefault("tasks", {})
     if "source" in tasks:  # the older spellings of name/params
         tasks["name"] = tasks.pop("source")

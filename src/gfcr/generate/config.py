@@ -1,7 +1,9 @@
 """The generation config vocabulary: the engine (:class:`EngineConfig`), the rollout topology
-(:class:`TopologyConfig`), retrieval-seeded prompts (:class:`RetrieveConfig`) and ``gfcr generate``'s
-whole job (:class:`GenerateConfig`). ``gfcr train`` composes the engine and topology sections
-(:mod:`gfcr.train.config`); :mod:`gfcr.generate.run` runs a :class:`GenerateConfig`.
+(:class:`TopologyConfig`, its parameters typed per topology), retrieval-seeded prompts
+(:class:`RetrieveConfig`) and ``gfcr generate``'s whole job (:class:`GenerateConfig`). ``gfcr train``
+composes the engine and topology sections as they are (``generate.engine``, ``generate.topology``:
+one shape in both commands, :mod:`gfcr.train.config`); :mod:`gfcr.generate.run` runs a
+:class:`GenerateConfig`.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import AliasChoices, Field, model_serializer, model_validator
+from pydantic import AliasChoices, Field, ValidationError, model_validator
 
 from gfcr.config import ConfigError, StrictModel, note_renamed
 from gfcr.generate.engines.base import SamplingParams
@@ -17,8 +19,8 @@ from gfcr.tasks import TaskConfig
 
 
 class EngineConfig(StrictModel):
-    """Which engine samples: the one engine vocabulary (``gfcr generate``'s ``engine:``; ``gfcr
-    train`` composes it as ``generate.engine`` / ``generate.engine_params``).
+    """Which engine samples, in the one method shape: ``engine: NAME`` or ``engine: {name: NAME,
+    model: ..., params: {...}}`` (``gfcr generate``'s ``engine:``, ``gfcr train``'s ``generate.engine``).
 
     ``params`` are checked at config load against the named engine's parameters
     (:func:`gfcr.config.check_component`); a key ending in ``_env`` names an environment variable
@@ -47,7 +49,9 @@ class EngineConfig(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
-        """``args`` (issue 46: one word, ``params``, for a component's keyword arguments) still reads."""
+        """``NAME`` is ``{name: NAME}``; ``args`` (issue 46: one word, ``params``) still reads, with a note."""
+        if isinstance(data, str):
+            return {"name": data}
         return note_renamed(data, {"args": "params"}, cls.where)
 
     @model_validator(mode="after")
@@ -89,61 +93,121 @@ class EngineConfig(StrictModel):
         return kw
 
 
+class GroupParams(StrictModel):
+    """The group topology's parameters (:class:`gfcr.generate.topologies.Group`; the config default K is 4)."""
+
+    k: int = Field(4, ge=1, description="Samples per prompt (the group size K).")
+
+
+class TreeParams(StrictModel):
+    """The tree topology's parameters (:class:`gfcr.generate.topologies.EPTree`, TreeRL)."""
+
+    m: int = Field(6, ge=1, description="Root paths per prompt.")
+    n: int = Field(2, ge=0, description="Forking points per tree per round.")
+    l: int = Field(1, ge=1, description="Continuations per forking point.")  # noqa: E741
+    t: int = Field(2, ge=0, description="Branching rounds.")
+    min_prefix_frac: float = Field(0.5, ge=0.0, lt=1.0, description=(
+        "Fork only at or after this fraction of the parent's answer (0 = TreeRL's rule)."))
+    no_fork_after: list[str] = Field(default_factory=list, description=(
+        "No forking after a generated token containing one of these words."))
+
+
+class MultiTurnParams(StrictModel):
+    """The multi_turn topology's parameters (policy-env episodes, :class:`gfcr.generate.topologies.MultiTurn`)."""
+
+    env: str = Field("calculator", description="Env name (calculator, python) or 'pkg.mod:Class'.")
+    k: int = Field(4, ge=1, description="Episodes per prompt.")
+    max_turns: int = Field(4, ge=1, description="Most policy turns per episode.")
+    obs_role: str = Field("user", description="Role of the env's observations in the chat.")
+
+
+#: each topology's parameter model (the lookup by name that types ``topology.params``)
+TOPOLOGY_PARAMS: dict[str, type[StrictModel]] = {"group": GroupParams, "tree": TreeParams, "multi_turn": MultiTurnParams}
 #: the keys of each topology (its constructor's parameters less ``params`` and ``seed``)
-TOPOLOGY_KEYS: dict[str, tuple[str, ...]] = {
-    "group": ("k",),
-    "tree": ("m", "n", "l", "t", "min_prefix_frac", "no_fork_after"),
-    "multi_turn": ("env", "k", "max_turns", "obs_role"),
-}
+TOPOLOGY_KEYS: dict[str, tuple[str, ...]] = {name: tuple(m.model_fields) for name, m in TOPOLOGY_PARAMS.items()}
 
 
 class TopologyConfig(StrictModel):
-    """How prompts become rollouts: the one topology vocabulary (``gfcr generate``'s ``topology:``;
-    ``gfcr train`` composes it as ``generate.topology`` / ``generate.k`` / ``generate.params``).
-    A key that the named topology does not take is an error at config load; only the named
-    topology's keys are written out."""
+    """How prompts become rollouts, in the one method shape (:class:`gfcr.config.Method`):
+    ``topology: NAME`` or ``topology: {name: NAME, params: {...}}`` in ``gfcr generate`` and as
+    ``generate.topology`` in ``gfcr train``. ``params`` are checked against the named topology's
+    model (:data:`TOPOLOGY_PARAMS`: :class:`GroupParams`, :class:`TreeParams`,
+    :class:`MultiTurnParams`, where the defaults live), then written with every default filled in
+    (the resolved config names the whole shape; every key has a default). The old shape, the keys beside ``name`` (``{name: tree, m: 6}``), is read with a
+    one-line note."""
 
-    name: Literal["group", "tree", "multi_turn"] = Field("group", description="Topology.")
-    k: int = Field(4, ge=1, description="group/multi_turn: samples (episodes) per prompt.")
-    m: int = Field(6, ge=1, description="tree: root paths per prompt.")
-    n: int = Field(2, ge=0, description="tree: forking points per tree per round.")
-    l: int = Field(1, ge=1, description="tree: continuations per forking point.")  # noqa: E741
-    t: int = Field(2, ge=0, description="tree: branching rounds.")
-    min_prefix_frac: float = Field(
-        0.5, ge=0.0, lt=1.0,
-        description="tree: fork only at or after this fraction of the parent's answer (0 = TreeRL's rule).",
-    )
-    no_fork_after: list[str] = Field(
-        default_factory=list, description=(
-            "tree: no forking after a generated token containing one of these words.")
-    )
-    env: str = Field("calculator", description=(
-        "multi_turn: env name (calculator, python) or 'pkg.mod:Class'."))
-    max_turns: int = Field(4, ge=1, description="multi_turn: most policy turns per episode.")
-    obs_role: str = Field("user", description="multi_turn: role of the env's observations in the chat.")
+    name: Literal["group", "tree", "multi_turn"] = Field("group", description=(
+        "Topology: group, tree or multi_turn."))
+    params: dict[str, Any] = Field(default_factory=dict, description=(
+        "The topology's parameters: group: k; tree: m, n, l, t, min_prefix_frac, no_fork_after; "
+        "multi_turn: env, k, max_turns, obs_role."))
 
     #: config path of this section in error messages
     path: ClassVar[str] = "topology"
 
     @model_validator(mode="before")
     @classmethod
-    def _keys(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("name", "group") in TOPOLOGY_KEYS:
-            name = data.get("name", "group")
-            allowed = TOPOLOGY_KEYS[name]
-            for key in data:
-                if key not in ("name", *allowed):
-                    raise ConfigError(f"{cls.path}: unknown key {key!r} for topology {name!r}; allowed: {', '.join(allowed)}")
-        return data
+    def _shape(cls, data: Any) -> Any:
+        """``NAME`` is ``{name: NAME}``; the old flat keys move under ``params`` (one note)."""
+        if isinstance(data, str):
+            return {"name": data}
+        return migrate_topology(data, cls.path, note=True)
 
-    @model_serializer(mode="wrap")
-    def _only_own_keys(self, handler: Any) -> dict[str, Any]:
-        keep = {"name", *TOPOLOGY_KEYS[self.name]}
-        return {k: v for k, v in handler(self).items() if k in keep}
+    @model_validator(mode="after")
+    def _params(self) -> TopologyConfig:
+        model = TOPOLOGY_PARAMS[self.name]
+        for key in self.params:
+            if key not in model.model_fields:
+                raise ConfigError(f"{self.path}.params: unknown key {key!r} for topology {self.name!r}; "
+                                  f"allowed: {', '.join(model.model_fields)}")
+        try:
+            checked = model.model_validate(self.params)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ConfigError(f"{self.path}.params.{'.'.join(str(x) for x in err['loc'])}: "
+                              f"{err['msg'][0].lower()}{err['msg'][1:]}, got {err['input']!r} for topology "
+                              f"{self.name!r}") from None
+        self.require(set(self.params))
+        self.params = checked.model_dump()
+        return self
+
+    def require(self, given: set[str]) -> None:
+        """Refuse what a composer needs spelled out (``given``: the keys the config named); none here."""
+
+    def typed(self) -> StrictModel:
+        """The topology's parameter model (typed access: ``cfg.topology.typed().env``)."""
+        return TOPOLOGY_PARAMS[self.name].model_validate(self.params)
+
+    @property
+    def k(self) -> int:
+        """Samples (episodes) per prompt. A tree's size is its shape (``make_topology`` drops ``k``);
+        there it is the group default, as before the one shape (what a group policy is handed)."""
+        return int(getattr(self.typed(), "k", GroupParams().k))
 
     def kwargs(self) -> dict[str, Any]:
         """The named topology's keyword arguments (``make_topology(name, params=..., seed=..., **kwargs())``)."""
-        return {k: getattr(self, k) for k in TOPOLOGY_KEYS[self.name]}
+        return self.typed().model_dump()
+
+
+def migrate_topology(data: Any, where: str, note: bool = False) -> Any:
+    """A topology section in the old shape (its keys beside ``name``: ``{name: tree, m: 6}``) in the
+    current one (``{name: tree, params: {m: 6}}``); the keys under ``params`` win over none (given
+    both ways, the flat key wins, as ``--set`` in the old spelling over a current file). ``note``:
+    say it in one line. Anything else is returned as it is."""
+    if not isinstance(data, dict):
+        return data
+    flat = {k: v for k, v in data.items() if k not in ("name", "params")}
+    if not flat:
+        return data
+    name = data.get("name", "group")
+    if note:
+        import yaml
+
+        from gfcr.config import note_old_shape
+
+        shown = yaml.safe_dump(flat, default_flow_style=True, width=10**6).strip()[1:-1]
+        note_old_shape(f"{where}: {{name: {name}, {shown}}}", f"{where}: {{name: {name}, params: {{{shown}}}}}")
+    return {"name": name, "params": {**(data.get("params") or {}), **flat}}
 
 
 class RetrieveConfig(StrictModel):

@@ -386,7 +386,7 @@ class ExGRPO(_Buffer):
         (``loss_remove_token_mean``), two optimizer steps a step (``ppo_mini_batch_size=64`` of
         ``train_batch_size=128``), and groups of the run's K."""
         return {"signals.advantage": "dr_grpo", "loss.clip": False, "loss.agg": "seq-mean-token-sum-norm",
-                "optim.mini_batch": -(-prompts_per_step * k // 2), "replay.params.group_size": k}
+                "optim.mini_batch": -(-prompts_per_step * k // 2), "replay.buffer.params.group_size": k}
 
     def __init__(self, group_size: int = 8, sigma: float = 1.0, mix_ratio: float = 0.5,
                  start_solved_ratio: float = 0.35, shaping_gamma: float = 0.1,

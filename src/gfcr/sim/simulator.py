@@ -375,7 +375,7 @@ class _Run:
         if buffer is not None:
             params = dict(strat.buffer_params)
             for path, value in implied.items():
-                if path.startswith("replay.params."):
+                if path.startswith("replay.buffer.params."):
                     params.setdefault(path.rpartition(".")[2], value)
             try:
                 self.buffer = make_buffer(buffer, **params)

@@ -1,10 +1,13 @@
 """The typed training config: one pydantic model, loaded from YAML, unknown keys are errors.
 
-Components of the other rooms are chosen by name (``selector: greso``, ``buffer: exgrpo``...) with
-their keyword arguments under ``params``; names are checked against each room's name → class table
-by field validators, so a name that does not exist fails at config load with one line naming the
-field and the choices. The resolved config (every default filled in) is written to
-``RUN_DIR/config.yaml``.
+Every method of the other rooms is chosen in one shape (:class:`gfcr.config.Method`): ``KEY: NAME``
+or ``KEY: {name: NAME, params: {...}}`` (``control.selector``, ``control.group``, ``replay.buffer``,
+``signals.advantage``, ``signals.length_reward``, ``verify.verifier``, ``generate.engine``,
+``generate.topology``). A name is looked up in its room's name → class table and its ``params``
+checked against that method's parameters, so a bad name or key fails at config load with one line
+naming the path and the choices. Configs in the older flat shape (``control.selector_params``,
+``generate.k``...) load through :func:`gfcr.train.config_migrate.migrate`, one note per old key.
+The resolved config (every default filled in) is written to ``RUN_DIR/config.yaml``.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import yaml
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
-from gfcr.config import StrictModel, check_component, load_config_model, note_renamed
+from gfcr.config import Method, StrictModel, check_component, load_config_model
 from gfcr.evaluate import EvalConfig as _EvalConfig
 from gfcr.generate.config import EngineConfig, TopologyConfig
 from gfcr.tasks import TaskConfig as _TaskConfig
+from gfcr.train.config_migrate import migrate
 from gfcr.train.distill import DistillConfig
 
 
@@ -56,7 +60,7 @@ class TrainTaskConfig(_TaskConfig):
         return self
 
 
-#: what the training run hands each engine itself (so engine_params may not set it)
+#: what the training run hands each engine itself (so generate.engine.params may not set it)
 _RUN_SUPPLIES: dict[str, tuple[str, ...]] = {
     "hf": ("model", "tokenizer", "device", "max_batch", "policy_version"),
     "vllm": ("model", "policy_version", "weight_sync"),
@@ -66,8 +70,8 @@ _RUN_SUPPLIES: dict[str, tuple[str, ...]] = {
 
 
 class TrainEngineConfig(EngineConfig):
-    """Generate's engine sub-config as training uses it: written ``generate.engine: NAME`` plus
-    ``generate.engine_params: {...}`` (or ``generate.engine: {name, params}``). The policy is the run's
+    """Generate's engine sub-config as training uses it: ``generate.engine: NAME`` or
+    ``generate.engine: {name: NAME, params: {...}}``, as in ``gfcr generate``. The policy is the run's
     ``model``; ``model`` here is only the served model name of the openai engine."""
 
     name: Literal["hf", "vllm", "openai", "ray"] = Field("hf", description=(
@@ -78,7 +82,7 @@ class TrainEngineConfig(EngineConfig):
         "once and loaded by every actor)."))
     params: dict[str, Any] = Field(default_factory=dict, validation_alias=AliasChoices("params", "args"),
                                    description=(
-        "Keyword arguments of the engine (written generate.engine_params), checked against the engine's "
+        "Keyword arguments of the engine, checked against the engine's "
         "parameters at config load. openai: base_url (required), model, max_concurrency, max_retries, "
         "backoff_s, timeout_s, extra_body; api_key_env names an environment variable holding the key (keys "
         "are never written into the run folder). vllm: vllm.LLM arguments (gpu_memory_utilization, "
@@ -86,7 +90,7 @@ class TrainEngineConfig(EngineConfig):
         "bfloat16). ray: workers, inner (hf or vllm), inner_params, actor_options, address, num_cpus."))
 
     extra_engines: ClassVar[dict[str, str]] = {"ray": "gfcr.scale.engine:RayEngine"}
-    params_path: ClassVar[str] = "generate.engine_params"
+    params_path: ClassVar[str] = "generate.engine.params"
     where: ClassVar[str] = "generate.engine"
 
     def supplied(self) -> tuple[str, ...]:
@@ -98,25 +102,35 @@ class TrainEngineConfig(EngineConfig):
             raise ConfigError("generate.engine.model: the engine samples the run's policy (the top-level `model`); "
                               "only the openai engine takes a served model name here")
         if "api_key" in self.params:
-            raise ConfigError("generate.engine_params.api_key: give api_key_env (the name of an environment variable) "
+            raise ConfigError("generate.engine.params.api_key: give api_key_env (the name of an environment variable) "
                               "instead, so the key is not written into the run folder's config.yaml")
         return self
 
 
 class TrainTopologyConfig(TopologyConfig):
-    """Generate's topology sub-config as training uses it: written ``generate.topology: NAME``, the group
-    size ``generate.k`` and the other keys under ``generate.params`` (or ``generate.topology: {name, ...}``)."""
+    """Generate's topology sub-config as training uses it: ``generate.topology: NAME`` or
+    ``generate.topology: {name: NAME, params: {k: 8}}``, as in ``gfcr generate``."""
 
-    path: ClassVar[str] = "generate.params"
+    path: ClassVar[str] = "generate.topology"
+
+    def require(self, given: set[str]) -> None:
+        """A training run's multi_turn topology names its env (the calculator default is only for a look)."""
+        if self.name == "multi_turn" and "env" not in given:
+            from gfcr.generate.envs import ENVS
+
+            raise ConfigError(f"generate.topology multi_turn needs generate.topology.params.env: one of {sorted(ENVS)} "
+                              "or 'pkg.module:Class', e.g. generate: {topology: {name: multi_turn, params: {env: "
+                              "calculator, max_turns: 3}}}")
 
 
 class TrainGenerateConfig(StrictModel):
-    """Generation in a training run: Generate's engine and topology sub-configs, composed, plus what
-    the training step adds (prompts per step, sampling, weight sync)."""
+    """Generation in a training run: Generate's engine and topology sub-configs, written as ``gfcr
+    generate`` writes them (``engine: {name, params}``, ``topology: {name, params}``), plus what the
+    training step adds (prompts per step, sampling, weight sync)."""
 
     engine: TrainEngineConfig = Field(default_factory=TrainEngineConfig, description=(
-        "The engine (gfcr.generate.config.EngineConfig): `engine: hf` with `engine_params: {...}`, or "
-        "`engine: {name: hf, params: {...}}`."))
+        "The engine (gfcr.generate.config.EngineConfig): `engine: hf` or `engine: {name: hf, params: "
+        "{...}}`."))
     sync: Literal["auto", "in_place", "copy", "http", "vllm_reload"] = Field("auto", description=(
         "How new weights reach the engine (gfcr.generate.sync): 'in_place' (hf on the training module: "
         "nothing moves), 'copy' (an engine with its own weights loads the state dict: hf copy, vllm, ray "
@@ -128,12 +142,12 @@ class TrainGenerateConfig(StrictModel):
         "policy_version; the truncated-IS/clipped ratio corrects them). The last step always pushes. Needs "
         "sync 'copy' or 'http'."))
     topology: TrainTopologyConfig = Field(default_factory=TrainTopologyConfig, description=(
-        "Rollout topology (gfcr.generate.config.TopologyConfig): 'group' (k samples per prompt, group "
-        "advantages), 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, min_prefix_frac, "
-        "no_fork_after goes in params; k does not apply) or 'multi_turn' (k policy-env episodes per prompt, "
-        "group advantages on the policy's tokens only; env, max_turns and obs_role go in params, max_tokens "
-        "is per turn). Written `topology: NAME`, `k: K`, `params: {...}`, or `topology: {name: NAME, k: K, "
-        "...}`."))
+        "Rollout topology (gfcr.generate.config.TopologyConfig): 'group' (params.k samples per prompt, "
+        "group advantages), 'tree' (EPTree; TreeRL per-token advantages; its shape m, n, l, t, "
+        "min_prefix_frac, no_fork_after in params; k does not apply) or 'multi_turn' (params.k policy-env "
+        "episodes per prompt, group advantages on the policy's tokens only; env, max_turns, obs_role in "
+        "params; max_tokens is per turn). Written `topology: NAME` or `topology: {name: NAME, params: "
+        "{k: 8}}`."))
     prompts_per_step: int = Field(4, ge=1, description="Prompts selected per training step.")
     temperature: float = Field(0.7, gt=0.0, le=5.0, description=(
         "Sampling temperature (the training forward divides logits by it too)."))
@@ -154,44 +168,96 @@ class TrainGenerateConfig(StrictModel):
         "its group trains in the step its last member finishes. null = off (every rollout runs to max_tokens "
         "in its step). Group topology only."))
 
-    @model_validator(mode="before")
-    @classmethod
-    def _compose(cls, data: Any) -> Any:
-        """The flat keys users write (``engine``/``engine_params``, ``topology``/``k``/``params``) into
-        the engine and topology sub-configs; given both ways, the flat key wins."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        engine = data.get("engine", {})
-        engine = {"name": engine} if isinstance(engine, str) else dict(engine)
-        if "args" in engine:  # the deprecated name of engine.params
-            note_renamed(engine, {"args": "params"}, "generate.engine")
-            engine["params"] = {**(engine.pop("args") or {}), **(engine.get("params") or {})}
-        if "engine_params" in data:  # the flat key wins (e.g. --set generate.engine_params.x over a nested config)
-            engine["params"] = {**(engine.get("params") or {}), **(data.pop("engine_params") or {})}
-        data["engine"] = engine
-        topo = data.get("topology", {})
-        topo = {"name": topo} if isinstance(topo, str) else dict(topo)
-        extra = dict(data.pop("params", None) or {})
-        if "k" in data:
-            extra.setdefault("k", data.pop("k"))
-        if topo.get("name") == "tree":
-            extra.pop("k", None)  # a tree's size is its shape (m, n, l, t); k never applied to it
-        topo.update(extra)  # the flat keys win (e.g. --set generate.k=2 over a nested config)
-        data["topology"] = topo
-        return data
-
     @property
     def k(self) -> int:
-        """Rollouts per prompt (the group size K; a tree's own shape decides its size)."""
+        """Rollouts per prompt: ``generate.topology.params.k`` (the group size K; a tree's own shape
+        decides its size)."""
         return self.topology.k
 
 
+class VerifierMethod(Method):
+    """``verify.verifier``: a verifier of :data:`gfcr.filters.verifiers.VERIFIERS` (params: its ``Config``)."""
+
+    kind: ClassVar[str] = "verifier"
+    path: ClassVar[str] = "verify.verifier"
+
+    @classmethod
+    def table(cls) -> Any:
+        from gfcr.filters.verifiers import VERIFIERS
+
+        return VERIFIERS
+
+
+class SelectorMethod(Method):
+    """``control.selector``: a prompt selector of :data:`gfcr.control.selectors.SELECTORS`."""
+
+    kind: ClassVar[str] = "selector"
+    path: ClassVar[str] = "control.selector"
+    skip: ClassVar[tuple[str, ...]] = ("prompt_ids", "categories")
+
+    @classmethod
+    def table(cls) -> Any:
+        from gfcr.control.selectors import SELECTORS
+
+        return SELECTORS
+
+
+class GroupMethod(Method):
+    """``control.group``: a group policy of :data:`gfcr.control.policies.GROUP_POLICIES`."""
+
+    kind: ClassVar[str] = "group policy"
+    path: ClassVar[str] = "control.group"
+    skip: ClassVar[tuple[str, ...]] = ("decide_on",)
+
+    @classmethod
+    def table(cls) -> Any:
+        from gfcr.control.policies import GROUP_POLICIES
+
+        return GROUP_POLICIES
+
+
+class BufferMethod(Method):
+    """``replay.buffer``: a replay buffer of :data:`gfcr.replay.buffers.BUFFERS`."""
+
+    kind: ClassVar[str] = "buffer"
+    path: ClassVar[str] = "replay.buffer"
+
+    @classmethod
+    def table(cls) -> Any:
+        from gfcr.replay.buffers import BUFFERS
+
+        return BUFFERS
+
+
+class AdvantageMethod(Method):
+    """``signals.advantage``: an advantage estimator of :data:`gfcr.filters.advantages.ESTIMATORS`."""
+
+    kind: ClassVar[str] = "advantage estimator"
+    path: ClassVar[str] = "signals.advantage"
+
+    @classmethod
+    def table(cls) -> Any:
+        from gfcr.filters.advantages import ESTIMATORS
+
+        return ESTIMATORS
+
+
+class LengthRewardMethod(Method):
+    """``signals.length_reward``: a length reward of :data:`LENGTH_REWARDS` (ShorterBetter)."""
+
+    kind: ClassVar[str] = "length reward"
+    path: ClassVar[str] = "signals.length_reward"
+
+    @classmethod
+    def table(cls) -> Any:
+        return LENGTH_REWARDS
+
+
 class VerifyConfig(StrictModel):
-    verifier: str = Field("numeric", description=(
-        "Verifier name in gfcr.filters (math, exact, numeric, format, code, env, composite); numeric uses a "
-        "lenient final-answer extraction (boxed, 'Answer:' line, else the last number)."))
-    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the verifier.")
+    verifier: VerifierMethod = Field(default_factory=lambda: VerifierMethod(name="numeric"), description=(
+        "Verifier in gfcr.filters (math, exact, numeric, format, code, env, composite) and its params; "
+        "numeric uses a lenient final-answer extraction (boxed, 'Answer:' line, else the last number). "
+        "Written `verifier: numeric` or `verifier: {name: numeric, params: {lenient_fallback: true}}`."))
     format_pattern: str = Field(r"(?im)^\s*answer:\s*-?[\d,.]+", description=(
         "Regex of the requested answer format; a match sets the 'format' signal to 1."))
     format_bonus: float = Field(0.0, ge=0.0, description=(
@@ -205,20 +271,6 @@ class VerifyConfig(StrictModel):
     env_weight: float = Field(0.5, ge=0.0, le=1.0, description=(
         "Weight of the env's reward under reward_source 'weighted' (the verifier's score gets 1 - "
         "env_weight)."))
-
-    @field_validator("verifier")
-    @classmethod
-    def _verifier(cls, v: str) -> str:
-        from gfcr.filters.verifiers import VERIFIERS
-
-        return _known("verify.verifier", v, VERIFIERS)  # type: ignore[return-value]
-
-    @model_validator(mode="after")
-    def _params(self) -> VerifyConfig:
-        from gfcr.filters.verifiers import VERIFIERS
-
-        self.params = check_component("verify.params", "verifier", self.verifier, VERIFIERS, self.params)
-        return self
 
 
 class TokenTermConfig(StrictModel):
@@ -264,15 +316,13 @@ class AdaptThinkConfig(StrictModel):
 
 
 class SignalsConfig(StrictModel):
-    advantage: Literal["grpo", "dr_grpo", "rloo", "seed_grpo", "treerl", "reward", "judge"] | None = Field(None, description=(
+    advantage: AdvantageMethod | None = Field(None, description=(
         "Group advantage estimator (gfcr.filters.advantages): grpo (mean/std), dr_grpo (mean only), rloo "
-        "(leave-one-out), seed_grpo (mean-centred, scaled by semantic entropy), treerl (per-token TreeRL "
-        "values of a tree), reward (the reward itself: AdaptThink), judge (GRPO of reward + weight x a "
+        "(leave-one-out), seed_grpo (mean-centred, scaled by semantic entropy; params alpha, form, "
+        "estimator, likelihood), treerl (per-token TreeRL values of a tree; params scaling "
+        "reference|segment), reward (the reward itself: AdaptThink), judge (GRPO of reward + weight x a "
         "pairwise or listwise judge's score in the group; params mode, judge, weight, base). null: treerl "
         "for the tree topology, reward with adapt_think, else grpo."))
-    advantage_params: dict[str, Any] = Field(default_factory=dict, description=(
-        "Keyword arguments of the estimator (seed_grpo: alpha, form, estimator, likelihood; treerl: scaling "
-        "reference|segment)."))
     token_terms: list[TokenTermConfig] = Field(default_factory=list, description=(
         "Per-token terms added to every advantage (e.g. a distillation signal); empty = none."))
     prm: PRMConfig | None = Field(None, description=(
@@ -283,13 +333,11 @@ class SignalsConfig(StrictModel):
     overlong_buffer: int = Field(0, ge=0, description=(
         "DAPO soft overlong punishment buffer in tokens (0 = off)."))
     overlong_penalty: float = Field(1.0, ge=0.0, description="DAPO overlong penalty factor.")
-    length_reward: Literal["shorter_better"] | None = Field(None, description=(
+    length_reward: LengthRewardMethod | None = Field(None, description=(
         "Length control of the reward: 'shorter_better' (ShorterBetter, arXiv 2504.21370) replaces a "
         "rollout's correctness reward by alpha·1[verified] − beta·|length − SOL|, SOL = the group's shortest "
         "verified length (its mean length when none is verified); the format bonus and the overlong penalty "
-        "still add on top. null = off."))
-    length_params: dict[str, Any] = Field(default_factory=dict, description=(
-        "ShorterBetter's alpha (default 1.0) and beta (per token, default 0.001)."))
+        "still add on top; params alpha (default 1.0), beta (per token, default 0.001). null = off."))
     entropy: bool = Field(True, description=(
         "Write signals['entropy'] (mean token entropy under the sampling policy) for every rollout. The hf "
         "engine (also behind gfcr serve and in ray actors) reports it while sampling, at no cost; for "
@@ -299,15 +347,12 @@ class SignalsConfig(StrictModel):
 
 
 class ControlConfig(StrictModel):
-    selector: str = Field("uniform", description=(
-        "Prompt selector name in gfcr.control (uniform, greso, vcrl, vade, sec)."))
-    selector_params: dict[str, Any] = Field(default_factory=dict, description=(
-        "Keyword arguments of the selector."))
-    group: str | None = Field(None, description=(
-        "Group policy in gfcr.control.policies (adaptive_k, dynamic_sampling, gfpo, ar3po); null = single "
-        "(one round, every group)."))
-    group_params: dict[str, Any] = Field(default_factory=dict, description=(
-        "Keyword arguments of the group policy."))
+    selector: SelectorMethod = Field(default_factory=lambda: SelectorMethod(name="uniform"), description=(
+        "Prompt selector in gfcr.control (uniform, greso, vcrl, vade, sec) and its params: `selector: greso` "
+        "or `selector: {name: greso, params: {p_min: 0.01}}`."))
+    group: GroupMethod | None = Field(None, description=(
+        "Group policy in gfcr.control.policies (adaptive_k, dynamic_sampling, gfpo, ar3po, starpo_s) and "
+        "its params; null = single (one round, every group)."))
     decide_on: Literal["accuracy", "reward"] = Field("accuracy", description=(
         "What Control decisions read (dynamic sampling, GFPO, AdaptiveK, every selector's observation): "
         "accuracy (the verdict, 1/0; the reward where there is none) or reward (the shaped reward)."))
@@ -315,53 +360,14 @@ class ControlConfig(StrictModel):
         "AReaL's staleness bound η: a batch row whose policy lag (updates since the policy that sampled it) "
         "exceeds η is dropped; null = off."))
 
-    @field_validator("selector")
-    @classmethod
-    def _selector(cls, v: str) -> str:
-        from gfcr.control.selectors import SELECTORS
-
-        return _known("control.selector", v, SELECTORS)  # type: ignore[return-value]
-
-    @field_validator("group")
-    @classmethod
-    def _group(cls, v: str | None) -> str | None:
-        from gfcr.control.policies import GROUP_POLICIES
-
-        return _known("control.group", v, GROUP_POLICIES)
-
-    @model_validator(mode="after")
-    def _params(self) -> ControlConfig:
-        from gfcr.control.selectors import SELECTORS
-
-        self.selector_params = check_component("control.selector_params", "selector", self.selector, SELECTORS,
-                                               self.selector_params, skip=("prompt_ids", "categories"))
-        return self
-
 
 class ReplayConfig(StrictModel):
-    buffer: str | None = Field(None, description=(
-        "Replay buffer in gfcr.replay (fifo, repo, exgrpo, ar3po); null = no replay. ar3po also turns on "
-        "control.group ar3po (its staged rollout) unless another group policy is named."))
-    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the buffer.")
+    buffer: BufferMethod | None = Field(None, description=(
+        "Replay buffer in gfcr.replay (fifo, repo, exgrpo, ar3po) and its params; null = no replay. ar3po "
+        "also turns on control.group ar3po (its staged rollout) unless another group policy is named."))
     per_step: int = Field(0, ge=0, description=(
         "fifo only: past rollouts mixed into each update (RePO replays num_replays per batch prompt, ExGRPO "
         "mix_ratio of the prompts, AR3PO one per all-wrong group)."))
-
-    @field_validator("buffer")
-    @classmethod
-    def _buffer(cls, v: str | None) -> str | None:
-        from gfcr.replay.buffers import BUFFERS
-
-        return _known("replay.buffer", v, BUFFERS)
-
-    @model_validator(mode="after")
-    def _params(self) -> ReplayConfig:
-        from gfcr.replay.buffers import BUFFERS
-
-        if self.params and self.buffer is None:
-            raise ConfigError("replay.params is set but replay.buffer is not (name a replay buffer)")
-        self.params = check_component("replay.params", "buffer", self.buffer, BUFFERS, self.params)
-        return self
 
 
 class LossConfig(StrictModel):
@@ -460,6 +466,13 @@ class TrainConfig(StrictModel):
         "Where the run's rollouts are stored: a local folder or an s3://, gs://, az:// URI (docs/store.md, "
         "'Stores on object storage'); null = the run folder's store/. --resume reopens the same store."))
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_shape(cls, data: Any) -> Any:
+        """A config in the older flat shape (``control.selector_params``, ``generate.k``...) in the one
+        method shape, one note per old key (:func:`gfcr.train.config_migrate.migrate`)."""
+        return migrate(data, note=True) if isinstance(data, dict) else data
+
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
         """Defaults that depend on other sections, then the cross-section rules, in the order they build on each other.
@@ -472,27 +485,21 @@ class TrainConfig(StrictModel):
             self.loss.norm_len = self.generate.max_tokens
         if self.eval.max_tokens is None:
             self.eval.max_tokens = self.generate.max_tokens
-        if self.replay.per_step and self.replay.buffer != "fifo":
+        buffer = self.replay.buffer.name if self.replay.buffer else None
+        if self.replay.per_step and buffer != "fifo":
             raise ValueError("replay.per_step is the fifo buffer's count; set replay.buffer: fifo, or use the buffer's own "
                              "params (repo: num_replays, exgrpo: mix_ratio; ar3po injects one per all-wrong group)")
-        if self.replay.buffer == "fifo":
-            self.replay.params.setdefault("per_step", self.replay.per_step)
-        from gfcr.control.policies import GROUP_POLICIES
-
-        c = self.control  # the group policy is known once replay.buffer ar3po has named it
-        c.group_params = check_component("control.group_params", "group policy", c.group or "single", GROUP_POLICIES,
-                                         c.group_params, skip=("decide_on",))
+        if self.replay.buffer is not None and buffer == "fifo":
+            self.replay.buffer.params.setdefault("per_step", self.replay.per_step)
         s = self.signals
         if s.advantage is None:
-            s.advantage = "treerl" if self.generate.topology.name == "tree" else "reward" if s.adapt_think else "grpo"
-        from gfcr.filters.advantages import ESTIMATORS
-
-        s.advantage_params = check_component("signals.advantage_params", "advantage estimator", s.advantage,
-                                             ESTIMATORS, s.advantage_params)
+            s.advantage = AdvantageMethod(
+                name="treerl" if self.generate.topology.name == "tree" else "reward" if s.adapt_think else "grpo")
         if s.length_reward and s.adapt_think:
             raise ValueError("signals.length_reward and signals.adapt_think both replace the correctness reward; choose one")
-        if self.generate.topology.name == "tree" and self.control.group in ("gfpo", "adaptive_k", "ar3po"):
-            raise ValueError(f"control.group {self.control.group!r} changes a group's members or size, which a tree's "
+        group = self.control.group.name if self.control.group else None
+        if self.generate.topology.name == "tree" and group in ("gfpo", "adaptive_k", "ar3po"):
+            raise ValueError(f"control.group {group!r} changes a group's members or size, which a tree's "
                              "shape (m, n, l, t) fixes: use dynamic_sampling (whole trees) or no group policy")
         if not self.tasks:
             raise ValueError("tasks: name at least one task source")
@@ -500,10 +507,6 @@ class TrainConfig(StrictModel):
             raise ValueError("signals.token_terms 'teacher_kl' needs a distill section (the teachers that score the rollouts)")
         if self.distill is not None and any(t.name == "teacher_kl" for t in self.signals.token_terms):
             raise ValueError("with a distill section, set the teacher term's weight with distill.coef (not signals.token_terms)")
-        if self.signals.length_params and not self.signals.length_reward:
-            raise ValueError("signals.length_params is set but signals.length_reward is not (set it to shorter_better)")
-        s.length_params = check_component("signals.length_params", "length reward", s.length_reward,
-                                          LENGTH_REWARDS, s.length_params)
         if self.verify.reward_source != "verifier" and self.generate.topology.name != "multi_turn":
             raise ValueError(f"verify.reward_source {self.verify.reward_source!r} reads the env's own verdict, which "
                              "only multi-turn episodes have: set generate.topology: multi_turn, or reward_source: verifier")
@@ -513,11 +516,6 @@ class TrainConfig(StrictModel):
                              f"{g.topology.name!r} shapes its rollouts itself: use topology group, or partial_budget: null")
         if g.partial_budget is not None and "tis_cap" not in self.loss.model_fields_set:
             self.loss.tis_cap = PARTIAL_TIS_CAP  # a partial rollout's segments are off-policy: AReaL's decoupled loss
-        if g.topology.name == "multi_turn" and "env" not in g.topology.model_fields_set:
-            from gfcr.generate.envs import ENVS
-
-            raise ValueError(f"generate.topology multi_turn needs generate.params.env: one of {sorted(ENVS)} or "
-                             "'pkg.module:Class', e.g. generate: {topology: multi_turn, params: {env: calculator, max_turns: 3}}")
         engine = g.engine.name
         if g.sync == "auto":
             g.sync = {"hf": "in_place", "vllm": "copy", "openai": "http", "ray": "copy"}[engine]
@@ -531,28 +529,31 @@ class TrainConfig(StrictModel):
             raise ValueError("generate.sync_every > 1 needs an engine with its own weights (sync 'copy' or 'http'): "
                              "an in-place hf engine always samples with the current weights")
         if g.sync == "in_place" and g.engine.params:
-            raise ValueError(f"generate.engine_params {sorted(g.engine.params)}: the in-place hf engine takes none "
-                             "(set sync: copy for a separate sampling copy, e.g. engine_params: {dtype: bfloat16})")
+            raise ValueError(f"generate.engine.params {sorted(g.engine.params)}: the in-place hf engine takes none (set "
+                             "sync: copy for a separate sampling copy, e.g. engine: {name: hf, params: {dtype: bfloat16}})")
         if engine == "openai" and not g.engine.params.get("base_url"):
-            raise ValueError("engine 'openai' needs generate.engine_params.base_url, e.g. http://127.0.0.1:8000/v1 of a "
+            raise ValueError("engine 'openai' needs generate.engine.params.base_url, e.g. http://127.0.0.1:8000/v1 of a "
                              "`gfcr serve --allow-weight-updates` server")
         return self
 
     def _method_defaults(self) -> None:
         """The defaults a method sets in other sections, declared on its class (``run_defaults``, e.g.
         :meth:`gfcr.replay.buffers.ExGRPO.run_defaults`): each ``section.field`` the config does not name
-        takes the method's value; ``section.params.key`` fills a params dict's missing key."""
+        takes the method's value (a method's name becomes that method); ``section.method.params.key``
+        fills a missing key of that method's params."""
+        from pydantic import TypeAdapter
+
         from gfcr.replay.buffers import BUFFERS
 
-        cls = BUFFERS.get(self.replay.buffer or "")
+        cls = BUFFERS.get(self.replay.buffer.name if self.replay.buffer else "")
         for path, value in (cls.run_defaults(self.generate.prompts_per_step, self.generate.k)
                             if hasattr(cls, "run_defaults") else {}).items():
             section, name, *key = path.split(".")
             sec = getattr(self, section)
-            if key:
-                getattr(sec, name).setdefault(key[0], value)
+            if key:  # ("params", k): the method is named (the buffer whose defaults these are)
+                getattr(sec, name).params.setdefault(key[-1], value)
             elif name not in sec.model_fields_set:
-                setattr(sec, name, value)
+                setattr(sec, name, TypeAdapter(type(sec).model_fields[name].annotation).validate_python(value))
 
 
 #: ``loss.tis_cap`` when ``generate.partial_budget`` is set and the config leaves ``tis_cap`` unset: AReaL's
@@ -562,7 +563,7 @@ class TrainConfig(StrictModel):
 #: (``max_head_offpolicyness: 0``); partial rollouts are never synchronous.
 PARTIAL_TIS_CAP = 5.0
 
-#: length rewards (``signals.length_reward``) → their class, whose parameters ``signals.length_params`` gives
+#: length rewards (``signals.length_reward``) → their class, whose parameters ``signals.length_reward.params`` gives
 LENGTH_REWARDS: dict[str, str] = {"shorter_better": "gfcr.filters.reward:ShorterBetter"}
 
 

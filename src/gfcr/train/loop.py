@@ -146,10 +146,12 @@ class TrainingRun:
         if dist.is_main():
             self.store.upsert_prompts(self.train_prompts + self.eval_prompts)
         c = cfg.control
-        self.selector = make_selector(c.selector, [p.prompt_id for p in self.train_prompts],
-                                      [p.category for p in self.train_prompts], **c.selector_params)
-        self.policy = make_group_policy(c.group, c.decide_on, **c.group_params)
-        self.buffer = make_buffer(cfg.replay.buffer, **cfg.replay.params) if cfg.replay.buffer else None
+        self.selector = make_selector(c.selector.name, [p.prompt_id for p in self.train_prompts],
+                                      [p.category for p in self.train_prompts], **c.selector.params)
+        self.policy = make_group_policy(c.group.name if c.group else None, c.decide_on,
+                                        **(c.group.params if c.group else {}))
+        b = cfg.replay.buffer
+        self.buffer = make_buffer(b.name, **b.params) if b else None
         if hasattr(self.buffer, "loss_agg"):
             self.buffer.loss_agg = cfg.loss.agg  # RePO's split averages rows or, under token-mean, tokens
         from gfcr.control.partial import PartialPool
@@ -164,10 +166,11 @@ class TrainingRun:
         terms = [(t.coef, TOKEN_TERMS[t.name](**t.params)) for t in cfg.signals.token_terms]
         d = cfg.distill  # on-policy distillation: the teacher term joins the (rl_coef-weighted) group advantage
         terms += [(d.coef, TOKEN_TERMS["teacher_kl"](discount=d.discount))] if d is not None else []
-        self.estimator = with_token_terms(make_estimator(cfg.signals.advantage, **cfg.signals.advantage_params), terms,
+        a = cfg.signals.advantage  # resolved at config load (never None here)
+        self.estimator = with_token_terms(make_estimator(a.name, **a.params), terms,  # type: ignore[union-attr]
                                           base_coef=d.rl_coef if d is not None else 1.0)
         self.reward = reward_composition(cfg)
-        self.verifier = get_verifier(cfg.verify.verifier, **cfg.verify.params)
+        self.verifier = get_verifier(cfg.verify.verifier.name, **cfg.verify.verifier.params)
         self.format_verifier = get_verifier("format", pattern=cfg.verify.format_pattern)
 
         self.model_path = resolve_model(None if cfg.model in ("default", "") else cfg.model)

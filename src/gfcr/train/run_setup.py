@@ -58,7 +58,7 @@ def build_engine(cfg: TrainConfig, model: Any, model_path: str, tokenizer: Any, 
     :func:`gfcr.generate.engines.make_engine`.
 
     ``sync: in_place`` hands the hf engine the training module itself; every other engine gets the
-    model path and its own weights (pushed by :mod:`gfcr.generate.sync`). ``engine_params`` keys
+    model path and its own weights (pushed by :mod:`gfcr.generate.sync`). ``generate.engine.params`` keys
     ending in ``_env`` name environment variables (``api_key_env: OPENAI_KEY`` → ``api_key``), so no
     secret is written into the run folder.
     """
@@ -73,7 +73,7 @@ def build_engine(cfg: TrainConfig, model: Any, model_path: str, tokenizer: Any, 
     if g.engine.model is not None:
         kw.setdefault("model", g.engine.model)  # openai: the served model name
     version = None if g.sync == "in_place" else "unsynced"
-    what = {  # what each engine needs from the run besides engine_params
+    what = {  # what each engine needs from the run besides generate.engine.params
         "hf": {"model": model if g.sync == "in_place" else model_path, "tokenizer": tokenizer, "device": device,
                "max_batch": g.max_batch, "policy_version": version},
         "vllm": {"model": model_path, "policy_version": version, "weight_sync": True},
@@ -96,7 +96,7 @@ def reward_composition(cfg: TrainConfig) -> Any:
     return RewardComposition(
         format_bonus=cfg.verify.format_bonus, max_tokens=cfg.generate.max_tokens, overlong_buffer=s.overlong_buffer,
         overlong_penalty=s.overlong_penalty,
-        length=({"alpha": 1.0, "beta": 0.001} | dict(s.length_params)) if s.length_reward else None,
+        length=({"alpha": 1.0, "beta": 0.001} | dict(s.length_reward.params)) if s.length_reward else None,
         prm=s.prm.model_dump() if s.prm else None, adapt_think=s.adapt_think.model_dump() if s.adapt_think else None,
         per_turn_length=cfg.generate.topology.name == "multi_turn")
 
@@ -110,7 +110,7 @@ def check_supported(cfg: TrainConfig) -> None:
         if why is not None:
             raise TrainError(why)
     if cfg.generate.topology.name == "multi_turn":
-        check_multi_turn(cfg.generate.topology.env)
+        check_multi_turn(cfg.generate.topology.typed().env)  # type: ignore[attr-defined]
     engine = cfg.generate.engine.name
     needs = {"vllm": "pip install 'gfcr[vllm]' on a GPU machine, `make vllm` on CPU (or use engine: hf)", "ray": "pip install 'gfcr[ray]'"}
     if engine in needs:
@@ -168,10 +168,10 @@ def check_server(params: dict[str, Any]) -> None:
     try:
         resp = httpx.get(url, timeout=10.0)
     except httpx.TransportError as e:
-        raise TrainError(f"generate.engine_params.base_url: no server answers at {url} ({type(e).__name__}); start "
+        raise TrainError(f"generate.engine.params.base_url: no server answers at {url} ({type(e).__name__}); start "
                          "one with `gfcr serve --model MODEL --allow-weight-updates` first") from e
     if resp.status_code != 200:
-        raise TrainError(f"generate.engine_params.base_url: GET {url} -> HTTP {resp.status_code}")
+        raise TrainError(f"generate.engine.params.base_url: GET {url} -> HTTP {resp.status_code}")
 
 
 def check_multi_turn(env: str) -> None:
@@ -181,8 +181,9 @@ def check_multi_turn(env: str) -> None:
 
     if not (env in ENVS or ":" in env):
         raise TrainError(
-            f"generate.topology multi_turn needs generate.params.env: one of {sorted(ENVS)} or 'pkg.module:Class' "
-            f"(got {env!r}), e.g. generate: {{topology: multi_turn, params: {{env: calculator, max_turns: 3}}}}"
+            f"generate.topology multi_turn needs generate.topology.params.env: one of {sorted(ENVS)} or "
+            f"'pkg.module:Class' (got {env!r}), e.g. generate: {{topology: {{name: multi_turn, params: {{env: "
+            "calculator, max_turns: 3}}}}"
         )
 
 
@@ -201,12 +202,13 @@ def evaluate_policy(t: Any, name: str | None = None) -> Any:
     def verify(p: Prompt, text: str) -> bool:
         return bool(verifier.verify(text, answer=p.answer, tests=p.tests, answer_format=stated_answer_format(p)).passed)
 
-    verify.__name__ = t.cfg.verify.verifier
+    verify.__name__ = t.cfg.verify.verifier.name
     max_tokens = e.max_tokens or g.max_tokens
     if g.topology.name == "multi_turn":
+        mt = g.topology.typed()  # MultiTurnParams: env, max_turns, obs_role with their defaults
         return evaluate_episodes(
-            t.engine, t.eval_prompts, env=g.topology.env, max_turns=g.topology.max_turns,
-            obs_role=g.topology.obs_role, k=e.k, verifier=verify,
+            t.engine, t.eval_prompts, env=mt.env, max_turns=mt.max_turns,  # type: ignore[attr-defined]
+            obs_role=mt.obs_role, k=e.k, verifier=verify,  # type: ignore[attr-defined]
             reward_source=t.cfg.verify.reward_source, env_weight=t.cfg.verify.env_weight, greedy=e.greedy,
             temperature=e.temperature, max_tokens=max_tokens, seed=t.cfg.seed,
         )
@@ -218,7 +220,7 @@ def evaluate_policy(t: Any, name: str | None = None) -> Any:
         run_id = f"eval-{name}"
         if evals.count(where=f"run_id = '{run_id}'") == 0:  # (a resumed run that already stored it keeps the first)
             rec = EvalRecorder(evals, t.engine, t.policy_version, run_id=run_id, split="eval",
-                               verifier=t.cfg.verify.verifier)
+                               verifier=t.cfg.verify.verifier.name)
     res = evaluate_model(
         t.engine, t.eval_prompts, k=e.k, verifier=verify, greedy=e.greedy, temperature=e.temperature,
         max_tokens=max_tokens, seed=t.cfg.seed, batch_size=g.max_batch, record=rec,
