@@ -126,6 +126,7 @@ RULES: dict[str, tuple[str, object]] = {
     "gfcr simulate": ("tiny", {}),
     "gfcr report": ("tiny", {"check": "stdout_has:report.html"}),
     "gfcr diagnose": ("tiny", {"check": "stdout_nonempty"}),  # findings and health lines, or "no finding, ..."
+    "gfcr store index": ("tiny", {"check": "stdout_has:text index"}),
     "gfcr store check": ("tiny", {"check": "stdout_has:ok: runs/gen verified"}),
     "gfcr view": ("tiny", {"server": "/api/summary", "add": ["--port", "{port}"]}),
     "gfcr scale verify": ("tiny", {"replace": {"4": "1"}, "check": "stdout_json"}),
