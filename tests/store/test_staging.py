@@ -215,3 +215,28 @@ def test_processes_committing_the_same_staged_rows_at_once_store_each_once(store
     ids = RolloutStore.open(uri).scan(columns=["rollout_id"]).column(0).to_pylist()
     assert sorted(ids) == sorted(f"r{b}-{i}" for b in range(6) for i in range(4))
     assert sum(json.loads(o)["kept"] for o, _ in outs) == 24
+
+
+def test_check_names_rows_a_racing_commit_left_doubled(store_uri, monkeypatch):
+    """A committer that stops between its Append and the follow-up commit that drops its copies (here:
+    the follow-up never runs) leaves rows stored twice: `gfcr store check` names them."""
+    import gfcr.store.staging as staging
+    from gfcr.store import TABLES
+    from gfcr.store.integrity import check_store
+    from gfcr.store.opening import check_remote
+
+    store, other = RolloutStore.open(store_uri, create=True), RolloutStore.open(store_uri)
+    mine, theirs = store.stage(_batch("x", 3)), other.stage(_batch("x", 2), check_existing=False)
+    real, raced = lance.LanceDataset.commit, []
+
+    def racing(*a, **kw):
+        if not raced:
+            raced.append(None)
+            raced[0] = other.commit_staged([theirs])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(racing))
+    monkeypatch.setattr(staging, "drop_raced_copies", lambda latest, before, mine, *a: (mine, set()))
+    store.commit_staged([mine])
+    rep = check_store(store.path, list(TABLES)) if store.local else check_remote(store.location, TABLES)
+    assert not rep.ok and any("2 rollout_id(s) stored more than once (e.g. 'x-0')" in p for p in rep.all_problems)

@@ -39,6 +39,7 @@ from gfcr.store.integrity import (
     CheckReport,
     FragmentReport,
     TableReport,
+    doubled_problem,
     new_manifest,
     read_manifest,
     refuse_lost_manifest,
@@ -152,8 +153,8 @@ def init_remote(loc: Location, tables: dict[str, pa.Schema]) -> None:
 
 def check_remote(loc: Location, tables: dict[str, pa.Schema]) -> CheckReport:
     """``gfcr store check`` of a remote store: the manifest in the rollouts table's schema, every
-    version of every table (its manifest read), and every fragment of each newest version read
-    whole. What a local check adds and this cannot (no ``gfcr-store.json`` record to compare with,
+    version of every table (its manifest read), every fragment of each newest version read
+    whole, and no ``rollout_id`` stored twice. What a local check adds and this cannot (no ``gfcr-store.json`` record to compare with,
     no SHA-256 of the files) is in docs/store.md. Never raises for damage."""
     rep = CheckReport(loc.uri)
     try:
@@ -187,4 +188,7 @@ def check_remote(loc: Location, tables: dict[str, pa.Schema]) -> CheckReport:
                 t.rows_readable += n
             else:
                 t.problems.append(f"fragment {frag.fragment_id} of table {name} ({n} rows) is damaged: {problem}")
+        dup = doubled_problem(ds, t) if name == "rollouts" else None
+        if dup:
+            t.problems.append(dup)
     return rep
