@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 
-from tests.store.conftest import AZ_CONTAINER, az_uri, az_vars, start_azurite
+from tests.store.conftest import AZ_ACCOUNT, AZ_CONTAINER, AZ_KEY, az_uri, az_vars, start_azurite
 
 from gfcr.store import RolloutStore
 from gfcr.store import samples as S
@@ -35,16 +35,19 @@ def test_racing_writer_processes_lose_and_double_nothing_through_a_conditional_p
     log = tmp_path / "azurite.log"
     proc, endpoint = start_azurite(tmp_path, log=log)
     try:
-        for k, v in az_vars(endpoint).items():
+        for k, v in az_vars(endpoint).items():  # (the writer processes read these)
             monkeypatch.setenv(k, v)
+        # in this process, storage_options: Lance keeps one client per container and options, so the
+        # environment alone would reach the session's Azurite through a client made earlier
+        opts = {"account_name": AZ_ACCOUNT, "account_key": AZ_KEY, "azure_storage_endpoint": endpoint, "allow_http": "true"}
         uri = az_uri("writers")
-        store = RolloutStore.open(uri, create=True)
+        store = RolloutStore.open(uri, create=True, storage_options=opts)
         assert "If-None-Match: *" in store.location.commit_handler
         procs = [subprocess.Popen([sys.executable, "-c", WRITER, uri, f"w{k}", "8", "4"], stderr=subprocess.PIPE, text=True)
                  for k in range(3)]
         errs = [p.communicate(timeout=240)[1] for p in procs]
         assert [p.returncode for p in procs] == [0, 0, 0], errs
-        ids = RolloutStore.open(uri).scan(columns=["rollout_id"]).column("rollout_id").to_pylist()
+        ids = RolloutStore.open(uri, storage_options=opts).scan(columns=["rollout_id"]).column("rollout_id").to_pylist()
         assert len(ids) == 3 * 8 * 4 and len(set(ids)) == len(ids)
         assert sorted(ids) == sorted(f"w{k}-{b}-{i}" for k in range(3) for b in range(8) for i in range(4))
     finally:
