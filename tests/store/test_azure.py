@@ -10,15 +10,16 @@ import re
 import subprocess
 import sys
 
-from tests.store.conftest import AZ_ACCOUNT, AZ_CONTAINER, AZ_KEY, az_uri, az_vars, start_azurite
+import pytest
+from tests.store.conftest import AZ_ACCOUNT, AZ_CONTAINER, AZ_KEY, az_uri, az_vars, free_port, start_azurite
 
-from gfcr.store import RolloutStore
+from gfcr.store import RolloutStore, StoreError
 from gfcr.store import samples as S
 
 # a writer process: a fresh interpreter, reading Azurite's endpoint and account from the environment
 WRITER = r"""
 import sys
-from gfcr.store import RolloutStore
+from gfcr.store import RolloutStore, StoreError
 from gfcr.testing import make_rollout
 uri, tag, batches, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 store = RolloutStore.open(uri)
@@ -79,3 +80,13 @@ def test_az_cli_round_trip_init_import_query_check(az_env, tmp_path):
     assert rep["ok"] is True and [t["rows"] for t in rep["tables"] if t["name"] == "rollouts"] == [24], chk.stdout
     missing = _gfcr("store", "stats", f"az://{AZ_CONTAINER}/nope", ok=False)
     assert missing.returncode == 2 and "no gfcr store at az://" in missing.stderr
+
+
+def test_a_missing_container_and_an_unreachable_endpoint_are_one_line(az_env, monkeypatch):
+    with pytest.raises(StoreError, match=r"^the container 'no-such' of az://no-such/x does not exist at the endpoint; "
+                                         r"create it first \(gfcr creates no containers"):
+        RolloutStore.open("az://no-such/x", create=True)
+    opts = {"azure_storage_endpoint": f"http://127.0.0.1:{free_port()}/{AZ_ACCOUNT}"}  # nothing listens there
+    with pytest.raises(StoreError, match=r"^cannot reach the store at az://.*AZURE_STORAGE_ENDPOINT") as e:
+        RolloutStore.open(az_uri(), storage_options=opts)
+    assert "\n" not in str(e.value)
