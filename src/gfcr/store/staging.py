@@ -18,6 +18,11 @@ What a commit of staged batches guarantees (the same as :meth:`RolloutStore.appe
   concurrent append, then :func:`gfcr.store.commits.retry_commit`);
 * no ``rollout_id`` twice: ids repeated across the staged batches, or already in the store, are
   refused before the commit (the in-process id index, :mod:`gfcr.store.upkeep`), nothing committed;
+  and since Append commits do not conflict, a commit that another writer's commit of the same ids
+  overtook between check and commit drops its own copies in one follow-up commit
+  (:func:`drop_raced_copies`: the copy of the lowest version stays; readers can see both copies
+  until the follow-up lands, and a committer stopped in between leaves both, which
+  ``gfcr store check`` names);
 * the commit's Lance transaction carries gfcr's properties (``gfcr.rows``, ``gfcr.schema_version``,
   ``gfcr.writer``, and ``gfcr.staged``: how many staged batches); a local store records the new
   version, row count and file digests in ``gfcr-store.json`` as after any commit.
