@@ -200,7 +200,6 @@ print(json.dumps({"kept": kept, "refused": refused}))
 """
 
 
-@pytest.mark.parametrize("store_uri", ["s3", "az"], indirect=True)
 def test_processes_committing_the_same_staged_rows_at_once_store_each_once(store_uri):
     """3 processes stage and commit the same 6 batches of 4 rollouts, racing: every rollout is stored
     once, and the rows the processes say they kept add up to exactly the rows stored."""
