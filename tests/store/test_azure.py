@@ -6,6 +6,7 @@ through, read from Azurite's request log), and a CLI round trip. Without node or
 naming what is missing."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -29,22 +30,22 @@ for b in range(batches):
 """
 
 
-def test_racing_writer_processes_lose_and_double_nothing_through_a_conditional_put(tmp_path, monkeypatch):
+def test_racing_writer_processes_lose_and_double_nothing_through_a_conditional_put(az_env, tmp_path):
     """3 processes × 8 appends of 4 rows into one ``az://`` store, on an Azurite of its own whose debug
     log shows every request: exact count, no duplicate id, and every version manifest is written with
     ``If-None-Match: *`` (the commit handler the store names), so a racing commit is refused, not lost."""
     log = tmp_path / "azurite.log"
     proc, endpoint = start_azurite(tmp_path, log=log)
     try:
-        for k, v in az_vars(endpoint).items():  # (the writer processes read these)
-            monkeypatch.setenv(k, v)
-        # in this process, storage_options: Lance keeps one client per container and options, so the
-        # environment alone would reach the session's Azurite through a client made earlier
+        env = {**os.environ, **az_vars(endpoint)}  # the writer processes reach this Azurite by the environment;
+        # this process by storage_options (Lance reads the AZURE_* variables once per process, so changing
+        # them here would leave every later test of this process on this Azurite)
         opts = {"account_name": AZ_ACCOUNT, "account_key": AZ_KEY, "azure_storage_endpoint": endpoint, "allow_http": "true"}
         uri = az_uri("writers")
         store = RolloutStore.open(uri, create=True, storage_options=opts)
         assert "If-None-Match: *" in store.location.commit_handler
-        procs = [subprocess.Popen([sys.executable, "-c", WRITER, uri, f"w{k}", "8", "4"], stderr=subprocess.PIPE, text=True)
+        procs = [subprocess.Popen([sys.executable, "-c", WRITER, uri, f"w{k}", "8", "4"], stderr=subprocess.PIPE, text=True,
+                                  env=env)
                  for k in range(3)]
         errs = [p.communicate(timeout=240)[1] for p in procs]
         assert [p.returncode for p in procs] == [0, 0, 0], errs
