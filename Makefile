@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 2
 PARALLEL := $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
-.PHONY: venv demo test test-fast lint bench system-deps clean vllm test-vllm
+.PHONY: venv demo test test-fast lint bench system-deps azurite clean vllm test-vllm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,13 +24,18 @@ venv: $(STAMP)
 system-deps:
 	bash scripts/install_system_deps.sh
 
+# Azurite (npm, pinned by scripts/azurite/package-lock.json) into .cache/azurite for the az:// store tests;
+# does nothing when installed, and without node/npm says so (those tests then skip, naming the tool).
+azurite:
+	bash scripts/install_azurite.sh
+
 demo: $(STAMP)
 	$(BIN)/gfcr demo
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps azurite
 	$(BIN)/python -m pytest -q $(PARALLEL) tests
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) azurite
 	$(BIN)/python -m pytest -q $(PARALLEL) -m "not slow and not browser" tests
 
 lint: $(STAMP)
@@ -65,4 +70,4 @@ test-vllm: $(VLLM_STAMP)
 	$(VLLM_BIN)/python -m pytest -q -m vllm tests/generate/test_vllm_engine.py tests/ross/test_eval_engine_vllm.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info .cache/azurite

@@ -76,11 +76,113 @@ def s3_uri(name: str = "store") -> str:
     return f"s3://{S3_BUCKET}/{name}-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(params=["local", "s3"])
+# --- object storage: Azure Blob through Azurite, Azure's own emulator (npm), on loopback --------------
+AZ_CONTAINER = "gfcr-test"
+#: Azurite's well-known development account and key (public, documented by Microsoft: "Azurite", "Connect
+#: to Azurite with SDKs and tools"); they authenticate against the emulator only
+AZ_ACCOUNT = "devstoreaccount1"
+AZ_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def azurite_command() -> list[str]:
+    """How to start Azurite's blob service: ``$GFCR_AZURITE``, the project's install
+    (``.cache/azurite``, ``make azurite``), or one on ``PATH``; skips the test, naming what is missing."""
+    import shutil
+
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed: the az:// tests need Azurite (npm), `make azurite` installs it")
+    for exe in (os.environ.get("GFCR_AZURITE"), _REPO / ".cache/azurite/node_modules/.bin/azurite-blob",
+                shutil.which("azurite-blob")):
+        if exe and Path(exe).is_file():
+            return [str(exe)]
+    pytest.skip("Azurite is not installed: run `make azurite` (npm ci into .cache/azurite) for the az:// tests")
+
+
+def az_create_container(endpoint: str, name: str) -> None:
+    """Create container ``name`` on the Azurite account at ``endpoint`` (one ``PUT ?restype=container``
+    signed with the account's key: Azure's "Authorize with Shared Key"; Lance never creates containers)."""
+    import base64
+    import hashlib
+    import hmac
+    import urllib.request
+    from email.utils import formatdate
+
+    headers = {"x-ms-date": formatdate(usegmt=True), "x-ms-version": "2021-08-06"}
+    to_sign = ("PUT\n" + "\n" * 11 + "".join(f"{k}:{v}\n" for k, v in sorted(headers.items()))
+               + f"/{AZ_ACCOUNT}/{AZ_ACCOUNT}/{name}\nrestype:container")
+    sig = base64.b64encode(hmac.new(base64.b64decode(AZ_KEY), to_sign.encode(), hashlib.sha256).digest()).decode()
+    req = urllib.request.Request(f"{endpoint}/{name}?restype=container", method="PUT",
+                                 headers={**headers, "Authorization": f"SharedKey {AZ_ACCOUNT}:{sig}", "Content-Length": "0"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 201, r.status
+
+
+def start_azurite(folder: Path, log: Path | None = None):
+    """Azurite's blob service on 127.0.0.1 at a free port, data in memory (run in ``folder``), with the container
+    :data:`AZ_CONTAINER`; returns ``(process, endpoint)``. ``log``: Azurite's debug log (every request
+    with its headers and answer)."""
+    import subprocess
+    import time
+
+    port = free_port()
+    cmd = [*azurite_command(), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+           "--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry"]
+    if log is not None:
+        cmd += ["--debug", str(log)]
+    proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    endpoint = f"http://127.0.0.1:{port}/{AZ_ACCOUNT}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            az_create_container(endpoint, AZ_CONTAINER)
+            return proc, endpoint
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"Azurite did not start: {proc.stderr.read().decode()[-300:]}") from None
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def az_server(tmp_path_factory):
+    """Azurite (Azure's storage emulator, installed by ``make azurite``) serving Azure Blob on 127.0.0.1 at a
+    free port, with the container :data:`AZ_CONTAINER`; yields the account's endpoint URL. Once per session."""
+    proc, endpoint = start_azurite(tmp_path_factory.mktemp("azurite"))
+    yield endpoint
+    proc.terminate()
+    proc.wait(10)
+
+
+def az_vars(endpoint: str) -> dict[str, str]:
+    """The environment variables Lance's Azure object store reads to reach the emulator at ``endpoint``."""
+    return {"AZURE_STORAGE_ACCOUNT_NAME": AZ_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZ_KEY,
+            "AZURE_STORAGE_ENDPOINT": endpoint, "AZURE_ALLOW_HTTP": "true"}
+
+
+@pytest.fixture
+def az_env(az_server, monkeypatch):
+    """The environment variables Lance's object store (and child processes) read to reach Azurite."""
+    for k, v in az_vars(az_server).items():
+        monkeypatch.setenv(k, v)
+    return az_server
+
+
+def az_uri(name: str = "store") -> str:
+    """A fresh store URI in the test container."""
+    import uuid
+
+    return f"az://{AZ_CONTAINER}/{name}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["local", "s3", "az"])
 def store_uri(request, tmp_path):
-    """Where a store under test lives: a local directory, or a fresh prefix on the loopback S3 server
-    (the store's contract tests run against both)."""
+    """Where a store under test lives: a local directory, a fresh prefix on the loopback S3 server, or
+    one in a container of the loopback Azurite (the store's contract tests run against all three)."""
     if request.param == "local":
         return tmp_path / "store"
+    if request.param == "az":
+        request.getfixturevalue("az_env")
+        return az_uri()
     request.getfixturevalue("s3_env")
     return s3_uri()

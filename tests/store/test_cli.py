@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gfcr.store import samples as S
 
 
@@ -13,6 +15,7 @@ def gfcr(*args, ok=True):
     return p
 
 
+@pytest.mark.parametrize("store_uri", ["local", "s3"], indirect=True)  # (az://: test_azure.py's shorter round trip)
 def test_store_cli_end_to_end(tmp_path: Path, store_uri):
     st = store_uri  # a local directory, or a URI on the loopback S3 server
     assert "store ready" in gfcr("store", "init", st).stdout

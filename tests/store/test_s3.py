@@ -319,3 +319,9 @@ def test_retrieval_on_an_s3_store_is_refused_in_one_line(s3_env, tmp_path, monke
     with pytest.raises(ValueError, match="local store folder only"):
         Retrieval.for_store(st)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_bucket_is_one_line(s3_env):
+    with pytest.raises(StoreError, match=r"^the bucket 'no-such-bucket' of s3://no-such-bucket/x does not exist at the "
+                                         r"endpoint; create it first"):
+        RolloutStore.open("s3://no-such-bucket/x", create=True)

@@ -120,3 +120,28 @@ def test_last_per_id_keeps_the_last_copy():
     t = pa.Table.from_pylist([{"prompt_id": p} for p in "aba"])
     assert last_per_id(t).column("prompt_id").to_pylist() == ["b", "a"]
     assert "prompt_id" in PROMPT_SCHEMA.names
+
+
+@pytest.mark.parametrize("store_uri", ["s3", "az"], indirect=True)  # (on local disk the import lock serialises them)
+def test_two_racing_staged_imports_of_one_dump_store_each_rollout_once(store_uri, monkeypatch):
+    """Two staged imports of one dump check the store before either commits (no lock on object storage):
+    the one that commits second drops its copies, says so, and each rollout is stored once."""
+    import lance
+
+    store, other = RolloutStore.open(store_uri, create=True), RolloutStore.open(store_uri)
+    mine, theirs = _shares(store, "verl", VERL), _shares(other, "verl", VERL)
+    real = lance.LanceDataset.commit
+    first: list = []
+
+    def racing(*a, **kw):  # as this import commits its rollouts, the other one commits first
+        if not first:
+            first.append(None)
+            first[0] = commit_import(other, theirs)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(racing))
+    out = commit_import(store, mine)
+    assert first[0]["written"] == 8 and (out["written"], out["skipped"]) == (0, 8)
+    assert any("8 rollout(s) were committed by a racing import first" in n for n in out["notes"])
+    ids = RolloutStore.open(store_uri).scan(columns=["rollout_id"]).column(0).to_pylist()
+    assert len(ids) == 8 == len(set(ids))

@@ -151,3 +151,91 @@ def test_lances_cleanup_removes_a_batch_never_committed_only_when_asked(tmp_path
     assert f.exists()  # a batch staged a moment ago is never deleted under its committer
     store.dataset("rollouts").cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
     assert not f.exists() and RolloutStore.open(tmp_path / "st").count() == 3
+
+
+def test_two_racing_commits_of_overlapping_ids_leave_one_copy_of_each(store_uri, monkeypatch):
+    """Two committers stage overlapping batches and both pass their id check before either commits
+    (another process's commit lands while this one is committing): Lance's Append commits do not
+    conflict, so both land; the later one then drops its copies of the ids the earlier one added."""
+    store = RolloutStore.open(store_uri, create=True)
+    other = RolloutStore.open(store_uri)
+    store.append(_batch("old", 2))
+    mine = store.stage(_batch("x", 6))                                     # x-0 … x-5
+    theirs = other.stage(_batch("x", 3) + _batch("y", 2), check_existing=False)  # x-0 … x-2 and y-0, y-1
+    real = lance.LanceDataset.commit
+    raced = []
+
+    def racing(*a, **kw):  # the first try of `store`'s commit: the other committer commits first
+        if not raced:
+            raced.append(None)
+            raced[0] = other.commit_staged([theirs])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(racing))
+    assert store.commit_staged([mine]) == 3  # x-3 … x-5: its copies of x-0 … x-2 were dropped
+    assert raced == [5]
+    ids = RolloutStore.open(store_uri).scan(columns=["rollout_id"]).column(0).to_pylist()
+    assert sorted(ids) == sorted([f"old-{i}" for i in range(2)] + [f"x-{i}" for i in range(6)] + ["y-0", "y-1"])
+    ds = RolloutStore.open(store_uri).dataset("rollouts")
+    t = ds.read_transaction(ds.version)  # the follow-up commit says what it dropped
+    assert t.transaction_properties["gfcr.dropped_raced"] == "3"
+
+
+# a committer process: stages and commits the same batches as the others (the same ids), one commit each
+RACER = r"""
+import json, sys
+from gfcr.store import RolloutStore, StoreError
+from gfcr.testing import make_rollout
+uri, tag, batches, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+store, kept, refused = RolloutStore.open(uri), 0, 0
+for b in range(batches):
+    s = store.stage([make_rollout(i, step=b, n_ctx=8, n_gen=16, seed=b, rollout_id=f"r{b}-{i}") for i in range(size)],
+                    check_existing=False)
+    try:
+        kept += store.commit_staged([s])
+    except StoreError as e:
+        assert "already in the store" in str(e), e
+        refused += 1
+print(json.dumps({"kept": kept, "refused": refused}))
+"""
+
+
+def test_processes_committing_the_same_staged_rows_at_once_store_each_once(store_uri):
+    """3 processes stage and commit the same 6 batches of 4 rollouts, racing: every rollout is stored
+    once, and the rows the processes say they kept add up to exactly the rows stored."""
+    import json
+
+    uri = str(store_uri)
+    RolloutStore.open(uri, create=True)
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, uri, f"c{k}", "6", "4"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k in range(3)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [e for _, e in outs]
+    ids = RolloutStore.open(uri).scan(columns=["rollout_id"]).column(0).to_pylist()
+    assert sorted(ids) == sorted(f"r{b}-{i}" for b in range(6) for i in range(4))
+    assert sum(json.loads(o)["kept"] for o, _ in outs) == 24
+
+
+def test_check_names_rows_a_racing_commit_left_doubled(store_uri, monkeypatch):
+    """A committer that stops between its Append and the follow-up commit that drops its copies (here:
+    the follow-up never runs) leaves rows stored twice: `gfcr store check` names them."""
+    import gfcr.store.staging as staging
+    from gfcr.store import TABLES
+    from gfcr.store.integrity import check_store
+    from gfcr.store.opening import check_remote
+
+    store, other = RolloutStore.open(store_uri, create=True), RolloutStore.open(store_uri)
+    mine, theirs = store.stage(_batch("x", 3)), other.stage(_batch("x", 2), check_existing=False)
+    real, raced = lance.LanceDataset.commit, []
+
+    def racing(*a, **kw):
+        if not raced:
+            raced.append(None)
+            raced[0] = other.commit_staged([theirs])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(racing))
+    monkeypatch.setattr(staging, "drop_raced_copies", lambda latest, before, mine, *a: (mine, set()))
+    store.commit_staged([mine])
+    rep = check_store(store.path, list(TABLES)) if store.local else check_remote(store.location, TABLES)
+    assert not rep.ok and any("2 rollout_id(s) stored more than once (e.g. 'x-0')" in p for p in rep.all_problems)

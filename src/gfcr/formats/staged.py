@@ -19,10 +19,11 @@ returned. The commit then, under the store's import lock on local disk:
 
 So a worker that fails leaves the store as it was: nothing is committed until every worker has
 finished (its staged files stay unreferenced, :mod:`gfcr.store.staging`). On object storage there is
-no import lock: the commit re-checks the ids just before it commits (:func:`gfcr.store.staging.commit_staged`),
-but check and commit are separate requests, and an import of the same rows committing between them
-would store those rows twice (a serial remote import commits insert-if-absent instead,
-:mod:`gfcr.store.keys`; Lance's Append has no key check); run one import of a dump at a time there.
+no import lock: the commit re-checks the ids just before it commits, and since check and commit are
+separate requests (Lance's Append has no key check), an import of the same rows may commit between
+them; the later commit then drops its own copies of those rows in a follow-up commit
+(:func:`gfcr.store.staging.drop_raced_copies`), so each rollout stays once, and its result says how
+many it dropped (``skipped`` and a note).
 
 Not staged: a re-import that would *replace* stored rows (prime-rl's advantage-less copies, a
 prime-rl-stream trace that gained annotations) is refused in one line; use ``gfcr store import``.
@@ -164,17 +165,20 @@ def commit_import(store: RolloutStore, parts: Iterable[StagedImport]) -> dict[st
         prompts = [p.prompts for p in parts if p.prompts is not None and p.prompts.num_rows]
         if staged and prompts:
             store.upsert_prompts(last_per_id(pa.concat_tables(prompts)))
-        written = store.commit_staged(staged)
+        written = store.commit_staged(staged)  # (after a racing import of the same rows: its copies dropped)
         states = {k: v for p in parts for k, v in p.states.items()}
         if states:
             store.put_states(states)
     notes: list[str] = []
     for p in parts:  # (the per-worker counts are said once, for the whole import)
         notes.extend(n for n in p.notes if n not in notes and "already in the store" not in n and "unchanged since" not in n)
+    raced = len(owner) - written if staged else 0
+    if raced:
+        notes.append(f"{raced} rollout(s) were committed by a racing import first: this import's copies were dropped")
     unchanged = sum(v == "unchanged" for p in parts for v in p.how.values())
     if unchanged:
         notes.append(f"{unchanged} file(s) unchanged since they were imported: skipped unread")
-    return {"written": written, "skipped": sum(p.skipped for p in parts), "files": [f for p in parts for f in p.files],
+    return {"written": written, "skipped": sum(p.skipped for p in parts) + raced, "files": [f for p in parts for f in p.files],
             "notes": notes, "tokens": next((p.tokens for p in parts if p.tokens), ""),
             "worker_cpu_s": [round(p.cpu_s, 3) for p in parts]}
 

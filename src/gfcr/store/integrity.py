@@ -48,6 +48,7 @@ from typing import Any
 
 import lance
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gfcr.store.errors import NETWORK, StoreDamaged, StoreError, lance_reason
 
@@ -520,6 +521,23 @@ def _check_table(path: Path, name: str, rec: dict[str, Any], digests: dict[str, 
     return rep
 
 
+def doubled_problem(ds: lance.LanceDataset, t: TableReport, column: str = "rollout_id") -> str | None:
+    """The problem line when a key of ``ds`` (the table ``t`` checked) is stored more than once, over its
+    fragments that read whole; None when each is stored once. Left by a staged commit that raced a commit
+    of the same ids and stopped before dropping its copies (gfcr.store.staging), or by appends of one id
+    from two processes. Example: ids [a, b, a] → "table rollouts: 1 rollout_id(s) stored more than once …"."""
+    good = [ds.get_fragment(f.fragment_id) for f in t.fragments if f.readable]
+    if not good:
+        return None
+    vc = pc.value_counts(ds.scanner(columns=[column], fragments=good).to_table().column(0))
+    many = vc.filter(pc.greater(vc.field("counts"), 1)).field("values").to_pylist()
+    if not many:
+        return None
+    return (f"table {t.name}: {len(many)} {column}(s) stored more than once (e.g. {sorted(many)[0]!r}): a racing "
+            "commit stopped before dropping its copies, or two processes appended one id (docs/store.md, "
+            "\"Staged writes\")")
+
+
 def check_store(path: str | os.PathLike[str], tables: list[str]) -> CheckReport:
     """Verify everything: the manifest, every version manifest of every table, and every fragment of
     each table's newest readable version, read whole one at a time. Never raises for damage."""
@@ -534,6 +552,11 @@ def check_store(path: str | os.PathLike[str], tables: list[str]) -> CheckReport:
         rep.problems.append(str(e).split("; run `gfcr store check")[0])
     for name in tables:
         rep.tables.append(_check_table(path, name, committed.get(name) or {}, digests))
+        t = rep.tables[-1]
+        if name == "rollouts" and t.version is not None:
+            dup = doubled_problem(lance.dataset(str(path / "rollouts.lance"), version=t.version), t)
+            if dup:
+                t.problems.append(dup)
     return rep
 
 
@@ -571,7 +594,7 @@ def accept(path: str | os.PathLike[str], tables: list[str], fresh_manifest: dict
     newest version or a fragment is damaged: move the file aside, or :func:`salvage`, first."""
     path = Path(path)
     rep = check_store(path, tables)
-    bad = [p for t in rep.tables for p in t.problems if "roll the table back" not in p]
+    bad = [p for t in rep.tables for p in t.problems if "roll the table back" not in p and "more than once" not in p]
     if bad:
         raise StoreDamaged(f"cannot accept {path} as it is: {bad[0]} (and {len(bad) - 1} more); move a damaged "
                            "newest version manifest aside, or `gfcr store check --salvage NEW` the readable rows")

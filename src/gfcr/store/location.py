@@ -36,7 +36,8 @@ COMMIT_HANDLERS = {
     "s3": "S3 conditional PUT (If-None-Match: *) of the version manifest; the server must honour it",
     "s3+ddb": "DynamoDB external manifest store (a conditional put in a DynamoDB table)",
     "gs": "GCS conditional create (ifGenerationMatch=0) of the version manifest",
-    "az": "Azure Blob conditional create (If-None-Match: *) of the version manifest",
+    "az": "Azure Blob conditional Put Blob (If-None-Match: *) of the version manifest; the second of two racing "
+          "commits is refused (409 BlobAlreadyExists)",
 }
 #: schemes Lance reads and writes but whose commit does not detect a racing writer
 UNSAFE_SCHEMES = {"memory": "Lance's in-memory store (one process only)"}

@@ -39,6 +39,7 @@ from gfcr.store.integrity import (
     CheckReport,
     FragmentReport,
     TableReport,
+    doubled_problem,
     new_manifest,
     read_manifest,
     refuse_lost_manifest,
@@ -91,11 +92,18 @@ def _open(loc: Location, name: str) -> lance.LanceDataset:
 #: where a remote store's endpoint and credentials come from, per scheme (named in the "cannot reach" line)
 CREDENTIALS = {"s3": "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION",
                "gs": "GOOGLE_SERVICE_ACCOUNT (or GOOGLE_APPLICATION_CREDENTIALS)",
-               "az": "AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY"}
+               "az": "AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_ENDPOINT"}
+#: the object store's answer when the bucket (S3) or container (Azure) of a URI does not exist
+_NO_BUCKET = {"NoSuchBucket": "bucket", "ContainerNotFound": "container"}
 
 
 def _unreachable(loc: Location, e: BaseException) -> StoreError:
     env = CREDENTIALS.get(loc.scheme.split("+")[0], "the object store's environment variables")
+    kind = next((v for k, v in _NO_BUCKET.items() if k in str(e)), None)
+    if kind is not None:
+        name = loc.uri.split("://", 1)[1].split("/", 1)[0]
+        return StoreError(f"the {kind} {name!r} of {loc.uri} does not exist at the endpoint; create it first "
+                          f"(gfcr creates no {kind}s; endpoint and credentials come from {env}, or storage_options)")
     return StoreError(f"cannot reach the store at {loc.uri}: {lance_reason(e)[:300]} (endpoint and credentials come "
                       f"from {env}, or storage_options; docs/store.md)")
 
@@ -152,8 +160,8 @@ def init_remote(loc: Location, tables: dict[str, pa.Schema]) -> None:
 
 def check_remote(loc: Location, tables: dict[str, pa.Schema]) -> CheckReport:
     """``gfcr store check`` of a remote store: the manifest in the rollouts table's schema, every
-    version of every table (its manifest read), and every fragment of each newest version read
-    whole. What a local check adds and this cannot (no ``gfcr-store.json`` record to compare with,
+    version of every table (its manifest read), every fragment of each newest version read
+    whole, and no ``rollout_id`` stored twice. What a local check adds and this cannot (no ``gfcr-store.json`` record to compare with,
     no SHA-256 of the files) is in docs/store.md. Never raises for damage."""
     rep = CheckReport(loc.uri)
     try:
@@ -187,4 +195,7 @@ def check_remote(loc: Location, tables: dict[str, pa.Schema]) -> CheckReport:
                 t.rows_readable += n
             else:
                 t.problems.append(f"fragment {frag.fragment_id} of table {name} ({n} rows) is damaged: {problem}")
+        dup = doubled_problem(ds, t) if name == "rollouts" else None
+        if dup:
+            t.problems.append(dup)
     return rep

@@ -18,6 +18,11 @@ What a commit of staged batches guarantees (the same as :meth:`RolloutStore.appe
   concurrent append, then :func:`gfcr.store.commits.retry_commit`);
 * no ``rollout_id`` twice: ids repeated across the staged batches, or already in the store, are
   refused before the commit (the in-process id index, :mod:`gfcr.store.upkeep`), nothing committed;
+  and since Append commits do not conflict, a commit that another writer's commit of the same ids
+  overtook between check and commit drops its own copies in one follow-up commit
+  (:func:`drop_raced_copies`: the copy of the lowest version stays; readers can see both copies
+  until the follow-up lands, and a committer stopped in between leaves both, which
+  ``gfcr store check`` names);
 * the commit's Lance transaction carries gfcr's properties (``gfcr.rows``, ``gfcr.schema_version``,
   ``gfcr.writer``, and ``gfcr.staged``: how many staged batches); a local store records the new
   version, row count and file digests in ``gfcr-store.json`` as after any commit.
@@ -55,6 +60,7 @@ from lance.fragment import FragmentMetadata, write_fragments
 from gfcr.records import SCHEMA_VERSION
 from gfcr.store.commits import retry_commit
 from gfcr.store.errors import StoreError
+from gfcr.store.sql import in_list
 from gfcr.store.upkeep import hash_ids, id_index
 
 
@@ -155,8 +161,53 @@ def commit_staged(uri: str, latest: Callable[[], lance.LanceDataset], staged: Se
 
         ds = retry_commit(go)
         idx.committed(before, ds, hashes)
+        dropped: set[str] = set()
+        if check_existing and ds.version > before.version + 1:  # commits landed between the check and this one
+            ds, dropped = drop_raced_copies(latest, before, ds, ids, {df["path"] for s in staged for f in s.fragments
+                                                                     for df in f["files"]}, storage_options)
     after(ds)
-    return len(ids)
+    return len(ids) - len(dropped)
+
+
+def drop_raced_copies(latest: Callable[[], lance.LanceDataset], before: lance.LanceDataset, mine: lance.LanceDataset,
+                      ids: list[str], paths: set[str], storage_options: dict[str, str] | None
+                      ) -> tuple[lance.LanceDataset, set[str]]:
+    """After an Append commit of ``ids`` (data files ``paths``) checked against ``before`` and landed as
+    ``mine``: the ids that a commit between the two also added (a racing writer that passed its own
+    check first), and this commit's copies of them deleted in one follow-up Delete commit. The rule is
+    the same for every writer, so exactly one copy stays: the one of the lowest version (its writer
+    saw no earlier copy), every later copy is deleted by its own writer. Returns the newest dataset
+    and the ids whose copies were dropped (none: ``mine`` as it was). See the module."""
+    old = {f.fragment_id for f in before.get_fragments()}
+    frags = mine.get_fragments()
+    ours = {f.fragment_id for f in frags if any(df.path in paths for df in f.data_files())}
+    between = [f for f in frags if f.fragment_id not in old and f.fragment_id not in ours]
+    doubled: set[str] = set()
+    for i in range(0, len(ids), 2000):
+        if between:
+            t = mine.scanner(columns=["rollout_id"], filter=in_list("rollout_id", ids[i : i + 2000]), fragments=between).to_table()
+            doubled.update(t.column(0).to_pylist())
+    if not doubled:
+        return mine, doubled
+    pred = in_list("rollout_id", sorted(doubled))
+
+    def go() -> lance.LanceDataset:
+        cur = latest()
+        frags = [f for f in cur.get_fragments() if any(df.path in paths for df in f.data_files())]
+        if not frags:
+            raise StoreError(f"{len(doubled)} rollout(s) were committed by a racing writer first and again by this "
+                             f"commit (e.g. {sorted(doubled)[0]!r}), whose files a compaction rewrote before its copies "
+                             "could be dropped: they are stored twice (docs/store.md, \"Staged writes\")")
+        updated, removed = [], []
+        for f in frags:
+            m = f.delete(pred)
+            (removed.append(f.fragment_id) if m is None else updated.append(m))
+        op = lance.LanceOperation.Delete(updated_fragments=updated, deleted_fragment_ids=removed, predicate=pred)
+        tx = lance.Transaction(read_version=cur.version, operation=op,
+                               transaction_properties={"gfcr.writer": writer_name(), "gfcr.dropped_raced": str(len(doubled))})
+        return lance.LanceDataset.commit(mine.uri, tx, storage_options=storage_options)
+
+    return retry_commit(go), doubled
 
 
 class BatchedWriter:
@@ -209,4 +260,4 @@ class BatchedWriter:
             self.flush()
 
 
-__all__ = ["BatchedWriter", "Staged", "commit_staged", "stage", "staged_props", "writer_name"]
+__all__ = ["BatchedWriter", "Staged", "commit_staged", "drop_raced_copies", "stage", "staged_props", "writer_name"]
