@@ -1,6 +1,9 @@
 """Store integrity: what every commit records, the cheap checks of every open, and the full
 verification of ``gfcr store check``.
 
+Long because: the record, the cheap checks and the full check read the same layout facts (version
+manifests, data files, deletion files, the manifest's ``"committed"``/``"files"``) and must agree.
+
 **Recorded at commit.** After every write, :func:`record_commit` writes the table's new Lance
 version and row count into ``gfcr-store.json`` (under ``"committed"``; under a lock, atomically by
 rename, never going backwards when writers race; an append digests only its new fragment). Lance
