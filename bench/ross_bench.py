@@ -83,7 +83,7 @@ def run_seed(seed: int, args: argparse.Namespace, out: Path) -> dict:
                 "reverify": "numeric" if args.rl_lenient and not args.lenient else None},
         train={"epochs": args.epochs, "lr": args.sft_lr, "batch_size": 8, "seed": seed},
         evaluate={"benchmarks": benches, "k": args.k_eval, "ks": sorted({1, args.k_eval}) if args.k_eval else [],
-                  "verifier_params": {"lenient_fallback": True} if args.lenient else {},
+                  "verifier": {"name": "numeric", "params": {"lenient_fallback": True} if args.lenient else {}},
                   "max_tokens": args.eval_max_tokens, "temperature": 0.7, "seed": seed,
                   "batch_size": args.eval_batch},
         analyze={"ter_window": 1, "compatibility_prompts": 0, "complementarity_prompts": 0},

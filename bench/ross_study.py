@@ -297,11 +297,11 @@ def ross_config(args: argparse.Namespace, state: Path, upstream: dict[str, Any],
             "k": args.k, "ks": sorted({1, args.k}) if args.k else [], "temperature": 0.7, "max_tokens": args.max_tokens,
             # the RL reward's verifier (configs/arith-smollm2.yaml: lenient_fallback): strict, the models' "a + b = c"
             # with no 'Answer: N' line scored 0 of 14 one-digit sums for every row
-            "verifier": "numeric", "verifier_params": {"lenient_fallback": True}, "engine": engine,
+            "verifier": {"name": "numeric", "params": {"lenient_fallback": True}}, "engine": engine,
             "save_generations": True}
         if engine == "vllm":
-            ev["engine_params"] = {"enforce_eager": True, "dtype": "float32", "max_model_len": 1024,
-                                   "kv_cache_memory_bytes": args.kv_mib << 20}
+            ev["engine"] = {"name": "vllm", "params": {"enforce_eager": True, "dtype": "float32", "max_model_len": 1024,
+                                                       "kv_cache_memory_bytes": args.kv_mib << 20}}
         cfg = {"store": str(state / "upstream" / "store"), "out_dir": str(state / "ross_runs"),
                "upstream_model": str(state / "upstream" / "model"), "base_model": args.base_model,
                "continued_rl_model": continued["checkpoint"] if continued else None,

@@ -5,8 +5,11 @@ key or a wrong type is one line naming the config path, the component and the al
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from gfcr.config import ConfigError, check_params, params_model
 from gfcr.train.config import dump_config, load_config
@@ -258,11 +261,20 @@ def test_ross_checks_verifier_and_task_params_and_composes_the_judge_config():
     def line(over):
         return _error_line(base | over, lambda _p, o: load_ross(None, o))
 
-    assert line({"window.reverify": "numeric", "window.reverify_params": {"strict": True}}).startswith(
-        "window.reverify_params: unknown key 'strict' for verifier 'numeric'; allowed: answer_format")
-    assert line({"evaluate.verifier_params": {"lenient_fallback": "perhaps"}}) == (
-        "evaluate.verifier_params.lenient_fallback: input should be a valid boolean, unable to interpret input, got "
+    assert line({"window.reverify": {"name": "numeric", "params": {"strict": True}}}).startswith(
+        "window.reverify.params: unknown key 'strict' for verifier 'numeric'; allowed: answer_format")
+    assert line({"evaluate.verifier": {"name": "numeric", "params": {"lenient_fallback": "perhaps"}}}) == (
+        "evaluate.verifier.params.lenient_fallback: input should be a valid boolean, unable to interpret input, got "
         "'perhaps' for verifier 'numeric'")
+    assert line({"evaluate.benchmarks": [{"name": "b", "verifier": {"name": "math", "params": {"x": 1}}}]}).startswith(
+        "evaluate.benchmarks[].verifier.params: unknown key 'x' for verifier 'math'")
+    assert line({"evaluate.verifier": "numerc"}).startswith("evaluate.verifier 'numerc' does not exist; choose one of")
+    assert line({"evaluate.engine": {"name": "hf", "params": {"max_bach": 2}}}).startswith(
+        "evaluate.engine.params: unknown key 'max_bach' for engine 'hf'")
+    # typed per method: the verifier's own Config, with its defaults
+    cfg = load_ross(None, base | {"evaluate.verifier": {"name": "numeric", "params": {"lenient_fallback": True}}})
+    assert cfg.evaluate.verifier.typed().lenient_fallback is True and cfg.evaluate.verifier.params == {
+        "lenient_fallback": True}
     assert line({"evaluate.benchmarks": [{"name": "b", "source": "arith", "params": {"levl": 2}}]}).startswith(
         "evaluate.benchmarks[].params: unknown key 'levl' for task source 'arith'")
     # the llm judge's endpoint is the Filter room's JudgeConfig; the flat keys users write still work
@@ -281,10 +293,113 @@ def test_simulate_checks_selector_and_buffer_params():
 
     from gfcr.sim.simulator import StrategyConfig
 
-    with pytest.raises(ValidationError, match="strategies\\[\\].selector_params: unknown key 'lr_' for selector 'sec'"):
-        StrategyConfig(name="s", selector="sec", selector_params={"lr_": 0.5})
-    with pytest.raises(ValidationError, match="strategies\\[\\].buffer_params.mix_ratio: input should be a valid number"):
-        StrategyConfig(name="e", control="exgrpo", buffer_params={"mix_ratio": "half"})
+    with pytest.raises(ValidationError, match="strategies\\[\\].selector.params: unknown key 'lr_' for selector 'sec'"):
+        StrategyConfig(name="s", selector={"name": "sec", "params": {"lr_": 0.5}})
+    with pytest.raises(ValidationError, match="strategies\\[\\].buffer.params.mix_ratio: input should be a valid number"):
+        StrategyConfig(name="e", control="exgrpo", buffer={"name": "exgrpo", "params": {"mix_ratio": "half"}})
+    with pytest.raises(ValidationError, match="strategies\\[\\].group 'dapo' does not exist; choose one of"):
+        StrategyConfig(name="g", group="dapo")
+    assert StrategyConfig(name="v", selector="vcrl").selector.typed().kappa > 0  # the method's own default
+
+
+#: a ROSS config in the older flat shape, one key of each kind, and the same config written now
+ROSS_OLD = {"store": "s", "upstream_model": "m",
+            "window": {"reverify": "numeric", "reverify_params": {"lenient_fallback": True}},
+            "evaluate": {"verifier_params": {"lenient_fallback": True}, "engine": "vllm",
+                         "engine_params": {"enforce_eager": True},
+                         "benchmarks": [{"name": "a", "source": "arith", "verifier_params": {"lenient_fallback": False}},
+                                        {"name": "b", "source": "arith", "verifier": "math",
+                                         "verifier_params": {}}, {"name": "c", "source": "arith"}]}}
+ROSS_NEW = {"store": "s", "upstream_model": "m",
+            "window": {"reverify": {"name": "numeric", "params": {"lenient_fallback": True}}},
+            "evaluate": {"verifier": {"name": "numeric", "params": {"lenient_fallback": True}},
+                         "engine": {"name": "vllm", "params": {"enforce_eager": True}},
+                         "benchmarks": [{"name": "a", "source": "arith", "verifier": {
+                             "name": "numeric", "params": {"lenient_fallback": False}}},
+                                        {"name": "b", "source": "arith", "verifier": "math"},
+                                        {"name": "c", "source": "arith"}]}}
+
+
+def test_ross_old_flat_keys_load_to_the_same_config_with_one_note_each():
+    from gfcr.ross.config import RossConfig
+
+    with pytest.warns(FutureWarning) as caught:
+        old = RossConfig.model_validate(ROSS_OLD)
+    notes = [str(w.message) for w in caught if "old config shape" in str(w.message)]
+    assert [n.split(" is the old")[0] for n in notes] == [
+        "window.reverify_params", "evaluate.verifier_params", "evaluate.engine_params",
+        "evaluate.benchmarks[0].verifier_params", "evaluate.benchmarks[1].verifier_params"]
+    assert "write evaluate.engine: {name: vllm, params: {enforce_eager: true}}" in notes[2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        new = RossConfig.model_validate(ROSS_NEW)
+    assert old == new
+    assert old.evaluate.benchmarks[0].verifier.params == {"lenient_fallback": False}
+    assert old.evaluate.benchmarks[2].verifier is None  # evaluate.verifier, name and params
+    # a --set in the old spelling over a file in the new one: the old key wins
+    over = RossConfig.model_validate(ROSS_NEW | {"evaluate": {**ROSS_NEW["evaluate"], "verifier_params": {
+        "lenient_fallback": False}}})
+    assert over.evaluate.verifier.params == {"lenient_fallback": False}
+    with pytest.raises(ValidationError, match="window.reverify_params is set but window.reverify is not"):
+        RossConfig.model_validate({"store": "s", "window": {"reverify_params": {"lenient_fallback": True}}})
+
+
+def test_simulate_old_flat_keys_load_to_the_same_config_with_one_note_each():
+    from gfcr.sim.simulator import SimConfig, StrategyConfig
+
+    old = [{"name": "g", "selector": "greso", "selector_params": {"p_min": 0.01}, "control": "dynamic_sampling",
+            "group_params": {"max_num_gen_batches": 3}},
+           {"name": "r", "control": "repo", "buffer_params": {"strategy": "highest"}},
+           {"name": "k", "group": "adaptive_k", "group_params": {"k_max": 6}}]
+    new = [{"name": "g", "selector": {"name": "greso", "params": {"p_min": 0.01}}, "control": "dynamic_sampling",
+            "group": {"name": "dynamic_sampling", "params": {"max_num_gen_batches": 3}}},
+           {"name": "r", "control": "repo", "buffer": {"name": "repo", "params": {"strategy": "highest"}}},
+           {"name": "k", "group": {"name": "adaptive_k", "params": {"k_max": 6}}}]
+    with pytest.warns(FutureWarning) as caught:
+        a = SimConfig(strategies=old)
+    assert [str(w.message).split(" is the old")[0] for w in caught if "old config shape" in str(w.message)] == [
+        "strategies[g].selector_params", "strategies[g].group_params", "strategies[r].buffer_params",
+        "strategies[k].group_params"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        b = SimConfig(strategies=new)
+    assert a == b
+    # the control shorthand still fills the implied policy, the policy's own params over it
+    group, params, buffer = b.strategies[0].resolved(train_prompts=10)
+    assert (group, params["gen_prompts"], params["max_num_gen_batches"], buffer) == ("dynamic_sampling", 30, 3, None)
+    assert b.strategies[1].resolved(10) == ("single", {}, "repo")
+    with pytest.raises(ValidationError, match=r"strategies\[n\].buffer_params is set but strategies\[n\].buffer is not"):
+        StrategyConfig(name="n", buffer_params={"strategy": "highest"})
+    with pytest.raises(ValidationError, match="give either group .'single'. or control .'ar3po'., not both"):
+        StrategyConfig(name="x", control="ar3po", group="single")
+
+
+def test_gfcr_config_migrate_rewrites_ross_and_simulate_files(tmp_path):
+    from typer.testing import CliRunner
+
+    from gfcr.cli import app
+    from gfcr.ross.config import RossConfig
+    from gfcr.sim.simulator import load_config as load_sim
+
+    ross = tmp_path / "ross.yaml"
+    ross.write_text(yaml.safe_dump(ROSS_OLD))
+    res = CliRunner().invoke(app, ["config", "migrate", str(ross)])
+    assert res.exit_code == 0, res.output
+    assert "moved: evaluate.engine_params" in res.stderr and "moved: window.reverify_params" in res.stderr
+    printed = yaml.safe_load(res.stdout)
+    assert printed["evaluate"]["engine"] == {"name": "vllm", "params": {"enforce_eager": True}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        assert RossConfig.model_validate(printed) == RossConfig.model_validate(ROSS_NEW)
+    sim = tmp_path / "sim.yaml"
+    sim.write_text(yaml.safe_dump({"n_prompts": 20, "strategies": [
+        {"name": "e", "control": "exgrpo", "buffer_params": {"mix_ratio": 0.25}}]}))
+    res = CliRunner().invoke(app, ["config", "migrate", str(sim), "--write"])
+    assert res.exit_code == 0 and "1 key(s) moved" in res.stderr, res.output
+    assert yaml.safe_load(sim.read_text())["strategies"][0]["buffer"] == {"name": "exgrpo", "params": {"mix_ratio": 0.25}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        assert load_sim(sim).strategies[0].buffer.params == {"mix_ratio": 0.25}
 
 
 def test_params_model_reads_a_declared_config_or_the_signature():

@@ -66,3 +66,26 @@ def test_a_shipped_file_in_the_old_shape_loads_to_the_same_config(tmp_path):
         migrated = load_config(tmp_path / "old.yaml")
     assert migrated == load_config(path)
     assert migrated.control.group.params["max_num_gen_batches"] == 4 and migrated.generate.k == 8
+
+
+def test_shipped_ross_and_simulate_files_in_the_old_shape_load_to_the_same_config(tmp_path):
+    from gfcr.ross.config import load_config as load_ross
+    from gfcr.sim.simulator import load_config as load_sim
+
+    path = CONFIGS[0].parent / "simulate-small.yaml"
+    data = yaml.safe_load(path.read_text())
+    for s in data["strategies"]:  # the flat keys the file wrote before the one method shape
+        if isinstance(s.get("buffer"), dict):
+            s["buffer_params"] = s.pop("buffer")["params"]
+    assert any("buffer_params" in s for s in data["strategies"])
+    (tmp_path / "sim.yaml").write_text(yaml.safe_dump(data))
+    with pytest.warns(FutureWarning, match=r"strategies\[repo\].buffer_params is the old config shape"):
+        assert load_sim(tmp_path / "sim.yaml") == load_sim(path)
+    path = CONFIGS[0].parent / "ross-arith.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["evaluate"]["verifier_params"] = {"lenient_fallback": True}
+    (tmp_path / "ross.yaml").write_text(yaml.safe_dump(data))
+    with pytest.warns(FutureWarning, match="evaluate.verifier_params is the old config shape"):
+        old = load_ross(tmp_path / "ross.yaml")
+    assert old == load_ross(path, {"evaluate.verifier.params": {"lenient_fallback": True}})
+    assert old.evaluate.verifier.typed().lenient_fallback is True

@@ -326,6 +326,42 @@ def note_old_shape(old: str, write: str) -> None:
                   "`gfcr config migrate FILE` rewrites a file)", FutureWarning, stacklevel=3)
 
 
+def flow_yaml(value: Any) -> str:
+    """``value`` as one line of YAML (``{kappa: 0.3}``), as a note shows what to write."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+
+
+def move_old_params(section: dict[str, Any], where: str, old: str, key: str, default: str | None = None,
+                    note: bool = False) -> None:
+    """In place: a method's parameters written beside it in the older flat shape (``section[old]``)
+    moved under the method (``section[key]: {name, params}``), the one shape of :class:`Method`.
+
+    The method keeps its name; one not named gets ``default`` (the method the config defaults to;
+    ``None``: none, and non-empty parameters are refused in one line). Given both ways, the old
+    key wins (a ``--set`` in the old spelling over a file in the new one). ``note``: one line per
+    key (:func:`note_old_shape`). Example: ``{"verifier": "numeric", "verifier_params": {"lenient_fallback":
+    True}}`` becomes ``{"verifier": {"name": "numeric", "params": {"lenient_fallback": True}}}``.
+    """
+    if old not in section:
+        return
+    params = section.pop(old) or {}
+    given = section.get(key)
+    method = {"name": given} if isinstance(given, str) else dict(given) if isinstance(given, dict) else {}
+    name = method.get("name", default)
+    if name is None:
+        if params:
+            raise ConfigError(f"{where}.{old} is set but {where}.{key} is not (name the {key} the parameters "
+                              f"are for: {where}.{key}: {{name: NAME, params: {{...}}}})")
+        return
+    if note:
+        note_old_shape(f"{where}.{old}", f"{where}.{key}: {{name: {name}, params: {flow_yaml(params)}}}")
+    if not params and given is None:
+        return  # nothing to move: the method stays the config's default
+    method["name"] = name
+    method["params"] = {**(method.get("params") or {}), **params}
+    section[key] = method
+
+
 def note_renamed(data: Any, renames: dict[str, str], where: str) -> Any:
     """A one-line deprecation note (``FutureWarning``) for each old key of ``data``, a mapping about to be
     validated by a model that still reads it (its field's ``validation_alias``); ``data`` is returned as is.

@@ -209,7 +209,7 @@ def test_evaluate_temperature_and_verifier_params_are_honoured(monkeypatch):
     monkeypatch.setattr(ev_mod, "evaluate_model", fake_model)
     cfg = RossConfig(store="s", upstream_model="u", evaluate={
         "benchmarks": [{"name": "a", "source": "arith"}], "k": 2, "ks": [1, 2], "temperature": 1.3, "top_p": 0.9,
-        "verifier_params": {"lenient_fallback": True}, "batch_size": 7})
+        "verifier": {"name": "numeric", "params": {"lenient_fallback": True}}, "batch_size": 7})
     p = make_prompt("Compute 2 + 2. End with a final line of the form 'Answer: N'.", "4")
     evaluate_one(object(), [p], cfg.evaluate.benchmarks[0], cfg.evaluate)
     assert seen["temperature"] == 1.3 and seen["top_p"] == 0.9 and seen["batch_size"] == 7

@@ -21,9 +21,9 @@ def test_ross_rows_evaluate_through_vllm_one_engine_at_a_time(tmp_path):
     tiny_model(tok, hidden=256, layers=2).save_pretrained(path)
     tok.save_pretrained(path)
     bench = BenchmarkConfig(name="arith-1d", source="arith", params={"level": 1}, n_prompts=4, domain="math")
-    ev = RossEvalConfig(k=2, ks=[1, 2], max_tokens=8, engine="vllm",
-                        engine_params={"enforce_eager": True, "dtype": "float32", "max_model_len": 256,
-                                       "kv_cache_memory_bytes": 64 << 20})
+    ev = RossEvalConfig(k=2, ks=[1, 2], max_tokens=8, engine={"name": "vllm", "params": {
+                            "enforce_eager": True, "dtype": "float32", "max_model_len": 256,
+                            "kv_cache_memory_bytes": 64 << 20}})
     gens = []
     res = evaluate_models({"upstream": str(path), "ross": str(path)}, tok, [(bench, benchmark_prompts(bench))], ev,
                           on_generation=gens.append)

@@ -128,7 +128,7 @@ def test_demo_stage_runs_ross_after_rl(tmp_path, tok):
     assert STAGES.index("ross") == STAGES.index("train") + 1
     c = _config(tmp_path, tok)
     said: list[str] = []
-    d = Demo(cfg=SimpleNamespace(eval=SimpleNamespace(max_tokens=6), verify=SimpleNamespace(params={})), full=False,
+    d = Demo(cfg=SimpleNamespace(eval=SimpleNamespace(max_tokens=6), verify=SimpleNamespace(verifier=SimpleNamespace(params={}))), full=False,
              model_path=c["base_model"],
              run_dir=tmp_path / "demo", store_path=c["store"],
              result=SimpleNamespace(checkpoint=c["upstream_model"]))

@@ -112,8 +112,8 @@ def test_simulator_and_loop_build_the_same_batch(tiny_dir, tmp_path, case):
     t.run()
     t.close()
 
-    strat = StrategyConfig(name=case, selector=selector, group=group, group_params=gparams, buffer=buffer,
-                           buffer_params=bparams)
+    strat = StrategyConfig(name=case, selector=selector, group={"name": group, "params": gparams},
+                           buffer={"name": buffer, "params": bparams} if buffer else None)
     sim = _Run(SimConfig(n_prompts=10, train_prompts=B, group_size=K, seed=SEED, strategies=[strat]), strat, world=world)
     views = []
     for _ in range(STEPS):

@@ -16,7 +16,7 @@ TINY = dict(n_prompts=200, train_prompts=16, budget_tokens=4e5, seed=3)
 def test_config_rejects_unknown_keys_and_selectors():
     with pytest.raises(ValidationError, match="n_prompt"):
         SimConfig.model_validate({"n_prompt": 10})
-    with pytest.raises(ValidationError, match="unknown selector"):
+    with pytest.raises(ValidationError, match=r"strategies\[\].selector 'magic' does not exist; choose one of"):
         StrategyConfig(name="x", selector="magic")
     with pytest.raises(ValidationError, match="unique"):
         SimConfig(strategies=[StrategyConfig(name="a"), StrategyConfig(name="a")])
@@ -144,20 +144,21 @@ def test_repo_replays_only_from_a_warm_cache_and_without_weight_matches_uniform(
     assert r1["curve"] != u["curve"] and r1["generated_tokens"] == u["generated_tokens"]
     assert r1["tokens_per_effective_sample"] == u["tokens_per_effective_sample"]  # replay costs no generation
     # a cache that never warms (min fill above what a run reaches) replays nothing
-    _, cold = _run("repo", forget=0.0, budget_tokens=1.2e6, buffer_params={"max_cache_size": 4096, "min_cache_to_replay": 4096})
+    _, cold = _run("repo", forget=0.0, budget_tokens=1.2e6,
+                   buffer={"name": "repo", "params": {"max_cache_size": 4096, "min_cache_to_replay": 4096}})
     assert cold["replayed_samples"] == 0 and cold["curve"] == u["curve"]
 
 
 def test_exgrpo_mixes_experience_questions():
     cfg, u = _run("none")
-    _, none_mixed = _run("exgrpo", buffer_params={"mix_ratio": 0.0})
+    _, none_mixed = _run("exgrpo", buffer={"name": "exgrpo", "params": {"mix_ratio": 0.0}})
     # no mixing: no replay and full groups; the curve is not uniform's, since retired (all-correct)
     # questions leave the pool as they do in gfcr train (buffer.exclude; the old simulator ignored it)
     assert none_mixed["replayed_samples"] == 0
     assert none_mixed["generated_responses"] == none_mixed["steps"] * cfg.train_prompts * cfg.group_size
     from gfcr.sim.simulator import _Run
 
-    strat = StrategyConfig(name="e", control="exgrpo", buffer_params={"mix_ratio": 0.0})
+    strat = StrategyConfig(name="e", control="exgrpo", buffer={"name": "exgrpo", "params": {"mix_ratio": 0.0}})
     run = _Run(cfg, strat)
     for _ in range(6):
         retired = set(run.buffer.retired)
@@ -177,8 +178,8 @@ def test_replay_strategy_config_errors():
         StrategyConfig(name="a", control="adaptive_k", k_min=8, k_max=4)
     with pytest.raises(ValidationError, match="unknown control"):
         StrategyConfig(name="a", control="gfpo")
-    with pytest.raises(ValidationError, match="strategies\\[\\].buffer_params: unknown key 'bogus' for buffer 'repo'"):
-        StrategyConfig(name="r", control="repo", buffer_params={"bogus": 1})  # refused at config load
+    with pytest.raises(ValidationError, match="strategies\\[\\].buffer.params: unknown key 'bogus' for buffer 'repo'"):
+        StrategyConfig(name="r", control="repo", buffer={"name": "repo", "params": {"bogus": 1}})  # refused at load
 
 
 @pytest.mark.parametrize("buffer", ["repo", "exgrpo", "ar3po"])
@@ -201,8 +202,8 @@ def test_simulator_and_loop_assemble_the_same_batch(tiny_dir, tmp_path, buffer):
     t.setup()
     pids = [p.prompt_id for p in t.train_prompts]
     sim = _Run(SimConfig(n_prompts=10, train_prompts=2, group_size=4, seed=7,
-                         strategies=[StrategyConfig(name=buffer, control=buffer, buffer_params=params)]),
-               StrategyConfig(name=buffer, control=buffer, buffer_params=params))
+                         strategies=[StrategyConfig(name=buffer, control=buffer, buffer={"name": buffer, "params": params})]),
+               StrategyConfig(name=buffer, control=buffer, buffer={"name": buffer, "params": params}))
     sim.index = {p: i for i, p in enumerate(pids)}
 
     def group(step, p, wins, k=4):

@@ -1,5 +1,6 @@
 """``gfcr config migrate``: a config file in the older flat shape rewritten in the one method shape
-(:mod:`gfcr.train.config_migrate`)."""
+(``gfcr train``/``gfcr generate``: :mod:`gfcr.train.config_migrate`; ROSS: :func:`gfcr.ross.config.migrate`;
+``gfcr simulate``: :func:`gfcr.sim.config.migrate`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .common import fail
 
 
 def migrate_cmd(
-    file: Annotated[Path, typer.Argument(help="A gfcr train or gfcr generate YAML config.")],
+    file: Annotated[Path, typer.Argument(help="A gfcr train, generate, ross or simulate YAML config.")],
     write: Annotated[bool, typer.Option("--write", help="Rewrite FILE in place (its comments are not kept).")] = False,
 ) -> None:
     """Print FILE in the current config shape (each method as {name, params}; one line on stderr per
@@ -24,6 +25,10 @@ def migrate_cmd(
 
     from gfcr.config import ConfigError, read_yaml_mapping
     from gfcr.generate.config import GenerateConfig
+    from gfcr.ross.config import RossConfig
+    from gfcr.ross.config import migrate as migrate_ross
+    from gfcr.sim.config import SimConfig
+    from gfcr.sim.config import migrate as migrate_sim
     from gfcr.train.config import TrainConfig
     from gfcr.train.config_migrate import migrate_any
 
@@ -31,10 +36,19 @@ def migrate_cmd(
         warnings.simplefilter("always")
         try:
             kind, data = migrate_any(read_yaml_mapping(file), note=True)
-            if kind == "train":  # the result must load (a check, not a rewrite: defaults stay unwritten)
+            if kind == "ross":
+                data = migrate_ross(data, note=True)
+            elif kind == "simulate":
+                data = migrate_sim(data, note=True)
+            # the result must load (a check, not a rewrite: defaults stay unwritten)
+            if kind == "train":
                 TrainConfig.model_validate(data)
             elif kind == "generate":
                 GenerateConfig.model_validate({"store": "(given by --store)"} | data)
+            elif kind == "ross":
+                RossConfig.model_validate({"store": "(given)"} | data)
+            else:
+                SimConfig.model_validate(data)
         except ConfigError as e:
             fail(f"{file}: {e}")
         except ValidationError as e:

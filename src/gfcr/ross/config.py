@@ -1,19 +1,69 @@
-"""The ROSS run configuration: one typed YAML drives ``gfcr ross run`` and every stage command."""
+"""The ROSS run configuration: one typed YAML drives ``gfcr ross run`` and every stage command.
+
+Every method it chooses is written in the one shape of :class:`gfcr.config.Method`, ``KEY: NAME``
+or ``KEY: {name: NAME, params: {...}}``: ``window.reverify``, ``evaluate.verifier``, a benchmark's
+``verifier`` and ``evaluate.engine``. The older flat keys (``window.reverify_params``,
+``evaluate.verifier_params``, ``evaluate.engine_params``, a benchmark's ``verifier_params``) load
+through :func:`migrate`, one note per key.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
-from gfcr.config import StrictModel, check_component, load_config_model
+from gfcr.config import StrictModel, check_component, load_config_model, move_old_params
 from gfcr.evaluate import EvalConfig
 from gfcr.filters.judge import JudgeConfig
+from gfcr.generate.config import EngineConfig
+from gfcr.train.config import VerifierMethod
 from gfcr.train.sft import AutocastDtype
 
 VARIANTS = ("positive_sft", "ross_nomask", "ross", "ross_from_base")
+
+
+class ReverifyMethod(VerifierMethod):
+    """``window.reverify``: a verifier of :data:`gfcr.filters.verifiers.VERIFIERS` (params: its ``Config``)."""
+
+    path: ClassVar[str] = "window.reverify"
+
+
+class EvalVerifierMethod(VerifierMethod):
+    """``evaluate.verifier``: the verifier deciding correctness in the held-out evaluation."""
+
+    path: ClassVar[str] = "evaluate.verifier"
+
+
+class BenchmarkVerifierMethod(VerifierMethod):
+    """``evaluate.benchmarks[].verifier``: one benchmark's own verifier (replaces ``evaluate.verifier``)."""
+
+    path: ClassVar[str] = "evaluate.benchmarks[].verifier"
+
+
+class EvalEngineConfig(EngineConfig):
+    """``evaluate.engine``: the engine each model row is evaluated with, built from the row's own
+    model (so ``model`` is not given here; ``params`` are the engine's other keyword arguments)."""
+
+    params_path: ClassVar[str] = "evaluate.engine.params"
+    where: ClassVar[str] = "evaluate.engine"
+
+    def supplied(self) -> tuple[str, ...]:
+        return ("model", "tokenizer", "policy_version")
+
+    @model_validator(mode="after")
+    def _no_model(self) -> EvalEngineConfig:
+        from gfcr.generate.engines import ENGINES
+
+        if self.name not in ENGINES and ":" not in self.name:
+            raise ConfigError(f"evaluate.engine: unknown engine {self.name!r}; choose one of "
+                              f"{', '.join(ENGINES)} or give pkg.mod:Class")
+        if self.model is not None:
+            raise ConfigError("evaluate.engine.model: each model row is evaluated from its own checkpoint; "
+                              "leave model out")
+        return self
 
 
 class WindowConfig(StrictModel):
@@ -22,28 +72,13 @@ class WindowConfig(StrictModel):
     steps: tuple[int, int] | None = Field(None, description=(
         "Inclusive training-step window [first, last] (None: all)."))
     task: str | None = Field(None, description="Only rollouts of this task (None: all tasks).")
-    reverify: str | None = Field(None, description=(
-        "Re-verify with this gfcr.filters verifier (None: trust stored verdicts)."))
-    reverify_params: dict[str, Any] = Field(default_factory=dict, description=(
-        "Options of the re-verifier (default: strict stated answer format, truncated never verified)."))
+    reverify: ReverifyMethod | None = Field(None, description=(
+        "Re-verify with this gfcr.filters verifier and its params (None: trust stored verdicts), e.g. "
+        "`reverify: {name: numeric, params: {lenient_fallback: true}}` (default: the strict stated answer "
+        "format, truncated never verified)."))
     dedup: bool = Field(True, description="Drop rollouts repeating another's prompt and assistant text.")
     limit: int | None = Field(None, ge=1, description="At most this many rollouts (oldest step first).")
 
-    @model_validator(mode="after")
-    def _reverify_params(self) -> WindowConfig:
-        if self.reverify_params and not self.reverify:
-            raise ConfigError("window.reverify_params is set but window.reverify is not (name a verifier)")
-        self.reverify_params = _verifier_params("window.reverify_params", self.reverify, self.reverify_params)
-        return self
-
-
-def _verifier_params(where: str, name: str | None, params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` checked against the verifier ``name``'s own Config (:data:`gfcr.filters.verifiers.VERIFIERS`)."""
-    from gfcr.filters.verifiers import VERIFIERS
-
-    if name is not None and name not in VERIFIERS:
-        raise ConfigError(f"{where[: where.rindex('.')]}: unknown verifier {name!r}; choose one of {sorted(VERIFIERS)}")
-    return check_component(where, "verifier", name, VERIFIERS, params)
 
 
 #: the keys of the llm judge's endpoint, written flat under ``judge:`` and kept in ``judge.llm``
@@ -166,10 +201,8 @@ class BenchmarkConfig(StrictModel):
         "source=store: only prompts of this task (default: window.task)."))
     n_prompts: int = Field(32, ge=1, description="Distinct held-out prompts evaluated per model.")
     domain: str = Field("default", description="Domain whose average this benchmark enters (math, code, …).")
-    verifier: str | None = Field(None, description=(
-        "Verifier for this benchmark (default: evaluate.verifier)."))
-    verifier_params: dict[str, Any] | None = Field(None, description=(
-        "Its options (default: evaluate.verifier_params)."))
+    verifier: BenchmarkVerifierMethod | None = Field(None, description=(
+        "Verifier for this benchmark, name and params (default: evaluate.verifier, name and params)."))
     max_tokens: int | None = Field(None, ge=1, description=(
         "New tokens per sample (default: evaluate.max_tokens)."))
     episodes: EpisodeEvalConfig | None = Field(None, description="Evaluate as multi-turn env episodes "
@@ -183,9 +216,6 @@ class BenchmarkConfig(StrictModel):
             self.params = check_component("evaluate.benchmarks[].params", "task source", self.source, SOURCES, self.params)
         elif self.params:
             raise ConfigError("evaluate.benchmarks[].params: source 'store' takes no params (it reads the store's prompts)")
-        if self.verifier_params is not None and self.verifier is not None:
-            self.verifier_params = _verifier_params("evaluate.benchmarks[].verifier_params", self.verifier,
-                                                    self.verifier_params)
         return self
 
 
@@ -200,9 +230,9 @@ class RossEvalConfig(EvalConfig):
     max_tokens: int = Field(96, ge=1, description="New tokens per sample.")
     temperature: float = Field(0.7, ge=0, description="Sampling temperature of the k samples.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the k samples.")
-    verifier: str = Field("numeric", description="gfcr.filters verifier deciding correctness.")
-    verifier_params: dict[str, Any] = Field(default_factory=dict, description="Its options, e.g. "
-                                            "{lenient_fallback: true} (off: the stated answer format only).")
+    verifier: EvalVerifierMethod = Field(default_factory=lambda: EvalVerifierMethod(name="numeric"), description=(
+        "gfcr.filters verifier deciding correctness and its params, e.g. `verifier: {name: numeric, params: "
+        "{lenient_fallback: true}}` (default params: the stated answer format only)."))
     allow_truncated: bool = Field(False, description=(
         "Count samples cut by the token limit when correct (off: wrong)."))
     greedy: bool = Field(True, description="Also report greedy pass@1.")
@@ -212,28 +242,17 @@ class RossEvalConfig(EvalConfig):
         None, description=(
             "Model pairs (A, B) compared per prompt; None: ROSS against every other row, ROSS w/o mask "
             "against positive SFT, ROSS from base against ROSS."))
-    engine: str = Field("hf", description=(
+    engine: EvalEngineConfig = Field(default_factory=EvalEngineConfig, description=(
         "Engine each model row is evaluated with (gfcr.generate.engines): hf (loads the model in this "
-        "process), vllm (from the model's path), or pkg.mod:Class; one model in memory at a time."))
-    engine_params: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword arguments of the engine (vllm: enforce_eager, dtype, "
-                                          "max_model_len, kv_cache_memory_bytes, ...).")
+        "process), vllm (from the model's path), or pkg.mod:Class; one model in memory at a time. Its "
+        "params are the engine's keyword arguments (vllm: enforce_eager, dtype, max_model_len, "
+        "kv_cache_memory_bytes, ...): `engine: {name: vllm, params: {enforce_eager: true}}`."))
     save_generations: bool = Field(False, description=(
         "Also write every generation (greedy and sampled) to RUN_DIR/generations.jsonl, one line per model, "
         "benchmark and prompt (for process measures such as false claims)."))
 
     @model_validator(mode="after")
     def _ks(self) -> RossEvalConfig:
-        from gfcr.generate.engines import ENGINES
-
-        if self.engine not in ENGINES and ":" not in self.engine:
-            raise ConfigError(f"evaluate.engine: unknown engine {self.engine!r}; choose one of "
-                              f"{', '.join(ENGINES)} or give pkg.mod:Class")
-        self.verifier_params = _verifier_params("evaluate.verifier_params", self.verifier, self.verifier_params)
-        for b in self.benchmarks:  # a benchmark's own params for the default verifier
-            if b.verifier is None and b.verifier_params is not None:
-                b.verifier_params = _verifier_params("evaluate.benchmarks[].verifier_params", self.verifier,
-                                                     b.verifier_params)
         if self.k == 0:
             if not self.greedy:
                 raise ValueError("evaluate: k=0 and greedy=false evaluates nothing")
@@ -303,11 +322,55 @@ class RossConfig(StrictModel):
         default_factory=lambda: ["select", "audit", "build", "train", "evaluate", "analyze"],
         description="Stages `gfcr ross run` executes, in this order.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_shape(cls, data: Any) -> Any:
+        """A config in the older flat shape (``evaluate.verifier_params``...) in the one method shape,
+        one note per old key (:func:`migrate`)."""
+        return migrate(data, note=True) if isinstance(data, dict) else data
+
     @model_validator(mode="after")
     def _check(self) -> RossConfig:
         if "ross_from_base" in self.variants and not self.base_model:
             raise ValueError("variant ross_from_base needs base_model")
         return self
+
+
+#: (section, old key, the method key it moves under, the method a config names when it does not)
+OLD_PARAMS: tuple[tuple[str, str, str, str | None], ...] = (
+    ("window", "reverify_params", "reverify", None),
+    ("evaluate", "verifier_params", "verifier", "numeric"),
+    ("evaluate", "engine_params", "engine", "hf"),
+)
+
+
+def migrate(data: dict[str, Any], note: bool = False) -> dict[str, Any]:
+    """``data`` (a ROSS config mapping) with each older flat key under its method, as
+    ``{name, params}`` (:func:`gfcr.config.move_old_params`; ``note``: one line per key); ``data``
+    itself is not changed. A benchmark's ``verifier_params`` without its own ``verifier`` go to
+    ``evaluate.verifier``'s name. Example: ``{"evaluate": {"verifier_params": {"lenient_fallback": True}}}``
+    becomes ``{"evaluate": {"verifier": {"name": "numeric", "params": {"lenient_fallback": True}}}}``."""
+    data = dict(data)
+    for section, old, key, default in OLD_PARAMS:
+        if isinstance(data.get(section), dict) and old in data[section]:
+            data[section] = dict(data[section])
+            move_old_params(data[section], section, old, key, default, note)
+    ev = data.get("evaluate")
+    benches = ev.get("benchmarks") if isinstance(ev, dict) else None
+    if isinstance(benches, list) and any(isinstance(b, dict) and "verifier_params" in b for b in benches):
+        given = ev.get("verifier", "numeric")
+        default = given if isinstance(given, str) else (given or {}).get("name", "numeric")
+        data["evaluate"] = ev = dict(ev)
+        ev["benchmarks"] = [dict(b) if isinstance(b, dict) else b for b in benches]
+        for i, b in enumerate(ev["benchmarks"]):
+            if isinstance(b, dict) and "verifier_params" in b:
+                if b["verifier_params"] is None:
+                    b.pop("verifier_params")  # the old default: evaluate.verifier's
+                    continue
+                if b.get("verifier") is None:
+                    b.pop("verifier", None)
+                move_old_params(b, f"evaluate.benchmarks[{i}]", "verifier_params", "verifier", default, note)
+    return data
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RossConfig:

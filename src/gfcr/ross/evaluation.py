@@ -77,7 +77,8 @@ def evaluate_one(engine: Any, prompts: Sequence[Prompt], bench: Any, ev: Any) ->
     """One model on one benchmark → ``EvalResult.to_dict()`` (per-prompt outcomes included)."""
     from gfcr.evaluate import evaluate_episodes, evaluate_model
 
-    verify = make_verify_fn(bench.verifier or ev.verifier, bench.verifier_params or ev.verifier_params)
+    method = bench.verifier or ev.verifier  # a benchmark's own verifier replaces evaluate's, name and params
+    verify = make_verify_fn(method.name, method.params)
     common = dict(k=ev.k, ks=ev.ks if ev.k > 0 else None, verifier=verify, greedy=ev.greedy,
                   temperature=ev.temperature, top_p=ev.top_p, max_tokens=bench.max_tokens or ev.max_tokens,
                   seed=ev.seed, allow_truncated=ev.allow_truncated)
@@ -119,9 +120,10 @@ def eval_engine(m: Any, name: str, tokenizer: Any, ev: Any, load: Callable[[Any]
     """The engine of ``ev.engine`` for one model row: ``hf`` wraps the loaded module (``load(path)``
     when ``m`` is a path); any other engine is built from the path by
     :func:`gfcr.generate.engines.make_engine` (``engines``: a composer's own names), with
-    ``ev.engine_params``."""
-    name_e = getattr(ev, "engine", "hf")
-    params = dict(getattr(ev, "engine_params", None) or {})
+    ``ev.engine``'s params (``*_env`` keys read from the environment)."""
+    engine = getattr(ev, "engine", None)
+    name_e = engine.name if engine is not None else "hf"
+    params = engine.kwargs() if engine is not None else {}
     if name_e == "hf":
         from gfcr.generate.engines.hf import HFEngine
 

@@ -108,7 +108,7 @@ def make_configured_judge(cfg: RossConfig) -> Any:
 
 def stage_select(cfg: RossConfig, store: Any) -> list[Any]:
     """Verified-successful, deduplicated rollouts of the configured window. With
-    ``window.reverify`` each is verified again with that verifier (``window.reverify_params``), the
+    ``window.reverify`` each is verified again with that verifier and its params, the
     rollout as context: a truncated generation fails, the task's stated answer format is read."""
     from gfcr.ross.audit import select_rollouts
 
@@ -117,7 +117,7 @@ def stage_select(cfg: RossConfig, store: Any) -> list[Any]:
     if w.reverify:
         from gfcr.filters.verifiers import get_verifier, stated_answer_format
 
-        v = get_verifier(w.reverify, **w.reverify_params)
+        v = get_verifier(w.reverify.name, **w.reverify.params)
 
         def reverify(r: Any, p: Any) -> bool:
             return p is not None and v.verify(r.completion, answer=p.answer, tests=p.tests, rollout=r,
@@ -297,7 +297,7 @@ def stage_analyze(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any) ->
         early, late = a.early or (lo, lo + q - 1), a.late or (hi - q + 1, hi)
         out["categories"] = categories_early_late(store, judge.name, early, late, judge.version, run=w.run,
                                                   domains=a.domains)
-    verify = make_verify_fn(e.verifier, e.verifier_params)
+    verify = make_verify_fn(e.verifier.name, e.verifier.params)
     need_model = a.compatibility_prompts or a.complementarity_prompts
     current = load_model(need_upstream(cfg, "analyze")) if need_model else None
     if a.compatibility_prompts:
@@ -450,7 +450,8 @@ def run_ross_demo(store: str | Path, upstream_model: str, base_model: str | None
         variants=list(variants), window={"run": run, "steps": steps, "task": task},
         train={"epochs": epochs, "lr": lr, "batch_size": 8},
         evaluate={"benchmarks": benchmarks or [{"name": task, "source": task, "n_prompts": n_eval}],
-                  "k": k, "ks": sorted({1, k}), "max_tokens": max_tokens, "verifier_params": verifier_params or {}},
+                  "k": k, "ks": sorted({1, k}), "max_tokens": max_tokens,
+                  "verifier": {"name": "numeric", "params": verifier_params or {}}},
         analyze={"ter_window": 1, "compatibility_prompts": 0, "complementarity_prompts": 0},
     )
     n = len(stage_select(cfg, open_store(cfg)))

@@ -47,168 +47,17 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
 
-from gfcr.config import ConfigError, StrictModel, check_component
-from gfcr.control.policies import GROUP_POLICIES, Collected, make_group_policy
-from gfcr.control.selectors import SELECTORS, make_selector
+from gfcr.control.policies import Collected, make_group_policy
+from gfcr.control.selectors import make_selector
 from gfcr.control.step import StepSampler, observe_step, stamp_advantages
 from gfcr.filters.advantages import make_estimator
 from gfcr.records import Cost, Rollout
 from gfcr.replay.buffers import BUFFERS, TrainItem, assemble, make_buffer, stage_rng
-
-#: the ``control`` shorthand of a strategy → (group policy, replay buffer): the names ``gfcr train`` uses
-CONTROLS: dict[str, tuple[str, str | None]] = {
-    "none": ("single", None), "dynamic_sampling": ("dynamic_sampling", None), "ar3po": ("ar3po", "ar3po"),
-    "adaptive_k": ("adaptive_k", None), "repo": ("single", "repo"), "exgrpo": ("single", "exgrpo"),
-}
-
-
-class StrategyConfig(StrictModel):
-    """One strategy: a prompt selector, a group policy and a replay buffer, named as ``gfcr train``
-    names them (``control.selector``, ``control.group``, ``replay.buffer``). ``control`` is the
-    older shorthand for a group policy + buffer pair (``repo`` = ``single`` + buffer ``repo``);
-    its per-method fields (``gen_factor``, ``stages``, ``k_min`` ...) fill ``group_params``."""
-
-    name: str = Field(description="label in the report (e.g. 'dapo', 'greso')")
-    selector: str = Field("uniform", description=f"prompt selector, one of {sorted(SELECTORS)}")
-    selector_params: dict[str, Any] = Field(default_factory=dict, description=(
-        "keyword arguments of the selector"))
-    group: str | None = Field(None, description=(
-        f"group policy, one of {sorted(GROUP_POLICIES)} (gfcr.control.policies); null = what "
-        "`control` implies"))
-    group_params: dict[str, Any] = Field(default_factory=dict, description=(
-        "keyword arguments of the group policy"))
-    buffer: str | None = Field(None, description=(
-        f"replay buffer, one of {sorted(BUFFERS)} (gfcr.replay.buffers); null = what `control` implies"))
-    control: str = Field("none", description=(
-        f"shorthand for a group policy + buffer pair, one of {tuple(CONTROLS)}"))
-    gen_factor: float = Field(3.0, gt=0, description=(
-        "dynamic sampling: generation batch = gen_factor x train batch"))
-    adaptive_gen: bool = Field(False, description="dynamic sampling: GRESO's adaptive generation batch size")
-    max_num_gen_batches: int = Field(10, ge=1, description=(
-        "dynamic sampling: generation rounds per step at most"))
-    stages: int = Field(2, ge=1, description="ar3po: sampling stages")
-    per_stage: int = Field(4, ge=1, description="ar3po: responses per prompt per stage")
-    k_min: int = Field(2, ge=2, description=(
-        "adaptive_k: fewest responses per prompt (2: a group needs two to differ)"))
-    k_max: int = Field(16, ge=2, description="adaptive_k: most responses per prompt")
-    buffer_params: dict[str, Any] = Field(default_factory=dict,
-                                          description="keyword arguments of the replay buffer class")
-
-    @field_validator("selector")
-    @classmethod
-    def _known_selector(cls, v: str) -> str:
-        if v.lower() not in SELECTORS:
-            raise ValueError(f"unknown selector {v!r}; choose one of {sorted(SELECTORS)}")
-        return v.lower()
-
-    @field_validator("control")
-    @classmethod
-    def _known_control(cls, v: str) -> str:
-        if v not in CONTROLS:
-            raise ValueError(f"unknown control {v!r}; choose one of {tuple(CONTROLS)} (or name a group policy: group)")
-        return v
-
-    @model_validator(mode="after")
-    def _k_range(self) -> StrategyConfig:
-        if self.k_max < self.k_min:
-            raise ValueError(f"k_max ({self.k_max}) must be >= k_min ({self.k_min})")
-        return self
-
-    @model_validator(mode="after")
-    def _params(self) -> StrategyConfig:
-        self.selector_params = check_component("strategies[].selector_params", "selector", self.selector, SELECTORS,
-                                               self.selector_params, skip=("prompt_ids", "categories"))
-        if self.group is not None and self.control not in ("none", "repo", "exgrpo"):
-            raise ConfigError(f"strategies[]: give either group ({self.group!r}) or control ({self.control!r}), not both")
-        implied = CONTROLS[self.control]
-        buffer = self.buffer if self.buffer is not None else implied[1]
-        if self.buffer_params and buffer is None:
-            raise ConfigError(f"strategies[].buffer_params: control {self.control!r} has no replay buffer "
-                              f"(buffer_params go with {sorted(BUFFERS)})")
-        self.buffer_params = check_component("strategies[].buffer_params", "buffer", buffer or "", BUFFERS,
-                                             self.buffer_params) if buffer else self.buffer_params
-        self.group_params = check_component("strategies[].group_params", "group policy", self.group or implied[0],
-                                            GROUP_POLICIES, self.group_params, skip=("decide_on",))
-        return self
-
-    def resolved(self, train_prompts: int) -> tuple[str, dict[str, Any], str | None]:
-        """(group policy, its keyword arguments, buffer name) this strategy runs."""
-        if self.group is not None:
-            return self.group, dict(self.group_params), self.buffer
-        group, buffer = CONTROLS[self.control]
-        params = {"dynamic_sampling": {"gen_prompts": int(round(self.gen_factor * train_prompts)),
-                                       "max_num_gen_batches": self.max_num_gen_batches,
-                                       "adaptive_gen": self.adaptive_gen},
-                  "ar3po": {"stages": self.stages, "per_stage": self.per_stage},
-                  "adaptive_k": {"k_min": self.k_min, "k_max": self.k_max}}.get(group, {})
-        return group, params | self.group_params, self.buffer if self.buffer is not None else buffer
-
-
-def default_strategies() -> list[StrategyConfig]:
-    return [
-        StrategyConfig(name="uniform"),
-        StrategyConfig(name="dapo", control="dynamic_sampling"),
-        StrategyConfig(name="greso", selector="greso", control="dynamic_sampling", adaptive_gen=True),
-        StrategyConfig(name="vade", selector="vade"),
-        StrategyConfig(name="vcrl", selector="vcrl"),
-        StrategyConfig(name="sec", selector="sec"),
-        StrategyConfig(name="ar3po", control="ar3po"),
-        StrategyConfig(name="adaptive_k", control="adaptive_k"),
-        StrategyConfig(name="repo", control="repo"),
-        StrategyConfig(name="exgrpo", control="exgrpo"),
-    ]
-
-
-class SimConfig(StrictModel):
-    """The simulated world, the budget and the strategies to compare."""
-
-    n_prompts: int = Field(2000, ge=10, description="number of prompts in the pool")
-    category_beta: list[tuple[float, float]] = Field(
-        default_factory=lambda: [(6.0, 1.0), (3.0, 2.0), (1.5, 3.0), (0.6, 4.0), (0.3, 8.0)],
-        description="per category (easy -> hard), Beta(a, b) of the initial solve probability",
-    )
-    group_size: int = Field(8, ge=2, description="responses per prompt (G)")
-    train_prompts: int = Field(64, ge=1, description="groups in one training batch")
-    budget_tokens: float = Field(2e7, gt=0, description="generated-token budget per strategy")
-    max_steps: int = Field(100000, ge=1, description="hard cap on training steps per strategy")
-    len_mean: float = Field(300.0, gt=0, description="mean response length of the easiest category (tokens)")
-    len_growth: float = Field(1.3, gt=0, description="mean length multiplier per harder category")
-    len_sigma: float = Field(0.4, ge=0, description="log-normal sigma of response lengths")
-    wrong_len_factor: float = Field(1.5, gt=0, description="wrong answers are this much longer on average")
-    len_max: int = Field(2048, ge=1, description="truncation length; truncated responses count as wrong")
-    lr: float = Field(0.6, ge=0, description="logit step of a prompt per effective group, times 4q(1-q)")
-    transfer: float = Field(0.05, ge=0, description=(
-        "logit step of a category per effective group share of the batch"))
-    forget: float = Field(0.002, ge=0, le=1, description=(
-        "per-step drift of untrained prompts toward their initial logit"))
-    train_cost: float = Field(0.0005, ge=0, description="wall-time proxy units per trained token")
-    replay_decay: float = Field(1.0, ge=0, le=1, description=(
-        "a group made effective by replayed responses learns replay_decay ** lag (steps) as much as a "
-        "fresh group; 1 = stale samples teach as much as fresh ones (an assumption: the world has no "
-        "off-policy ratio)"))
-    seed: int = Field(0, description="seed of the world and of every strategy's sampling")
-    strategies: list[StrategyConfig] = Field(default_factory=default_strategies, description=(
-        "strategies to compare"))
-
-    @field_validator("strategies")
-    @classmethod
-    def _unique(cls, v: list[StrategyConfig]) -> list[StrategyConfig]:
-        names = [s.name for s in v]
-        if len(set(names)) != len(names):
-            raise ValueError(f"strategy names must be unique, got {names}")
-        if not v:
-            raise ValueError("give at least one strategy")
-        return v
-
-
-def load_config(path: str | Path) -> SimConfig:
-    """Read a YAML config; unknown keys and bad values fail with the field named."""
-    from gfcr.config import load_config_model
-
-    return load_config_model(SimConfig, path)
-
+from gfcr.sim.config import CONTROLS as CONTROLS  # re-exported: the config lives in gfcr.sim.config
+from gfcr.sim.config import SimConfig as SimConfig
+from gfcr.sim.config import StrategyConfig as StrategyConfig
+from gfcr.sim.config import load_config as load_config
 
 # ---------------------------------------------------------------------------------------------
 # The world
@@ -358,7 +207,8 @@ class _Run:
         self.cfg, self.strat = cfg, strat
         self.world = world if world is not None else World(cfg)
         self.rng = np.random.default_rng(cfg.seed + 1)
-        self.sel = make_selector(strat.selector, self.world.prompt_ids, self.world.cat_names, **strat.selector_params)
+        self.sel = make_selector(strat.selector.name, self.world.prompt_ids, self.world.cat_names,
+                                 **strat.selector.params)
         self.index = {p: i for i, p in enumerate(self.world.prompt_ids)}
         self.tokens = self.n_responses = 0
         self.n_groups = self.n_zero = self.n_effective = self.n_replayed = 0
@@ -373,14 +223,14 @@ class _Run:
         self.policy = make_group_policy(group, **group_params)
         self.buffer: Any = None
         if buffer is not None:
-            params = dict(strat.buffer_params)
+            params = dict(strat.buffer.params) if strat.buffer is not None else {}
             for path, value in implied.items():
                 if path.startswith("replay.buffer.params."):
                     params.setdefault(path.rpartition(".")[2], value)
             try:
                 self.buffer = make_buffer(buffer, **params)
             except TypeError as e:
-                raise ValueError(f"strategy {strat.name!r}: bad buffer_params for {buffer}: {e}") from e
+                raise ValueError(f"strategy {strat.name!r}: bad buffer params for {buffer}: {e}") from e
         self.estimator = make_estimator(implied.get("signals.advantage", "grpo"))  # gfcr train's default
         self.engine = SimEngine(self)
 

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
-from gfcr.config import ConfigError, note_old_shape
+from gfcr.config import flow_yaml, move_old_params, note_old_shape
 from gfcr.generate.config import migrate_topology
 
 #: section -> (old parameter key, the method key it moves under)
@@ -69,22 +67,8 @@ def migrate(data: dict[str, Any], note: bool = False) -> dict[str, Any]:
             continue
         sec = data[section] = dict(data[section])
         for old, key in moves:
-            if old not in sec:
-                continue
-            params = sec.pop(old) or {}
-            name = _method(sec.get(key)).get("name")
-            if name is None and key in DEFAULT_NAME:
-                name = DEFAULT_NAME[key] or _default_advantage(data)
-            if name is None:
-                if params:
-                    raise ConfigError(f"{section}.{old} is set but {section}.{key} is not (name the {key} the "
-                                      f"parameters are for: {section}.{key}: {{name: NAME, params: {{...}}}})")
-                continue
-            if note:
-                note_old_shape(f"{section}.{old}", f"{section}.{key}: {{name: {name}, params: {_flow(params)}}}")
-            method = _method(sec.get(key)) | {"name": name}
-            method["params"] = {**(method.get("params") or {}), **params}
-            sec[key] = method
+            default = _default_advantage(data) if key == "advantage" else DEFAULT_NAME.get(key)
+            move_old_params(sec, section, old, key, default, note)
     return data
 
 
@@ -127,9 +111,7 @@ def _migrate_generate(gen: dict[str, Any], note: bool) -> dict[str, Any]:
     return gen
 
 
-def _flow(value: Any) -> str:
-    """``value`` as one line of YAML (``{kappa: 0.3}``), as the note shows what to write."""
-    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+_flow = flow_yaml
 
 
 def _default_advantage(data: dict[str, Any]) -> str:
@@ -154,8 +136,9 @@ def config_kind(data: dict[str, Any]) -> str:
 
 def migrate_any(data: dict[str, Any], note: bool = False) -> tuple[str, dict[str, Any]]:
     """``(kind, data in the current shape)`` for a ``gfcr train`` or ``gfcr generate`` config mapping
-    (:func:`config_kind`); a ``gfcr simulate`` or ROSS config is returned as it is (their shape did not
-    change). Nothing is validated here: load the result with the kind's config model."""
+    (:func:`config_kind`); a ``gfcr simulate`` or ROSS config is returned as it is (their rooms migrate
+    them: :func:`gfcr.sim.config.migrate`, :func:`gfcr.ross.config.migrate`; ``gfcr config migrate``
+    calls each). Nothing is validated here: load the result with the kind's config model."""
     kind = config_kind(data)
     if kind == "train":
         return kind, migrate(data, note)
