@@ -8,8 +8,9 @@ Stages, each timed (wall and CPU seconds), with the machine load at start and en
 1. held-out set: ``--n-eval`` distinct two-digit sums of the arith task's *test* split (never trained on);
 2. two training runs of ``configs/arith-smollm2.yaml`` (GRPO, K = 4, T = 0.7, 64 new tokens), the same
    seed, steps, prompts and learning rate; arm **on** adds ``retrieve: {k: --k-seeds}`` (the run's own
-   store: what the run solved at earlier steps seeds its later prompts, gfcr.train.seeding), arm **off**
-   does not. The arms are run one after the other (off first);
+   store: what the run solved at earlier steps seeds its later prompts, gfcr.train.seeding; with
+   ``--source off``, arm off's finished store, so seeds exist from step 0), arm **off** does not. The
+   arms are run one after the other (off first);
 3. greedy pass@1 (+ ``--k`` samples at T = 0.7 when > 0) of the base model (unless ``--no-base``) and of
    each arm's last checkpoint on the held-out set, *unseeded* (what the policy learnt);
 4. paired comparisons (``gfcr.evaluate.compare_paired``: McNemar for greedy pass@1, paired bootstrap
@@ -82,6 +83,8 @@ def main() -> None:
     ap.add_argument("--n-eval", type=int, default=300)
     ap.add_argument("--k", type=int, default=0, help="sampled completions per held-out prompt (0: greedy only)")
     ap.add_argument("--k-seeds", type=int, default=2, help="retrieve.k of arm on")
+    ap.add_argument("--source", choices=["own", "off"], default="own", help=(
+        "arm on retrieves from its own store (retrieve.store: null) or from arm off's finished store"))
     ap.add_argument("--no-base", action="store_true", help="skip the base model's evaluation")
     ap.add_argument("--output-dir", default="bench/out/retrieve_train")
     ap.add_argument("--seed", type=int, default=0)
@@ -94,6 +97,8 @@ def main() -> None:
 
     out: dict[str, Any] = {"args": vars(args), "load_start": os.getloadavg(), "stages": {}}
     timings = out["stages"]
+    partial = Path("bench/out/retrieve_train_bench.partial.json")
+    partial.parent.mkdir(parents=True, exist_ok=True)
 
     def stage(name: str, fn: Any) -> Any:
         t0, c0 = time.perf_counter(), _cpu()
@@ -101,6 +106,9 @@ def main() -> None:
         timings[name] = {"wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(_cpu() - c0, 1),
                          "load": os.getloadavg()[0]}
         print(f"[{name}] {timings[name]}", file=sys.stderr, flush=True)
+        if hasattr(res, "metrics"):  # an evaluation: kept at once, so a run cut short still leaves it
+            out.setdefault("metrics", {})[name.removeprefix("eval_")] = {m: vars(v) for m, v in res.metrics.items()}
+        partial.write_text(json.dumps(out, indent=2, default=str))
         return res
 
     prompts = make_arith(n=args.n_eval, level=2, split="test", seed=args.seed).prompts()
@@ -111,10 +119,13 @@ def main() -> None:
     arms = {"off": common, "on": common | {"retrieve": {"k": args.k_seeds}}}
     students: dict[str, str] = {}
     for name, over in arms.items():
+        if name == "on" and args.source == "off":  # seeds from step 0 on: arm off's solved rollouts
+            over = over | {"retrieve": {"k": args.k_seeds, "store": out["train_off"]["store"]}}
         res = stage(f"train_{name}", lambda o=over, n=name: train(load_config(args.config, o | {"run_name": f"rt-{n}"}),
                                                                 progress=False))
         students[name] = str(sorted((Path(res.run_dir) / "checkpoints").glob("step_*"))[-1])
-        out[f"train_{name}"] = {"run_dir": str(res.run_dir)} | _train_stats(str(res.store_path))
+        out[f"train_{name}"] = {"run_dir": str(res.run_dir), "store": str(res.store_path)} | _train_stats(str(res.store_path))
+        partial.write_text(json.dumps(out, indent=2, default=str))
         print(f"[train_{name}] {json.dumps(out[f'train_{name}'])}", file=sys.stderr, flush=True)
     evals: dict[str, Any] = {}
     if not args.no_base:
