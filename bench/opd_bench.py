@@ -132,6 +132,8 @@ def main() -> None:
         res = fn()
         timings[name] = {"wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(_cpu() - c0, 1)}
         print(f"[{name}] {timings[name]}", file=sys.stderr, flush=True)
+        if hasattr(res, "metrics"):  # an evaluation: its numbers at once, so a run cut short still shows them
+            print(f"[{name}] {({m: str(v) for m, v in res.metrics.items()})}", file=sys.stderr, flush=True)
         return res
 
     prompts = make_arith(n=args.n_eval, level=2, split="test", seed=args.seed).prompts()
@@ -148,7 +150,8 @@ def main() -> None:
     if args.teacher == "sharpened":  # the offline teacher of the measured runs: the base model at T = 0.5
         over |= {"distill.teachers": [{"name": "sharpened-self", "model": "default", "temperature": 0.5}]}
     else:
-        over |= {"distill.teachers": [{"name": "rl-teacher", "model": args.teacher, "temperature": 1.0}]}
+        over |= {"distill.teachers": [{"name": "gold-sft" if args.make_teacher else "rl-teacher", "model": args.teacher,
+                                        "temperature": 1.0}]}
     res = stage("opd_train", lambda: train(load_config(args.config, over), progress=True))
     ckpts = sorted((Path(res.run_dir) / "checkpoints").glob("step_*"))
     student = str(ckpts[-1])
