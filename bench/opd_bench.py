@@ -1,10 +1,20 @@
 """Benchmark run (not a test): on-policy distillation on CPU, base vs OPD student, paired per prompt.
 
     .venv/bin/python bench/opd_bench.py [--steps 10] [--n-eval 300] [--teacher sharpened|PATH]
-        [--ross configs/ross-arith.yaml]
+        [--make-teacher DIR] [--ross configs/ross-arith.yaml]
+
+The teacher better than the student, offline (issue 47; no hub needed): ``--make-teacher DIR`` first
+trains the default model by SFT on *gold* answers of the arith task's train split
+(:func:`make_gold_teacher`: ``a + b = c`` then ``Answer: c``, loss on the answer tokens only,
+:func:`gfcr.train.sft.train_masked_sft`), saves it to DIR (skipped when DIR already holds a model) and
+distils toward it at T = 1::
+
+    nice -n 10 .venv/bin/python bench/opd_bench.py --make-teacher runs/sft-gold-arith --steps 6 --n-eval 300
 
 Stages, each timed (wall and CPU seconds), with the machine load at start and end:
 
+0. with ``--make-teacher``: the gold-SFT teacher (``--teacher-n`` two-digit + 60 one-digit train sums,
+   ``--teacher-epochs`` epochs), then its greedy pass@1 on the held-out set;
 1. held-out set: ``--n-eval`` distinct two-digit sums from the arith task's test split (never
    trained on);
 2. evaluate the base model (greedy + ``--k`` samples at T = 0.7, ``max_tokens`` 64);
@@ -49,6 +59,50 @@ def _evaluate(model: str, prompts: list, k: int, seed: int) -> Any:
                           temperature=0.7, max_tokens=64, seed=seed, progress=True)
 
 
+def gold_text(prompt: Any) -> str:
+    """The gold solution of an arith prompt in the form the task asks for: ``12 + 7 = 19`` then ``Answer: 19``."""
+    return f"{prompt.meta['expression']} = {prompt.answer}\nAnswer: {prompt.answer}"
+
+
+def gold_prompts(n: int = 1500, n_one_digit: int = 60, seed: int = 0) -> list:
+    """``n`` two-digit and ``n_one_digit`` one-digit sums of the arith task's *train* split (the held-out test
+    split is never among them)."""
+    from gfcr.tasks.arith import make_arith
+
+    return (make_arith(n=n, level=2, split="train", seed=seed).prompts()
+            + (make_arith(n=n_one_digit, level=1, split="train", seed=seed).prompts() if n_one_digit else []))
+
+
+def gold_rows(tokenizer: Any, prompts: list) -> list[dict[str, Any]]:
+    """SFT rows: the prompt in the model's chat template, then :func:`gold_text` and the end-of-turn
+    token, the loss on those answer tokens only (:func:`gfcr.ross.analyze.teacher_rows`)."""
+    from gfcr.ross.analyze import teacher_rows
+
+    return teacher_rows(tokenizer, prompts, {p.prompt_id: gold_text(p) for p in prompts})
+
+
+def make_gold_teacher(out_dir: str, n: int = 1500, n_one_digit: int = 60, epochs: int = 2, lr: float = 2e-5,
+                      seed: int = 0, model: str | None = None, batch_size: int = 16) -> dict[str, Any]:
+    """SFT of ``model`` (None: the default model) on :func:`gold_rows` of :func:`gold_prompts`
+    (:func:`gfcr.train.sft.train_masked_sft`); saves the teacher (and tokenizer) to ``out_dir``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gfcr.models import resolve_model
+    from gfcr.train.sft import train_masked_sft
+
+    path = resolve_model(model)
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    rows = gold_rows(tok, gold_prompts(n, n_one_digit, seed))
+    torch.manual_seed(seed)
+    net = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    res = train_masked_sft(net, rows, tok.pad_token_id, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
+                           out_dir=out_dir, tokenizer=tok, progress=True)
+    return {"rows": len(rows), "epochs": epochs, "lr": lr, "batch_size": batch_size} | res.to_dict()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/opd-arith.yaml")
@@ -56,6 +110,10 @@ def main() -> None:
     ap.add_argument("--n-eval", type=int, default=300)
     ap.add_argument("--k", type=int, default=2, help="sampled completions per held-out prompt (0: greedy only)")
     ap.add_argument("--teacher", default="sharpened", help="'sharpened' (base at T=0.5) or a checkpoint directory")
+    ap.add_argument("--make-teacher", default=None, metavar="DIR", help=(
+        "SFT the default model on gold arith answers into DIR (skipped if DIR holds a model) and use it as the teacher"))
+    ap.add_argument("--teacher-n", type=int, default=1500, help="two-digit train sums of the gold-SFT teacher")
+    ap.add_argument("--teacher-epochs", type=int, default=2)
     ap.add_argument("--ross", default=None, help="a ROSS config to run over the OPD store (optional)")
     ap.add_argument("--output-dir", default="bench/out/opd")
     ap.add_argument("--seed", type=int, default=0)
@@ -74,16 +132,26 @@ def main() -> None:
         res = fn()
         timings[name] = {"wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(_cpu() - c0, 1)}
         print(f"[{name}] {timings[name]}", file=sys.stderr, flush=True)
+        if hasattr(res, "metrics"):  # an evaluation: its numbers at once, so a run cut short still shows them
+            print(f"[{name}] {({m: str(v) for m, v in res.metrics.items()})}", file=sys.stderr, flush=True)
         return res
 
     prompts = make_arith(n=args.n_eval, level=2, split="test", seed=args.seed).prompts()
-    evals: dict[str, Any] = {"base": stage("eval_base", lambda: _evaluate("default", prompts, args.k, args.seed))}
+    evals: dict[str, Any] = {}
+    if args.make_teacher:
+        if not (Path(args.make_teacher) / "config.json").exists():
+            out["teacher_sft"] = stage("teacher_sft", lambda: make_gold_teacher(
+                args.make_teacher, n=args.teacher_n, epochs=args.teacher_epochs, seed=args.seed))
+        args.teacher = args.make_teacher
+        evals["teacher"] = stage("eval_teacher", lambda: _evaluate(args.make_teacher, prompts, 0, args.seed))
+    evals["base"] = stage("eval_base", lambda: _evaluate("default", prompts, args.k, args.seed))
     over: dict[str, Any] = {"steps": args.steps, "output_dir": args.output_dir, "eval.before": False,
                             "eval.after": False, "seed": args.seed}
     if args.teacher == "sharpened":  # the offline teacher of the measured runs: the base model at T = 0.5
         over |= {"distill.teachers": [{"name": "sharpened-self", "model": "default", "temperature": 0.5}]}
     else:
-        over |= {"distill.teachers": [{"name": "rl-teacher", "model": args.teacher, "temperature": 1.0}]}
+        over |= {"distill.teachers": [{"name": "gold-sft" if args.make_teacher else "rl-teacher", "model": args.teacher,
+                                        "temperature": 1.0}]}
     res = stage("opd_train", lambda: train(load_config(args.config, over), progress=True))
     ckpts = sorted((Path(res.run_dir) / "checkpoints").glob("step_*"))
     student = str(ckpts[-1])
@@ -107,12 +175,13 @@ def main() -> None:
                 out["ross_same_as_positive_sft"] = True
 
     out["metrics"] = {name: {m: vars(v) for m, v in e.metrics.items()} for name, e in evals.items()}
-    pairs = [("opd", "base")] + [(v, "opd") for v in ("positive_sft", "ross") if v in evals]
+    pairs = ([("teacher", "base")] if "teacher" in evals else []) + [("opd", "base")]
+    pairs += [(v, "opd") for v in ("positive_sft", "ross") if v in evals]
     if "ross" in evals and "positive_sft" in evals:
         pairs.append(("ross", "positive_sft"))
     out["paired"] = {}
     for a, b in pairs:
-        for metric in ("greedy_pass@1", "pass@1") if args.k else ("greedy_pass@1",):
+        for metric in ("greedy_pass@1", "pass@1") if args.k and "teacher" not in (a, b) else ("greedy_pass@1",):
             d = compare_paired(evals[a], evals[b], metric)
             out["paired"][f"{a} - {b} {metric}"] = d.to_dict()
     out["load_end"] = os.getloadavg()

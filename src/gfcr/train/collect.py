@@ -2,7 +2,8 @@
 generation config (topology), the verifier, the reward composition, the teachers and the partial
 rollout pool. One call is one generation round of :mod:`gfcr.control.step`'s sequence:
 
-    generate  Topology over the engine (K per prompt; prompts sharing a K share an engine call)
+    generate  Topology over the engine (K per prompt; prompts sharing a K share an engine call); with
+              ``retrieve:``, each prompt first gets its retrieved seeds (gfcr.train.seeding)
     verify    Verifier.verify → verdict, format signal, RewardComposition.apply per group
     teacher   with a distill section: each task's teacher scores every generated token
     entropy   ``signals["entropy"]`` where the engine did not report it (one no-grad forward)
@@ -31,13 +32,15 @@ class StepCollector:
     """Generation, verdict, reward, teacher and entropy for one round (a :class:`~gfcr.control.step.World`).
 
     ``entropy`` is the trainer's ``rollout_entropy`` (rollouts → (N,) nats); ``partial`` a
-    :class:`gfcr.control.partial.PartialPool` or None.
+    :class:`gfcr.control.partial.PartialPool` or None; ``seeder`` a :class:`gfcr.train.seeding.StepSeeder`
+    (``retrieve:``; the prompts of every round get their retrieved seeds) or None.
     """
 
     def __init__(self, cfg: Any, run_id: str, engine: Any, prompt_by_id: dict[str, Any], verifier: Any,
                  format_verifier: Any, reward: Any, teachers: Any = None, partial: Any = None,
-                 entropy: Callable[[list[Rollout]], np.ndarray] | None = None):
+                 entropy: Callable[[list[Rollout]], np.ndarray] | None = None, seeder: Any = None):
         self.cfg, self.run_id, self.engine, self.prompt_by_id = cfg, run_id, engine, prompt_by_id
+        self.seeder = seeder
         self.verifier, self.format_verifier, self.reward = verifier, format_verifier, reward
         self.teachers, self.partial, self.rollout_entropy = teachers, partial, entropy
         self.partial_rounds: dict[str, Any] = {}  # this step's returned groups per round (partial_pending.arrow)
@@ -96,10 +99,18 @@ class StepCollector:
         params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=cap,
                                 repeat_ngram=g.repeat_ngram, repeat_max=g.repeat_max)
         mine = dist.shard(prompt_ids)  # data parallel: each rank samples its share, every rank gets all
+        prompt = self.prompt_by_id
+        if self.seeder is not None:  # retrieval-guided seeds: the run's solved cases so far as earlier turns
+            if rnd == 0:
+                self.seeder.refresh(step)
+            prompt = {p.prompt_id: p for p in self.seeder.seed([self.prompt_by_id[p] for p in mine])}
         rs: list[Rollout] = []
         for k in sorted({sizes[p] for p in mine}):
             topo = build_topology(g.topology, params, self.cfg.seed * 1000 + rnd, k=k)
-            rs += topo.generate(self.engine, [self.prompt_by_id[p] for p in mine if sizes[p] == k], self.run_id, step)
+            rs += topo.generate(self.engine, [prompt[p] for p in mine if sizes[p] == k], self.run_id, step)
+        if self.seeder is not None:
+            for r in rs:
+                r.meta["retrieved"] = list(prompt[r.prompt_id].meta["retrieved"])
         if len({sizes[p] for p in mine}) > 1 or dist.world() > 1:
             order = {p: i for i, p in enumerate(prompt_ids)}
             rs = sorted((r for part in dist.all_gather(rs) for r in part), key=lambda r: (order[r.prompt_id], r.sample_index))

@@ -25,6 +25,7 @@ from gfcr.generate.config import EngineConfig, TopologyConfig
 from gfcr.tasks import TaskConfig as _TaskConfig
 from gfcr.train.config_migrate import migrate
 from gfcr.train.distill import DistillConfig
+from gfcr.train.seeding import TrainRetrieveConfig
 
 
 def _known(field_name: str, value: str | None, table: Any, allow_path: bool = False) -> str | None:
@@ -460,6 +461,10 @@ class TrainConfig(StrictModel):
         "On-policy distillation (gfcr.train.distill): teachers that score every sampled token; each "
         "generated token's advantage gets -coef*(log p_student - log p_teacher) on top of rl_coef x the "
         "group advantage. One teacher per task = multi-teacher (MOPD). null = off."))
+    retrieve: TrainRetrieveConfig | None = Field(None, description=(
+        "Retrieval-guided seeds (gfcr.train.seeding): each selected prompt gets the k nearest solved "
+        "prompts of a store, one verified solution each, as earlier turns (rollouts record them in "
+        "meta.retrieved); null = off."))
     tensorboard: bool = Field(True, description=(
         "Also log metrics to TensorBoard when the tensorboard package is installed."))
     store: str | None = Field(None, description=(

@@ -192,7 +192,7 @@ class TrainingRun:
         self.engine = build_engine(cfg, self.model, self.model_path, self.tokenizer, self.device)
         self.collector = StepCollector(cfg, self.run_id, self.engine, self.prompt_by_id, self.verifier,
                                        self.format_verifier, self.reward, self.teachers, self.partial,
-                                       entropy=self.update.rollout_entropy)
+                                       entropy=self.update.rollout_entropy, seeder=self._seeder())
         self.start_step, self.policy_version = 0, "s0"
         if ckpt is not None:
             state = json.loads((ckpt / STATE_FILE).read_text())
@@ -211,6 +211,17 @@ class TrainingRun:
         if dist.is_main():
             truncate_metrics(self.metrics_path, self.start_step)
         self.tb = tensorboard_writer(self.run_dir) if cfg.tensorboard and dist.is_main() else None
+
+    def _seeder(self) -> Any:
+        """The run's :class:`gfcr.train.seeding.StepSeeder` (``retrieve:``), or None."""
+        r = self.cfg.retrieve
+        if r is None:
+            return None
+        from gfcr.store import RolloutStore
+        from gfcr.train.seeding import StepSeeder
+
+        own = r.store is None
+        return StepSeeder(r, self.store if own else RolloutStore.open(r.store), self.run_id if own else None)
 
     def _rebuild(self, last: int) -> None:
         """Group-policy, buffer and AdaptThink state from the store's rollouts of steps ``0..last``."""

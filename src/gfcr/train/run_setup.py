@@ -118,6 +118,11 @@ def check_supported(cfg: TrainConfig) -> None:
 
         if importlib.util.find_spec(engine) is None:
             raise TrainError(f"generate.engine {engine!r} needs the {engine} package: {needs[engine]}")
+    from gfcr.train.seeding import retrieve_unsupported
+
+    why = retrieve_unsupported(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+    if why is not None:
+        raise TrainError(why)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and engine in ("openai", "ray"):
         raise TrainError(f"generate.engine {engine!r} is one shared sampler; data-parallel runs "
                          "(WORLD_SIZE > 1) give each rank its own engine: use hf or vllm")
