@@ -10,8 +10,9 @@ Stages (each writes ``STATE/<stage>.json``; a finished stage is read back, not r
    with a planted, corrected mistake); saved under ``STATE/warm-<dose>``.
 3. ``probe``: greedy generations of base and warm start on ``--n-probe`` held-out chains: how many
    verify (numeric, the 'Answer: N' line or the last number) and how many of the *verified* ones hold
-   a false claim that a later line corrects (what ROSS's mask excludes) — the history an upstream run
-   from this warm start would store. Paired McNemar on verified.
+   a false claim that a later line corrects (what ROSS's mask excludes). Paired McNemar on verified.
+4. ``sampled``: the warm start at T = 1 on the same prompts (what an upstream RL run from it samples
+   and stores): verified, and verified with a corrected mistake.
 
 What confirms or falsifies the mechanism (stated before the full run; see docs/ross.md "Mechanism
 testbed"): on an upstream store from a warm start with corrected mistakes in ≥ 20% of its verified
@@ -122,7 +123,7 @@ def corrected_mistakes(text: str) -> int:
                and any(d.correct and d.key() == c.key() for d in cs[i + 1:]))
 
 
-def probe(model: str, prompts: list[Any]) -> list[dict[str, Any]]:
+def probe(model: str, prompts: list[Any], temperature: float = 0.0, seed: int = 0) -> list[dict[str, Any]]:
     from gfcr.filters.verifiers import NumericVerifier
     from gfcr.generate.engines.base import GenRequest, SamplingParams
     from gfcr.generate.engines.hf import HFEngine
@@ -130,7 +131,8 @@ def probe(model: str, prompts: list[Any]) -> list[dict[str, Any]]:
     eng = HFEngine(model, max_batch=32)
     ver = NumericVerifier(lenient_fallback=True)
     reqs = [GenRequest(messages=[{"role": m.role, "content": m.content} for m in p.messages],
-                       params=SamplingParams(n=1, temperature=0.0, max_tokens=160)) for p in prompts]
+                       params=SamplingParams(n=1, temperature=temperature, max_tokens=160, seed=seed + i))
+            for i, p in enumerate(prompts)]
     rows = []
     for p, (r,) in zip(prompts, eng.generate(reqs), strict=True):
         text = r.text or ""
@@ -161,10 +163,25 @@ def stage_probe(args: argparse.Namespace, state: Path, warm: dict[str, Any]) -> 
     return out
 
 
+def stage_sampled(args: argparse.Namespace, state: Path, warm: dict[str, Any]) -> dict[str, Any]:
+    """The warm start sampled at T = 1 (what an upstream RL run from it samples and stores): verified,
+    and verified with a corrected mistake (greedy decoding takes the modal, mistake-free line)."""
+    prompts = chains(args.n_probe, "test", args.seed)
+    t0, c0 = time.time(), cpu_seconds()
+    rows = probe(warm["dir"], prompts, temperature=1.0, seed=args.seed)
+    ok = [r for r in rows if r["verified"]]
+    (state / "sampled-rows.json").write_text(json.dumps(rows, indent=1))
+    return {"n": len(prompts), "temperature": 1.0, "verified": len(ok),
+            "verified_with_corrected": sum(r["corrected"] > 0 for r in ok),
+            "any_with_corrected": sum(r["corrected"] > 0 for r in rows),
+            "truncated": sum(r["finish"] == "length" for r in rows),
+            "wall_s": time.time() - t0, "cpu_s": cpu_seconds() - c0}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--state", default="~/.cache/gfcr/studies/ross-testbed", help="the study's folder (outside the repo)")
-    ap.add_argument("--stages", default="judge,warm,probe")
+    ap.add_argument("--stages", default="judge,warm,probe,sampled")
     ap.add_argument("--dose", type=float, default=0.3, help="share of steps with a planted corrected mistake")
     ap.add_argument("--detour", type=float, default=0.1, help="share of steps repeated word for word")
     ap.add_argument("--n-judge", type=int, default=400)
@@ -188,8 +205,10 @@ def main() -> None:
             results[stage] = stage_warm(args, state)
         elif stage == "probe":
             results[stage] = stage_probe(args, state, results["warm"])
+        elif stage == "sampled":
+            results[stage] = stage_sampled(args, state, results["warm"])
         else:
-            raise SystemExit(f"unknown stage {stage!r} (judge, warm, probe)")
+            raise SystemExit(f"unknown stage {stage!r} (judge, warm, probe, sampled)")
         path.write_text(json.dumps(results[stage], indent=1))
         print(json.dumps({stage: results[stage]}, indent=1), flush=True)
 
