@@ -1,0 +1,217 @@
+"""ROSS's mechanism testbed (issue 47): three-term chains whose successes carry corrected mistakes.
+
+Stages (each writes ``STATE/<stage>.json``; a finished stage is read back, not re-run):
+
+1. ``judge``: worked solutions of held-out-shaped chains (:mod:`gfcr.tasks.chains`) at each dose;
+   the ``arith-steps`` judge's kept characters against the planted exclusions (exact match share,
+   char precision/recall of the exclusions). Seconds; no model.
+2. ``warm``: the default model SFT'd (full supervision of the assistant turn, the seed's 3 epochs by
+   default) on ``--n-warm`` worked solutions of train-split chains at ``--dose`` (the share of steps
+   with a planted, corrected mistake); saved under ``STATE/warm-<dose>``.
+3. ``probe``: greedy generations of base and warm start on ``--n-probe`` held-out chains: how many
+   verify (numeric, the 'Answer: N' line or the last number) and how many of the *verified* ones hold
+   a false claim that a later line corrects (what ROSS's mask excludes). Paired McNemar on verified.
+4. ``sampled``: the warm start at T = 1 on the same prompts (what an upstream RL run from it samples
+   and stores): verified, and verified with a corrected mistake.
+
+What confirms or falsifies the mechanism (stated before the full run; see docs/ross.md "Mechanism
+testbed"): on an upstream store from a warm start with corrected mistakes in ≥ 20% of its verified
+successes, ROSS > ROSS w/o mask on held-out pass@1 (paired, Holm over the arms, ≥ 300 prompts, ≥ 2
+seeds) *and* ROSS's models write fewer corrected mistakes on held-out prompts than w/o mask's confirm
+it; no difference in pass@1 with fewer imitated mistakes says the mask changes style, not accuracy;
+equal imitation falsifies the mechanism here. The upstream RL and the four arms run through
+``bench/ross_study.py --run own`` with the warm start as the model (the command is printed by
+``probe``).
+
+Run: ``python bench/ross_testbed.py --state ~/.cache/gfcr/studies/ross-testbed [--dose 0.3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+
+def cpu_seconds() -> float:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def chains(n: int, split: str, seed: int) -> list[Any]:
+    from gfcr.tasks.arith import make_arith
+
+    return make_arith(n=n, level=5, seed=seed, split=split).prompts()
+
+
+def stage_judge(args: argparse.Namespace) -> dict[str, Any]:
+    """Planted vs judged exclusions per dose (char level)."""
+    import numpy as np
+
+    from gfcr.ross.judges import ArithSteps, JudgeRequest
+    from gfcr.ross.units import split_units
+    from gfcr.ross.verdict import validate_verdict
+    from gfcr.tasks.chains import worked_solution
+
+    out = {}
+    for dose in (0.0, 0.15, 0.3, 0.6):
+        exact = tp = fp = fn = with_mistake = 0
+        prompts = chains(args.n_judge, "test", args.seed)
+        for i, p in enumerate(prompts):
+            ws = worked_solution(p.meta["expression"], random.Random(f"{args.seed}|{i}"), dose, args.detour)
+            units = split_units(ws.text)
+            req = JudgeRequest(f"r{i}", "arith", "", ws.text, units, "select-keep", answer=p.answer)
+            d = validate_verdict(ArithSteps().verdict(req), ws.text, units, "select-keep", answer=p.answer)
+            judged, planted = ~d.kept_chars, np.array(ws.excluded_mask(), bool)
+            exact += bool(np.array_equal(judged, planted))
+            tp += int((judged & planted).sum())
+            fp += int((judged & ~planted).sum())
+            fn += int((~judged & planted).sum())
+            with_mistake += ws.n_mistakes > 0
+        out[str(dose)] = {"n": len(prompts), "exact": exact, "with_mistake": with_mistake,
+                          "precision": tp / (tp + fp) if tp + fp else None,
+                          "recall": tp / (tp + fn) if tp + fn else None}
+    return out
+
+
+def warm_rows(tok: Any, prompts: list[Any], dose: float, detour: float, seed: int) -> list[dict[str, Any]]:
+    """Token rows (``input_ids``, ``loss_mask``): chat-templated prompt (unsupervised) + worked solution + eos."""
+    from gfcr.tasks.chains import worked_solution
+
+    rows = []
+    for i, p in enumerate(prompts):
+        ws = worked_solution(p.meta["expression"], random.Random(f"warm|{seed}|{i}"), dose, detour)
+        msgs = [{"role": m.role, "content": m.content} for m in p.messages]
+        ctx = tok(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False),
+                  add_special_tokens=False)["input_ids"]
+        ids = tok(ws.text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        rows.append({"input_ids": list(ctx) + ids, "loss_mask": [0] * len(ctx) + [1] * len(ids)})
+    return rows
+
+
+def stage_warm(args: argparse.Namespace, state: Path) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gfcr.models import resolve_model
+    from gfcr.train.sft import train_masked_sft
+
+    torch.manual_seed(args.seed)
+    base = resolve_model("default")
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    rows = warm_rows(tok, chains(args.n_warm, "train", args.seed), args.dose, args.detour, args.seed)
+    out_dir = state / f"warm-{args.dose}"
+    t0, c0 = time.time(), cpu_seconds()
+    res = train_masked_sft(model, rows, pad_id=tok.pad_token_id or tok.eos_token_id, epochs=args.epochs,
+                           lr=args.lr, batch_size=8, seed=args.seed, out_dir=out_dir, tokenizer=tok, progress=True)
+    return {"dir": str(out_dir), "rows": len(rows), "tokens": sum(len(r["input_ids"]) for r in rows),
+            "epochs": args.epochs, "lr": args.lr, "dose": args.dose, "detour": args.detour,
+            "wall_s": time.time() - t0, "cpu_s": cpu_seconds() - c0, "final_loss": getattr(res, "final_loss", None)}
+
+
+def corrected_mistakes(text: str) -> int:
+    """False claims in ``text`` that a later correct claim about the same expression fixes."""
+    from gfcr.ross.claims import find_claims
+
+    cs = find_claims(text)
+    return sum(1 for i, c in enumerate(cs) if not c.correct
+               and any(d.correct and d.key() == c.key() for d in cs[i + 1:]))
+
+
+def probe(model: str, prompts: list[Any], temperature: float = 0.0, seed: int = 0) -> list[dict[str, Any]]:
+    from gfcr.filters.verifiers import NumericVerifier
+    from gfcr.generate.engines.base import GenRequest, SamplingParams
+    from gfcr.generate.engines.hf import HFEngine
+
+    eng = HFEngine(model, max_batch=32)
+    ver = NumericVerifier(lenient_fallback=True)
+    reqs = [GenRequest(messages=[{"role": m.role, "content": m.content} for m in p.messages],
+                       params=SamplingParams(n=1, temperature=temperature, max_tokens=160, seed=seed + i))
+            for i, p in enumerate(prompts)]
+    rows = []
+    for p, (r,) in zip(prompts, eng.generate(reqs), strict=True):
+        text = r.text or ""
+        v = ver.verify(text, p.answer)
+        rows.append({"prompt_id": p.prompt_id, "verified": bool(v.passed), "finish": r.finish_reason,
+                     "corrected": corrected_mistakes(text), "text": text})
+    return rows
+
+
+def stage_probe(args: argparse.Namespace, state: Path, warm: dict[str, Any]) -> dict[str, Any]:
+    from gfcr.evaluate.paired import mcnemar
+
+    prompts = chains(args.n_probe, "test", args.seed)
+    out: dict[str, Any] = {}
+    per: dict[str, list[dict[str, Any]]] = {}
+    for name, model in (("base", "default"), ("warm", warm["dir"])):
+        t0 = time.time()
+        per[name] = probe(model, prompts)
+        ok = [r for r in per[name] if r["verified"]]
+        out[name] = {"n": len(prompts), "verified": len(ok), "verified_with_corrected": sum(r["corrected"] > 0 for r in ok),
+                     "truncated": sum(r["finish"] == "length" for r in per[name]), "wall_s": time.time() - t0}
+    a = [r["verified"] for r in per["base"]]
+    b = [r["verified"] for r in per["warm"]]
+    out["mcnemar_base_minus_warm"] = mcnemar(a, b, metric="greedy verified").to_dict()
+    (state / "probe-rows.json").write_text(json.dumps(per, indent=1))
+    out["next"] = (f"python bench/ross_study.py --state {state}/study --run own --rl-engine hf "
+                   f"--rl-set model={warm['dir']} --rl-set tasks.0.params.level=5 --min-verified 300")
+    return out
+
+
+def stage_sampled(args: argparse.Namespace, state: Path, warm: dict[str, Any]) -> dict[str, Any]:
+    """The warm start sampled at T = 1 (what an upstream RL run from it samples and stores): verified,
+    and verified with a corrected mistake (greedy decoding takes the modal, mistake-free line)."""
+    prompts = chains(args.n_probe, "test", args.seed)
+    t0, c0 = time.time(), cpu_seconds()
+    rows = probe(warm["dir"], prompts, temperature=1.0, seed=args.seed)
+    ok = [r for r in rows if r["verified"]]
+    (state / "sampled-rows.json").write_text(json.dumps(rows, indent=1))
+    return {"n": len(prompts), "temperature": 1.0, "verified": len(ok),
+            "verified_with_corrected": sum(r["corrected"] > 0 for r in ok),
+            "any_with_corrected": sum(r["corrected"] > 0 for r in rows),
+            "truncated": sum(r["finish"] == "length" for r in rows),
+            "wall_s": time.time() - t0, "cpu_s": cpu_seconds() - c0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--state", default="~/.cache/gfcr/studies/ross-testbed", help="the study's folder (outside the repo)")
+    ap.add_argument("--stages", default="judge,warm,probe,sampled")
+    ap.add_argument("--dose", type=float, default=0.3, help="share of steps with a planted corrected mistake")
+    ap.add_argument("--detour", type=float, default=0.1, help="share of steps repeated word for word")
+    ap.add_argument("--n-judge", type=int, default=400)
+    ap.add_argument("--n-warm", type=int, default=512)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--n-probe", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    state = Path(args.state).expanduser()
+    state.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {}
+    for stage in args.stages.split(","):
+        path = state / f"{stage}-{args.dose}.json"
+        if path.exists():
+            results[stage] = json.loads(path.read_text())
+            continue
+        if stage == "judge":
+            results[stage] = stage_judge(args)
+        elif stage == "warm":
+            results[stage] = stage_warm(args, state)
+        elif stage == "probe":
+            results[stage] = stage_probe(args, state, results["warm"])
+        elif stage == "sampled":
+            results[stage] = stage_sampled(args, state, results["warm"])
+        else:
+            raise SystemExit(f"unknown stage {stage!r} (judge, warm, probe, sampled)")
+        path.write_text(json.dumps(results[stage], indent=1))
+        print(json.dumps({stage: results[stage]}, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()
