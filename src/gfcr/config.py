@@ -193,7 +193,7 @@ class Method(StrictModel):
     ``params`` are checked at load against the method's own parameter model, looked up by name
     (:func:`params_model`: its ``Config`` class, or a model of its constructor's signature, so each
     default stays on the method's class) and kept as given; :meth:`typed` gives the full model with
-    the defaults filled in. Example: ``SelectorMethod.model_validate("vcrl").typed().kappa`` is
+    the defaults filled in. Example: ``SelectorMethod.model_validate("vcrl").typed().kappa`` (gfcr.control.methods) is
     VCRL's default ``kappa``; ``{"name": "vcrl", "params": {"kapa": 1}}`` fails with
     ``control.selector.params: unknown key 'kapa' for selector 'vcrl'; allowed: key, kappa, floor``.
     """

@@ -18,48 +18,27 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
-from gfcr.config import ConfigError, Method, StrictModel, move_old_params
+from gfcr.config import ConfigError, StrictModel, move_old_params
+from gfcr.control.methods import GroupMethod, SelectorMethod
+from gfcr.replay.methods import BufferMethod
 
 
-class SimSelectorMethod(Method):
-    """``strategies[].selector``: a prompt selector of :data:`gfcr.control.selectors.SELECTORS`."""
+class SimSelectorMethod(SelectorMethod):
+    """``strategies[].selector``: :class:`gfcr.control.methods.SelectorMethod` under this config's path."""
 
-    kind: ClassVar[str] = "selector"
     path: ClassVar[str] = "strategies[].selector"
-    skip: ClassVar[tuple[str, ...]] = ("prompt_ids", "categories")
-
-    @classmethod
-    def table(cls) -> Any:
-        from gfcr.control.selectors import SELECTORS
-
-        return SELECTORS
 
 
-class SimGroupMethod(Method):
-    """``strategies[].group``: a group policy of :data:`gfcr.control.policies.GROUP_POLICIES`."""
+class SimGroupMethod(GroupMethod):
+    """``strategies[].group``: :class:`gfcr.control.methods.GroupMethod` under this config's path."""
 
-    kind: ClassVar[str] = "group policy"
     path: ClassVar[str] = "strategies[].group"
-    skip: ClassVar[tuple[str, ...]] = ("decide_on",)
-
-    @classmethod
-    def table(cls) -> Any:
-        from gfcr.control.policies import GROUP_POLICIES
-
-        return GROUP_POLICIES
 
 
-class SimBufferMethod(Method):
-    """``strategies[].buffer``: a replay buffer of :data:`gfcr.replay.buffers.BUFFERS`."""
+class SimBufferMethod(BufferMethod):
+    """``strategies[].buffer``: :class:`gfcr.replay.methods.BufferMethod` under this config's path."""
 
-    kind: ClassVar[str] = "buffer"
     path: ClassVar[str] = "strategies[].buffer"
-
-    @classmethod
-    def table(cls) -> Any:
-        from gfcr.replay.buffers import BUFFERS
-
-        return BUFFERS
 
 
 #: the ``control`` shorthand of a strategy → (group policy, replay buffer): the names ``gfcr train`` uses

@@ -20,8 +20,10 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from gfcr.config import ConfigError as ConfigError  # re-exported: callers catch it from here
 from gfcr.config import Method, StrictModel, check_component, load_config_model
+from gfcr.control.methods import GroupMethod, SelectorMethod
 from gfcr.evaluate import EvalConfig as _EvalConfig
 from gfcr.generate.config import EngineConfig, TopologyConfig
+from gfcr.replay.methods import BufferMethod
 from gfcr.tasks import TaskConfig as _TaskConfig
 from gfcr.train.config_migrate import migrate
 from gfcr.train.distill import DistillConfig
@@ -187,47 +189,6 @@ class VerifierMethod(Method):
         from gfcr.filters.verifiers import VERIFIERS
 
         return VERIFIERS
-
-
-class SelectorMethod(Method):
-    """``control.selector``: a prompt selector of :data:`gfcr.control.selectors.SELECTORS`."""
-
-    kind: ClassVar[str] = "selector"
-    path: ClassVar[str] = "control.selector"
-    skip: ClassVar[tuple[str, ...]] = ("prompt_ids", "categories")
-
-    @classmethod
-    def table(cls) -> Any:
-        from gfcr.control.selectors import SELECTORS
-
-        return SELECTORS
-
-
-class GroupMethod(Method):
-    """``control.group``: a group policy of :data:`gfcr.control.policies.GROUP_POLICIES`."""
-
-    kind: ClassVar[str] = "group policy"
-    path: ClassVar[str] = "control.group"
-    skip: ClassVar[tuple[str, ...]] = ("decide_on",)
-
-    @classmethod
-    def table(cls) -> Any:
-        from gfcr.control.policies import GROUP_POLICIES
-
-        return GROUP_POLICIES
-
-
-class BufferMethod(Method):
-    """``replay.buffer``: a replay buffer of :data:`gfcr.replay.buffers.BUFFERS`."""
-
-    kind: ClassVar[str] = "buffer"
-    path: ClassVar[str] = "replay.buffer"
-
-    @classmethod
-    def table(cls) -> Any:
-        from gfcr.replay.buffers import BUFFERS
-
-        return BUFFERS
 
 
 class AdvantageMethod(Method):
