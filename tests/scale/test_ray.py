@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 from gfcr.generate.config import GenerateConfig
 from gfcr.records import Message, Prompt, Rollout
-from gfcr.scale.cluster import ScaleError
 from gfcr.store import RolloutStore
 
 ray = pytest.importorskip("ray")
@@ -214,36 +213,60 @@ def test_cli_generate_then_verify(cluster, tmp_path, tiny_dir):
     assert res.exit_code != 0 and "unknown verifier" in res.output
 
 
-def test_scale_import_two_workers_equals_store_import_and_a_failed_worker_commits_nothing(cluster, tmp_path):
-    import shutil
+#: run in a Python process of its own: Ray is started there before any Lance thread exists (a pytest worker
+#: that has run Lance reads and then holds a Ray driver crashed once in a fresh clone's suite; see
+#: tests/conftest.py on forking a many-threaded parent)
+_SCALE_IMPORT_SCENARIO = r"""
+import json, shutil, sys
+from pathlib import Path
+from typer.testing import CliRunner
+from gfcr.scale import init_ray
+init_ray(num_cpus=2)
+from gfcr.cli import app
+from gfcr.formats import import_rollouts
+from gfcr.scale.cluster import ScaleError
+from gfcr.scale.importing import ray_import
+from gfcr.store import RolloutStore
 
-    from gfcr.formats import import_rollouts
-    from gfcr.scale.importing import ray_import
+tmp, verl = Path(sys.argv[1]), Path(sys.argv[2])
+serial = RolloutStore.open(tmp / "serial", create=True)
+import_rollouts(serial, "verl", [str(verl)])
+store = RolloutStore.open(tmp / "scaled", create=True)
+v0 = store.version
+out = ray_import(store, "verl", [str(verl)], workers=2)
+assert (out["workers"], out["written"], store.count(), store.version) == (2, 8, 8, v0 + 1), out  # one commit
+cols = [c for c in store.dataset("rollouts").schema.names if c != "created_at"]
+assert store.scan(columns=cols).sort_by("rollout_id").equals(serial.scan(columns=cols).sort_by("rollout_id"))
+# one worker's share holds a malformed line: the other worker staged its rows, nothing is committed
+dump = tmp / "dump"
+shutil.copytree(verl, dump)
+(dump / "2.jsonl").write_text((verl / "2.jsonl").read_text() + "{not json\n")
+fresh = RolloutStore.open(tmp / "fresh", create=True)
+try:
+    ray_import(fresh, "verl", [str(dump)], workers=2)
+    raise AssertionError("a failing worker did not fail the import")
+except ScaleError as e:
+    assert "worker for 2.jsonl failed" in str(e) and "nothing was committed: the store is as it was (0" in str(e), e
+assert fresh.count() == 0 and fresh.version == v0 and fresh.count("prompts") == 0
+res = CliRunner().invoke(app, ["scale", "import", str(tmp / "fresh"), str(dump), "--from", "verl", "-w", "2"])
+assert res.exit_code == 1 and "error: the import worker for 2.jsonl failed" in res.output, res.output
+assert RolloutStore.open(tmp / "fresh").count() == 0
+res = CliRunner().invoke(app, ["scale", "import", str(tmp / "fresh"), str(verl), "--from", "verl", "-w", "2"])
+assert res.exit_code == 0, res.output
+summary = json.loads(res.output.strip().splitlines()[-1])
+assert (summary["written"], summary["workers"], summary["files"]) == (8, 2, 2), summary
+assert RolloutStore.open(tmp / "fresh").count() == 8
+print("scenario ok")
+"""
+
+
+def test_scale_import_two_workers_equals_store_import_and_a_failed_worker_commits_nothing(tmp_path):
+    """Two workers store what `gfcr store import` stores, in one commit; a failing worker commits
+    nothing; the command exits 1 with one line, then imports the good dump (its own Ray cluster)."""
+    import subprocess
+    import sys
 
     verl = Path(__file__).parents[1] / "contracts" / "fixtures" / "verl"
-    serial = RolloutStore.open(tmp_path / "serial", create=True)
-    import_rollouts(serial, "verl", [str(verl)])
-    store = RolloutStore.open(tmp_path / "scaled", create=True)
-    v0 = store.version
-    out = ray_import(store, "verl", [str(verl)], workers=2)
-    assert (out["workers"], out["written"], store.count(), store.version) == (2, 8, 8, v0 + 1)  # one commit
-    cols = [c for c in store.dataset("rollouts").schema.names if c != "created_at"]
-    assert store.scan(columns=cols).sort_by("rollout_id").equals(serial.scan(columns=cols).sort_by("rollout_id"))
-    # one worker's share holds a malformed line: the other worker staged its rows, nothing is committed
-    dump = tmp_path / "dump"
-    shutil.copytree(verl, dump)
-    (dump / "2.jsonl").write_text((verl / "2.jsonl").read_text() + "{not json\n")
-    fresh = RolloutStore.open(tmp_path / "fresh", create=True)
-    with pytest.raises(ScaleError, match=r"worker for 2\.jsonl failed.*nothing was committed: the store is as it was \(0"):
-        ray_import(fresh, "verl", [str(dump)], workers=2)
-    assert fresh.count() == 0 and fresh.version == v0 and fresh.count("prompts") == 0
-    from gfcr.cli import app  # the command: exit 1, one line; then the good dump, its summary as JSON
-
-    res = CliRunner().invoke(app, ["scale", "import", str(tmp_path / "fresh"), str(dump), "--from", "verl", "-w", "2"])
-    assert res.exit_code == 1 and "error: the import worker for 2.jsonl failed" in res.output
-    assert RolloutStore.open(tmp_path / "fresh").count() == 0
-    res = CliRunner().invoke(app, ["scale", "import", str(tmp_path / "fresh"), str(verl), "--from", "verl", "-w", "2"])
-    assert res.exit_code == 0, res.output
-    summary = json.loads(res.output.strip().splitlines()[-1])
-    assert (summary["written"], summary["workers"], summary["files"]) == (8, 2, 2)
-    assert RolloutStore.open(tmp_path / "fresh").count() == 8
+    res = subprocess.run([sys.executable, "-c", _SCALE_IMPORT_SCENARIO, str(tmp_path), str(verl)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and "scenario ok" in res.stdout, (res.stdout[-2000:], res.stderr[-4000:])

@@ -133,7 +133,7 @@ def import_cmd(
 ) -> None:
     """Import a large dump on N Ray workers that each write data files; one commit makes all rows visible
     (a failed worker commits nothing: the store stays as it was). Same rows as `gfcr store import`."""
-    from gfcr.scale.cluster import ScaleError
+    from gfcr.scale.cluster import ScaleError, ray_session
     from gfcr.scale.importing import ray_import
     from gfcr.store import RolloutStore
 
@@ -143,13 +143,15 @@ def import_cmd(
     opts = {k: v for k, v in dict(run_id=run, tokenizer=tokenizer, trust_pickle=trust_pickle or None,
                                   verdict_key=verdict_key, reward_key=reward_key, evals=evals, vocab=vocab).items()
             if v is not None}
-    st = RolloutStore.open(store, create=True)
-    try:
-        summary = ray_import(st, from_, [str(f) for f in files], workers=workers, address=address, num_cpus=num_cpus,
-                             **opts)
-    except ScaleError as e:  # a worker failed: nothing committed
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from e
+    # Ray first: its local head is started by fork, which a parent already running Lance's threads can crash
+    with ray_session(address, num_cpus):
+        st = RolloutStore.open(store, create=True)
+        try:
+            summary = ray_import(st, from_, [str(f) for f in files], workers=workers, address=address,
+                                 num_cpus=num_cpus, **opts)
+        except ScaleError as e:  # a worker failed: nothing committed
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from e
     for n in summary["notes"]:
         typer.echo(f"note: {n}", err=True)
     summary.pop("notes")
