@@ -42,12 +42,14 @@ from pathlib import Path
 from typing import Any
 
 
-def _cpu() -> float:
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its children."""
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
-def _evaluate(model: str, prompts: list, k: int, seed: int) -> Any:
+def evaluate_lenient(model: str, prompts: list, k: int, seed: int, progress: bool = True) -> Any:
+    """Held-out pass@1 (``k`` sampled, T 0.7) and greedy of ``model`` on ``prompts``, read as training reads them."""
     from gfcr.evaluate import evaluate_model
     from gfcr.generate.engines.hf import HFEngine
 
@@ -56,7 +58,7 @@ def _evaluate(model: str, prompts: list, k: int, seed: int) -> Any:
     # writes that line in ~1% of samples; a strict reading scores every model 0)
     return evaluate_model(eng, prompts, k=k, ks=[1] if k else None, verifier="numeric",
                           verifier_params={"lenient_fallback": True}, greedy=True,
-                          temperature=0.7, max_tokens=64, seed=seed, progress=True)
+                          temperature=0.7, max_tokens=64, seed=seed, progress=progress)
 
 
 def gold_text(prompt: Any) -> str:
@@ -128,9 +130,9 @@ def main() -> None:
     timings = out["stages"]
 
     def stage(name: str, fn: Any) -> Any:
-        t0, c0 = time.perf_counter(), _cpu()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         res = fn()
-        timings[name] = {"wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(_cpu() - c0, 1)}
+        timings[name] = {"wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(cpu_seconds() - c0, 1)}
         print(f"[{name}] {timings[name]}", file=sys.stderr, flush=True)
         if hasattr(res, "metrics"):  # an evaluation: its numbers at once, so a run cut short still shows them
             print(f"[{name}] {({m: str(v) for m, v in res.metrics.items()})}", file=sys.stderr, flush=True)
@@ -143,8 +145,8 @@ def main() -> None:
             out["teacher_sft"] = stage("teacher_sft", lambda: make_gold_teacher(
                 args.make_teacher, n=args.teacher_n, epochs=args.teacher_epochs, seed=args.seed))
         args.teacher = args.make_teacher
-        evals["teacher"] = stage("eval_teacher", lambda: _evaluate(args.make_teacher, prompts, 0, args.seed))
-    evals["base"] = stage("eval_base", lambda: _evaluate("default", prompts, args.k, args.seed))
+        evals["teacher"] = stage("eval_teacher", lambda: evaluate_lenient(args.make_teacher, prompts, 0, args.seed))
+    evals["base"] = stage("eval_base", lambda: evaluate_lenient("default", prompts, args.k, args.seed))
     over: dict[str, Any] = {"steps": args.steps, "output_dir": args.output_dir, "eval.before": False,
                             "eval.after": False, "seed": args.seed}
     if args.teacher == "sharpened":  # the offline teacher of the measured runs: the base model at T = 0.5
@@ -155,7 +157,7 @@ def main() -> None:
     res = stage("opd_train", lambda: train(load_config(args.config, over), progress=True))
     ckpts = sorted((Path(res.run_dir) / "checkpoints").glob("step_*"))
     student = str(ckpts[-1])
-    evals["opd"] = stage("eval_opd", lambda: _evaluate(student, prompts, args.k, args.seed))
+    evals["opd"] = stage("eval_opd", lambda: evaluate_lenient(student, prompts, args.k, args.seed))
     out["opd_run"] = str(res.run_dir)
     if args.ross:
         ross_out = Path(args.output_dir) / "ross"
@@ -170,7 +172,7 @@ def main() -> None:
         for variant in ("positive_sft", "ross"):
             model_dir = ross_dir / "models" / variant
             if (model_dir / "config.json").exists():
-                evals[variant] = stage(f"eval_{variant}", lambda d=str(model_dir): _evaluate(d, prompts, args.k, args.seed))
+                evals[variant] = stage(f"eval_{variant}", lambda d=str(model_dir): evaluate_lenient(d, prompts, args.k, args.seed))
             elif variant == "ross" and "positive_sft" in evals:  # the judge excluded nothing: identical data
                 out["ross_same_as_positive_sft"] = True
 

@@ -28,27 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-
-def _cpu() -> float:
-    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-
-def _evaluate(model: str, prompts: list, k: int, seed: int) -> Any:
-    from gfcr.evaluate import evaluate_model
-    from gfcr.generate.engines.hf import HFEngine
-
-    eng = HFEngine(model, max_batch=32)
-    # the reading the training run records: the 'Answer: N' line, else the last number
-    return evaluate_model(eng, prompts, k=k, ks=[1] if k else None, verifier="numeric",
-                          verifier_params={"lenient_fallback": True}, greedy=True,
-                          temperature=0.7, max_tokens=64, seed=seed, progress=False)
+from opd_bench import cpu_seconds, evaluate_lenient  # bench/ is the script's folder on sys.path
 
 
 def _train_stats(store_path: str) -> dict[str, Any]:
@@ -101,9 +86,9 @@ def main() -> None:
     partial.parent.mkdir(parents=True, exist_ok=True)
 
     def stage(name: str, fn: Any) -> Any:
-        t0, c0 = time.perf_counter(), _cpu()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         res = fn()
-        timings[name] = {"wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(_cpu() - c0, 1),
+        timings[name] = {"wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(cpu_seconds() - c0, 1),
                          "load": os.getloadavg()[0]}
         print(f"[{name}] {timings[name]}", file=sys.stderr, flush=True)
         if hasattr(res, "metrics"):  # an evaluation: kept at once, so a run cut short still leaves it
@@ -129,9 +114,9 @@ def main() -> None:
         print(f"[train_{name}] {json.dumps(out[f'train_{name}'])}", file=sys.stderr, flush=True)
     evals: dict[str, Any] = {}
     if not args.no_base:
-        evals["base"] = stage("eval_base", lambda: _evaluate("default", prompts, args.k, args.seed))
+        evals["base"] = stage("eval_base", lambda: evaluate_lenient("default", prompts, args.k, args.seed, progress=False))
     for name, path in students.items():
-        evals[name] = stage(f"eval_{name}", lambda p=path: _evaluate(p, prompts, args.k, args.seed))
+        evals[name] = stage(f"eval_{name}", lambda p=path: evaluate_lenient(p, prompts, args.k, args.seed, progress=False))
     out["metrics"] = {name: {m: vars(v) for m, v in e.metrics.items()} for name, e in evals.items()}
     pairs = [("on", "off")] + ([("on", "base"), ("off", "base")] if "base" in evals else [])
     out["paired"] = {}
