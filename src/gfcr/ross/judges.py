@@ -91,6 +91,10 @@ _DOUBT = re.compile(r"(?:oops|whoops|wait|no\b|hmm+|actually|sorry|correction|mi
                     re.IGNORECASE)
 
 
+#: "No" opening a statement ("No carrying is needed.") rather than a doubt ("No, ", "No.")
+_BARE_NO = re.compile(r"no\b(?!\s*[,.!:;])", re.IGNORECASE)
+
+
 def _norm(s: str) -> str:
     return " ".join(s.lower().split())
 
@@ -165,11 +169,16 @@ class ArithSteps:
     (issue 47): the closing answer statement is the *last* answer-bearing unit, not the first,
     and answer lines with words between "answer" and the number ("The answer is: 9", "The
     answer to your question is: 9") are recognised. Version 5 excluded the verified answer's
-    closing line in 80 of 108 excluded spans on a demo store.
+    closing line in 80 of 108 excluded spans on a demo store. Version 7 (issue 47): a *false
+    doubt*, doubt words that follow no false claim ("32 + 36 = 68. Wait, that's wrong. 32 + 36 =
+    68."), is ``redundant_exploration``: a claim-free doubt unit, or a unit whose claims after the
+    doubt words only restate earlier correct ones, is excluded whole; doubt words opening a new
+    step are excluded alone (:meth:`_false_doubt`). Version 6 kept such doubts, and a warm start
+    on the chains testbed wrote them in 61 of 300 generations.
     """
 
     name = "arith-steps"
-    version = "6"
+    version = "7"
     mode = "select-keep"
 
     def respond(self, request: JudgeRequest, feedback: str | None = None) -> JudgeReply:
@@ -215,11 +224,20 @@ class ArithSteps:
                         if not eqs[v.number]:
                             excl.setdefault(v.number, cat)
         seen: set[str] = set()
+        said: set[str] = set()  # the keys of correct claims made in earlier units
+        fillers = {q["unit"] for q in quotes}
         for u in units[: final - 1]:
             key = _norm(u.text)
             if key in seen:
                 excl.setdefault(u.number, "redundant_exploration")
             seen.add(key)
+            if u.number not in excl and u.number not in fillers:  # a false doubt (version 7)
+                doubt = self._false_doubt(text, u, eqs[u.number], said)
+                if doubt == "unit":
+                    excl[u.number] = "redundant_exploration"
+                elif doubt is not None:
+                    quotes.append({"unit": u.number, "quote": doubt, "category": "redundant_exploration"})
+            said.update(e.key() for e in eqs[u.number] if e.correct)
             stated = answer_line_value(u.text)
             if stated is not None and not eqs[u.number]:  # an answer line before the closing one
                 right = _same_number(stated, request.answer)
@@ -250,6 +268,25 @@ class ArithSteps:
         if not body.strip() or not _DOUBT.match(body):
             return None
         return body
+
+    @staticmethod
+    def _false_doubt(text: str, unit: Unit, claims: list[Any], said: set[str]) -> str | None:
+        """What a doubt that follows no false claim leaves to exclude in ``unit`` (not already excluded
+        as a mistake's doubt or fix), or None: ``"unit"`` for a claim-free unit that opens with a
+        doubt word ("Wait, that's wrong." after a correct line) or one whose claims, after such
+        words, only restate correct claims of earlier units (``said``: "Oops, that's wrong: 32 +
+        36 = 68." after "32 + 36 = 68."); else the opening doubt words themselves ("Hmm, " of
+        "Hmm, 19 - 5 = 14." stating a new step, which is kept). An answer line's own words are
+        never taken (:func:`answer_line_value`)."""
+        body = text[unit.start : unit.end].lstrip()
+        if not _DOUBT.match(body) or _BARE_NO.match(body) or answer_line_value(body) is not None:
+            return None
+        if not claims:
+            return "unit"
+        if all(c.correct and c.key() in said for c in claims):
+            return "unit"
+        lead = text[unit.start : min(c.start for c in claims)].lstrip()
+        return lead if lead.strip() and _DOUBT.match(lead) else None
 
     @staticmethod
     def _answer_derived(request: JudgeRequest, claims: dict[int, list[Any]]) -> bool:
