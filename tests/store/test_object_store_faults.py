@@ -242,6 +242,7 @@ def test_server_stopped_mid_write_and_restarted_loses_and_doubles_nothing(restar
     assert done[-1] > min(failed), "no append landed after the server was back"
     for b, e in failed.items():
         assert isinstance(e, StoreUnreachable) and "\n" not in str(e) and ".rs:" not in str(e), (b, repr(e))
+        assert str(e).startswith("the object store did not complete the write ("), str(e)
     back = RolloutStore.open(uri, storage_options=opts)
     ids = back.scan(columns=["rollout_id"]).column(0).to_pylist()
     assert len(ids) == len(set(ids)) == back.count()  # nothing doubled
