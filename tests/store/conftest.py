@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -118,15 +119,18 @@ def az_create_container(endpoint: str, name: str) -> None:
         assert r.status == 201, r.status
 
 
-def start_azurite(folder: Path, log: Path | None = None):
-    """Azurite's blob service on 127.0.0.1 at a free port, data in memory (run in ``folder``), with the container
-    :data:`AZ_CONTAINER`; returns ``(process, endpoint)``. ``log``: Azurite's debug log (every request
-    with its headers and answer)."""
+def start_azurite(folder: Path, log: Path | None = None, port: int | None = None, on_disk: bool = False):
+    """Azurite's blob service on 127.0.0.1 at ``port`` (default: a free one), run in ``folder``, with the
+    container :data:`AZ_CONTAINER`; returns ``(process, endpoint)``. Data in memory, or with ``on_disk``
+    in ``folder`` (so that an Azurite started again there serves what the stopped one held). ``log``:
+    Azurite's debug log (every request with its headers and answer)."""
     import subprocess
     import time
+    import urllib.error
 
-    port = free_port()
-    cmd = [*azurite_command(), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+    port = port or free_port()
+    keep = ["--location", str(folder)] if on_disk else ["--inMemoryPersistence"]
+    cmd = [*azurite_command(), "--blobHost", "127.0.0.1", "--blobPort", str(port), *keep,
            "--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry"]
     if log is not None:
         cmd += ["--debug", str(log)]
@@ -137,6 +141,10 @@ def start_azurite(folder: Path, log: Path | None = None):
         try:
             az_create_container(endpoint, AZ_CONTAINER)
             return proc, endpoint
+        except urllib.error.HTTPError as e:
+            if e.code == 409:  # ContainerAlreadyExists: an Azurite started again on its data
+                return proc, endpoint
+            raise
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
@@ -173,6 +181,38 @@ def az_uri(name: str = "store") -> str:
     import uuid
 
     return f"az://{AZ_CONTAINER}/{name}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(frozen=True)
+class Remote:
+    """An object-storage backend under test: ``scheme`` (``s3`` or ``az``) and the loopback server's
+    ``endpoint`` (the URL Lance's object store is pointed at; Azurite's includes the account)."""
+
+    scheme: str
+    endpoint: str
+
+    def uri(self, name: str = "store") -> str:
+        """A fresh store URI on this backend (:func:`s3_uri`, :func:`az_uri`)."""
+        return s3_uri(name) if self.scheme == "s3" else az_uri(name)
+
+    def options(self, endpoint: str | None = None, retries: int = 10, timeout_s: int = 30) -> dict[str, str]:
+        """Lance's storage options reaching ``endpoint`` (default: the server's own; a fault proxy's URL
+        in front of it) with the given bounded retries. Example (S3, a proxy on port 5000):
+        ``{"aws_endpoint": "http://127.0.0.1:5000", …, "client_max_retries": "10", "client_retry_timeout": "30"}``."""
+        endpoint = endpoint or self.endpoint
+        if self.scheme == "s3":
+            o = {"aws_endpoint": endpoint, "aws_access_key_id": "testing", "aws_secret_access_key": "testing",
+                 "aws_region": "us-east-1"}
+        else:
+            o = {"account_name": AZ_ACCOUNT, "account_key": AZ_KEY, "azure_storage_endpoint": endpoint}
+        return {**o, "allow_http": "true", "client_max_retries": str(retries), "client_retry_timeout": str(timeout_s)}
+
+
+@pytest.fixture(params=["s3", "az"])
+def remote(request) -> Remote:
+    """Each object-storage backend in turn, its environment set for this process and its children
+    (``s3_env``, ``az_env``): the fault and many-writer tests run on both."""
+    return Remote(request.param, request.getfixturevalue(f"{request.param}_env"))
 
 
 @pytest.fixture(params=["local", "s3", "az"])
