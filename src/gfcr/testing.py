@@ -153,3 +153,67 @@ class ScriptedWorld:
 
     def update(self, trained_idx: np.ndarray, q: np.ndarray, weight: np.ndarray | None = None) -> None:
         return None
+
+
+class S3Server:
+    """moto's S3 server (the S3 HTTP API) on 127.0.0.1 in a thread, recording every request it answers
+    as ``(method, path, response bytes)`` in :attr:`log` (and one line each in ``log_file`` if given),
+    with bucket ``bucket`` created. :meth:`count` counts them, e.g. the data-file GETs of one table:
+    ``srv.count("GET", "/rollouts.lance/data/")``. For the tests' and benches' request counts."""
+
+    def __init__(self, port: int, bucket: str, log_file: str | None = None):
+        import threading
+
+        import boto3
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        self.log: list[tuple[str, str, int]] = []
+        self._lock = threading.Lock()
+        self._file = open(log_file, "a", buffering=1) if log_file else None  # noqa: SIM115
+        app = DomainDispatcherApplication(create_backend_app)
+
+        self._active = 0  # requests being answered
+
+        def counted(environ: dict[str, Any], start_response: Any) -> Any:
+            with self._lock:
+                self._active += 1
+            n = 0
+            try:
+                for chunk in app(environ, start_response):
+                    n += len(chunk)
+                    yield chunk
+            finally:
+                rec = (environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), n)
+                with self._lock:
+                    self._active -= 1
+                    self.log.append(rec)
+                    if self._file:
+                        self._file.write(" ".join(map(str, rec)) + "\n")
+
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self._srv = make_server("127.0.0.1", port, counted, threaded=True, request_handler=MotoRequestHandler)
+        threading.Thread(target=self._srv.serve_forever, daemon=True).start()
+        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id="x",
+                     aws_secret_access_key="x").create_bucket(Bucket=bucket)
+
+    def count(self, method: str | None = None, path_part: str = "") -> tuple[int, int]:
+        """``(requests, response bytes)`` answered so far with ``method`` (any: None) whose path contains
+        ``path_part`` (after the requests being answered, if any, finish: up to 5 s)."""
+        import time
+
+        deadline = time.monotonic() + 5
+        while self._active and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with self._lock:
+            hits = [b for m, p, b in self.log if (method is None or m == method) and path_part in p]
+        return len(hits), sum(hits)
+
+    def stop(self) -> None:
+        self._srv.shutdown()
+        if self._file:
+            self._file.close()

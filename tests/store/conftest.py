@@ -70,6 +70,27 @@ def s3_env(s3_server, monkeypatch):
     return s3_server
 
 
+@pytest.fixture(scope="module")
+def s3_counted():
+    """A second moto S3 server that records every request it answers (:class:`gfcr.testing.S3Server`:
+    ``srv.count("GET", "/data/")`` → requests and bytes), with the bucket :data:`S3_BUCKET`."""
+    from gfcr.testing import S3Server
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    srv = S3Server(free_port(), S3_BUCKET)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def s3_counted_env(s3_counted, monkeypatch):
+    """:func:`s3_env` for the :func:`s3_counted` server; returns the server."""
+    for k, v in {"AWS_ENDPOINT_URL": s3_counted.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}.items():
+        monkeypatch.setenv(k, v)
+    return s3_counted
+
+
 def s3_uri(name: str = "store") -> str:
     """A fresh store URI in the test bucket."""
     import uuid

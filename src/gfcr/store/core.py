@@ -71,6 +71,7 @@ from gfcr.store.integrity import MANIFEST
 from gfcr.store.keys import has_key, insert_absent
 from gfcr.store.location import Location, locate
 from gfcr.store.opening import open_local, open_remote, props
+from gfcr.store.readcache import REQUEST_BYTES, REQUEST_BYTES_ENV, ReadCache, RemoteReads, env_int
 from gfcr.store.reads import (
     READ_BLOCK_SIZE,
     READ_PARAMS,
@@ -124,7 +125,8 @@ class RolloutStore:
     """
 
     def __init__(self, path: str | os.PathLike[str] | Location, versions: dict[str, int] | None = None,
-                 auto_compact: int = AUTO_COMPACT, manifest: dict[str, Any] | None = None):
+                 auto_compact: int = AUTO_COMPACT, manifest: dict[str, Any] | None = None,
+                 read_cache: ReadCache | None = None, request_bytes: int | None = None):
         self.location = locate(path)
         self.local = not self.location.remote
         self.path: Any = self.location.local if self.local else self.location.uri  # Path, or the URI (str)
@@ -135,16 +137,25 @@ class RolloutStore:
         self.compactions: list[dict[str, Any]] = []  # automatic compactions done by this object
         self.if_absent = False  # see append()
         self._relaxed = False  # every nullable rollout field is nullable in the stored schema (_allow_nulls)
+        #: on object storage: random-row reads' local cache of data files, and what a request costs in
+        #: bytes (gfcr.store.readcache; GFCR_READ_CACHE, GFCR_READ_CACHE_BYTES, GFCR_REQUEST_BYTES)
+        self.read_cache = None if self.local else read_cache
+        self.request_bytes = int(request_bytes or env_int(REQUEST_BYTES_ENV, REQUEST_BYTES))
 
     # --- opening ------------------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike[str], create: bool = False, auto_compact: int = AUTO_COMPACT,
              verify: bool = True, storage_options: dict[str, Any] | None = None,
-             allow_unsafe_commits: bool = False) -> RolloutStore:
+             allow_unsafe_commits: bool = False, read_cache: str | os.PathLike[str] | ReadCache | None = None,
+             request_bytes: int | None = None) -> RolloutStore:
         """Open (or with ``create``, create) the store at ``path``: a local directory or an ``s3://``,
         ``gs://``, ``az://`` URI (:mod:`gfcr.store.location`; ``storage_options``: Lance's object-store
         options, over the environment's). ``verify``: run the cheap integrity checks
-        (:func:`~gfcr.store.integrity.quick_check`; a damaged store raises ``StoreDamaged``)."""
+        (:func:`~gfcr.store.integrity.quick_check`; a damaged store raises ``StoreDamaged``).
+        ``read_cache`` (a folder, or a :class:`~gfcr.store.readcache.ReadCache`; default
+        ``$GFCR_READ_CACHE``) and ``request_bytes`` (default ``$GFCR_REQUEST_BYTES`` or 2 MiB): how
+        ``get`` and ``sample`` read a store on object storage (:mod:`gfcr.store.readcache`; a local
+        store reads its own files and keeps no cache)."""
         loc = locate(path, storage_options, allow_unsafe_commits)
         if loc.remote:
             m = open_remote(loc, TABLES, create, verify)
@@ -153,7 +164,9 @@ class RolloutStore:
             if verify:
                 integrity.quick_check(loc.local, m, list(TABLES), lambda uri: lance.dataset(uri, session=_session()))
         integrity.opened(loc.uri)
-        return cls(loc, auto_compact=auto_compact, manifest=m)
+        cache = ReadCache.shared(read_cache) if isinstance(read_cache, (str, os.PathLike)) else read_cache
+        return cls(loc, auto_compact=auto_compact, manifest=m, read_cache=cache or ReadCache.from_env(),
+                   request_bytes=request_bytes)
 
     @classmethod
     def init(cls, path: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> RolloutStore:
@@ -394,19 +407,27 @@ class RolloutStore:
     def get(self, ids: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
         """Rows for ``ids`` in the order given (an id may repeat; unknown ids raise ``KeyError``);
         an id look-up, then a take of those rows only (:func:`gfcr.store.reads.take_ids`)."""
-        return take_ids(self.dataset("rollouts"), ids, columns)
+        ds = self.dataset("rollouts")
+        return take_ids(ds, ids, columns, self._remote_reads(ds))
 
     def sample(self, n: int, where: str | None = None, seed: int | None = None,
                columns: Sequence[str] | None = None) -> pa.Table:
-        """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``; on object
-        storage, small data files are read a file per request (:func:`gfcr.store.reads.whole_file_block`)."""
+        """``n`` distinct random rows (all rows if fewer), optionally among rows matching ``where``; the
+        same ``seed`` gives the same rows on any backend. On object storage each data file is read by
+        ranges, whole, or from the read cache (:func:`gfcr.store.reads.take_planned`)."""
         ds = self.dataset("rollouts")
-        reopen = None
-        if not self.local:
-            reopen = lambda block: lance.dataset(  # noqa: E731
-                self._uri("rollouts"), version=ds.version, session=_session(), read_params=READ_PARAMS,
-                block_size=block, storage_options=self._opts)
-        return sample_rows(ds, n, where, seed, columns, reopen)
+        return sample_rows(ds, n, where, seed, columns, self._remote_reads(ds))
+
+    def _remote_reads(self, ds: lance.LanceDataset) -> RemoteReads | None:
+        """How random-row reads of ``ds`` (the rollouts table) go on object storage (None: local)."""
+        if self.local:
+            return None
+        uri = self._uri("rollouts")
+        reopen = lambda block: lance.dataset(  # noqa: E731
+            uri, version=ds.version, session=_session(), read_params=READ_PARAMS, block_size=block,
+            storage_options=self._opts)
+        return RemoteReads(uri, self._opts, reopen, {"read_params": READ_PARAMS, "session": _session()},
+                           self.request_bytes, self.read_cache)
 
     def count(self, table: str = "rollouts", where: str | None = None) -> int:
         return self.dataset(table).count_rows(filter=where)
@@ -569,7 +590,8 @@ class RolloutStore:
                 continue
             cands = [v["version"] for v in self._latest(name).versions() if v["timestamp"] <= ts]
             pinned[name] = max(cands) if cands else 1
-        return RolloutStore(self.location, versions=pinned, auto_compact=0, manifest=self.manifest)
+        return RolloutStore(self.location, versions=pinned, auto_compact=0, manifest=self.manifest,
+                            read_cache=self.read_cache, request_bytes=self.request_bytes)
 
     @writes
     def compact(self) -> dict[str, Any]:

@@ -13,14 +13,16 @@ Both take rows by row id or offset, never through a filtered scan of whole rows:
 an SQL ``IN`` list when the list is short and with Arrow's ``is_in`` on the read columns when long.
 
 Datasets are opened with :data:`READ_BLOCK_SIZE` and :data:`READ_PARAMS` (on object storage
-:data:`REMOTE_BLOCK_SIZE`; a sample from small data files reads each whole, :func:`whole_file_block`).
-What remains of the cost is Lance's per-row take (every row of every variable-width column is its
+:data:`REMOTE_BLOCK_SIZE`). On object storage both takes go through :func:`take_planned`: each data
+file is read by its rows' ranges, whole in one request, or from a local read cache, by the cost model
+of :mod:`gfcr.store.readcache` (the rows taken never depend on it). What remains of the cost is Lance's per-row take (every row of every variable-width column is its
 own read and decode); docs/store.md has the profile and what did not help.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import lance
@@ -28,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gfcr.store.readcache import RemoteReads, fragment_bytes, fragment_files, plan_reads
 from gfcr.store.sql import in_list
 
 #: Lance merges reads less than this many bytes apart into one I/O (its local default: 4 KiB).
@@ -35,16 +38,11 @@ from gfcr.store.sql import in_list
 READ_BLOCK_SIZE = 64 * 1024
 #: the same for a store on object storage, where a request costs more than the bytes it reads: on the
 #: loopback S3 server, sample(1000) of 20,000 rows took 26 requests at 1 MiB against 58 at 64 KiB
-#: (0.6x the wall time; bench/s3_bench.py, docs/performance.md)
+#: (0.6x the wall time; bench/s3_bench.py, docs/performance.md). Lance's rule (merge when the gap is
+#: under the block) is the cost model of gfcr.store.readcache at the range level; 2 MiB (its B) cost
+#: the same there at 1M x 512 tokens (1,650 requests, 1.74 GB against 2,105, 0.85 GB): 1 MiB moves fewer bytes
 REMOTE_BLOCK_SIZE = 1024 * 1024
-#: on object storage, a sample whose rows lie in data files holding at most this many bytes per
-#: sampled row in all is read with a block as large as the largest of those files
-#: (:func:`whole_file_block`): Lance then merges each file's reads into one request. 1M rows x 16
-#: tokens in 100 fragments (1.65 MB files, 165 KB per sampled row): 100 requests for sample(1000)
-#: against 400 with REMOTE_BLOCK_SIZE (bench/s3_bench.py, docs/performance.md)
-WHOLE_FILE_PER_ROW = 256 * 1024
-#: ... and only when the largest of those files is at most this large
-WHOLE_FILE_MAX = 64 * 1024 * 1024
+MIB = 1024 * 1024
 #: Lance read options: keep list columns' repetition index in the session cache between takes
 READ_PARAMS = {"cache_repetition_index": True}
 #: :func:`rows_in` matches longer key lists with ``is_in`` after the read: Lance parses an ``IN`` list
@@ -86,21 +84,24 @@ def rollout_filter(run: str | None = None, steps: tuple[int, int] | None = None,
     return " AND ".join(parts) if parts else None
 
 
-def take_ids(ds: lance.LanceDataset, ids: Sequence[str], columns: Sequence[str] | None = None) -> pa.Table:
-    """Rows of ``ds`` for ``ids`` in the order given (an id may repeat; unknown ids raise ``KeyError``).
+def take_ids(ds: lance.LanceDataset, ids: Sequence[str], columns: Sequence[str] | None = None,
+             remote: RemoteReads | None = None) -> pa.Table:
+    """Rows of ``ds`` for ``ids`` in the order given (an id may repeat; unknown ids raise ``KeyError``);
+    ``remote``: a table on object storage, read as :func:`take_planned` says.
 
     Example: ``take_ids(ds, ["b", "a", "b"], ["reward"])`` → 3 rows, rewards of b, a, b."""
     ids = list(ids)
     want = list(columns) if columns else None
     uniq = list(dict.fromkeys(ids))
-    found = ds.to_table(columns=["rollout_id"], filter=in_list("rollout_id", uniq), with_row_id=True)
+    found = scan_rows(ds, remote, columns=["rollout_id"], filter=in_list("rollout_id", uniq), with_row_id=True)
     rowid = dict(zip(found.column("rollout_id").to_pylist(), found.column("_rowid").to_pylist(), strict=True))
     missing = [i for i in ids if i not in rowid]
     if missing:
         raise KeyError(f"{len(missing)} rollout id(s) not in the store, e.g. {missing[0]!r}")
     if not uniq:
         return ds.to_table(columns=want, limit=0)
-    t = ds._take_rows([rowid[i] for i in uniq], columns=want)
+    keys = np.asarray([rowid[i] for i in uniq], np.uint64)
+    t = take_planned(ds, keys, keys >> np.uint64(32), want, remote, rowids=True)
     if len(uniq) < len(ids):  # repeated ids
         pos = {rid: k for k, rid in enumerate(uniq)}
         t = t.take(pa.array([pos[i] for i in ids], pa.int64()))
@@ -108,55 +109,95 @@ def take_ids(ds: lance.LanceDataset, ids: Sequence[str], columns: Sequence[str] 
 
 
 def sample_rows(ds: lance.LanceDataset, n: int, where: str | None = None, seed: int | None = None,
-                columns: Sequence[str] | None = None,
-                reopen: Callable[[int], lance.LanceDataset] | None = None) -> pa.Table:
+                columns: Sequence[str] | None = None, remote: RemoteReads | None = None) -> pa.Table:
     """``n`` distinct random rows of ``ds`` (all rows if fewer), optionally among rows matching
-    ``where`` (a Lance SQL predicate), in row order. ``reopen(block_size)`` (a store on object
-    storage): ``ds`` at the same version opened with another read block, used when
-    :func:`whole_file_block` says the sampled files are small enough to read whole."""
+    ``where`` (a Lance SQL predicate), in row order. The rows depend on ``seed`` and the table only:
+    ``remote`` (a table on object storage, :func:`take_planned`) changes how they are read, not which."""
     rng = np.random.default_rng(seed)
     cols = list(columns) if columns else None
     if where:
-        rowids = ds.to_table(columns=[], filter=where, with_row_id=True).column("_rowid").to_numpy()
+        rowids = scan_rows(ds, remote, columns=[], filter=where, with_row_id=True).column("_rowid").to_numpy()
         pick = rng.choice(len(rowids), size=min(n, len(rowids)), replace=False) if len(rowids) else []
         if not len(pick):
             return ds.schema.empty_table()
         ids = np.sort(rowids[pick])
-        block = whole_file_block(ds, ids >> 32, len(ids)) if reopen is not None else None
-        return (reopen(block) if block else ds)._take_rows(ids.tolist(), columns=cols)
+        return take_planned(ds, ids, ids >> np.uint64(32), cols, remote, rowids=True)
     total = ds.count_rows()
     if total == 0:
         return ds.schema.empty_table() if cols is None else ds.to_table(columns=cols, limit=0)
     idx = np.sort(rng.choice(total, size=min(n, total), replace=False))
-    if reopen is not None:
-        frags = ds.get_fragments()
-        ends = np.cumsum([f.metadata.num_rows for f in frags])
-        if ends[-1] == total:  # (the fragments' live rows are the offsets' rows)
-            ids = np.asarray([f.fragment_id for f in frags])[np.searchsorted(ends, idx, side="right")]
-            block = whole_file_block(ds, ids, len(idx), frags)
-            if block:
-                return reopen(block).take(idx.tolist(), columns=cols)
-    return ds.take(idx.tolist(), columns=cols)
+    frags = ds.get_fragments()
+    ends = np.cumsum([f.metadata.num_rows for f in frags])  # (live rows: the offsets' rows)
+    if remote is None or ends[-1] != total:
+        return ds.take(idx.tolist(), columns=cols)
+    fids = np.asarray([f.fragment_id for f in frags])[np.searchsorted(ends, idx, side="right")]
+    return take_planned(ds, idx, fids, cols, remote, rowids=False, frags=frags)
 
 
-def whole_file_block(ds: lance.LanceDataset, frag_ids: np.ndarray, rows: int,
-                     frags: list[Any] | None = None) -> int | None:
-    """A read block size that makes Lance read each data file of the fragments ``frag_ids`` (``[rows]``,
-    the fragment of each sampled row) in one request, or None when that reads too much: more than
-    :data:`WHOLE_FILE_PER_ROW` bytes per sampled row in all, or a file over :data:`WHOLE_FILE_MAX`
-    (then :data:`REMOTE_BLOCK_SIZE` stays). Sizes are Lance's own record of each file (no request).
+def scan_rows(ds: lance.LanceDataset, remote: RemoteReads | None, **scan: Any) -> pa.Table:
+    """``ds.to_table(**scan)`` (the look-ups of :func:`take_ids` and ``where``); on object storage, over
+    the read cache's copies when every fragment's files are there and the table has no index (no
+    request; Lance reads an index's manifest, which is not cached, and an indexed look-up is cheap)."""
+    cache = remote.cache if remote is not None else None
+    if cache is not None and not ds.has_index:
+        files = [fragment_files(f) for f in ds.get_fragments()]
+        if files and all(fs is not None and cache.has(remote.uri, fs) for fs in files):
+            every = [x for fs in files if fs for x in fs]
+            with cache.view(ds, remote.uri, every, remote.storage_options, **remote.open_args) as local:
+                return local.to_table(**scan)
+    return ds.to_table(**scan)
 
-    Example: 1,000 rows from 100 fragments of one 1.65 MB file each → 165 KB a row ≤ 256 KiB: the
-    block is 1.65 MB (rounded up to a MiB: 2 MiB); from 100 fragments of 50 MB each → None."""
-    frags = ds.get_fragments() if frags is None else frags
-    size = {f.fragment_id: [df.file_size_bytes for df in f.metadata.files] for f in frags}
-    touched = [x for i in np.unique(frag_ids).tolist() for x in size.get(int(i), [None])]
-    if not touched or any(not x for x in touched):  # (a size Lance did not record)
-        return None
-    if sum(touched) > rows * WHOLE_FILE_PER_ROW or max(touched) > WHOLE_FILE_MAX:
-        return None
-    mib = 1 << 20
-    return max(REMOTE_BLOCK_SIZE, -(-max(touched) // mib) * mib)
+
+def take_planned(ds: lance.LanceDataset, keys: np.ndarray, frag_ids: np.ndarray, columns: list[str] | None,
+                 remote: RemoteReads | None, rowids: bool, frags: list[Any] | None = None) -> pa.Table:
+    """Rows ``keys`` (``[k]`` offsets, or row ids with ``rowids``) of ``ds`` in the order given, where
+    ``frag_ids`` (``[k]``) is each row's fragment. Locally one take; on object storage each fragment is
+    read as :func:`gfcr.store.readcache.plan_reads` says: from the read cache (fetching files worth it),
+    whole (the table reopened with a block as large as the largest such file, so that Lance reads each
+    in one request), or by the rows' ranges (the store's own open). Fragments with neither recorded
+    sizes nor cacheable files are read by ranges.
+
+    Example: 1,000 offsets of 1M rows × 512 tokens in 200 fragments of 15 MB, 5 rows each: no cache →
+    all "rows" (15 MB > 5 × 2 MiB); rows of 20 fragments, 50 each → all "whole" (20 requests)."""
+    def take(d: lance.LanceDataset, k: np.ndarray) -> pa.Table:
+        return d._take_rows(k.tolist(), columns=columns) if rowids else d.take(k.tolist(), columns=columns)
+
+    if remote is None or not len(keys):
+        return take(ds, keys)
+    by_id = {f.fragment_id: f for f in (frags if frags is not None else ds.get_fragments())}
+    fids, counts = np.unique(frag_ids, return_counts=True)
+    touched = [by_id[int(i)] for i in fids]
+    files = {f.fragment_id: fragment_files(f) for f in touched}
+    sizes = {f.fragment_id: fragment_bytes(f) for f in touched}
+    rows = dict(zip((int(i) for i in fids), (int(c) for c in counts), strict=True))
+    cache, uri, b = remote.cache, remote.uri, remote.request_bytes
+    cacheable = {i for i, fs in files.items() if fs is not None}
+    cached = {i for i in cacheable if cache is not None and cache.has(uri, files[i])}
+    rent = {i: cache.rent.get((uri, i), 0.0) for i in rows} if cache is not None else None
+    plan = plan_reads(sizes, rows, b, cached, rent, cache.max_bytes if cache else 0, cacheable)
+    if cache is not None:
+        for i, how in plan.items():
+            if how != "local":
+                cache.rent[(uri, i)] = cache.rent.get((uri, i), 0.0) + rows[i] * b
+    how = np.asarray([plan[int(i)] for i in frag_ids])
+    parts, where = [], []
+    with ExitStack() as stack:
+        views = {"rows": lambda: ds}
+        if "whole" in plan.values():
+            big = max(sizes[i] or 0 for i, h in plan.items() if h == "whole")
+            views["whole"] = lambda: remote.reopen(max(REMOTE_BLOCK_SIZE, -(-big // MIB) * MIB))
+        if "local" in plan.values():
+            local = [f for i, h in plan.items() if h == "local" for f in files[i]]
+            views["local"] = lambda: stack.enter_context(
+                cache.view(ds, uri, local, remote.storage_options, **remote.open_args))
+        for name, view in views.items():
+            sel = np.flatnonzero(how == name)
+            if len(sel):
+                parts.append(take(view(), keys[sel]))
+                where.append(sel)
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_tables(parts).take(pa.array(np.argsort(np.concatenate(where)), pa.int64()))
 
 
 def build_id_index(uri: str, storage_options: dict[str, str] | None = None) -> bool:
