@@ -9,10 +9,10 @@ fresh batch (a new step, ``--rows`` x ``--tokens``, the synthetic rollouts of
 hits them alike:
 
 - ``store``: ``RolloutStore.append`` as shipped: the duplicate-id check (in-process id index), one
-  Lance commit, the integrity record (``_record``: the manifest write), automatic compaction;
+  Lance commit, the integrity record (``_record``: the new file's digest and one line appended to
+  ``gfcr-store.log``), automatic compaction;
 - ``store, no _record``: the same with ``RolloutStore._record`` replaced by a no-op on that store
-  object (bench only: what the store costs once the manifest write is gone, which another branch
-  replaces with a commit through Lance itself);
+  object (bench only: what the integrity record costs);
 - ``raw``: ``lance.write_dataset(table, uri, mode="append")`` on a dataset created empty with the
   rollouts schema (the floor).
 
@@ -55,7 +55,7 @@ def _writers(root: Path) -> dict:
     """One append function per arm, each on its own dataset."""
     store = RolloutStore.open(root / "store", create=True)
     bare = RolloutStore.open(root / "bare", create=True)
-    bare._record = lambda *a, **k: None  # bench only: the manifest write left out
+    bare._record = lambda *a, **k: None  # bench only: the integrity record left out
     raw_uri = str(root / "raw.lance")
     lance.write_dataset(pa.Table.from_batches([], schema=ROLLOUT_SCHEMA), raw_uri, mode="create")
     return {"store": store.append, "store, no _record": bare.append,

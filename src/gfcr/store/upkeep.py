@@ -120,8 +120,7 @@ class IdIndex:
         if after.count_rows() == before.count_rows() + len(hashes) and fragment_set(before) <= self.frags:
             self.frags |= fragment_set(after)
         if is_remote(after.uri):
-            t = after.read_transaction(after.version)
-            _OWN.setdefault(after.uri, set()).update(df.path for f in getattr(t.operation, "fragments", []) for df in f.files)
+            _OWN.setdefault(after.uri, set()).update(own_files(before, after))
 
     def compacted(self, frags_before: set[int], rows_before: int, after: lance.LanceDataset) -> None:
         """Record a compaction (the id set unchanged) that went from fragments ``frags_before`` holding
@@ -132,6 +131,19 @@ class IdIndex:
 
 #: remote dataset uri -> data files of the appends this process committed (see :func:`compact_small`)
 _OWN: dict[str, set[str]] = {}
+
+
+def own_files(before: lance.LanceDataset, after: lance.LanceDataset) -> list[str]:
+    """The data files an append that took ``before`` to ``after`` added: when ``after`` is the very next
+    version, those of the fragments ``before`` lacks (read from the manifest already in hand); else
+    (other commits landed between) those its own transaction lists (one read of it).
+
+    Example: ``before`` v7 with fragments 0-3, ``after`` v8 with 0-4 → fragment 4's data files."""
+    if after.version == before.version + 1:
+        old = fragment_set(before)
+        return [df.path for f in after.get_fragments() if f.fragment_id not in old for df in f.metadata.files]
+    t = after.read_transaction(after.version)
+    return [df.path for f in getattr(t.operation, "fragments", []) for df in f.files]
 
 
 def is_remote(uri: str) -> bool:
