@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import lance
+import numpy as np
 import pytest
 
 from gfcr.records import rollouts_to_table
@@ -15,6 +16,15 @@ from gfcr.testing import make_rollout
 def _batch(tag, b, size, n_gen=8):
     return [make_rollout(i, step=b, run=tag, n_ctx=4, n_gen=n_gen, seed=b, rollout_id=f"{tag}-{b}-{i}")
             for i in range(size)]
+
+
+def test_merge_runs_is_the_sorted_union():
+    assert upkeep.merge_runs(np.array([1, 4, 9]), np.array([2, 4, 10])).tolist() == [1, 2, 4, 9, 10]
+    assert upkeep.merge_runs(np.array([], np.int64), np.array([3])).tolist() == [3]
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        a, b = (np.unique(rng.integers(-(2**62), 2**62, rng.integers(0, 40)) // 2**57) for _ in range(2))
+        assert np.array_equal(upkeep.merge_runs(a, b), np.union1d(a, b))
 
 
 def test_size_tier_and_pick_compaction_worked_examples():

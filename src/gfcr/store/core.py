@@ -315,18 +315,24 @@ class RolloutStore:
                 raise StoreError(
                     f"{len(clash)} rollout_id(s) already in the store (e.g. {sorted(clash)[0]!r}); nothing was written"
                 )
-            # a local write goes through the dataset just opened (Lance then opens none of its own; a commit
-            # that landed since is rebased on, as for a path); after a schema change, the new one
+            # the write goes through the dataset just checked (Lance then opens none of its own: on object
+            # storage a list and a manifest read fewer; a commit that landed since is rebased on, as for a
+            # path); after a schema change, the new one; a try after a commit conflict, a fresh open
             changed = self._allow_nulls(table, before)
             uri = self._uri("rollouts")
-            target = (self.dataset("rollouts") if changed else before) if self.local else uri
+            target = self.dataset("rollouts") if changed else before
+            tries: list[lance.LanceDataset] = []  # the dataset each try wrote on
             since = None
             if self.if_absent and has_key(before, "rollout_id"):
                 n, after = _retry(lambda: insert_absent(uri, table, "rollout_id", self._opts)), self._latest("rollouts")
             else:
-                n, after = table.num_rows, _retry(lambda: lance.write_dataset(
-                    table, target, mode="append", storage_options=self._opts, transaction_properties=props(table)))
-                since = target if self.local else None
+                def write() -> lance.LanceDataset:
+                    tries.append(self._latest("rollouts") if tries else target)
+                    return lance.write_dataset(table, tries[-1], mode="append", storage_options=self._opts,
+                                               transaction_properties=props(table))
+
+                n, after = table.num_rows, _retry(write)
+                since = tries[-1] if self.local else None
             idx.committed(before, after, hashes)
             self._head = after
         self._record("rollouts", after, since)
