@@ -162,3 +162,19 @@ def test_two_store_objects_in_one_process_keep_every_record(tmp_path):
     data = {f"rollouts.lance/data/{f.metadata.files[0].path}" for f in ds.get_fragments()}
     assert data <= set(m["files"])
     assert check_store(p, list(TABLES)).ok
+
+
+def test_a_log_cut_shorter_than_a_writer_last_saw_is_read_whole_again(tmp_path):
+    """A writer reads only the log's bytes past its last record; when the log changed under them (cut
+    or rewritten by hand), it reads the log whole again instead of reading from the middle of a line."""
+    p = tmp_path / "st"
+    s = _store(p, 4)
+    lines = _lines(p)
+    rec = json.loads(lines[2])
+    rec["pad"] = "x" * sum(len(x) for x in lines[2:])  # the writer's last read ends inside this line now
+    (p / LOG).write_bytes(b"".join(lines[:2]) + json.dumps(rec).encode() + b"\n")
+    for b in range(6):
+        s.append([make_rollout(900 + 10 * b + i, step=9 + b) for i in range(4)])
+    assert all(isinstance(json.loads(x), dict) for x in _lines(p))
+    assert integrity.read_manifest(p)["committed"]["rollouts"]["version"] == s.version
+    assert check_store(p, list(TABLES)).ok

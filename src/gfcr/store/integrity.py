@@ -212,7 +212,8 @@ def _record_ok(r: Any) -> bool:
 def read_log(path: Path, manifest: dict[str, Any], start: int) -> tuple[list[dict[str, Any]], int | None, int]:
     """The commit records of ``gfcr-store.log`` from byte ``start`` (0: the whole log, its header
     checked) for the manifest ``manifest`` (``gfcr-store.json`` as read). Returns ``(records, end,
-    size)``: ``end`` is the byte after the last whole line, ``size`` the file's; a last line without
+    size)``: ``end`` is the byte after the last whole line, ``size`` the file's (-1 when byte ``start``
+    does not follow a newline: the log was cut or rewritten since; read it whole); a last line without
     its newline (a writer stopped mid-line, or writing now) is not a record yet. ``end`` is None when
     no log belongs to this manifest: none written yet (an older store), or one of an earlier epoch
     left by a stop between :func:`write_manifest`'s renames. :class:`StoreDamaged` names the log when
@@ -227,10 +228,14 @@ def read_log(path: Path, manifest: dict[str, Any], start: int) -> tuple[list[dic
         return [], None, 0
     try:
         with open(f, "rb") as fh:
-            fh.seek(start)
+            fh.seek(max(start - 1, 0))
             data = fh.read()
     except FileNotFoundError:
         return [], None, 0
+    if start:
+        if data[:1] != b"\n":  # not where a line ended: the log was cut or rewritten since
+            return [], None, -1
+        data = data[1:]
     size, cut = start + len(data), data.rfind(b"\n") + 1
     body, pos = data[:cut], start
     if start == 0:
@@ -319,7 +324,7 @@ def _current(path: Path, mf: str) -> tuple[bytes, dict[str, Any], int | None, in
     else:
         m, start, n = _parse_manifest(path, raw), 0, 0
     recs, end, size = read_log(path, m, start)
-    if size < start:  # the log is shorter than this process last saw (cut by hand): read it whole again
+    if size < start:  # the log changed under the bytes this process read (cut by hand): read it whole again
         m, n = _parse_manifest(path, raw), 0
         recs, end, size = read_log(path, m, 0)
     return raw, apply_records(m, recs), end, n + len(recs), size
