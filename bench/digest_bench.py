@@ -1,15 +1,16 @@
-"""Digest benchmark: what the SHA-256 of each new data file costs a commit (issue 30).
+"""Digest benchmark: what the digest of each new data file costs a commit (issues 30, 44).
 
     python bench/digest_bench.py                      # 10-row and 2,048-row appends, 30 rounds each
     python bench/digest_bench.py --sizes 10,4096 --rounds 20
 
-Every commit hashes the data files it wrote (``gfcr.store.integrity.record_digests``: each file
-once, at its own commit) and the deletion files of its fragments. Two arms, each its own store,
+Every commit hashes the data files it wrote (``gfcr.store.integrity.digest_entry``: each file
+once, at its own commit) and the deletion files of its fragments. Three arms, each its own store,
 per batch size:
 
-- ``digest``: as shipped;
-- ``off``: ``integrity.sha256_file`` replaced by a constant (everything else of the commit's
-  record, its manifest read-and-rename included, unchanged): the floor without hashing.
+- ``digest``: as shipped (XXH3-128, ``integrity.DIGEST``);
+- ``sha256``: the same with ``integrity.DIGEST`` set to SHA-256 (what stores recorded before issue 44);
+- ``off``: the digest function replaced by a constant (everything else of the commit's record
+  unchanged): the floor without hashing.
 
 Each round appends the same fresh batch (a new step, the synthetic rollouts of
 ``bench/store_bench.py``) to both stores, the arms' order alternating every round so machine load
@@ -36,19 +37,21 @@ from store_bench import synth_table  # noqa: E402
 
 from gfcr.store import RolloutStore, integrity  # noqa: E402
 
-ARMS = ("digest", "off")
+ARMS = ("digest", "sha256", "off")
 
 
 def _append(store: RolloutStore, table, arm: str) -> tuple[float, float]:
-    real = integrity.sha256_file
+    alg, real = integrity.DIGEST, integrity.DIGESTS[integrity.DIGEST]
     try:
+        if arm == "sha256":
+            integrity.DIGEST = "sha256"
         if arm == "off":
-            integrity.sha256_file = lambda f, *a: "0" * 64
+            integrity.DIGESTS[alg] = lambda f, *a: "0" * 32
         t0, c0 = time.perf_counter(), time.process_time()
         store.append(table)
         return time.perf_counter() - t0, time.process_time() - c0
     finally:
-        integrity.sha256_file = real
+        integrity.DIGEST, integrity.DIGESTS[alg] = alg, real
 
 
 def main() -> None:
@@ -82,13 +85,14 @@ def main() -> None:
             # the shipped arm's digests are the files' real ones
             files = integrity.read_manifest(Path(stores["digest"].path))["files"]
             for k, v in list(files.items())[:3]:
-                assert v["sha256"] == integrity.sha256_file(Path(stores["digest"].path) / k), k
+                assert v[integrity.DIGEST] == integrity.DIGESTS[integrity.DIGEST](Path(stores["digest"].path) / k), k
             res = {"file_bytes_median": statistics.median(sizes)}
             for arm in ARMS:
                 res[arm] = {"wall_ms_median": 1e3 * statistics.median(wall[arm]),
                             "cpu_ms_median": 1e3 * statistics.median(cpu[arm])}
-            res["digest - off, wall ms"] = res["digest"]["wall_ms_median"] - res["off"]["wall_ms_median"]
-            res["digest - off, cpu ms"] = res["digest"]["cpu_ms_median"] - res["off"]["cpu_ms_median"]
+            for arm in ARMS[:2]:
+                res[f"{arm} - off, wall ms"] = res[arm]["wall_ms_median"] - res["off"]["wall_ms_median"]
+                res[f"{arm} - off, cpu ms"] = res[arm]["cpu_ms_median"] - res["off"]["cpu_ms_median"]
             out["sizes"][rows] = res
     out["load_median"], out["load_max"] = statistics.median(loads), max(loads)
     print(json.dumps(out, indent=2))

@@ -1,9 +1,10 @@
-"""Data-file SHA-256 digests recorded at commit (issue 30, item 3: never a wrong answer with exit 0).
+"""Data-file digests recorded at commit (issue 30, item 3: never a wrong answer with exit 0).
 
 The cheap checks of every open see a data file that is missing, of another size or without its Lance
 footer; a byte damaged *inside* a file, at its recorded size, can decode to other values without any
-error. Each commit now records a SHA-256 per new data file in ``gfcr-store.json`` (``"files"``), and
-``gfcr store check`` verifies them."""
+error. Each commit records a digest per new data file in the store's manifest (``"files"``: XXH3-128
+since issue 44, SHA-256 before, each entry naming its algorithm), and ``gfcr store check`` verifies
+them."""
 
 from __future__ import annotations
 
@@ -51,17 +52,17 @@ def test_each_commit_digests_its_new_data_files_once(tmp_path, monkeypatch):
     s = RolloutStore.open(p, create=True, auto_compact=0)
     s.append([make_rollout(i, step=0) for i in range(4)])
     calls: list[Path] = []
-    real = integrity.sha256_file
-    monkeypatch.setattr(integrity, "sha256_file", lambda f, *a: calls.append(f) or real(f, *a))
+    real = integrity.xxh3_file
+    monkeypatch.setitem(integrity.DIGESTS, "xxh3_128", lambda f, *a: calls.append(f) or real(f, *a))
     s.append([make_rollout(10 + i, step=1) for i in range(4)])
     assert len(calls) == 1  # the new fragment's file only; the first one was hashed at its own commit
-    files = json.loads((p / "gfcr-store.json").read_text())["files"]
+    files = integrity.read_manifest(p)["files"]
     data = sorted((p / "rollouts.lance" / "data").glob("*.lance"))
     rel = {f.relative_to(p).as_posix() for f in data}
     assert rel <= set(files)
     for f in data:
         k = f.relative_to(p).as_posix()
-        assert files[k] == {"size": f.stat().st_size, "sha256": real(f)}
+        assert files[k] == {"size": f.stat().st_size, "xxh3_128": real(f)}
 
 
 def test_an_append_digests_only_its_new_fragment_without_walking_the_table(tmp_path, monkeypatch):
@@ -77,7 +78,7 @@ def test_an_append_digests_only_its_new_fragment_without_walking_the_table(tmp_p
     monkeypatch.setattr(integrity, "record_digests", lambda path, name, *a: walks.append(name) or real(path, name, *a))
     s.append([make_rollout(900 + i, step=9) for i in range(3)])
     assert walks == []
-    files = json.loads((p / "gfcr-store.json").read_text())["files"]
+    files = integrity.read_manifest(p)["files"]
     full: dict = {}
     real(p, "rollouts", lance.dataset(str(p / "rollouts.lance")), full)
     assert {k: v for k, v in files.items() if k.startswith("rollouts.lance/")} == full
@@ -94,7 +95,7 @@ def test_files_a_crashed_writer_never_recorded_are_digested_by_the_next_append(t
     lance.write_dataset(rollouts_to_table([make_rollout(50 + i, step=1) for i in range(3)]),
                         str(p / "rollouts.lance"), mode="append")  # committed, never recorded
     s.append([make_rollout(90 + i, step=2) for i in range(3)])
-    files = json.loads((p / "gfcr-store.json").read_text())["files"]
+    files = integrity.read_manifest(p)["files"]
     data = {f.relative_to(p).as_posix() for f in (p / "rollouts.lance" / "data").glob("*.lance")}
     assert data <= set(files)
     assert integrity.check_store(p, list(TABLES)).ok
@@ -106,11 +107,11 @@ def test_a_manifest_changed_by_another_writer_is_read_again(tmp_path):
     p = tmp_path / "st"
     s = RolloutStore.open(p, create=True, auto_compact=0)
     s.append([make_rollout(i, step=0) for i in range(2)])
-    m = json.loads((p / "gfcr-store.json").read_text())
+    m = integrity.read_manifest(p)
     m["note"] = "written by another writer"
     integrity.write_manifest(p, m)
     s.append([make_rollout(10 + i, step=1) for i in range(2)])
-    after = json.loads((p / "gfcr-store.json").read_text())
+    after = integrity.read_manifest(p)
     assert after["note"] == "written by another writer"
     assert after["committed"]["rollouts"]["version"] == s.version
 
@@ -148,7 +149,7 @@ def test_salvage_skips_the_fragment_whose_digest_is_wrong(base, tmp_path):
     _flip(f, f.stat().st_size // 3)
     rep = integrity.check_store(p, list(TABLES))
     bad = [fr for t in rep.tables if t.name == "rollouts" for fr in t.fragments if not fr.readable]
-    assert len(bad) == 1 and "SHA-256" in bad[0].problem
+    assert len(bad) == 1 and "XXH3-128" in bad[0].problem and "recorded at commit" in bad[0].problem
     copied = integrity.salvage(p, tmp_path / "new", list(TABLES), lambda q: RolloutStore.open(q, create=True).path)
     assert copied["rollouts"] == (FRAGMENTS - 1) * PER
     got = RolloutStore.open(tmp_path / "new").scan().to_pylist()
@@ -156,16 +157,46 @@ def test_salvage_skips_the_fragment_whose_digest_is_wrong(base, tmp_path):
     assert integrity.check_store(tmp_path / "new", list(TABLES)).ok
 
 
+def _as_old_store(p: Path, m: dict) -> None:
+    """Write ``m`` as the whole manifest of a store from before the record log (no log, no epoch)."""
+    m.pop("log", None)
+    (p / "gfcr-store.json").write_text(json.dumps(m))
+    (p / integrity.LOG).unlink()
+
+
 def test_an_old_store_without_digests_opens_and_checks(base, tmp_path):
     p = tmp_path / "st"
     shutil.copytree(base, p)
-    m = json.loads((p / "gfcr-store.json").read_text())
+    m = integrity.read_manifest(p)
     del m["files"]
-    (p / "gfcr-store.json").write_text(json.dumps(m))
+    _as_old_store(p, m)
     assert RolloutStore.open(p).count() == FRAGMENTS * PER
     rep = integrity.check_store(p, list(TABLES))
     t = next(t for t in rep.tables if t.name == "rollouts")
     assert rep.ok and t.files_digested == 0 and t.files_not_digested == FRAGMENTS
+
+
+def test_an_older_store_digested_with_sha256_is_still_verified(base, tmp_path):
+    """A store whose files were digested with SHA-256 (before issue 44) checks ok, names a flipped byte
+    by SHA-256, and its new commits add XXH3-128 entries beside the old ones."""
+    p = tmp_path / "st"
+    shutil.copytree(base, p)
+    m = integrity.read_manifest(p)
+    m["files"] = {k: {"size": v["size"], "sha256": integrity.sha256_file(p / k)} for k, v in m["files"].items()}
+    _as_old_store(p, m)
+    rep = integrity.check_store(p, list(TABLES))
+    t = next(t for t in rep.tables if t.name == "rollouts")
+    assert rep.ok and t.files_digested == FRAGMENTS and t.files_not_digested == 0
+    s = RolloutStore.open(p, auto_compact=0)
+    s.append([make_rollout(900 + i, step=9) for i in range(3)])
+    kinds = sorted(next(iter(set(v) - {"size"})) for k, v in integrity.read_manifest(p)["files"].items()
+                   if k.startswith("rollouts.lance/data/"))
+    assert kinds == ["sha256"] * FRAGMENTS + ["xxh3_128"]
+    assert integrity.check_store(p, list(TABLES)).ok
+    f = _third_file(p)
+    _flip(f, f.stat().st_size // 3)
+    rep = integrity.check_store(p, list(TABLES))
+    assert not rep.ok and any(f.name in x and "has SHA-256" in x for x in rep.all_problems)
 
 
 def test_compaction_prunes_the_old_files_and_check_stays_ok(base, tmp_path):
@@ -173,7 +204,7 @@ def test_compaction_prunes_the_old_files_and_check_stays_ok(base, tmp_path):
     shutil.copytree(base, p)
     s = RolloutStore.open(p)
     s.compact()
-    files = json.loads((p / "gfcr-store.json").read_text())["files"]
+    files = integrity.read_manifest(p)["files"]
     ds = lance.dataset(str(p / "rollouts.lance"))
     current = {f"rollouts.lance/data/{df.path}" for fr in ds.get_fragments() for df in fr.metadata.files}
     assert {k for k in files if k.startswith("rollouts.lance/")} == current
@@ -202,15 +233,15 @@ def _updated(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_a_deletion_file_is_digested_at_commit_and_checked(tmp_path):
     p, d = _updated(tmp_path)
-    files = json.loads((p / "gfcr-store.json").read_text())["files"]
-    assert files[d.relative_to(p).as_posix()] == {"size": d.stat().st_size, "sha256": integrity.sha256_file(d)}
+    files = integrity.read_manifest(p)["files"]
+    assert files[d.relative_to(p).as_posix()] == {"size": d.stat().st_size, "xxh3_128": integrity.xxh3_file(d)}
     rep = integrity.check_store(p, list(TABLES))
     assert rep.ok
     t = next(t for t in rep.tables if t.name == "rollouts")
     assert t.files_not_digested == 0 and t.files_digested == 3  # two data files and the deletion file
     _flip(d, d.stat().st_size // 2)
     rep = integrity.check_store(p, list(TABLES))
-    assert not rep.ok and any(d.name in x and "SHA-256" in x for x in rep.all_problems)
+    assert not rep.ok and any(d.name in x and "XXH3-128" in x for x in rep.all_problems)
 
 
 def test_a_missing_deletion_file_is_refused_at_open_by_name(tmp_path):

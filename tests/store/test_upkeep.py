@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import lance
+import numpy as np
 import pytest
 
 from gfcr.records import rollouts_to_table
@@ -15,6 +16,15 @@ from gfcr.testing import make_rollout
 def _batch(tag, b, size, n_gen=8):
     return [make_rollout(i, step=b, run=tag, n_ctx=4, n_gen=n_gen, seed=b, rollout_id=f"{tag}-{b}-{i}")
             for i in range(size)]
+
+
+def test_merge_runs_is_the_sorted_union():
+    assert upkeep.merge_runs(np.array([1, 4, 9]), np.array([2, 4, 10])).tolist() == [1, 2, 4, 9, 10]
+    assert upkeep.merge_runs(np.array([], np.int64), np.array([3])).tolist() == [3]
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        a, b = (np.unique(rng.integers(-(2**62), 2**62, rng.integers(0, 40)) // 2**57) for _ in range(2))
+        assert np.array_equal(upkeep.merge_runs(a, b), np.union1d(a, b))
 
 
 def test_size_tier_and_pick_compaction_worked_examples():
@@ -132,10 +142,29 @@ def test_concurrent_writers_with_automatic_compaction_stay_exact(tmp_path):
     assert set(ids) == {f"w{k}-{b}-{i}" for k in range(3) for b in range(24) for i in range(4)}
 
 
+def test_an_append_after_a_commit_it_did_not_make_writes_on_the_newest_version(tmp_path):
+    """An append reuses the table its object's last append committed only while nothing landed since:
+    after another writer's commit (here another store object, and a raw Lance append), it opens the
+    newest version, so that writer's ids are refused and its rows kept."""
+    p = tmp_path / "st"
+    a, b = RolloutStore.open(p, create=True, auto_compact=0), RolloutStore.open(p, auto_compact=0)
+    a.append(_batch("a", 0, 3))
+    b.append(_batch("b", 1, 3))
+    with pytest.raises(StoreError, match="already in the store"):
+        a.append(_batch("b", 1, 3)[:1])
+    lance.write_dataset(rollouts_to_table(_batch("c", 2, 3)), str(p / "rollouts.lance"), mode="append")
+    with pytest.raises(StoreError, match="already in the store"):
+        a.append(_batch("c", 2, 3)[1:2])
+    a.append(_batch("a", 3, 3))
+    ids = RolloutStore.open(p).scan(columns=["rollout_id"]).column(0).to_pylist()
+    assert len(ids) == len(set(ids)) == 12
+
+
 def test_an_append_that_merges_nothing_opens_the_table_once_and_counts_only_its_fragment(tmp_path, monkeypatch):
     """With ``k`` or more fragments but no size tier full, an append decides "nothing to merge" from
     the fragment it added: no second open of the table and no row count of every fragment (both
-    were paid on every append, ~0.6 ms at ~15 fragments); a tier that fills is still merged."""
+    were paid on every append, ~0.6 ms at ~15 fragments); a tier that fills is still merged. (Its
+    first open is gone too: nothing landed since the last append, whose table it writes on.)"""
     s = RolloutStore.open(tmp_path / "st", create=True, auto_compact=4)
     for b, n in enumerate([20, 20, 20, 70, 70, 70]):  # three fragments in each of tiers 2 and 3
         s.append(_batch("w", b, n, n_gen=1))
@@ -148,7 +177,7 @@ def test_an_append_that_merges_nothing_opens_the_table_once_and_counts_only_its_
     monkeypatch.setattr(lance.LanceFragment, "count_rows", lambda f, *a, **k: counts.append(f) or real_count(f, *a, **k))
     s.append(_batch("w", 12, 2))  # 9 fragments, tier 0 holds 3 of 4
     assert s.compactions == []
-    assert len(opens) == 1 and len(counts) == 1, (opens, counts)
+    assert len(opens) == 0 and len(counts) == 1, (opens, counts)  # (the table as the last append left it: no open)
     s.append(_batch("w", 13, 2))  # tier 0 full: merged
     assert [c["fragments_removed"] for c in s.compactions] == [4]
     assert s.count() == 60 + 210 + 8

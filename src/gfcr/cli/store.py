@@ -107,14 +107,14 @@ def check_line(t: Any, width: int = 0) -> str:
     """One line of ``gfcr store check`` for a table's report (:class:`gfcr.store.integrity` ``TableReport``).
 
     Example: ``rollouts  v7 · 78 rows, all readable · 6 fragments, none damaged · versions 1-7 readable ·
-    SHA-256 6/6 files``; a damaged table reads ``… · 70 of 78 rows readable · 6 fragments, damaged: 3,4 · …``.
+    digests 6/6 files``; a damaged table reads ``… · 70 of 78 rows readable · 6 fragments, damaged: 3,4 · …``.
     """
     damaged = [str(f.fragment_id) for f in t.fragments if not f.readable]
     ver = f"v{t.version}" + ("" if t.recorded_version == t.version else f" (recorded v{t.recorded_version})")
     rows = f"{t.rows} rows, all readable" if t.rows_readable == t.rows else f"{t.rows_readable} of {t.rows} rows readable"
     frags = f"{len(t.fragments)} fragments, " + (f"damaged: {','.join(damaged)}" if damaged else "none damaged")
     return (f"{t.name:<{width}}  {ver} · {rows} · {frags} · versions {_ranges(t.versions_readable)} readable · "
-            f"SHA-256 {t.files_digested}/{t.files_digested + t.files_not_digested} files")
+            f"digests {t.files_digested}/{t.files_digested + t.files_not_digested} files")
 
 
 def _csv(v: str | None) -> list[str] | None:
@@ -421,7 +421,7 @@ def check(
         for t in rep.tables:
             line = check_line(t, width)
             if loc.remote:
-                line = line.rsplit(" · SHA-256", 1)[0] + " · SHA-256 not kept on object storage"
+                line = line.rsplit(" · digests", 1)[0] + " · file digests not kept on object storage"
             console.print(line, highlight=False, soft_wrap=True)
         for p in rep.all_problems:
             console.print(f"[red]damaged:[/] {p}", highlight=False, soft_wrap=True)

@@ -1,19 +1,26 @@
 """Store integrity: what every commit records, the cheap checks of every open, and the full
 verification of ``gfcr store check``.
 
-Long because: the record, the cheap checks and the full check read the same layout facts (version
-manifests, data files, deletion files, the manifest's ``"committed"``/``"files"``) and must agree.
+Long because: the record (its log included), the cheap checks and the full check read the same
+layout facts (version manifests, data files, deletion files, the manifest's
+``"committed"``/``"files"``) and must agree.
 
-**Recorded at commit.** After every write, :func:`record_commit` writes the table's new Lance
-version and row count into ``gfcr-store.json`` (under ``"committed"``; under a lock, atomically by
-rename, never going backwards when writers race; an append digests only its new fragment). Lance
-itself records each data file's size in its version manifest (``DataFile.file_size_bytes``), and
-every Lance data file ends in the magic bytes ``LANC``.
+**Recorded at commit.** After every write, :func:`record_commit` records the table's new Lance
+version and row count (``"committed"``) and a digest of each file it wrote (``"files"``: size and
+XXH3-128; stores from before issue 44 hold SHA-256 entries, still verified, :data:`DIGESTS`), under
+a lock, never going backwards when writers race. An append's record is one line appended to
+``gfcr-store.log`` (:func:`read_log`; its new fragment's file is the only one digested); any other
+write (a merge, a compaction, a record that finds the log behind Lance) and every
+:data:`LOG_MAX`-th record rewrite ``gfcr-store.json`` atomically by rename with the log folded in
+(:func:`write_manifest`). The manifest a reader sees is ``gfcr-store.json`` with the log's records
+applied (:func:`read_manifest`). Lance itself records each data file's size in its version manifest
+(``DataFile.file_size_bytes``), and every Lance data file ends in the magic bytes ``LANC``.
 
 **Checked at every open** (:func:`quick_check`, called by ``RolloutStore.open``, so by every
 ``gfcr store`` command; cost: one Lance open, a ``stat`` and a 4-byte read per data file):
 
-1. ``gfcr-store.json`` is there and parses (else one line naming that file);
+1. ``gfcr-store.json`` is there and parses, and every whole line of ``gfcr-store.log`` is a record
+   (else one line naming that file);
 2. per table, the newest Lance version manifest on disk is not older than the version recorded at
    the last commit: Lance silently opens the previous version when the newest manifest is deleted
    (a rollback with exit 0), this refuses it;
@@ -52,10 +59,16 @@ from typing import Any
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 from gfcr.store.errors import NETWORK, StoreDamaged, StoreError, lance_reason
 
 MANIFEST = "gfcr-store.json"
+#: the record log beside it: one line per commit recorded since gfcr-store.json was last written
+LOG = "gfcr-store.log"
+LOG_FORMAT = "gfcr-store-log"
+#: a record rewrites gfcr-store.json (the log folded in, a new empty log) once the log holds this many
+LOG_MAX = 256
 FORMAT = "gfcr-store"
 _U64 = 2**64 - 1
 _MAGIC = b"LANC"
@@ -122,15 +135,11 @@ def read_damage(e: BaseException) -> str | None:
     return None
 
 
-# --- the manifest ----------------------------------------------------------------------------------
-def read_manifest(path: Path) -> dict[str, Any]:
-    """The parsed ``gfcr-store.json`` of the store at ``path``; :class:`StoreDamaged` naming the file
-    when it is missing, empty, not JSON, or not a gfcr manifest."""
+# --- the manifest and its record log --------------------------------------------------------------
+def _parse_manifest(path: Path, raw: bytes) -> dict[str, Any]:
     f = Path(path) / MANIFEST
     try:
-        text = f.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise StoreDamaged(f"{f} is missing; {_hint(path)}") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise StoreDamaged(f"{f} is damaged (not UTF-8 text at byte {e.start}); {_hint(path)}") from None
     try:
@@ -143,6 +152,23 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return m
 
 
+def _read_snapshot(path: Path) -> bytes:
+    f = Path(path) / MANIFEST
+    try:
+        return f.read_bytes()
+    except FileNotFoundError:
+        raise StoreDamaged(f"{f} is missing; {_hint(path)}") from None
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The store's manifest: ``gfcr-store.json`` with the commit records of ``gfcr-store.log`` applied
+    (:func:`read_log`, :func:`apply_records`); :class:`StoreDamaged` naming the file when
+    ``gfcr-store.json`` is missing, empty, not JSON or not a gfcr manifest, or a record of the log is
+    damaged."""
+    m = _parse_manifest(path, _read_snapshot(path))
+    return apply_records(m, read_log(path, m, 0)[0])
+
+
 def new_manifest(tables: list[str]) -> dict[str, Any]:
     """The fields of a new store's ``gfcr-store.json`` (``committed`` is added by the caller)."""
     from gfcr import __version__
@@ -152,17 +178,101 @@ def new_manifest(tables: list[str]) -> dict[str, Any]:
             "created_by": f"gfcr {__version__}", "tables": sorted(tables)}
 
 
+def _log_header(epoch: str) -> bytes:
+    return json.dumps({"format": LOG_FORMAT, "epoch": epoch}).encode() + b"\n"
+
+
 def write_manifest(path: Path, manifest: dict[str, Any]) -> bytes:
-    """Write ``gfcr-store.json`` atomically (a temporary file renamed over it); returns the bytes written."""
-    tmp = Path(path) / f"{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp"
+    """Write ``gfcr-store.json`` atomically (a temporary file renamed over it) under a new log epoch
+    (set in ``manifest["log"]``), then start an empty ``gfcr-store.log`` of that epoch the same way;
+    returns the manifest's bytes. The records of the log it replaces must be in ``manifest`` (it is
+    written from :func:`read_manifest`'s view). A stop between the two renames leaves a log of the
+    old epoch, which readers ignore and the next record replaces."""
+    manifest["log"] = os.urandom(8).hex()
     raw = json.dumps(manifest).encode()  # no indent: json's C encoder (indent=2 took ~2 ms at 60 fragments)
+    tag = f"{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp, tmp_log = Path(path) / f"{MANIFEST}.{tag}", Path(path) / f"{LOG}.{tag}"
     try:
         tmp.write_bytes(raw)
+        tmp_log.write_bytes(_log_header(manifest["log"]))
         os.replace(tmp, Path(path) / MANIFEST)
+        os.replace(tmp_log, Path(path) / LOG)
         return raw
     except BaseException:
         tmp.unlink(missing_ok=True)  # e.g. a full disk: the old manifest stays as it was
+        tmp_log.unlink(missing_ok=True)
         raise
+
+
+def _record_ok(r: Any) -> bool:
+    return (isinstance(r, dict) and isinstance(r.get("table"), str) and isinstance(r.get("version"), int)
+            and isinstance(r.get("rows"), int) and isinstance(r.get("files"), dict))
+
+
+def read_log(path: Path, manifest: dict[str, Any], start: int) -> tuple[list[dict[str, Any]], int | None, int]:
+    """The commit records of ``gfcr-store.log`` from byte ``start`` (0: the whole log, its header
+    checked) for the manifest ``manifest`` (``gfcr-store.json`` as read). Returns ``(records, end,
+    size)``: ``end`` is the byte after the last whole line, ``size`` the file's (-1 when byte ``start``
+    does not follow a newline: the log was cut or rewritten since; read it whole); a last line without
+    its newline (a writer stopped mid-line, or writing now) is not a record yet. ``end`` is None when
+    no log belongs to this manifest: none written yet (an older store), or one of an earlier epoch
+    left by a stop between :func:`write_manifest`'s renames. :class:`StoreDamaged` names the log when
+    its header or a whole line is not what a record writes.
+
+    Example: header ``{"format": "gfcr-store-log", "epoch": "ab12…"}`` then
+    ``{"table": "rollouts", "version": 5, "rows": 256, "files": {…}}`` and half a line → one record,
+    ``end`` = the byte after it, ``size`` = ``end`` + the half line."""
+    epoch = manifest.get("log")
+    f = Path(path) / LOG
+    if epoch is None:
+        return [], None, 0
+    try:
+        with open(f, "rb") as fh:
+            fh.seek(max(start - 1, 0))
+            data = fh.read()
+    except FileNotFoundError:
+        return [], None, 0
+    if start:
+        if data[:1] != b"\n":  # not where a line ended: the log was cut or rewritten since
+            return [], None, -1
+        data = data[1:]
+    size, cut = start + len(data), data.rfind(b"\n") + 1
+    body, pos = data[:cut], start
+    if start == 0:
+        nl = data.find(b"\n")
+        try:
+            head = json.loads(data[:nl]) if nl >= 0 else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            head = None
+        if not isinstance(head, dict) or head.get("format") != LOG_FORMAT:
+            raise StoreDamaged(f"{f} is damaged (no log header in its first line, {size} bytes); {_hint(path)}")
+        if head.get("epoch") != epoch:
+            return [], None, size
+        body, pos = data[nl + 1 : cut], nl + 1
+    if not body:
+        return [], start + cut if start else pos, size
+    try:
+        recs = json.loads(b"[" + body.rstrip(b"\n").replace(b"\n", b",") + b"]")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        recs = None
+    if recs is None or not all(_record_ok(r) for r in recs):
+        raise StoreDamaged(f"{f} is damaged (a line between bytes {pos} and {start + cut} is not a commit "
+                           f"record); {_hint(path)}")
+    return recs, start + cut, size
+
+
+def apply_records(m: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """``m`` (a manifest) with the log's ``records`` applied in order, in place: each sets its
+    table's ``"committed"`` when its version is newer (never backwards) and adds its files' digests.
+
+    Example: committed rollouts v4; records v5 (+file a), v3 (+file b) → committed v5, files a and b."""
+    if records:
+        c, files = m.setdefault("committed", {}), m.setdefault("files", {})
+        for r in records:
+            if r["version"] > int((c.get(r["table"]) or {}).get("version", -1)):
+                c[r["table"]] = {"version": r["version"], "rows": r["rows"]}
+            files.update(r["files"])
+    return m
 
 
 @contextmanager
@@ -178,15 +288,17 @@ def file_lock(lock_file: Path | str) -> Iterator[None]:
 
 def record_commit(path: Path, name: str, ds: lance.LanceDataset,
                   since: lance.LanceDataset | None = None) -> None:
-    """Record ``ds``'s version and row count as table ``name``'s last commit in the manifest (kept
-    when a racing writer already recorded a newer version). The commit itself has landed: a record
-    that cannot be written (a full disk) is a warning, and the manifest keeps its older record
-    (which the checks read as "Lance is ahead", never as damage).
+    """Record ``ds``'s version and row count as table ``name``'s last commit (kept when a racing
+    writer already recorded a newer version). The commit itself has landed: a record that cannot be
+    written (a full disk) is a warning, and the manifest keeps its older record (which the checks
+    read as "Lance is ahead", never as damage).
 
     ``since``: the version an append committed on top of. When the manifest's record is that version
     and ``ds`` is the very next one (no other commit in between), only the fragments ``ds`` added are
-    digested (:func:`digest_added`); otherwise every file of ``ds`` is compared with the record
-    (:func:`record_digests`), which also catches files a crashed writer never recorded."""
+    digested (:func:`digest_added`) and the record is one line appended to ``gfcr-store.log``;
+    otherwise every file of ``ds`` is compared with the record (:func:`record_digests`, which also
+    catches files a crashed writer never recorded) and ``gfcr-store.json`` is rewritten with the log
+    folded in, as it is once the log holds :data:`LOG_MAX` records."""
     try:
         _record(path, name, ds, since)
     except OSError as e:
@@ -195,56 +307,105 @@ def record_commit(path: Path, name: str, ds: lance.LanceDataset,
                       f"record it ({e})", RuntimeWarning, stacklevel=3)
 
 
-#: the manifest this process last read or wrote, per file: its bytes and their parsed content, so
-#: that a writer's next record re-reads the file (one read) but parses it only when it changed
-_MEMO: dict[str, tuple[bytes, dict[str, Any]]] = {}
+#: per manifest file, what this process last read or wrote: the bytes of ``gfcr-store.json``, the
+#: log's end and record count, and the manifest with the log applied; so that a writer's next record
+#: reads ``gfcr-store.json`` (one read) and the log's new lines only, parsing the manifest again only
+#: when another writer rewrote it
+_MEMO: dict[str, tuple[bytes, int | None, int, dict[str, Any]]] = {}
 
 
-def _read_memo(path: Path, f: str) -> dict[str, Any]:
-    """:func:`read_manifest` of the store at ``path``, or this process's parsed copy when the manifest
-    file ``f`` holds the bytes it last read or wrote."""
-    hit = _MEMO.pop(f, None)
-    try:
-        with open(f, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        raw = None
-    if hit is not None and raw == hit[0]:
-        return hit[1]
-    m = read_manifest(path)
-    if raw is not None:
-        _MEMO[f] = (raw, m)
-    return m
+def _current(path: Path, mf: str) -> tuple[bytes, dict[str, Any], int | None, int, int]:
+    """Under the record lock: ``(gfcr-store.json's bytes, the manifest with the log applied, the log's
+    end, its record count, its size)`` (see :func:`read_log`)."""
+    hit = _MEMO.pop(mf, None)
+    raw = _read_snapshot(path)
+    if hit is not None and raw == hit[0] and hit[1] is not None:
+        m, start, n = hit[3], hit[1], hit[2]
+    else:
+        m, start, n = _parse_manifest(path, raw), 0, 0
+    recs, end, size = read_log(path, m, start)
+    if size < start:  # the log changed under the bytes this process read (cut by hand): read it whole again
+        m, n = _parse_manifest(path, raw), 0
+        recs, end, size = read_log(path, m, 0)
+    return raw, apply_records(m, recs), end, n + len(recs), size
 
 
 def _record(path: Path, name: str, ds: lance.LanceDataset, since: lance.LanceDataset | None = None) -> None:
     mf = os.path.join(path, MANIFEST)
     with file_lock(os.path.join(path, ".manifest.lock")):
-        m = _read_memo(path, mf)
-        _MEMO.pop(mf, None)  # m is changed below: remembered again only once written
+        raw, m, end, n, size = _current(path, mf)
         c = m.setdefault("committed", {})
         old = c.get(name) or {}
         if int(old.get("version", 0)) >= ds.version:
+            _MEMO[mf] = (raw, end, n, m)
             return
+        entry = {"version": int(ds.version), "rows": int(ds.count_rows())}
         files = m.get("files")
-        c[name] = {"version": int(ds.version), "rows": int(ds.count_rows())}
+        added = None
         if (since is not None and files is not None and int(old.get("version", -1)) == since.version
                 and ds.version == since.version + 1):
-            digest_added(str(path), name, ds, since, files)
-        else:
+            added = digest_added(str(path), name, ds, since, files)
+        if added is not None and end is not None and n < LOG_MAX:
+            line = json.dumps({"table": name, **entry, "files": added}).encode() + b"\n"
+            _append(os.path.join(path, LOG), end, size, line)
+            apply_records(m, [{"table": name, **entry, "files": added}])
+            _MEMO[mf] = (raw, end + len(line), n + 1, m)
+            return
+        c[name] = entry
+        if added is None:
             record_digests(Path(path), name, ds, m.setdefault("files", {}))
-        _MEMO[mf] = (write_manifest(path, m), m)
+        else:
+            files.update(added)
+        _MEMO[mf] = (write_manifest(path, m), len(_log_header(m["log"])), 0, m)
+
+
+def _append(f: str, end: int, size: int, line: bytes) -> None:
+    """Append ``line`` (one record) to the log ``f`` whose whole lines end at ``end`` (of ``size``
+    bytes): a line a stopped writer left half-written is cut off first. One ``write`` (``O_APPEND``)."""
+    if size != end:
+        os.truncate(f, end)
+    fd = os.open(f, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
 
 
 def sha256_file(f: Path) -> str:
     """Hex SHA-256 of the file ``f`` (``hashlib.file_digest``: one reused buffer; 0.9x the CPU of
-    1 MiB reads, 0.75x of hashing a memory map, on a 15 MB data file)."""
+    1 MiB reads, 0.75x of hashing a memory map, on a 15 MB data file). What stores written before
+    :data:`DIGEST` recorded (``"sha256"``); still verified."""
     with open(f, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
+def xxh3_file(f: Path) -> str:
+    """Hex XXH3-128 of the file ``f`` (32 hex digits), read through one reused buffer like
+    :func:`sha256_file`: 1.6 ms of CPU for a 15 MB data file against SHA-256's 11 ms (SHA-NI),
+    about the cost of reading the file (bench/append_bench.py, docs/performance.md)."""
+    with open(f, "rb") as fh:
+        return hashlib.file_digest(fh, xxhash.xxh3_128).hexdigest()
+
+
+#: the digest every new data and deletion file gets at its commit, and how each recorded one is
+#: verified: the key of a ``"files"`` entry names its algorithm (older stores recorded ``"sha256"``).
+#: XXH3-128 is not cryptographic: it finds damage at rest (a flipped bit, a cut or zeroed range:
+#: missed with probability 2^-128), not a writer who also rewrites the record.
+DIGEST = "xxh3_128"
+DIGESTS: dict[str, Callable[[Path], str]] = {"xxh3_128": xxh3_file, "sha256": sha256_file}
+#: the algorithms' names in reports
+DIGEST_NAMES = {"xxh3_128": "XXH3-128", "sha256": "SHA-256"}
+
+
+def digest_entry(f: Path | str) -> dict[str, Any]:
+    """The ``"files"`` entry of file ``f``: ``{"size": bytes, DIGEST: hex}``.
+
+    Example: a 113,462-byte data file → ``{"size": 113462, "xxh3_128": "9f0c…"}`` (32 hex digits)."""
+    return {"size": os.stat(f).st_size, DIGEST: DIGESTS[DIGEST](Path(f))}
+
+
 def record_digests(path: Path, name: str, ds: lance.LanceDataset, files: dict[str, Any]) -> int:
-    """Add ``{"size", "sha256"}`` under ``files`` for each data file of ``ds`` not digested yet (Lance
+    """Add :func:`digest_entry` under ``files`` for each data file of ``ds`` not digested yet (Lance
     data files are immutable: a file is hashed once, at the commit that wrote it), and for each
     fragment's deletion file (``_deletions/…``, also immutable: a later delete writes a new one), and
     drop table ``name``'s entries for files its current version no longer uses (after a compaction or
@@ -263,32 +424,30 @@ def record_digests(path: Path, name: str, ds: lance.LanceDataset, files: dict[st
     hashed = 0
     for k, f in current.items():
         if k not in files:
-            files[k] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
+            files[k] = digest_entry(f)
             hashed += 1
     return hashed
 
 
 def digest_added(path: str, name: str, ds: lance.LanceDataset, since: lance.LanceDataset,
-                 files: dict[str, Any]) -> int:
-    """Add ``{"size", "sha256"}`` under ``files`` for the data files of the fragments ``ds`` holds and
-    ``since`` does not (an append's new fragments): :func:`record_digests` for one append, without
-    walking every fragment of the table; when ``ds`` lacks a fragment of ``since`` (not an append),
-    :func:`record_digests` itself. Returns files hashed.
+                 files: dict[str, Any]) -> dict[str, Any] | None:
+    """The :func:`digest_entry` of each data file of the fragments ``ds`` holds and ``since`` does not
+    (an append's new fragments) that ``files`` does not hold yet: :func:`record_digests` for one
+    append, without walking every fragment of the table; None when ``ds`` lacks a fragment of
+    ``since`` (not an append: walk it with :func:`record_digests`). ``files`` is not changed.
 
-    Example: ``since`` with fragments 0-2, ``ds`` (one append later) with 0-3 → fragment 3's data
-    file is hashed, 1 is returned."""
+    Example: ``since`` with fragments 0-2, ``ds`` (one append later) with 0-3 → ``{"rollouts.lance/
+    data/<fragment 3's file>": {"size": …, "xxh3_128": …}}``."""
     now, before = set(ds.fragment_ids()), set(since.fragment_ids())
     if not before <= now:
-        return record_digests(Path(path), name, ds, files)
-    hashed = 0
+        return None
+    out: dict[str, Any] = {}
     for i in sorted(now - before):
         for df in ds.get_fragment(i).metadata.files:
             k = f"{name}.lance/data/{df.path}"
             if k not in files:
-                f = os.path.join(path, k)
-                files[k] = {"size": os.stat(f).st_size, "sha256": sha256_file(Path(f))}
-                hashed += 1
-    return hashed
+                out[k] = digest_entry(os.path.join(path, k))
+    return out
 
 
 def refuse_lost_manifest(path: Path, tables: list[str]) -> None:
@@ -437,8 +596,8 @@ class TableReport:
     versions_readable: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     fragments: list[FragmentReport] = field(default_factory=list)
-    files_digested: int = 0  #: data and deletion files whose SHA-256 recorded at commit was verified
-    files_not_digested: int = 0  #: data and deletion files with no recorded SHA-256 (written before digests were kept)
+    files_digested: int = 0  #: data and deletion files whose digest recorded at commit was verified
+    files_not_digested: int = 0  #: data and deletion files with no recorded digest (written before digests were kept)
 
 
 @dataclass
@@ -462,13 +621,21 @@ class CheckReport:
 
 
 def digest_problem(path: Path, f: Path, digests: dict[str, Any]) -> str | None:
-    """``f``'s SHA-256 against the one recorded at commit (None when it matches or none is recorded)."""
+    """``f``'s digest against the one recorded at commit, by the algorithm recorded with it
+    (:data:`DIGESTS`); None when it matches or none is recorded.
+
+    Example: an entry ``{"size": 9, "sha256": "ab…"}`` (an older store) is checked with SHA-256, one
+    with ``"xxh3_128"`` with XXH3-128; a mismatch reads ``has XXH3-128 1f2e…, 9a8b… recorded at
+    commit (damaged inside, at its recorded size)``."""
     want = digests.get(f.relative_to(path).as_posix())
     if not want:
         return None
-    got = sha256_file(f)
-    if got != want["sha256"]:
-        return (f"has SHA-256 {got[:12]}…, {want['sha256'][:12]}… recorded at commit "
+    alg = next((a for a in DIGESTS if a in want), None)
+    if alg is None:
+        return f"has a digest of an unknown kind recorded at commit ({sorted(want)}); upgrade gfcr"
+    got = DIGESTS[alg](f)
+    if got != want[alg]:
+        return (f"has {DIGEST_NAMES[alg]} {got[:12]}…, {want[alg][:12]}… recorded at commit "
                 "(damaged inside, at its recorded size)")
     return None
 

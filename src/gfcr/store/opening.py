@@ -162,7 +162,7 @@ def check_remote(loc: Location, tables: dict[str, pa.Schema]) -> CheckReport:
     """``gfcr store check`` of a remote store: the manifest in the rollouts table's schema, every
     version of every table (its manifest read), every fragment of each newest version read
     whole, and no ``rollout_id`` stored twice. What a local check adds and this cannot (no ``gfcr-store.json`` record to compare with,
-    no SHA-256 of the files) is in docs/store.md. Never raises for damage."""
+    no digest of the files) is in docs/store.md. Never raises for damage."""
     rep = CheckReport(loc.uri)
     try:
         manifest_of(loc, _open(loc, "rollouts"))
