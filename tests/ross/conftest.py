@@ -32,3 +32,20 @@ def make_rollout(tok, question: str, answer_text: str, gold: str | None = None, 
 
 def make_prompt(question: str, gold: str, prompt_id: str = "p0", split: str = "train") -> Prompt:
     return Prompt(prompt_id=prompt_id, task="arith", messages=[Message("user", question)], answer=gold, split=split)
+
+
+def judge_text(tok, question: str, text: str, gold: str) -> tuple:
+    """Judge the one-turn rollout answering ``question`` with ``text`` by ``arith-steps``: its audit,
+    the judge's reply (a dict) and the kept characters of ``text`` ("" unless kept)."""
+    import json
+
+    from gfcr.ross.audit import judge_rollout, make_audit
+    from gfcr.ross.judges import ArithSteps
+
+    r = make_rollout(tok, question, text, gold=gold)
+    judge = ArithSteps()
+    dec, err, raws, cost, meta = judge_rollout(r, make_prompt(question, gold), judge)
+    assert err is None, raws
+    a = make_audit(r, dec, err, tok, judge, raws, cost, meta)
+    kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k) if dec.status == "kept" else ""
+    return a, json.loads(raws[-1]), kept

@@ -6,26 +6,17 @@ like the demo model's (the first two are its own, quoted in the issue)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from gfcr.ross.audit import judge_rollout, make_audit
 from gfcr.ross.judges import ArithSteps, answer_line, answer_line_value
 
-from .conftest import make_prompt, make_rollout
+from .conftest import judge_text
 
 Q = "What is 78 + 29?"
 
 
 def _run(tok, text, gold):
-    r = make_rollout(tok, Q, text, gold=gold)
-    judge = ArithSteps()
-    dec, err, raws, cost, meta = judge_rollout(r, make_prompt(Q, gold), judge)
-    assert err is None, raws
-    a = make_audit(r, dec, err, tok, judge, raws, cost, meta)
-    kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k) if dec.status == "kept" else ""
-    return a, json.loads(raws[-1]), kept
+    return judge_text(tok, Q, text, gold)
 
 
 def test_demo_rollout_keeps_its_closing_answer_line(tok):

@@ -7,26 +7,17 @@ real corrected mistake is judged as before."""
 
 from __future__ import annotations
 
-import json
 import random
 
-from gfcr.ross.audit import judge_rollout, make_audit
-from gfcr.ross.judges import ArithSteps
 from gfcr.tasks.chains import worked_solution
 
-from .conftest import make_prompt, make_rollout
+from .conftest import judge_text
 
 Q = "What is 32 + 36 + 5?"
 
 
 def _run(tok, text, gold):
-    r = make_rollout(tok, Q, text, gold=gold)
-    judge = ArithSteps()
-    dec, err, raws, cost, meta = judge_rollout(r, make_prompt(Q, gold), judge)
-    assert err is None, raws
-    a = make_audit(r, dec, err, tok, judge, raws, cost, meta)
-    kept = "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k) if dec.status == "kept" else ""
-    return a, json.loads(raws[-1]), kept
+    return judge_text(tok, Q, text, gold)
 
 
 def test_a_doubt_line_after_a_correct_step_is_redundant_exploration(tok):

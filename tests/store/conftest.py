@@ -11,6 +11,21 @@ import pytest
 
 from gfcr.testing import make_rollout
 
+#: a writer process for the racing-writer tests: a fresh interpreter (spawned, never forked) that reads
+#: the object store's endpoint from the environment and appends ``batches`` batches of ``size`` rows,
+#: printing one JSON line per committed batch
+APPEND_WRITER = r"""
+import sys, json
+from gfcr.store import RolloutStore
+from gfcr.testing import make_rollout
+uri, tag, batches, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+store = RolloutStore.open(uri)
+for b in range(batches):
+    store.append([make_rollout(i, step=b, run=tag, n_ctx=8, n_gen=16, seed=b, rollout_id=f"{tag}-{b}-{i}")
+                  for i in range(size)])
+    print(json.dumps({"committed": b}), flush=True)
+"""
+
 
 def fragmented_store(path: str | os.PathLike[str], fragments: int, per: int) -> Path:
     """A new store at ``path`` of ``fragments`` commits of ``per`` rollouts each (step = commit

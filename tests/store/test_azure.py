@@ -12,22 +12,19 @@ import subprocess
 import sys
 
 import pytest
-from tests.store.conftest import AZ_ACCOUNT, AZ_CONTAINER, AZ_KEY, az_uri, az_vars, free_port, start_azurite
+from tests.store.conftest import (
+    APPEND_WRITER,
+    AZ_ACCOUNT,
+    AZ_CONTAINER,
+    AZ_KEY,
+    az_uri,
+    az_vars,
+    free_port,
+    start_azurite,
+)
 
 from gfcr.store import RolloutStore, StoreError
 from gfcr.store import samples as S
-
-# a writer process: a fresh interpreter, reading Azurite's endpoint and account from the environment
-WRITER = r"""
-import sys
-from gfcr.store import RolloutStore, StoreError
-from gfcr.testing import make_rollout
-uri, tag, batches, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-store = RolloutStore.open(uri)
-for b in range(batches):
-    store.append([make_rollout(i, step=b, run=tag, n_ctx=8, n_gen=16, seed=b, rollout_id=f"{tag}-{b}-{i}")
-                  for i in range(size)])
-"""
 
 
 def test_racing_writer_processes_lose_and_double_nothing_through_a_conditional_put(az_env, tmp_path):
@@ -44,7 +41,7 @@ def test_racing_writer_processes_lose_and_double_nothing_through_a_conditional_p
         uri = az_uri("writers")
         store = RolloutStore.open(uri, create=True, storage_options=opts)
         assert "If-None-Match: *" in store.location.commit_handler
-        procs = [subprocess.Popen([sys.executable, "-c", WRITER, uri, f"w{k}", "8", "4"], stderr=subprocess.PIPE, text=True,
+        procs = [subprocess.Popen([sys.executable, "-c", APPEND_WRITER, uri, f"w{k}", "8", "4"], stderr=subprocess.PIPE, text=True,
                                   env=env)
                  for k in range(3)]
         errs = [p.communicate(timeout=240)[1] for p in procs]

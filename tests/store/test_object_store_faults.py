@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from tests.store.conftest import Remote, start_azurite
+from tests.store.conftest import APPEND_WRITER, Remote, start_azurite
 
 from gfcr.store import RolloutStore
 from gfcr.store.errors import StoreUnreachable
@@ -256,22 +256,10 @@ def test_server_stopped_mid_write_and_restarted_loses_and_doubles_nothing(restar
     assert sorted(again) == sorted(f"r{b}-{i}" for b in range(16) for i in range(8))
 
 
-# a writer process: a fresh interpreter (spawned, never forked), reading the endpoint from the environment
-WRITER = r"""
-import sys, json
-from gfcr.store import RolloutStore
-from gfcr.testing import make_rollout
-uri, tag, batches, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-store = RolloutStore.open(uri)
-for b in range(batches):
-    store.append([make_rollout(i, step=b, run=tag, n_ctx=8, n_gen=16, seed=b, rollout_id=f"{tag}-{b}-{i}")
-                  for i in range(size)])
-    print(json.dumps({"committed": b}), flush=True)
-"""
 
 
 def _spawn(uri, tag, batches, size):
-    return subprocess.Popen([sys.executable, "-c", WRITER, uri, tag, str(batches), str(size)],
+    return subprocess.Popen([sys.executable, "-c", APPEND_WRITER, uri, tag, str(batches), str(size)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
