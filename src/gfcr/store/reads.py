@@ -126,9 +126,11 @@ def sample_rows(ds: lance.LanceDataset, n: int, where: str | None = None, seed: 
     if total == 0:
         return ds.schema.empty_table() if cols is None else ds.to_table(columns=cols, limit=0)
     idx = np.sort(rng.choice(total, size=min(n, total), replace=False))
+    if remote is None:  # (a local table: one take, no fragment listing)
+        return ds.take(idx.tolist(), columns=cols)
     frags = ds.get_fragments()
     ends = np.cumsum([f.metadata.num_rows for f in frags])  # (live rows: the offsets' rows)
-    if remote is None or ends[-1] != total:
+    if ends[-1] != total:
         return ds.take(idx.tolist(), columns=cols)
     fids = np.asarray([f.fragment_id for f in frags])[np.searchsorted(ends, idx, side="right")]
     return take_planned(ds, idx, fids, cols, remote, rowids=False, frags=frags)
