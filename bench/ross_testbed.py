@@ -4,15 +4,23 @@ Stages (each writes ``STATE/<stage>.json``; a finished stage is read back, not r
 
 1. ``judge``: worked solutions of held-out-shaped chains (:mod:`gfcr.tasks.chains`) at each dose;
    the ``arith-steps`` judge's kept characters against the planted exclusions (exact match share,
-   char precision/recall of the exclusions). Seconds; no model.
+   char precision/recall of the exclusions), and how many chains have a carry/borrow step (where
+   ``--mistake carry`` may plant a slip). Seconds; no model.
 2. ``warm``: the default model SFT'd (full supervision of the assistant turn, the seed's 3 epochs by
    default) on ``--n-warm`` worked solutions of train-split chains at ``--dose`` (the share of steps
-   with a planted, corrected mistake); saved under ``STATE/warm-<dose>``.
+   with a planted, corrected mistake); saved under ``STATE/warm-<dose>`` (``warm-carry-<dose>`` with
+   ``--mistake carry``). On the CPU: :func:`gfcr.train.sft.train_masked_sft` builds its batches there.
 3. ``probe``: greedy generations of base and warm start on ``--n-probe`` held-out chains: how many
    verify (numeric, the 'Answer: N' line or the last number) and how many of the *verified* ones hold
    a false claim that a later line corrects (what ROSS's mask excludes). Paired McNemar on verified.
 4. ``sampled``: the warm start at T = 1 on the same prompts (what an upstream RL run from it samples
-   and stores): verified, and verified with a corrected mistake.
+   and stores): verified, and verified with a corrected mistake. Probes run on ``--device`` (auto:
+   CUDA when available).
+
+``--mistake``: ``random`` (the pilot's recipe: a slip at any step, off by ±1/2/10) or ``carry``
+(systematic slips: only at a carry or borrow, the result without it, a doubt naming the reason;
+:mod:`gfcr.tasks.chains`). Every stage's output records it; carry-mode files carry ``carry-`` in their
+names (``judge-carry-0.3.json``, ``warm-carry-0.3``), so the two modes share a state folder.
 
 What confirms or falsifies the mechanism (stated before the full run; see docs/ross.md "Mechanism
 testbed"): on an upstream store from a warm start with corrected mistakes in ≥ 20% of its verified
@@ -23,7 +31,7 @@ equal imitation falsifies the mechanism here. The upstream RL and the four arms 
 ``bench/ross_study.py --run own`` with the warm start as the model (the command is printed by
 ``probe``).
 
-Run: ``python bench/ross_testbed.py --state ~/.cache/gfcr/studies/ross-testbed [--dose 0.3]``.
+Run: ``python bench/ross_testbed.py --state ~/.cache/gfcr/studies/ross-testbed [--dose 0.3] [--mistake carry]``.
 """
 
 from __future__ import annotations
@@ -42,6 +50,20 @@ def cpu_seconds() -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
+def tag(args: argparse.Namespace) -> str:
+    """The suffix of this run's files: ``"0.3"`` (random mode, the pilot's names) or ``"carry-0.3"``."""
+    return f"{args.dose}" if args.mistake == "random" else f"{args.mistake}-{args.dose}"
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; ``cpu``/``cuda`` as given."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def chains(n: int, split: str, seed: int) -> list[Any]:
     from gfcr.tasks.arith import make_arith
 
@@ -55,14 +77,16 @@ def stage_judge(args: argparse.Namespace) -> dict[str, Any]:
     from gfcr.ross.judges import ArithSteps, JudgeRequest
     from gfcr.ross.units import split_units
     from gfcr.ross.verdict import validate_verdict
-    from gfcr.tasks.chains import worked_solution
+    from gfcr.tasks.chains import carries, steps_of, worked_solution
 
     out = {}
     for dose in (0.0, 0.15, 0.3, 0.6):
-        exact = tp = fp = fn = with_mistake = 0
+        exact = tp = fp = fn = with_mistake = with_slip_step = 0
         prompts = chains(args.n_judge, "test", args.seed)
         for i, p in enumerate(prompts):
-            ws = worked_solution(p.meta["expression"], random.Random(f"{args.seed}|{i}"), dose, args.detour)
+            expr = p.meta["expression"]
+            ws = worked_solution(expr, random.Random(f"{args.seed}|{i}"), dose, args.detour, mistake=args.mistake)
+            with_slip_step += any(carries(v, op, b) for v, op, b, _ in steps_of(expr))
             units = split_units(ws.text)
             req = JudgeRequest(f"r{i}", "arith", "", ws.text, units, "select-keep", answer=p.answer)
             d = validate_verdict(ArithSteps().verdict(req), ws.text, units, "select-keep", answer=p.answer)
@@ -72,19 +96,21 @@ def stage_judge(args: argparse.Namespace) -> dict[str, Any]:
             fp += int((judged & ~planted).sum())
             fn += int((~judged & planted).sum())
             with_mistake += ws.n_mistakes > 0
-        out[str(dose)] = {"n": len(prompts), "exact": exact, "with_mistake": with_mistake,
+        out[str(dose)] = {"mistake": args.mistake, "n": len(prompts), "exact": exact, "with_mistake": with_mistake,
+                          "with_carry_or_borrow_step": with_slip_step,
                           "precision": tp / (tp + fp) if tp + fp else None,
                           "recall": tp / (tp + fn) if tp + fn else None}
     return out
 
 
-def warm_rows(tok: Any, prompts: list[Any], dose: float, detour: float, seed: int) -> list[dict[str, Any]]:
+def warm_rows(tok: Any, prompts: list[Any], dose: float, detour: float, seed: int,
+              mistake: str = "random") -> list[dict[str, Any]]:
     """Token rows (``input_ids``, ``loss_mask``): chat-templated prompt (unsupervised) + worked solution + eos."""
     from gfcr.tasks.chains import worked_solution
 
     rows = []
     for i, p in enumerate(prompts):
-        ws = worked_solution(p.meta["expression"], random.Random(f"warm|{seed}|{i}"), dose, detour)
+        ws = worked_solution(p.meta["expression"], random.Random(f"warm|{seed}|{i}"), dose, detour, mistake=mistake)
         msgs = [{"role": m.role, "content": m.content} for m in p.messages]
         ctx = tok(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False),
                   add_special_tokens=False)["input_ids"]
@@ -104,13 +130,13 @@ def stage_warm(args: argparse.Namespace, state: Path) -> dict[str, Any]:
     base = resolve_model("default")
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    rows = warm_rows(tok, chains(args.n_warm, "train", args.seed), args.dose, args.detour, args.seed)
-    out_dir = state / f"warm-{args.dose}"
+    rows = warm_rows(tok, chains(args.n_warm, "train", args.seed), args.dose, args.detour, args.seed, args.mistake)
+    out_dir = state / f"warm-{tag(args)}"
     t0, c0 = time.time(), cpu_seconds()
     res = train_masked_sft(model, rows, pad_id=tok.pad_token_id or tok.eos_token_id, epochs=args.epochs,
                            lr=args.lr, batch_size=8, seed=args.seed, out_dir=out_dir, tokenizer=tok, progress=True)
     return {"dir": str(out_dir), "rows": len(rows), "tokens": sum(len(r["input_ids"]) for r in rows),
-            "epochs": args.epochs, "lr": args.lr, "dose": args.dose, "detour": args.detour,
+            "epochs": args.epochs, "lr": args.lr, "dose": args.dose, "detour": args.detour, "mistake": args.mistake,
             "wall_s": time.time() - t0, "cpu_s": cpu_seconds() - c0, "final_loss": getattr(res, "final_loss", None)}
 
 
@@ -123,12 +149,13 @@ def corrected_mistakes(text: str) -> int:
                and any(d.correct and d.key() == c.key() for d in cs[i + 1:]))
 
 
-def probe(model: str, prompts: list[Any], temperature: float = 0.0, seed: int = 0) -> list[dict[str, Any]]:
+def probe(model: str, prompts: list[Any], temperature: float = 0.0, seed: int = 0,
+          device: str = "cpu") -> list[dict[str, Any]]:
     from gfcr.filters.verifiers import NumericVerifier
     from gfcr.generate.engines.base import GenRequest, SamplingParams
     from gfcr.generate.engines.hf import HFEngine
 
-    eng = HFEngine(model, max_batch=32)
+    eng = HFEngine(model, max_batch=32, device=device)
     ver = NumericVerifier(lenient_fallback=True)
     reqs = [GenRequest(messages=[{"role": m.role, "content": m.content} for m in p.messages],
                        params=SamplingParams(n=1, temperature=temperature, max_tokens=160, seed=seed + i))
@@ -142,22 +169,28 @@ def probe(model: str, prompts: list[Any], temperature: float = 0.0, seed: int = 
     return rows
 
 
+def rows_file(stage: str, args: argparse.Namespace) -> str:
+    """The per-generation rows' file: the pilot's name in random mode, ``<stage>-rows-carry-<dose>.json`` else."""
+    return f"{stage}-rows.json" if args.mistake == "random" else f"{stage}-rows-{tag(args)}.json"
+
+
 def stage_probe(args: argparse.Namespace, state: Path, warm: dict[str, Any]) -> dict[str, Any]:
     from gfcr.evaluate.paired import mcnemar
 
     prompts = chains(args.n_probe, "test", args.seed)
-    out: dict[str, Any] = {}
+    device = resolve_device(args.device)
+    out: dict[str, Any] = {"mistake": args.mistake, "device": device}
     per: dict[str, list[dict[str, Any]]] = {}
     for name, model in (("base", "default"), ("warm", warm["dir"])):
         t0 = time.time()
-        per[name] = probe(model, prompts)
+        per[name] = probe(model, prompts, device=device)
         ok = [r for r in per[name] if r["verified"]]
         out[name] = {"n": len(prompts), "verified": len(ok), "verified_with_corrected": sum(r["corrected"] > 0 for r in ok),
                      "truncated": sum(r["finish"] == "length" for r in per[name]), "wall_s": time.time() - t0}
     a = [r["verified"] for r in per["base"]]
     b = [r["verified"] for r in per["warm"]]
     out["mcnemar_base_minus_warm"] = mcnemar(a, b, metric="greedy verified").to_dict()
-    (state / "probe-rows.json").write_text(json.dumps(per, indent=1))
+    (state / rows_file("probe", args)).write_text(json.dumps(per, indent=1))
     out["next"] = (f"python bench/ross_study.py --state {state}/study --run own --rl-engine hf "
                    f"--rl-set model={warm['dir']} --rl-set tasks.0.params.level=5 --min-verified 300")
     return out
@@ -167,11 +200,12 @@ def stage_sampled(args: argparse.Namespace, state: Path, warm: dict[str, Any]) -
     """The warm start sampled at T = 1 (what an upstream RL run from it samples and stores): verified,
     and verified with a corrected mistake (greedy decoding takes the modal, mistake-free line)."""
     prompts = chains(args.n_probe, "test", args.seed)
+    device = resolve_device(args.device)
     t0, c0 = time.time(), cpu_seconds()
-    rows = probe(warm["dir"], prompts, temperature=1.0, seed=args.seed)
+    rows = probe(warm["dir"], prompts, temperature=1.0, seed=args.seed, device=device)
     ok = [r for r in rows if r["verified"]]
-    (state / "sampled-rows.json").write_text(json.dumps(rows, indent=1))
-    return {"n": len(prompts), "temperature": 1.0, "verified": len(ok),
+    (state / rows_file("sampled", args)).write_text(json.dumps(rows, indent=1))
+    return {"mistake": args.mistake, "device": device, "n": len(prompts), "temperature": 1.0, "verified": len(ok),
             "verified_with_corrected": sum(r["corrected"] > 0 for r in ok),
             "any_with_corrected": sum(r["corrected"] > 0 for r in rows),
             "truncated": sum(r["finish"] == "length" for r in rows),
@@ -184,6 +218,10 @@ def main() -> None:
     ap.add_argument("--stages", default="judge,warm,probe,sampled")
     ap.add_argument("--dose", type=float, default=0.3, help="share of steps with a planted corrected mistake")
     ap.add_argument("--detour", type=float, default=0.1, help="share of steps repeated word for word")
+    ap.add_argument("--mistake", choices=("random", "carry"), default="random",
+                    help="random: a slip at any step (off by 1/2/10); carry: only at a carry/borrow, the result without it")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="where the probes generate (auto: cuda when available); the warm start's SFT runs on the CPU")
     ap.add_argument("--n-judge", type=int, default=400)
     ap.add_argument("--n-warm", type=int, default=512)
     ap.add_argument("--epochs", type=int, default=3)
@@ -195,7 +233,7 @@ def main() -> None:
     state.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     for stage in args.stages.split(","):
-        path = state / f"{stage}-{args.dose}.json"
+        path = state / f"{stage}-{tag(args)}.json"
         if path.exists():
             results[stage] = json.loads(path.read_text())
             continue
