@@ -9,13 +9,13 @@ Stages (each writes ``STATE/<stage>.json``; a finished stage is read back, not r
 2. ``warm``: the default model SFT'd (full supervision of the assistant turn, the seed's 3 epochs by
    default) on ``--n-warm`` worked solutions of train-split chains at ``--dose`` (the share of steps
    with a planted, corrected mistake); saved under ``STATE/warm-<dose>`` (``warm-carry-<dose>`` with
-   ``--mistake carry``). On the CPU: :func:`gfcr.train.sft.train_masked_sft` builds its batches there.
+   ``--mistake carry``), on ``--device`` (SFT batches follow the model's device).
 3. ``probe``: greedy generations of base and warm start on ``--n-probe`` held-out chains: how many
    verify (numeric, the 'Answer: N' line or the last number) and how many of the *verified* ones hold
    a false claim that a later line corrects (what ROSS's mask excludes). Paired McNemar on verified.
 4. ``sampled``: the warm start at T = 1 on the same prompts (what an upstream RL run from it samples
-   and stores): verified, and verified with a corrected mistake. Probes run on ``--device`` (auto:
-   CUDA when available).
+   and stores): verified, and verified with a corrected mistake. Warm start and probes run on
+   ``--device`` (auto: CUDA when available).
 
 ``--mistake``: ``random`` (the pilot's recipe: a slip at any step, off by ±1/2/10) or ``carry``
 (systematic slips: only at a carry or borrow, the result without it, a doubt naming the reason;
@@ -129,7 +129,7 @@ def stage_warm(args: argparse.Namespace, state: Path) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     base = resolve_model("default")
     tok = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(resolve_device(args.device))
     rows = warm_rows(tok, chains(args.n_warm, "train", args.seed), args.dose, args.detour, args.seed, args.mistake)
     out_dir = state / f"warm-{tag(args)}"
     t0, c0 = time.time(), cpu_seconds()

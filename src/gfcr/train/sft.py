@@ -271,6 +271,9 @@ def sft_step(model: Any, rows: Sequence[dict[str, Any]], step_rows: Sequence[Seq
             fwd = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
         if b["loss_mask"][:, 1:].sum() == 0:
             continue
+        if param.device.type != "cpu":  # batches are built on the CPU; the model may live on an accelerator
+            fwd = {k: v.to(param.device) for k, v in fwd.items()}
+            b = {**b, "input_ids": b["input_ids"].to(param.device), "loss_mask": b["loss_mask"].to(param.device)}
         res["slots"] += b["input_ids"].numel()
         res["real"] += sum(lens[k] for k in mb)
         res["forwards"] += 1
@@ -487,12 +490,13 @@ def mean_token_nll(model: Any, rows: Sequence[dict[str, Any]], pad_id: int, batc
     from gfcr.train.losses import masked_nll
 
     tot, n = 0.0, 0
+    dev = next(model.parameters()).device
     model.eval()
     with torch.no_grad():
         lengths = [len(r["input_ids"]) for r in rows]
         for idx in length_grouped_batches(lengths, batch_size, 0):
             for mb in split_by_padding([lengths[i] for i in idx]):
-                b = collate([rows[idx[k]] for k in mb], pad_id)
+                b = {k: v.to(dev) for k, v in collate([rows[idx[k]] for k in mb], pad_id).items()}
                 out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
                 loss, k = masked_nll(out.logits, b["input_ids"], b["loss_mask"])
                 tot += float(loss) * int(k)
