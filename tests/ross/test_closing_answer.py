@@ -83,7 +83,9 @@ def test_answer_line_pattern():
 
 
 def test_version_bumped():
-    assert ArithSteps.version == "7"  # audits by version 5 excluded the closing line, version 6 kept false doubts: never mix them
+    # audits by version 5 excluded the closing line, version 6 kept false doubts, version 7 excluded a
+    # closing result stated without an answer phrase: never mix them
+    assert ArithSteps.version == "8"
 
 
 def test_an_intermediate_answer_phrase_is_not_a_wrong_answer_line(tok):
@@ -92,3 +94,42 @@ def test_an_intermediate_answer_phrase_is_not_a_wrong_answer_line(tok):
     a, obj, kept = _run(tok, text, "107")
     assert obj["exclude"] == [] and kept == text
     assert answer_line_value("The answer to the first step is 30.") is None
+
+
+# Version 8: the ROSS study's store (1,011 kept rollouts, judge v7) still had 26 whose closing statement
+# was excluded as chatter because it stated the result without an answer phrase. Five of them, verbatim:
+@pytest.mark.parametrize("text, gold", [
+    ("53 + 75 = 128\n\nResult: 128", "128"),
+    ("35 + 21 = 56\n56 is the final result.", "56"),
+    ("55 + 20 = 75\n\nThe completed calculation is: 75", "75"),
+    ("57 + 71 = 128\n\nFinish the line with the final number, 128.", "128"),
+    ("You calculate: 22 + 11 = 33\nYou have: 22 + 11 = 33\nYou have: 33 is your answer", "33"),
+    ('30 + 85 = 115\n\nThe answer is "115".', "115"),  # a quoted value (the answer-line pattern took no quotes)
+])
+def test_a_result_stated_in_words_closes_the_solution_and_is_kept(tok, text, gold):
+    a, obj, kept = _run(tok, text, gold)
+    assert a.status == "kept" and obj["exclude"] == [], obj  # version 7 excluded the last line
+    assert kept == text and a.meta["eos_supervised"] is True
+
+
+def test_chatter_that_only_mentions_the_answer_is_still_excluded(tok):
+    # the number is not the line's result: the correct claim before it closes the solution (version 5)
+    text = "51 + 89 = 140\nI added the numbers 140 to the original equation."
+    a, obj, kept = _run(tok, text, "140")
+    assert obj["exclude"] == [{"unit": 2, "category": "redundant_exploration"}]
+    assert kept.strip() == "51 + 89 = 140" and a.meta["eos_supervised"] is True
+
+
+def test_a_result_line_with_a_false_claim_does_not_close_the_solution(tok):
+    text = "78 + 29 = 107\nSo 78 + 20 = 107"  # ends on the answer, but through a false claim
+    a, obj, kept = _run(tok, text, "107")
+    assert a.status == "kept" and kept.strip() == "78 + 29 = 107", obj
+
+
+def test_states_result():
+    from gfcr.ross.judges import states_result
+
+    yes = ["Result: 128", "**128**", "The total comes to $128$.", "So we get 128!", "128 is your final answer"]
+    no = ["I added the numbers 128 to the original equation.", "Result: 1280", "Result: 12.8", "128 apples and more"]
+    assert [states_result(t, "128") for t in yes] == [True] * len(yes)
+    assert [states_result(t, "128") for t in no] == [False] * len(no)

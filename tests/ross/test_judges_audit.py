@@ -303,7 +303,8 @@ def test_unreachable_llm_judge_records_error_not_discard(tmp_path, tok):
     # two of the demo store's verified rollouts (runs of `gfcr demo`): the chatter after the sum
     # only repeats the number; version 4 kept it, since the verifier's last-number reading lay in it
     ("51 + 89 = 140\n\nI added the numbers 140 to the original equation.", "140", "51 + 89 = 140\n\n"),
-    ("3 + 6 = 9\n\nThe final answer is N, which is 9.", "9", "3 + 6 = 9\n\n"),
+    # a line that ends on the answer states the result (version 8): it closes the solution, kept
+    ("3 + 6 = 9\n\nThe final answer is N, which is 9.", "9", "3 + 6 = 9\n\nThe final answer is N, which is 9."),
     # an answer line still ends the solution and stays kept, in either form
     ("3 + 6 = 9. So the answer is 9.\nI am sure 9 is right.", "9", "3 + 6 = 9. So the answer is 9.\n"),
     ("3 + 6 = 9\nAnswer: 9", "9", "3 + 6 = 9\nAnswer: 9"),

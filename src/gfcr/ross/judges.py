@@ -102,10 +102,10 @@ def _norm(s: str) -> str:
 #: the words of an answer line up to its value: "Answer:", "The answer is", "The final answer is:",
 #: "The answer to your question is:", "**Answer:**", "answer = ", then markup ("**", "$", "\\boxed{")
 _ANSWER_LEAD = (r"\banswer\b(?:[ \t]+(?:to|for|of)\b[^\n:=\d]{0,40}?)?[ \t]*(?:\bis\b[ \t]*[:：]?|[:：=])"
-                r"[ \t]*(?:\*\*|\$|\\boxed\{|\\\(|[ \t])*")
+                r"[ \t]*(?:\*\*|\$|\\boxed\{|\\\(|[ \t\x22\x27“‘])*")
 #: a bare answer line and its number ("Answer: 18", "The final answer is 18"): no "to/for/of …" words, which
 #: may name an intermediate ("the answer to the first step is 12")
-_ANSWER_VALUE = re.compile(r"\banswer\b[ \t]*(?:\bis\b[ \t]*[:：]?|[:：=])[ \t]*(?:\*\*|\$|\\boxed\{|\\\(|[ \t])*"
+_ANSWER_VALUE = re.compile(r"\banswer\b[ \t]*(?:\bis\b[ \t]*[:：]?|[:：=])[ \t]*(?:\*\*|\$|\\boxed\{|\\\(|[ \t\x22\x27“‘])*"
                            r"(?P<val>-?\d[\d,]*(?:\.\d+)?)(?![\w]|\.\d)", re.IGNORECASE)
 
 
@@ -120,6 +120,27 @@ def answer_line(answer: str) -> re.Pattern[str]:
     """
     a = re.escape(answer.strip())
     return re.compile(rf"{_ANSWER_LEAD}{a}(?![\w]|\.\d)|\\boxed\{{\s*{a}\s*\}}", re.IGNORECASE)
+
+
+#: a line's closing number, followed only by punctuation or markup ("Result: 128", "… the final number, 128.")
+_LINE_END_NUMBER = re.compile(r"(?<![\w.])(?P<val>-?\d[\d,]*(?:\.\d+)?)[ \t]*[.!*$}\])\x22\x27”’]*[ \t]*$")
+#: "{value} is the final result", "… is your answer": the value named as the answer/result/sum/total
+_NAMED_RESULT = r"(?<![\w.]){a}[ \t]+is[ \t]+(?:the|your|my|our)[ \t]+(?:\w+[ \t]+){{0,2}}?(?:answer|result|sum|total|solution)\b"
+
+
+def states_result(text: str, answer: str) -> bool:
+    """Whether a unit's ``text`` states ``answer`` as its result in words: the text's last line ends on
+    the value (only punctuation or markup after it), or names it "the (final) answer/result/sum/total".
+    A number in the middle of chatter ("I added the numbers 140 to the original equation.") is not.
+
+    >>> [states_result(t, "128") for t in ("Result: 128", "128 is the final result.", "I added 128 to it.")]
+    [True, True, False]
+    """
+    last = text.strip().rsplit("\n", 1)[-1]
+    m = _LINE_END_NUMBER.search(last)
+    if m is not None and _same_number(m.group("val"), answer):
+        return True
+    return re.search(_NAMED_RESULT.format(a=re.escape(answer.strip())), text, re.IGNORECASE) is not None
 
 
 def _same_number(a: str, b: str | None) -> bool:
@@ -174,11 +195,15 @@ class ArithSteps:
     68."), is ``redundant_exploration``: a claim-free doubt unit, or a unit whose claims after the
     doubt words only restate earlier correct ones, is excluded whole; doubt words opening a new
     step are excluded alone (:meth:`_false_doubt`). Version 6 kept such doubts, and a warm start
-    on the chains testbed wrote them in 61 of 300 generations.
+    on the chains testbed wrote them in 61 of 300 generations. Version 8 (issue 47): without an
+    answer line, a unit stating the answer as its result in words ("Result: 128", "56 is the final
+    result.", "The completed calculation is: 75") closes the solution when it is the last such or
+    claim unit; version 7 excluded that closing line as chatter in 26 of 1,011 kept rollouts of the
+    ROSS study's store.
     """
 
     name = "arith-steps"
-    version = "7"
+    version = "8"
     mode = "select-keep"
 
     def respond(self, request: JudgeRequest, feedback: str | None = None) -> JudgeReply:
@@ -301,9 +326,11 @@ class ArithSteps:
     def _final_unit(request: JudgeRequest) -> int | None:
         """The closing answer statement's unit: the last answer line stating the verified
         answer (:func:`answer_line`); else the last unit with a correct claim stating it ("3 + 6 =
-        9": a later unit that only repeats the number, such as "I added the numbers 140 to the
-        original equation.", is chatter after the answer); else the unit holding the answer's last
-        mention (the verifier's last-number reading)."""
+        9") or stating it as its result in words without a false claim (:func:`states_result`:
+        "Result: 128", "56 is the final result."; version 8), so that a later unit that only
+        mentions the number, such as "I added the numbers 140 to the original equation.", is
+        chatter after the answer; else the unit holding the answer's last mention (the verifier's
+        last-number reading)."""
         ans = (request.answer or "").strip()
         if not ans:
             return None
@@ -316,9 +343,12 @@ class ArithSteps:
         except ValueError:
             value = None
         if value is not None:
-            hit = [u.number for u in request.units
-                   if any(c.correct and abs(c.stated - value) <= 1e-9 * max(1.0, abs(value))
-                          for c in find_claims(request.text, u.start, u.end))]
+            hit = []
+            for u in request.units:
+                cs = find_claims(request.text, u.start, u.end)
+                if any(c.correct and abs(c.stated - value) <= 1e-9 * max(1.0, abs(value)) for c in cs) or (
+                        all(c.correct for c in cs) and states_result(u.text, ans)):
+                    hit.append(u.number)
             if hit:
                 return hit[-1]
         hits = answer_positions(request.text, ans)
