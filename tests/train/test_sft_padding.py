@@ -168,7 +168,7 @@ def test_autocast_checked_recorded_and_saved_as_float32(tok, tmp_path):
     with pytest.raises(ValueError, match="autocast must be one of"):
         sft_step(tiny_model(tok), rows, [[0], [1]], tok.pad_token_id, autocast="float16")
     res = train_masked_sft(tiny_model(tok, seed=1), rows, tok.pad_token_id, epochs=1, lr=1e-3,
-                           out_dir=tmp_path / "m", autocast="bfloat16")
+                           out_dir=tmp_path / "m", autocast="bfloat16")  # warns where the CPU lacks bf16 units
     assert res.steps == 1 and math.isfinite(res.losses[0])
     assert json.loads((tmp_path / "m" / "sft.json").read_text())["autocast"] == "bfloat16"
     from transformers import AutoModelForCausalLM
@@ -179,3 +179,19 @@ def test_autocast_checked_recorded_and_saved_as_float32(tok, tmp_path):
     assert RossConfig(store="s", upstream_model="m", train={"autocast": "bfloat16"}).train.autocast == "bfloat16"
     with pytest.raises(ValueError, match="autocast"):
         RossConfig(store="s", upstream_model="m", train={"autocast": "float16"})
+
+
+@pytest.mark.parametrize("has_units", [False, True])
+def test_bfloat16_autocast_warns_on_a_cpu_without_bfloat16_units(tok, monkeypatch, has_units):
+    import warnings
+
+    import gfcr.train.sft as sft
+
+    monkeypatch.setattr(sft, "cpu_has_bf16_matmul", lambda: has_units)
+    rows = _rows(n_short=2, n_tail=0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        train_masked_sft(tiny_model(tok, seed=1), rows, tok.pad_token_id, epochs=1, autocast="bfloat16")
+        train_masked_sft(tiny_model(tok, seed=1), rows, tok.pad_token_id, epochs=1)  # float32: never
+    msgs = [str(w.message) for w in seen if "bfloat16 autocast" in str(w.message)]
+    assert len(msgs) == (0 if has_units else 1), msgs
