@@ -181,3 +181,22 @@ def test_an_append_that_merges_nothing_opens_the_table_once_and_counts_only_its_
     s.append(_batch("w", 13, 2))  # tier 0 full: merged
     assert [c["fragments_removed"] for c in s.compactions] == [4]
     assert s.count() == 60 + 210 + 8
+
+
+def test_own_files_reads_the_transaction_and_gives_up_quietly_when_lance_cannot(tmp_path, monkeypatch):
+    # another commit lands between before and after: the append's own files come from its transaction
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(rollouts_to_table(_batch("a", 0, 4)), uri)
+    before = lance.dataset(uri)
+    lance.write_dataset(rollouts_to_table(_batch("b", 1, 4)), uri, mode="append")  # someone else's commit
+    after = lance.write_dataset(rollouts_to_table(_batch("c", 2, 4)), before, mode="append")  # ours, rebased on it
+    assert after.version == before.version + 2
+    mine = upkeep.own_files(before, after)
+    newest = after.get_fragments()[-1]
+    assert mine == [df.path for df in newest.metadata.files] and len(mine) == 1
+    # Lance failing to read it back (seen under 8 racing writers on S3) leaves the list empty, no error
+    def broken(self, version):
+        raise OSError("LanceError(IO): Invalid range 0..7542 for object of size 7481")
+
+    monkeypatch.setattr(lance.LanceDataset, "read_transaction", broken)
+    assert upkeep.own_files(before, after) == []

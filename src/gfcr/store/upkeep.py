@@ -153,11 +153,19 @@ def own_files(before: lance.LanceDataset, after: lance.LanceDataset) -> list[str
     version, those of the fragments ``before`` lacks (read from the manifest already in hand); else
     (other commits landed between) those its own transaction lists (one read of it).
 
+    The list only lets :func:`compact_small` merge this process's own small files, so when Lance cannot
+    read the transaction back it is empty (those files are left to a full compaction) and the append,
+    already committed, stands: under 8 racing writers on S3, ``read_transaction`` once failed with "Invalid
+    range 0..7542 for object of size 7481", and the writer reported a landed commit as not written.
+
     Example: ``before`` v7 with fragments 0-3, ``after`` v8 with 0-4 → fragment 4's data files."""
     if after.version == before.version + 1:
         old = fragment_set(before)
         return [df.path for f in after.get_fragments() if f.fragment_id not in old for df in f.metadata.files]
-    t = after.read_transaction(after.version)
+    try:
+        t = after.read_transaction(after.version)
+    except (OSError, ValueError, RuntimeError):
+        return []
     return [df.path for f in getattr(t.operation, "fragments", []) for df in f.files]
 
 
