@@ -188,7 +188,7 @@ def report(states: list[Path], bench: str) -> str:
         for t, h in zip(tests, holm([t["p"] for t in tests]), strict=True):
             t["holm"] = h
         lines += ["", f"Paired per prompt, {what} (pooled over seeds; Holm over these {len(tests)} pairs):", "",
-                  "| A − B | n | diff | A better / B better | p | p (Holm) | per seed (A / B better, p) |",
+                  "| A − B | n | diff | A higher / B higher | p | p (Holm) | per seed (A / B higher, p) |",
                   "|---|---|---|---|---|---|---|"]
         for t in tests:
             seeds = []
