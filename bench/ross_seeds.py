@@ -153,7 +153,7 @@ def report(states: list[Path], bench: str) -> str:
     acc = [greedy_by_prompt(s, bench) for s in states]
     cl = [claims_by_prompt(s, bench) for s in states]
     im = [imitation_by_prompt(s, bench) for s in states]
-    P, C, M = pooled(acc), pooled(cl), pooled([i[0] for i in im])
+    P, C, M = pooled(acc), pooled(cl), pooled([i[0] for i in im])  # the rows' tables; pairs pool per pair
     names = [r for r in ("base", "upstream", "continued_rl", "positive_sft", "ross_nomask", "ross", "ross_from_base") if r in P]
     au = audit_summary(states[0])
     lines = [f"Audit of the study store ({states[0].name}): `arith-steps` v{au['judge_version']}, {au['kept']} kept, "
@@ -182,9 +182,15 @@ def report(states: list[Path], bench: str) -> str:
                 spans[k] = spans.get(k, 0) + n
         lines.append(f"| {r} | {sum(len(i[0].get(r, {})) for i in im)} | {100 * np.mean([x > 0 for x in v]):.1f}% | "
                      f"{100 * np.mean(v):.1f}% | " + ", ".join(f"{k} {n}" for k, n in sorted(spans.items())) + " |")
-    for what, S, per_seed in (("pass@1", P, acc), ("false claims", C, cl),
-                              ("excluded-char share of verified generations", M, [i[0] for i in im])):
-        tests = [compare(S, a, b) for a, b in PAIRS if a in S and b in S]
+    for what, per_seed in (("pass@1", acc), ("false claims", cl),
+                           ("excluded-char share of verified generations", [i[0] for i in im])):
+        # a pair is pooled over the seeds that hold both rows (a row trained at one seed only is not
+        # set against the other row's mean over more seeds)
+        tests = []
+        for a, b in PAIRS:
+            both = [{a: x[a], b: x[b]} for x in per_seed if a in x and b in x]
+            if both:
+                tests.append(compare(pooled(both), a, b))
         for t, h in zip(tests, holm([t["p"] for t in tests]), strict=True):
             t["holm"] = h
         lines += ["", f"Paired per prompt, {what} (pooled over seeds; Holm over these {len(tests)} pairs):", "",
