@@ -13,7 +13,9 @@ printed beside it.
 
 The false-claim share (a held-out greedy generation stating a result that recomputes to another
 value, :func:`gfcr.ross.claims.find_claims`) is pooled the same way from
-``STATE/ross/rows/<row>.generations.jsonl``. So is **imitation of what the judge excludes**: the
+``STATE/ross/rows/<row>.generations.jsonl``, and so is the share holding a **corrected mistake** (a
+false claim a later line fixes, :func:`gfcr.ross.claims.corrected_mistakes`: the mechanism testbed's
+imitation measure). So is **imitation of what the judge excludes**: the
 ``arith-steps`` judge (the study's) run on each row's *verified* greedy held-out generations, per
 prompt the share of its characters the judge would exclude (0 where nothing is excluded), with the
 exclusion categories counted: how much of what ROSS's mask cut from training each model still writes.
@@ -45,21 +47,27 @@ def greedy_by_prompt(state: Path, bench: str) -> dict[str, dict[str, bool]]:
     return out
 
 
-def claims_by_prompt(state: Path, bench: str) -> dict[str, dict[str, bool]]:
-    """``{row: {prompt_id: greedy generation holds a false claim}}`` of one study state."""
-    from gfcr.ross.claims import find_claims
+def claims_by_prompt(state: Path, bench: str, corrected: bool = False) -> dict[str, dict[str, bool]]:
+    """``{row: {prompt_id: greedy generation holds a false claim}}`` of one study state; with
+    ``corrected``, a false claim that a later line fixes (:func:`gfcr.ross.claims.corrected_mistakes`:
+    a corrected mistake, what ROSS's mask excludes from a success)."""
+    from gfcr.ross.claims import corrected_mistakes, find_claims
+
+    def flag(text: str) -> bool:
+        return corrected_mistakes(text) > 0 if corrected else any(not c.correct for c in find_claims(text))
 
     out: dict[str, dict[str, bool]] = {}
     for f in sorted((state / "ross" / "rows").glob("*.generations.jsonl")):
         row = f.name.removesuffix(".generations.jsonl")
-        out[row] = {g["prompt_id"]: any(not c.correct for c in find_claims(g["texts"][0]))
-                    for g in read_jsonl(f) if g["greedy"] and g["benchmark"] == bench}
+        out[row] = {g["prompt_id"]: flag(g["texts"][0]) for g in read_jsonl(f) if g["greedy"] and g["benchmark"] == bench}
     return out
 
 
-def imitation_by_prompt(state: Path, bench: str) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
+def imitation_by_prompt(state: Path, bench: str, verified: dict[str, dict[str, bool]] | None = None
+                        ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int]]]:
     """``({row: {prompt_id: excluded char share}}, {row: {category: spans}})`` over each row's
-    verified greedy generations on ``bench``, judged by ``arith-steps`` against the prompt's answer."""
+    verified greedy generations on ``bench`` (``verified``: :func:`greedy_by_prompt`'s, read when not
+    given), judged by ``arith-steps`` against the prompt's answer."""
     from gfcr.ross import pipeline as P
     from gfcr.ross.config import load_config
     from gfcr.ross.judges import ArithSteps, JudgeRequest
@@ -69,7 +77,7 @@ def imitation_by_prompt(state: Path, bench: str) -> tuple[dict[str, dict[str, fl
     cfg = load_config(state / "ross.yaml")
     answers = {p.prompt_id: p.answer for b, ps in P.heldout_benchmarks(cfg, P.open_store(cfg)) if b.name == bench
                for p in ps}
-    verified = greedy_by_prompt(state, bench)
+    verified = greedy_by_prompt(state, bench) if verified is None else verified
     share: dict[str, dict[str, float]] = {}
     cats: dict[str, dict[str, int]] = {}
     judge = ArithSteps()
@@ -152,8 +160,9 @@ def report(states: list[Path], bench: str) -> str:
 
     acc = [greedy_by_prompt(s, bench) for s in states]
     cl = [claims_by_prompt(s, bench) for s in states]
-    im = [imitation_by_prompt(s, bench) for s in states]
-    P, C, M = pooled(acc), pooled(cl), pooled([i[0] for i in im])  # the rows' tables; pairs pool per pair
+    cm = [claims_by_prompt(s, bench, corrected=True) for s in states]
+    im = [imitation_by_prompt(s, bench, a) for s, a in zip(states, acc, strict=True)]
+    P, C, K, M = pooled(acc), pooled(cl), pooled(cm), pooled([i[0] for i in im])  # the rows' tables; pairs pool per pair
     names = [r for r in ("base", "upstream", "continued_rl", "positive_sft", "ross_nomask", "ross", "ross_from_base") if r in P]
     au = audit_summary(states[0])
     lines = [f"Audit of the study store ({states[0].name}): `arith-steps` v{au['judge_version']}, {au['kept']} kept, "
@@ -161,13 +170,17 @@ def report(states: list[Path], bench: str) -> str:
              + f"; {au['spans_with_answer']} excluded spans hold the verified answer; {au['kept_ending_on_answer']} "
              "kept rollouts end on the answer (eos supervised).", "",
              f"Benchmark `{bench}`, greedy, {len(states)} state(s): " + ", ".join(s.name for s in states), "",
-             "| row | pass@1 per seed | pooled pass@1 | false claims per seed | pooled false claims |", "|---|---|---|---|---|"]
+             "| row | pass@1 per seed | pooled pass@1 | false claims per seed | pooled false claims "
+             "| corrected mistakes per seed | pooled corrected mistakes |", "|---|---|---|---|---|---|---|"]
+
+    def cells(per_seed: list[dict[str, dict[str, bool]]], pool: dict[str, dict[str, float]], r: str) -> str:
+        if r not in pool:
+            return "— | —"
+        per = " / ".join(f"{100 * np.mean(list(x[r].values())):.1f}%" for x in per_seed if r in x)
+        return f"{per} | {100 * np.mean(list(pool[r].values())):.1f}%"
+
     for r in names:
-        per = " / ".join(f"{100 * np.mean(list(a[r].values())):.1f}%" for a in acc if r in a)
-        pc = " / ".join(f"{100 * np.mean(list(c[r].values())):.1f}%" for c in cl if r in c)
-        lines.append(f"| {r} | {per} | {100 * np.mean(list(P[r].values())):.1f}% | {pc} | "
-                     f"{100 * np.mean(list(C[r].values())):.1f}% |" if r in C else f"| {r} | {per} | "
-                     f"{100 * np.mean(list(P[r].values())):.1f}% | — | — |")
+        lines.append(f"| {r} | {cells(acc, P, r)} | {cells(cl, C, r)} | {cells(cm, K, r)} |")
     lines += ["", "What the judge would exclude from each row's verified greedy generations (pooled over seeds; "
               "spans per category summed over seeds):", "",
               "| row | verified generations | with an exclusion | excluded chars (mean share) | spans by category |",
@@ -182,7 +195,7 @@ def report(states: list[Path], bench: str) -> str:
                 spans[k] = spans.get(k, 0) + n
         lines.append(f"| {r} | {sum(len(i[0].get(r, {})) for i in im)} | {100 * np.mean([x > 0 for x in v]):.1f}% | "
                      f"{100 * np.mean(v):.1f}% | " + ", ".join(f"{k} {n}" for k, n in sorted(spans.items())) + " |")
-    for what, per_seed in (("pass@1", acc), ("false claims", cl),
+    for what, per_seed in (("pass@1", acc), ("false claims", cl), ("corrected mistakes (greedy generations)", cm),
                            ("excluded-char share of verified generations", [i[0] for i in im])):
         # a pair is pooled over the seeds that hold both rows (a row trained at one seed only is not
         # set against the other row's mean over more seeds)

@@ -140,20 +140,12 @@ def stage_warm(args: argparse.Namespace, state: Path) -> dict[str, Any]:
             "wall_s": time.time() - t0, "cpu_s": cpu_seconds() - c0, "final_loss": getattr(res, "final_loss", None)}
 
 
-def corrected_mistakes(text: str) -> int:
-    """False claims in ``text`` that a later correct claim about the same expression fixes."""
-    from gfcr.ross.claims import find_claims
-
-    cs = find_claims(text)
-    return sum(1 for i, c in enumerate(cs) if not c.correct
-               and any(d.correct and d.key() == c.key() for d in cs[i + 1:]))
-
-
 def probe(model: str, prompts: list[Any], temperature: float = 0.0, seed: int = 0,
           device: str = "cpu") -> list[dict[str, Any]]:
     from gfcr.filters.verifiers import NumericVerifier
     from gfcr.generate.engines.base import GenRequest, SamplingParams
     from gfcr.generate.engines.hf import HFEngine
+    from gfcr.ross.claims import corrected_mistakes
 
     eng = HFEngine(model, max_batch=32, device=device)
     ver = NumericVerifier(lenient_fallback=True)

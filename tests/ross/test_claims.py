@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gfcr.ross.audit import judge_rollout
-from gfcr.ross.claims import evaluate_expr, find_claims
+from gfcr.ross.claims import corrected_mistakes, evaluate_expr, find_claims
 from gfcr.ross.judges import ArithSteps
 
 from .conftest import make_prompt, make_rollout
@@ -127,3 +127,32 @@ def test_fix_unit_without_filler_is_kept_whole(tok):
     text = "9 + 7 = 17.\nSo 9 + 7 = 16 in total.\nAnswer: 16"
     dec, obj = _verdict(tok, text, "16")
     assert "".join(c for c, k in zip(text, dec.kept_chars, strict=True) if k) == "So 9 + 7 = 16 in total.\nAnswer: 16"
+
+
+@pytest.mark.parametrize("text,n", [
+    ("38 + 25 = 53.\nWait, I forgot the carry.\n38 + 25 = 63.\nAnswer: 63", 1),
+    ("Oops, forgot the borrow: 63 - 7 = 56.", 0),  # a correct line alone: nothing to correct
+    ("63 - 7 = 66.\nOops, forgot the borrow: 63 - 7 = 56.\n56 + 9 = 65.\nAnswer: 65", 1),
+    ("38 + 25 = 53.\nAnswer: 53", 0),  # false and never fixed: not a *corrected* mistake
+    ("38 + 25 = 53.\n38 + 25 = 54.\n38 + 25 = 63.", 2),  # two false claims, one later fix
+    ("38 + 25 = 63.\n38 + 25 = 53.", 0),  # the correct claim comes first: the false one stands
+])
+def test_corrected_mistakes_counts_false_claims_fixed_later(text, n):
+    assert corrected_mistakes(text) == n
+
+
+def test_corrected_mistakes_finds_every_planted_slip():
+    """The testbed's imitation measure counts exactly the mistakes its worked solutions plant."""
+    import random
+
+    from gfcr.tasks.arith import make_arith
+    from gfcr.tasks.chains import worked_solution
+
+    prompts = make_arith(n=150, level=5, seed=0, split="test").prompts()
+    planted = 0
+    for mode in ("random", "carry"):
+        for i, p in enumerate(prompts):
+            ws = worked_solution(p.meta["expression"], random.Random(i), 1.0, 0.2, mistake=mode)
+            assert corrected_mistakes(ws.text) == ws.n_mistakes, ws.text
+            planted += ws.n_mistakes
+    assert planted > 150

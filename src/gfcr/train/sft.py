@@ -282,9 +282,9 @@ def sft_step(model: Any, rows: Sequence[dict[str, Any]], step_rows: Sequence[Seq
             fwd = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]}
         if b["loss_mask"][:, 1:].sum() == 0:
             continue
-        if param.device.type != "cpu":  # batches are built on the CPU; the model may live on an accelerator
-            fwd = {k: v.to(param.device) for k, v in fwd.items()}
-            b = {**b, "input_ids": b["input_ids"].to(param.device), "loss_mask": b["loss_mask"].to(param.device)}
+        # batches are built on the CPU; the model may live on an accelerator (``.to`` its own device is a no-op)
+        fwd = {k: v.to(param.device) for k, v in fwd.items()}
+        b = {**b, "input_ids": b["input_ids"].to(param.device), "loss_mask": b["loss_mask"].to(param.device)}
         res["slots"] += b["input_ids"].numel()
         res["real"] += sum(lens[k] for k in mb)
         res["forwards"] += 1
