@@ -1,6 +1,6 @@
 """ROSS study rows pooled over SFT seeds (not a test): paired per prompt, Holm over the pairs.
 
-    python bench/ross_seeds.py STATE_SEED0 STATE_SEED1 [--bench arith-2d] [--out report.md]
+    python bench/ross_seeds.py STATE_SEED0 STATE_SEED1 [--bench arith-2d] [--sampled] [--out report.md]
 
 Each ``STATE`` is a ``bench/ross_study.py`` state whose rows were evaluated on the same held-out
 prompts (``STATE/ross/rows/<row>.json``, written by the study). A row trained once per state (ROSS,
@@ -15,7 +15,9 @@ The false-claim share (a held-out greedy generation stating a result that recomp
 value, :func:`gfcr.ross.claims.find_claims`) is pooled the same way from
 ``STATE/ross/rows/<row>.generations.jsonl``, and so is the share holding a **corrected mistake** (a
 false claim a later line fixes, :func:`gfcr.ross.claims.corrected_mistakes`: the mechanism testbed's
-imitation measure). So is **imitation of what the judge excludes**: the
+imitation measure), and the share holding one of the testbed's planted doubt phrases (:data:`DOUBT`);
+with ``--sampled`` these three are measured on the sampled generations too (per prompt, the share of
+its samples). So is **imitation of what the judge excludes**: the
 ``arith-steps`` judge (the study's) run on each row's *verified* greedy held-out generations, per
 prompt the share of its characters the judge would exclude (0 where nothing is excluded), with the
 exclusion categories counted: how much of what ROSS's mask cut from training each model still writes.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,19 +50,38 @@ def greedy_by_prompt(state: Path, bench: str) -> dict[str, dict[str, bool]]:
     return out
 
 
-def claims_by_prompt(state: Path, bench: str, corrected: bool = False) -> dict[str, dict[str, bool]]:
-    """``{row: {prompt_id: greedy generation holds a false claim}}`` of one study state; with
-    ``corrected``, a false claim that a later line fixes (:func:`gfcr.ross.claims.corrected_mistakes`:
-    a corrected mistake, what ROSS's mask excludes from a success)."""
+#: the doubt phrases the mechanism testbed's worked solutions plant (gfcr.tasks.chains): "Wait, that's
+#: wrong.", "Oops, forgot the carry: …", "Wait, I forgot the borrow."
+DOUBT = re.compile(r"\b(?:wait|oops|forgot the (?:carry|borrow))\b", re.I)
+
+
+def flag(measure: str, text: str) -> bool:
+    """``false_claim``: a stated result that recomputes to another value; ``corrected``: a false claim
+    a later line fixes (:func:`gfcr.ross.claims.corrected_mistakes`, what ROSS's mask excludes from a
+    success); ``doubt``: a planted doubt phrase (:data:`DOUBT`)."""
     from gfcr.ross.claims import corrected_mistakes, find_claims
 
-    def flag(text: str) -> bool:
-        return corrected_mistakes(text) > 0 if corrected else any(not c.correct for c in find_claims(text))
+    if measure == "false_claim":
+        return any(not c.correct for c in find_claims(text))
+    if measure == "corrected":
+        return corrected_mistakes(text) > 0
+    if measure == "doubt":
+        return DOUBT.search(text) is not None
+    raise ValueError(f"unknown measure {measure!r}")
 
-    out: dict[str, dict[str, bool]] = {}
+
+def claims_by_prompt(state: Path, bench: str, measure: str = "false_claim",
+                     sampled: bool = False) -> dict[str, dict[str, float]]:
+    """``{row: {prompt_id: value}}`` of one study state: whether the greedy generation holds
+    ``measure`` (:func:`flag`), or with ``sampled`` the share of the prompt's sampled generations
+    that do."""
+    out: dict[str, dict[str, float]] = {}
     for f in sorted((state / "ross" / "rows").glob("*.generations.jsonl")):
         row = f.name.removesuffix(".generations.jsonl")
-        out[row] = {g["prompt_id"]: flag(g["texts"][0]) for g in read_jsonl(f) if g["greedy"] and g["benchmark"] == bench}
+        out[row] = {g["prompt_id"]: float(np.mean([flag(measure, t) for t in g["texts"]]))
+                    for g in read_jsonl(f) if g["greedy"] != sampled and g["benchmark"] == bench and g["texts"]}
+        if not out[row]:
+            del out[row]
     return out
 
 
@@ -155,14 +177,16 @@ def compare(scores: dict[str, dict[str, float]], a: str, b: str) -> dict[str, An
             "a_better": hi, "b_better": lo, "p": p}
 
 
-def report(states: list[Path], bench: str) -> str:
+def report(states: list[Path], bench: str, sampled: bool = False) -> str:
     from gfcr.ross.evaluation import holm
 
     acc = [greedy_by_prompt(s, bench) for s in states]
-    cl = [claims_by_prompt(s, bench) for s in states]
-    cm = [claims_by_prompt(s, bench, corrected=True) for s in states]
+    kinds = [("greedy", False)] + ([("sampled", True)] if sampled else [])
+    measures = {f"{m} ({k})": [claims_by_prompt(s, bench, m, smp) for s in states]
+                for m in ("false_claim", "corrected", "doubt") for k, smp in kinds}
+    cl = measures["false_claim (greedy)"]
     im = [imitation_by_prompt(s, bench, a) for s, a in zip(states, acc, strict=True)]
-    P, C, K, M = pooled(acc), pooled(cl), pooled(cm), pooled([i[0] for i in im])  # the rows' tables; pairs pool per pair
+    P, C, M = pooled(acc), pooled(cl), pooled([i[0] for i in im])  # the rows' tables; pairs pool per pair
     names = [r for r in ("base", "upstream", "continued_rl", "positive_sft", "ross_nomask", "ross", "ross_from_base") if r in P]
     au = audit_summary(states[0])
     lines = [f"Audit of the study store ({states[0].name}): `arith-steps` v{au['judge_version']}, {au['kept']} kept, "
@@ -170,8 +194,8 @@ def report(states: list[Path], bench: str) -> str:
              + f"; {au['spans_with_answer']} excluded spans hold the verified answer; {au['kept_ending_on_answer']} "
              "kept rollouts end on the answer (eos supervised).", "",
              f"Benchmark `{bench}`, greedy, {len(states)} state(s): " + ", ".join(s.name for s in states), "",
-             "| row | pass@1 per seed | pooled pass@1 | false claims per seed | pooled false claims "
-             "| corrected mistakes per seed | pooled corrected mistakes |", "|---|---|---|---|---|---|---|"]
+             "| row | pass@1 per seed | pooled pass@1 | false claims per seed | pooled false claims |",
+             "|---|---|---|---|---|"]
 
     def cells(per_seed: list[dict[str, dict[str, bool]]], pool: dict[str, dict[str, float]], r: str) -> str:
         if r not in pool:
@@ -180,7 +204,7 @@ def report(states: list[Path], bench: str) -> str:
         return f"{per} | {100 * np.mean(list(pool[r].values())):.1f}%"
 
     for r in names:
-        lines.append(f"| {r} | {cells(acc, P, r)} | {cells(cl, C, r)} | {cells(cm, K, r)} |")
+        lines.append(f"| {r} | {cells(acc, P, r)} | {cells(cl, C, r)} |")
     lines += ["", "What the judge would exclude from each row's verified greedy generations (pooled over seeds; "
               "spans per category summed over seeds):", "",
               "| row | verified generations | with an exclusion | excluded chars (mean share) | spans by category |",
@@ -195,7 +219,13 @@ def report(states: list[Path], bench: str) -> str:
                 spans[k] = spans.get(k, 0) + n
         lines.append(f"| {r} | {sum(len(i[0].get(r, {})) for i in im)} | {100 * np.mean([x > 0 for x in v]):.1f}% | "
                      f"{100 * np.mean(v):.1f}% | " + ", ".join(f"{k} {n}" for k, n in sorted(spans.items())) + " |")
-    for what, per_seed in (("pass@1", acc), ("false claims", cl), ("corrected mistakes (greedy generations)", cm),
+    lines += ["", "Share of generations holding each measure (pooled over seeds; a sampled prompt counts the share "
+              "of its samples):", "", "| row | " + " | ".join(measures) + " |", "|---|" + "---|" * len(measures)]
+    for r in names:
+        lines.append(f"| {r} | " + " | ".join(f"{100 * np.mean(list(pooled(v)[r].values())):.1f}%"
+                                               if r in pooled(v) else "—" for v in measures.values()) + " |")
+    for what, per_seed in (("pass@1", acc), *((m, v) for m, v in measures.items() if m != "false_claim (greedy)"),
+                           ("false claims", cl),
                            ("excluded-char share of verified generations", [i[0] for i in im])):
         # a pair is pooled over the seeds that hold both rows (a row trained at one seed only is not
         # set against the other row's mean over more seeds)
@@ -225,8 +255,10 @@ def main() -> None:
     ap.add_argument("states", nargs="+", help="bench/ross_study.py state folders, one per SFT seed")
     ap.add_argument("--bench", default="arith-2d")
     ap.add_argument("--out", default=None, help="also write the report here")
+    ap.add_argument("--sampled", action="store_true",
+                    help="also measure the sampled generations (false claims, corrected mistakes, doubt phrases)")
     args = ap.parse_args()
-    text = report([Path(s).expanduser() for s in args.states], args.bench)
+    text = report([Path(s).expanduser() for s in args.states], args.bench, args.sampled)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")

@@ -40,9 +40,13 @@ import argparse
 import json
 import random
 import resource
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def cpu_seconds() -> float:
@@ -204,6 +208,97 @@ def stage_sampled(args: argparse.Namespace, state: Path, warm: dict[str, Any]) -
             "wall_s": time.time() - t0, "cpu_s": cpu_seconds() - c0}
 
 
+def synthetic_store(path: Path, tok: Any, prompts: list[Any], dose: float, detour: float, seed: int,
+                    mistake: str) -> dict[str, Any]:
+    """A store of one verified rollout per prompt: the worked solution (:func:`warm_rows`' recipe) as the
+    assistant turn, an upstream policy's successes with planted corrected mistakes. Their tokens are built
+    from text (``tokens_source="retokenized"``, logprobs 0 as for any retokenized row); ``policy_version``
+    ``"synthetic"`` and ``meta`` (``planted_mistakes``, dose, mode) say what they are."""
+    import numpy as np
+
+    from gfcr.records import Message, Rollout
+    from gfcr.store import RolloutStore
+    from gfcr.tasks.chains import worked_solution
+
+    if path.exists():  # an earlier start that did not finish: written again whole
+        shutil.rmtree(path)
+    store = RolloutStore.open(path, create=True)
+    store.upsert_prompts(prompts)
+    rs, planted = [], 0
+    for i, p in enumerate(prompts):
+        ws = worked_solution(p.meta["expression"], random.Random(f"warm|{seed}|{i}"), dose, detour, mistake=mistake)
+        msgs = [{"role": m.role, "content": m.content} for m in p.messages]
+        ctx = tok(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False),
+                  add_special_tokens=False)["input_ids"]
+        gen = tok(ws.text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        ids = np.array(list(ctx) + gen, np.int32)
+        role = np.array([0] * len(ctx) + [1] * len(gen), np.int8)
+        rs.append(Rollout(run_id="synthetic", prompt_id=p.prompt_id, token_ids=ids, token_role=role,
+                          logprobs=np.zeros(len(ids), np.float32), task=p.task, step=0, policy_version="synthetic",
+                          messages=[*p.messages, Message("assistant", ws.text)], reward=1.0, verified=True,
+                          verifier={"name": "numeric", "evidence": {"parsed": p.answer}}, tokens_source="retokenized",
+                          meta={"planted_mistakes": ws.n_mistakes, "dose": dose, "detour": detour, "mistake": mistake}))
+        planted += ws.n_mistakes > 0
+    store.append(rs)
+    return {"rollouts": len(rs), "with_planted_mistake": planted}
+
+
+def stage_mech(args: argparse.Namespace, state: Path) -> dict[str, Any]:
+    """The mask's mechanism on a synthetic upstream store (docs/ross.md "Mechanism testbed"): per SFT
+    seed (``--sft-seeds``), a state ``STATE/mech-<tag>-s<seed>`` laid out as ``bench/ross_study.py``'s
+    (``upstream/store``, ``ross.yaml``, ``ross/``) so that ``bench/ross_seeds.py`` pools it; ROSS,
+    ROSS w/o mask and positive SFT (the latter two are one dataset when the judge discards nothing) from
+    the default model, ``--epochs-sft`` epochs, evaluated on ``--n-probe`` held-out chains (greedy and
+    one sample at T = 1, ``--max-tokens``)."""
+    import ross_study as S
+    import yaml
+    from transformers import AutoTokenizer
+
+    from gfcr.models import resolve_model
+    from gfcr.ross.config import load_config
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+    out: dict[str, Any] = {"mistake": args.mistake, "dose": args.dose, "n_store": args.n_warm, "seeds": {}}
+    for sd in [int(x) for x in args.sft_seeds.split(",")]:
+        m = state / f"mech-{tag(args)}-s{sd}"
+        m.mkdir(parents=True, exist_ok=True)
+        store = m / "upstream" / "store"
+        if not (m / "upstream" / "upstream.json").exists():
+            info = synthetic_store(store, tok, chains(args.n_warm, "train", args.seed), args.dose, args.detour,
+                                   args.seed, args.mistake)
+            S.write_json(m / "upstream" / "upstream.json", {"synthetic": True, **info})
+        if not (m / "ross.yaml").exists():
+            bench = {"name": "chains", "source": "arith", "params": {"level": 5}, "n_prompts": args.n_probe,
+                     "domain": "math"}
+            cfg = {"store": str(store), "out_dir": str(m / "ross_runs"), "upstream_model": "default",
+                   "base_model": None, "variants": ["positive_sft", "ross_nomask", "ross"],
+                   "window": {"task": "arith", "dedup": True}, "judge": {"name": "arith-steps"},
+                   "build": {"max_length": 512},
+                   "train": {"epochs": args.epochs_sft, "lr": 1e-5, "batch_size": 8, "checkpoint_every": 50,
+                             "seed": sd},
+                   "evaluate": {"benchmarks": [bench], "k": 1, "ks": [1], "temperature": 1.0,
+                                "max_tokens": args.max_tokens, "engine": "hf", "save_generations": True,
+                                "verifier": {"name": "numeric", "params": {"lenient_fallback": True}}},
+                   "stages": ["select", "audit", "build", "train", "evaluate"]}
+            (m / "ross.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        cfg = load_config(m / "ross.yaml")
+        rd = m / "ross"
+        (rd / "rows").mkdir(parents=True, exist_ok=True)
+        first = state / f"mech-{tag(args)}-s{args.sft_seeds.split(',')[0]}" / "ross" / "rows"
+        if first != rd / "rows" and (first / "upstream.json").exists() and not (rd / "rows" / "upstream.json").exists():
+            # the upstream row (the default model) is the same model on the same prompts at every SFT seed
+            for f in ("upstream.generations.jsonl", "upstream.json"):
+                shutil.copyfile(first / f, rd / "rows" / f)
+        clock = S.Clock(m, None)
+        build = S.stage_ross_data(cfg, rd, tok)
+        S.stage_ross_train(cfg, rd, tok, clock, build)
+        ev = S.stage_ross_evaluate(cfg, rd, tok, clock)
+        out["seeds"][str(sd)] = {"state": str(m), "build": build["build"],
+                                 "metrics": {r: v["chains"]["metrics"] for r, v in ev["results"].items()}}
+        print(f"mech seed {sd}: {json.dumps(out['seeds'][str(sd)]['metrics'])}", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--state", default="~/.cache/gfcr/studies/ross-testbed", help="the study's folder (outside the repo)")
@@ -220,6 +315,9 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--n-probe", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sft-seeds", default="0,1", help="mech: the SFT seeds (one state per seed)")
+    ap.add_argument("--epochs-sft", type=int, default=3, help="mech: epochs of each ROSS arm (the paper's 3)")
+    ap.add_argument("--max-tokens", type=int, default=192, help="mech: new tokens per held-out generation")
     args = ap.parse_args()
     state = Path(args.state).expanduser()
     state.mkdir(parents=True, exist_ok=True)
@@ -237,8 +335,10 @@ def main() -> None:
             results[stage] = stage_probe(args, state, results["warm"])
         elif stage == "sampled":
             results[stage] = stage_sampled(args, state, results["warm"])
+        elif stage == "mech":
+            results[stage] = stage_mech(args, state)
         else:
-            raise SystemExit(f"unknown stage {stage!r} (judge, warm, probe, sampled)")
+            raise SystemExit(f"unknown stage {stage!r} (judge, warm, probe, sampled, mech)")
         path.write_text(json.dumps(results[stage], indent=1))
         print(json.dumps({stage: results[stage]}, indent=1), flush=True)
 
