@@ -17,6 +17,14 @@ Stages (each writes ``STATE/<stage>.json``; a finished stage is read back, not r
    and stores): verified, and verified with a corrected mistake. Warm start and probes run on
    ``--device`` (auto: CUDA when available).
 
+5. ``mech``: the mask's mechanism on a *synthetic* upstream store (the warm start did not sample
+   successes with corrected mistakes; docs/ross.md): ``--n-warm`` verified rollouts whose assistant
+   turns are the worked solutions at ``--dose``, then the ROSS pipeline per ``--sft-seeds`` seed
+   (select, ``arith-steps`` audit, build, ``--epochs-sft`` epochs of masked SFT from the default model,
+   evaluation on ``--n-probe`` held-out chains, greedy and one sample at T = 1) in
+   ``STATE/mech-<tag>-s<seed>``, a ``bench/ross_study.py``-shaped state that ``bench/ross_seeds.py
+   --bench chains --sampled`` pools. Not in the default ``--stages``.
+
 ``--mistake``: ``random`` (the pilot's recipe: a slip at any step, off by ±1/2/10) or ``carry``
 (systematic slips: only at a carry or borrow, the result without it, a doubt naming the reason;
 :mod:`gfcr.tasks.chains`). Every stage's output records it; carry-mode files carry ``carry-`` in their
