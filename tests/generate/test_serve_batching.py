@@ -269,7 +269,10 @@ def test_seeded_request_gives_the_same_tokens_batched_and_alone(tok, model, batc
     prompts = _prompts(6)
     seeded = {"temperature": 1.0, "seed": 1234, "n": 2, "max_tokens": 12}
     bodies = [(prompts[0], seeded)] + [(p, {"temperature": 1.0, "max_tokens": 12}) for p in prompts[1:]]
-    with serve_in_thread(eng, model_name="tiny", batch_wait_ms=300, batch_seeded=batch_seeded) as url:
+    # batched: the call closes once all 7 rows are in (seeded n = 2, five of n = 1), however spread
+    # their arrival on a loaded machine
+    wait, rows = (3000, 7) if batch_seeded else (300, 32)
+    with serve_in_thread(eng, model_name="tiny", batch_wait_ms=wait, max_batch=rows, batch_seeded=batch_seeded) as url:
         resps = _together(url, bodies)
     assert all(r.status_code == 200 for r in resps)
     alone = direct.generate([GenRequest(prompt_ids=prompts[0], params=SamplingParams(
@@ -360,7 +363,10 @@ def test_seeded_burst_shares_one_call_by_default_with_the_tokens_of_each_alone(t
     eng = Counting(HFEngine(model, tok, policy_version="tiny"))
     prompts = _prompts(6)
     kws = [{"temperature": 0.7 + 0.1 * i, "seed": 100 + i, "n": 1 + i % 2, "max_tokens": 10} for i in range(6)]
-    with serve_in_thread(eng, model_name="tiny", batch_wait_ms=300) as url:  # no batch_seeded argument
+    # no batch_seeded argument. The call closes as soon as the burst's 9 rows (n = 1, 2, 1, 2, 1, 2) are
+    # in (max_batch = 9), so the long quiet gap costs nothing here; 300 ms split the burst in two calls
+    # once in CI on a loaded machine (its requests reached the server more than 300 ms apart)
+    with serve_in_thread(eng, model_name="tiny", batch_wait_ms=3000, max_batch=9) as url:
         resps = _together(url, list(zip(prompts, kws, strict=True)))
     assert all(r.status_code == 200 for r in resps)
     assert len(eng.calls) == 1 and len(eng.calls[0]) == 6
