@@ -115,19 +115,26 @@ def stage_judge(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def worked_tokens(tok: Any, p: Any, i: int, dose: float, detour: float, seed: int,
+                  mistake: str = "random") -> tuple[Any, list[int], list[int]]:
+    """Prompt ``p`` (the ``i``-th) worked at ``dose``: ``(WorkedSolution, context ids, answer ids + eos)``,
+    the context chat-templated with the generation prompt."""
+    from gfcr.tasks.chains import worked_solution
+
+    ws = worked_solution(p.meta["expression"], random.Random(f"warm|{seed}|{i}"), dose, detour, mistake=mistake)
+    msgs = [{"role": m.role, "content": m.content} for m in p.messages]
+    ctx = tok(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False),
+              add_special_tokens=False)["input_ids"]
+    return ws, list(ctx), tok(ws.text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+
+
 def warm_rows(tok: Any, prompts: list[Any], dose: float, detour: float, seed: int,
               mistake: str = "random") -> list[dict[str, Any]]:
     """Token rows (``input_ids``, ``loss_mask``): chat-templated prompt (unsupervised) + worked solution + eos."""
-    from gfcr.tasks.chains import worked_solution
-
     rows = []
     for i, p in enumerate(prompts):
-        ws = worked_solution(p.meta["expression"], random.Random(f"warm|{seed}|{i}"), dose, detour, mistake=mistake)
-        msgs = [{"role": m.role, "content": m.content} for m in p.messages]
-        ctx = tok(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False),
-                  add_special_tokens=False)["input_ids"]
-        ids = tok(ws.text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        rows.append({"input_ids": list(ctx) + ids, "loss_mask": [0] * len(ctx) + [1] * len(ids)})
+        _, ctx, ids = worked_tokens(tok, p, i, dose, detour, seed, mistake)
+        rows.append({"input_ids": ctx + ids, "loss_mask": [0] * len(ctx) + [1] * len(ids)})
     return rows
 
 
@@ -226,7 +233,6 @@ def synthetic_store(path: Path, tok: Any, prompts: list[Any], dose: float, detou
 
     from gfcr.records import Message, Rollout
     from gfcr.store import RolloutStore
-    from gfcr.tasks.chains import worked_solution
 
     if path.exists():  # an earlier start that did not finish: written again whole
         shutil.rmtree(path)
@@ -234,12 +240,8 @@ def synthetic_store(path: Path, tok: Any, prompts: list[Any], dose: float, detou
     store.upsert_prompts(prompts)
     rs, planted = [], 0
     for i, p in enumerate(prompts):
-        ws = worked_solution(p.meta["expression"], random.Random(f"warm|{seed}|{i}"), dose, detour, mistake=mistake)
-        msgs = [{"role": m.role, "content": m.content} for m in p.messages]
-        ctx = tok(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False),
-                  add_special_tokens=False)["input_ids"]
-        gen = tok(ws.text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        ids = np.array(list(ctx) + gen, np.int32)
+        ws, ctx, gen = worked_tokens(tok, p, i, dose, detour, seed, mistake)
+        ids = np.array(ctx + gen, np.int32)
         role = np.array([0] * len(ctx) + [1] * len(gen), np.int8)
         rs.append(Rollout(run_id="synthetic", prompt_id=p.prompt_id, token_ids=ids, token_role=role,
                           logprobs=np.zeros(len(ids), np.float32), task=p.task, step=0, policy_version="synthetic",
