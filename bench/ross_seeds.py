@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from greso_study import read_jsonl, sign_test  # noqa: E402
+from ross_study import has_false_claim  # noqa: E402
 
 PAIRS = (("ross", "positive_sft"), ("ross", "ross_nomask"), ("ross_nomask", "positive_sft"), ("ross", "upstream"))
 
@@ -59,10 +60,10 @@ def flag(measure: str, text: str) -> bool:
     """``false_claim``: a stated result that recomputes to another value; ``corrected``: a false claim
     a later line fixes (:func:`gfcr.ross.claims.corrected_mistakes`, what ROSS's mask excludes from a
     success); ``doubt``: a planted doubt phrase (:data:`DOUBT`)."""
-    from gfcr.ross.claims import corrected_mistakes, find_claims
+    from gfcr.ross.claims import corrected_mistakes
 
     if measure == "false_claim":
-        return any(not c.correct for c in find_claims(text))
+        return has_false_claim(text)
     if measure == "corrected":
         return corrected_mistakes(text) > 0
     if measure == "doubt":
