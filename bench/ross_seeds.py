@@ -36,9 +36,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from greso_study import read_jsonl, sign_test  # noqa: E402
-from ross_study import has_false_claim  # noqa: E402
 
-PAIRS = (("ross", "positive_sft"), ("ross", "ross_nomask"), ("ross_nomask", "positive_sft"), ("ross", "upstream"))
+PAIRS = (("ross", "positive_sft"), ("ross", "ross_nomask"), ("ross_nomask", "positive_sft"), ("ross", "upstream"),
+         ("ross", "continued_rl"))  # a pair is tested where the states hold both rows
 
 
 def greedy_by_prompt(state: Path, bench: str) -> dict[str, dict[str, bool]]:
@@ -56,33 +56,37 @@ def greedy_by_prompt(state: Path, bench: str) -> dict[str, dict[str, bool]]:
 DOUBT = re.compile(r"\b(?:wait|oops|forgot the (?:carry|borrow))\b", re.I)
 
 
-def flag(measure: str, text: str) -> bool:
-    """``false_claim``: a stated result that recomputes to another value; ``corrected``: a false claim
-    a later line fixes (:func:`gfcr.ross.claims.corrected_mistakes`, what ROSS's mask excludes from a
-    success); ``doubt``: a planted doubt phrase (:data:`DOUBT`)."""
-    from gfcr.ross.claims import corrected_mistakes
-
-    if measure == "false_claim":
-        return has_false_claim(text)
-    if measure == "corrected":
-        return corrected_mistakes(text) > 0
-    if measure == "doubt":
-        return DOUBT.search(text) is not None
-    raise ValueError(f"unknown measure {measure!r}")
+MEASURES = ("false_claim", "corrected", "doubt")
 
 
-def claims_by_prompt(state: Path, bench: str, measure: str = "false_claim",
-                     sampled: bool = False) -> dict[str, dict[str, float]]:
-    """``{row: {prompt_id: value}}`` of one study state: whether the greedy generation holds
-    ``measure`` (:func:`flag`), or with ``sampled`` the share of the prompt's sampled generations
-    that do."""
-    out: dict[str, dict[str, float]] = {}
+def flags(text: str) -> dict[str, bool]:
+    """Each of :data:`MEASURES` in ``text`` (its claims parsed once): ``false_claim``, a stated result
+    that recomputes to another value (``ross_study.has_false_claim``'s test); ``corrected``, a false
+    claim a later line fixes (:func:`gfcr.ross.claims.corrected_mistakes`, what ROSS's mask excludes
+    from a success); ``doubt``, a planted doubt phrase (:data:`DOUBT`)."""
+    from gfcr.ross.claims import corrected_mistakes, find_claims
+
+    cs = find_claims(text)
+    return {"false_claim": any(not c.correct for c in cs), "corrected": corrected_mistakes(text, cs) > 0,
+            "doubt": DOUBT.search(text) is not None}
+
+
+def measures_by_prompt(state: Path, bench: str, sampled: bool = False) -> dict[str, dict[str, dict[str, float]]]:
+    """``{"<measure> (greedy)": {row: {prompt_id: value}}, …}`` of one study state, each row's
+    generations file read once: per :data:`MEASURES` item, whether the greedy generation holds it
+    (:func:`flags`), and with ``sampled`` also ``"<measure> (sampled)"``, the share of the prompt's
+    sampled generations that do. A row with no generation of a kind is left out of that kind."""
+    kinds = ["greedy"] + (["sampled"] if sampled else [])
+    out: dict[str, dict[str, dict[str, float]]] = {f"{m} ({k})": {} for m in MEASURES for k in kinds}
     for f in sorted((state / "ross" / "rows").glob("*.generations.jsonl")):
         row = f.name.removesuffix(".generations.jsonl")
-        out[row] = {g["prompt_id"]: float(np.mean([flag(measure, t) for t in g["texts"]]))
-                    for g in read_jsonl(f) if g["greedy"] != sampled and g["benchmark"] == bench and g["texts"]}
-        if not out[row]:
-            del out[row]
+        for g in read_jsonl(f):
+            kind = "greedy" if g["greedy"] else "sampled"
+            if g["benchmark"] != bench or not g["texts"] or kind not in kinds:
+                continue
+            fl = [flags(t) for t in g["texts"]]
+            for m in MEASURES:
+                out[f"{m} ({kind})"].setdefault(row, {})[g["prompt_id"]] = float(np.mean([x[m] for x in fl]))
     return out
 
 
@@ -182,9 +186,8 @@ def report(states: list[Path], bench: str, sampled: bool = False) -> str:
     from gfcr.ross.evaluation import holm
 
     acc = [greedy_by_prompt(s, bench) for s in states]
-    kinds = [("greedy", False)] + ([("sampled", True)] if sampled else [])
-    measures = {f"{m} ({k})": [claims_by_prompt(s, bench, m, smp) for s in states]
-                for m in ("false_claim", "corrected", "doubt") for k, smp in kinds}
+    per_state = [measures_by_prompt(s, bench, sampled) for s in states]
+    measures = {name: [x[name] for x in per_state] for name in per_state[0]}
     cl = measures["false_claim (greedy)"]
     im = [imitation_by_prompt(s, bench, a) for s, a in zip(states, acc, strict=True)]
     P, C, M = pooled(acc), pooled(cl), pooled([i[0] for i in im])  # the rows' tables; pairs pool per pair

@@ -24,6 +24,9 @@ Stages (each writes ``STATE/<stage>.json``; a finished stage is read back, not r
    evaluation on ``--n-probe`` held-out chains, greedy and one sample at T = 1) in
    ``STATE/mech-<tag>-s<seed>``, a ``bench/ross_study.py``-shaped state that ``bench/ross_seeds.py
    --bench chains --sampled`` pools. Not in the default ``--stages``.
+6. ``mechrl``: the testbed's continued-RL row (after ``mech``): GRPO from the default model on the
+   train-split chains (``--rl-steps`` × ``--rl-prompts`` × K = ``--rl-k``, T = 1), its last checkpoint
+   evaluated as row ``continued_rl`` in the seeds' states. Not in the default ``--stages``.
 
 ``--mistake``: ``random`` (the pilot's recipe: a slip at any step, off by ±1/2/10) or ``carry``
 (systematic slips: only at a carry or borrow, the result without it, a doubt naming the reason;
@@ -309,6 +312,69 @@ def stage_mech(args: argparse.Namespace, state: Path) -> dict[str, Any]:
     return out
 
 
+def stage_mech_rl(args: argparse.Namespace, state: Path) -> dict[str, Any]:
+    """The mechanism testbed's continued-RL row: GRPO from the upstream model (the default model) on the
+    train-split chains, ``configs/arith-smollm2.yaml``'s loop and learning rate with the chains task,
+    ``--rl-steps`` steps × ``--rl-prompts`` prompts × K = ``--rl-k`` at T = 1 and ``--max-tokens`` (the
+    same extra compute as about one ROSS arm's SFT; both are timed), in ``STATE/mechrl-<tag>``; its last
+    checkpoint is evaluated once as row ``continued_rl`` in the first SFT seed's state, exactly as the
+    ROSS rows were (``ross.yaml``'s evaluation), and copied into the other seeds' states (one model, the
+    same prompts and evaluation seed), where ``bench/ross_seeds.py`` pools it."""
+    import ross_study as S
+    from retrieve_train_bench import _train_stats
+    from transformers import AutoTokenizer
+
+    from gfcr.models import resolve_model
+    from gfcr.ross import pipeline as P
+    from gfcr.ross.config import load_config as ross_load
+    from gfcr.ross.evaluation import evaluate_models
+    from gfcr.train.checkpoint import latest_checkpoint
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import prepare_run
+
+    seeds = args.sft_seeds.split(",")
+    first = state / f"mech-{tag(args)}-s{seeds[0]}"
+    if not (first / "ross.yaml").exists():
+        raise SystemExit(f"mechrl: {first} has no ross.yaml; run --stages mech first")
+    d = state / f"mechrl-{tag(args)}"
+    clock = S.Clock(d.parent, None)
+    over = {"run_name": d.name, "output_dir": str(state), "steps": args.rl_steps, "tensorboard": False,
+            "tasks": [{"name": "arith", "n_train": args.n_warm, "n_eval": 0, "params": {"level": 5}}],
+            "generate.topology": {"name": "group", "params": {"k": args.rl_k}},
+            "generate.prompts_per_step": args.rl_prompts, "generate.temperature": 1.0,
+            "generate.max_tokens": args.max_tokens, "eval.before": False, "eval.after": False,
+            "checkpoint.every": 1, "checkpoint.keep_last": 1, "seed": args.seed}
+    cfg = load_config(Path(__file__).resolve().parent.parent / "configs" / "arith-smollm2.yaml", over)
+    resume = d.exists() and latest_checkpoint(d) is not None
+    if d.exists() and not resume:  # started, never checkpointed: start again
+        shutil.rmtree(d)
+    w0, c0 = time.perf_counter(), S.cpu_seconds()
+    d, resuming = prepare_run(cfg, d if resume else None, None if resume else d)
+    ck = S.train_steps(cfg, d, resuming, clock, "continued RL")
+    train = {"wall_s": round(time.perf_counter() - w0), "cpu_s": round(S.cpu_seconds() - c0), "checkpoint": str(ck),
+             **_train_stats(str(d / "store"))}
+    rcfg = ross_load(first / "ross.yaml")
+    tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+    rows = first / "ross" / "rows"
+    if not (rows / "continued_rl.json").exists():
+        gens = rows / "continued_rl.generations.jsonl"
+        gens.write_text("")
+        benches = P.heldout_benchmarks(rcfg, P.open_store(rcfg))
+
+        def one() -> dict[str, Any]:
+            return evaluate_models({"continued_rl": str(ck)}, tok, benches, rcfg.evaluate, load=P.load_model, log=print,
+                                   on_generation=lambda g: S.append_jsonl(gens, g))["continued_rl"]
+
+        S.write_json(rows / "continued_rl.json", S.timed(S.Clock(first, None), "eval_sample", 2 * args.n_probe,
+                                                         "evaluation of continued_rl", one))
+    for sd in seeds[1:]:
+        other = state / f"mech-{tag(args)}-s{sd}" / "ross" / "rows"
+        for f in ("continued_rl.generations.jsonl", "continued_rl.json"):
+            shutil.copyfile(rows / f, other / f)
+    res = json.loads((rows / "continued_rl.json").read_text())
+    return {"train": train, "metrics": res["chains"]["metrics"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--state", default="~/.cache/gfcr/studies/ross-testbed", help="the study's folder (outside the repo)")
@@ -328,6 +394,9 @@ def main() -> None:
     ap.add_argument("--sft-seeds", default="0,1", help="mech: the SFT seeds (one state per seed)")
     ap.add_argument("--epochs-sft", type=int, default=3, help="mech: epochs of each ROSS arm (the paper's 3)")
     ap.add_argument("--max-tokens", type=int, default=192, help="mech: new tokens per held-out generation")
+    ap.add_argument("--rl-steps", type=int, default=6, help="mechrl: GRPO steps of the continued-RL row")
+    ap.add_argument("--rl-prompts", type=int, default=4, help="mechrl: prompts per step")
+    ap.add_argument("--rl-k", type=int, default=8, help="mechrl: rollouts per prompt (the group size)")
     args = ap.parse_args()
     state = Path(args.state).expanduser()
     state.mkdir(parents=True, exist_ok=True)
@@ -347,8 +416,10 @@ def main() -> None:
             results[stage] = stage_sampled(args, state, results["warm"])
         elif stage == "mech":
             results[stage] = stage_mech(args, state)
+        elif stage == "mechrl":
+            results[stage] = stage_mech_rl(args, state)
         else:
-            raise SystemExit(f"unknown stage {stage!r} (judge, warm, probe, sampled, mech)")
+            raise SystemExit(f"unknown stage {stage!r} (judge, warm, probe, sampled, mech, mechrl)")
         path.write_text(json.dumps(results[stage], indent=1))
         print(json.dumps({stage: results[stage]}, indent=1), flush=True)
 

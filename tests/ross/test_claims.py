@@ -139,6 +139,8 @@ def test_fix_unit_without_filler_is_kept_whole(tok):
 ])
 def test_corrected_mistakes_counts_false_claims_fixed_later(text, n):
     assert corrected_mistakes(text) == n
+    assert corrected_mistakes(text, find_claims(text)) == n  # the caller's parsed claims: the same count
+    assert corrected_mistakes(text, []) == 0  # the claims given are the ones counted (the text is not parsed)
 
 
 def test_corrected_mistakes_finds_every_planted_slip():

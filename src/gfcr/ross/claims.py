@@ -230,16 +230,17 @@ def find_claims(text: str, start: int = 0, end: int | None = None) -> list[Claim
     return sorted(chains + _verbal_claims(text, start, end, taken), key=lambda c: (c.start, c.end))
 
 
-def corrected_mistakes(text: str) -> int:
+def corrected_mistakes(text: str, claims: list[Claim] | None = None) -> int:
     """How many false claims in ``text`` a later correct claim about the same expression fixes: the
     corrected mistakes that ROSS's mask excludes from a verified success (the mechanism testbed's
-    imitation measure, docs/ross.md "Mechanism testbed").
+    imitation measure, docs/ross.md "Mechanism testbed"). ``claims``: :func:`find_claims` of ``text``
+    when the caller has them already (not parsed again).
 
     >>> corrected_mistakes("38 + 25 = 53.\\nWait, I forgot the carry.\\n38 + 25 = 63.\\nAnswer: 63")
     1
     >>> corrected_mistakes("38 + 25 = 53.\\nAnswer: 53")  # false, never fixed
     0
     """
-    cs = find_claims(text)
+    cs = find_claims(text) if claims is None else claims
     return sum(1 for i, c in enumerate(cs)
                if not c.correct and any(d.correct and d.key() == c.key() for d in cs[i + 1:]))
