@@ -348,11 +348,11 @@ def stage_mech_rl(args: argparse.Namespace, state: Path) -> dict[str, Any]:
     resume = d.exists() and latest_checkpoint(d) is not None
     if d.exists() and not resume:  # started, never checkpointed: start again
         shutil.rmtree(d)
-    w0, c0 = time.perf_counter(), S.cpu_seconds()
     d, resuming = prepare_run(cfg, d if resume else None, None if resume else d)
     ck = S.train_steps(cfg, d, resuming, clock, "continued RL")
-    train = {"wall_s": round(time.perf_counter() - w0), "cpu_s": round(S.cpu_seconds() - c0), "checkpoint": str(ck),
-             **_train_stats(str(d / "store"))}
+    steps = [r for r in S.read_jsonl(clock.path) if r["what"].startswith("continued RL step")]  # over resumes
+    train = {"wall_s": round(sum(r["wall_s"] for r in steps)), "cpu_s": round(sum(r["cpu_s"] for r in steps)),
+             "checkpoint": str(ck), **_train_stats(str(d / "store"))}
     rcfg = ross_load(first / "ross.yaml")
     tok = AutoTokenizer.from_pretrained(resolve_model("default"))
     rows = first / "ross" / "rows"
@@ -394,7 +394,8 @@ def main() -> None:
     ap.add_argument("--sft-seeds", default="0,1", help="mech: the SFT seeds (one state per seed)")
     ap.add_argument("--epochs-sft", type=int, default=3, help="mech: epochs of each ROSS arm (the paper's 3)")
     ap.add_argument("--max-tokens", type=int, default=192, help="mech: new tokens per held-out generation")
-    ap.add_argument("--rl-steps", type=int, default=6, help="mechrl: GRPO steps of the continued-RL row")
+    ap.add_argument("--rl-steps", type=int, default=24,
+                    help="mechrl: GRPO steps of the continued-RL row (24: about one ROSS arm's SFT wall time)")
     ap.add_argument("--rl-prompts", type=int, default=4, help="mechrl: prompts per step")
     ap.add_argument("--rl-k", type=int, default=8, help="mechrl: rollouts per prompt (the group size)")
     args = ap.parse_args()
