@@ -56,6 +56,7 @@ def test_composite_and_format():
     assert js.verify('{"a": 1}').passed and not js.verify('{"b": 1}').passed
     with pytest.raises(ValueError, match="exactly one"):
         get_verifier("format")
+    assert get_verifier("format", pattern="").verify("anything").passed  # the empty regex matches, as in `re`
     with pytest.raises(ValueError, match="unknown verifier"):
         get_verifier("nope")
     with pytest.raises(ValueError, match="extra"):

@@ -55,6 +55,35 @@ def test_nearest_solved_prompts(tmp_path):
     assert len(Retrieval.for_store(store)) == 3  # the refused add wrote nothing
 
 
+def test_equal_distances_come_in_the_order_added_whatever_the_ids(tmp_path):
+    """Rollouts get random ids, so two runs of one seed index the same solved cases under other ids:
+    ties (a prompt solved many times, prompts of one text) must not be broken by id, or by where
+    Lance cuts its top k, or the run's seeds differ from run to run."""
+    import uuid
+
+    from gfcr.store import RolloutStore
+
+    def rows(step):
+        out = [solved(pid, "what is 12 + 7 ?", step=step) for _ in range(6) for pid in ("a", "b", "c")]
+        out += [solved(f"far{i}", f"name the capital of country {i}", step=step) for i in range(4)]
+        for r in out:
+            r.rollout_id = uuid.uuid4().hex  # as the train loop's rollouts: a new id every run
+        return out
+
+    ret = Retrieval.for_store(RolloutStore.open(tmp_path / "s", create=True))
+    added = []
+    for step in range(3):  # three appends: three fragments
+        batch = rows(step)
+        assert ret.add(batch) == len(batch)
+        added += batch
+    near = ret.nearest("what is 12 + 7 ?", k=3)  # 54 rows tie at distance 0, more than the fetch of 20
+    assert [(g.prompt_id, g.step) for g in near] == [("a", 0), ("b", 0), ("c", 0)]
+    assert [g.rollout_id for g in near] == [added[0].rollout_id, added[1].rollout_id, added[2].rollout_id]
+    flat = ret.nearest("what is 12 + 7 ?", k=5, per_prompt=False)
+    assert [g.rollout_id for g in flat] == [r.rollout_id for r in added[:5]]
+    assert [g.prompt_id for g in ret.nearest("what is 12 + 7 ?", k=2, exclude_prompt="a")] == ["b", "c"]
+
+
 def solved_with(pid, prompt, solution, ok=True, step=0):
     return Rollout(run_id="r", prompt_id=pid, token_ids=[1, 2], token_role=[0, 1], logprobs=[0, -0.2],
                    messages=[{"role": "user", "content": prompt}, {"role": "assistant", "content": solution}],

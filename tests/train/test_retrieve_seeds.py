@@ -68,7 +68,7 @@ def test_retrieve_seeds_reach_the_stored_rollouts_only_when_on(tiny_dir, tmp_pat
 def test_retrieve_from_the_runs_own_store_seeds_later_steps_with_earlier_solutions(tiny_dir, tmp_path):
     # a verifier that passes everything: every step-0 rollout is solved, so step 1 has seeds
     cfg = _cfg(tiny_dir, tmp_path, steps=2, retrieve={"k": 1},
-               verify={"verifier": {"name": "format", "params": {"pattern": ""}}})
+               verify={"verifier": {"name": "format", "params": {"pattern": "."}}})
     rs = _stored(train(cfg, run_dir=tmp_path / "own", progress=False))
     step0 = {r.rollout_id: r for r in rs if r.step == 0}
     step1 = [r for r in rs if r.step == 1]
@@ -79,6 +79,26 @@ def test_retrieve_from_the_runs_own_store_seeds_later_steps_with_earlier_solutio
         seed = step0[sid]  # a solution of this run's step 0 ...
         assert seed.prompt_id != r.prompt_id  # ... of another prompt (a prompt is never its own seed)
         assert r.messages[1].content == seed.messages[-1].content
+
+
+def test_retrieve_from_the_runs_own_store_repeats_with_the_seed(tiny_dir, tmp_path):
+    """Two runs of one config draw the same seeds: each prompt's solutions tie (one prompt text), and
+    the runs' rollout ids differ, so a tie broken by id would seed them differently (every
+    completion passes the pattern ".", so each neighbour prompt holds 4 solved rollouts at one distance)."""
+    cfg = _cfg(tiny_dir, tmp_path, steps=2, retrieve={"k": 1},
+               **{"generate.prompts_per_step": 3, "generate.topology.params.k": 4},
+               verify={"verifier": {"name": "format", "params": {"pattern": "."}}})
+
+    def seeds_of(run: str) -> list:
+        rs = _stored(train(cfg, run_dir=tmp_path / run, progress=False))
+        key = {r.rollout_id: (r.step, r.prompt_id, r.sample_index) for r in rs}
+        return sorted(((r.step, r.prompt_id, r.sample_index), [key[i] for i in r.meta["retrieved"]], r.completion)
+                      for r in rs)
+
+    a, b = seeds_of("a"), seeds_of("b")
+    seeded = [seeds for _, seeds, _ in a if seeds]
+    assert seeded and all(s[2] == 0 for seeds in seeded for s in seeds)  # of 4 tied solutions, the first drawn
+    assert a == b
 
 
 def test_retrieve_is_checked_at_load_and_before_the_run_starts(tiny_dir, tmp_path):

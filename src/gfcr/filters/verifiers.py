@@ -214,7 +214,7 @@ class FormatVerifier:
         self.config = self.Config(**kw)
         if (self.config.pattern is None) == (self.config.json_schema is None):
             raise ValueError("format verifier: give exactly one of `pattern` or `json_schema`")
-        self._re = re.compile(self.config.pattern, re.MULTILINE | re.DOTALL) if self.config.pattern else None
+        self._re = re.compile(self.config.pattern, re.MULTILINE | re.DOTALL) if self.config.pattern is not None else None
         if self.config.json_schema is not None:
             import jsonschema
 

@@ -149,12 +149,28 @@ class _VectorTable:
         self.dim = dim
 
     def search(self, q: np.ndarray, k: int, flt: str | None, columns: list[str]) -> list[dict[str, Any]]:
+        """The ``k`` rows nearest ``q`` that pass ``flt`` (cosine), closest first. Rows at an equal
+        distance (the same prompt solved twice, a tie of the embedding) come in the order they were
+        added, and every row tied with the k-th is fetched before the cut, so the answer is the same
+        for the same rows added in the same order: it depends neither on how Lance breaks ties nor
+        on the rollouts' random ids (a training run with ``retrieve:`` repeats with its seed)."""
         import lance
 
         ds = lance.dataset(str(self.path))
-        t = ds.to_table(nearest={"column": "vector", "q": q, "k": min(ds.count_rows(), k), "metric": "cosine"},
-                        filter=flt, columns=[*columns, "_distance"])
-        return sorted(t.to_pylist(), key=lambda d: (d["_distance"], d["rollout_id"], d.get("segment", 0)))
+        n = ds.count_rows()
+        want = fetch = min(n, k)
+        if want <= 0:
+            return []
+        while True:
+            t = ds.to_table(nearest={"column": "vector", "q": q, "k": fetch, "metric": "cosine"}, filter=flt,
+                            prefilter=True, columns=[*columns, "_distance"], with_row_id=True)
+            rows = sorted(t.to_pylist(), key=lambda d: (d["_distance"], d["_rowid"]))
+            if len(rows) < fetch or fetch >= n or rows[-1]["_distance"] > rows[want - 1]["_distance"]:
+                break  # all rows seen, or the last fetched lies beyond the k-th: no tie was cut
+            fetch = min(n, 2 * fetch)
+        for d in rows:
+            del d["_rowid"]
+        return rows[:want]
 
     def build_index(self, num_partitions: int | None, num_sub_vectors: int | None) -> None:
         import lance
