@@ -26,7 +26,9 @@ import numpy as np
 from gfcr.sim.simulator import SimConfig, format_table, simulate
 
 
-def retrieval_bench(n: int) -> None:
+def retrieval_bench(n: int, embedders: tuple[str, ...] = ("hash", "minilm"), per_prompt: int = 1) -> None:
+    """``per_prompt`` > 1: each prompt solved that many times (one text, so tied distances, as a
+    training run's K solved rollouts of a prompt)."""
     from gfcr.records import Rollout
     from gfcr.replay.retrieval import Retrieval
 
@@ -34,12 +36,13 @@ def retrieval_bench(n: int) -> None:
     rs = []
     for i in range(n):
         a, b, c = (int(x) for x in rng.integers(2, 99, size=3))
-        rs.append(Rollout(run_id="b", prompt_id=f"p{i}", token_ids=[1], token_role=[1], logprobs=[-0.1], verified=True,
-                          rollout_id=f"r{i}", messages=[
+        rs += [Rollout(run_id="b", prompt_id=f"p{i}", token_ids=[1], token_role=[1], logprobs=[-0.1], verified=True,
+                       rollout_id=f"r{i}-{j}", messages=[
                               {"role": "user", "content": f"A shop sells {a} pens a day for {b} days, then {c} more. How many pens?"},
-                              {"role": "assistant", "content": f"{a} * {b} = {a * b}\n{a * b} + {c} = {a * b + c}\nAnswer: {a * b + c}"}]))
+                              {"role": "assistant", "content": f"{a} * {b} = {a * b}\n{a * b} + {c} = {a * b + c}\nAnswer: {a * b + c}"}])
+               for j in range(per_prompt)]
     print("| embedder | index N prompts + steps (s) | rows/s | 100 queries (ms/query) |\n|---|---|---|---|")
-    for name in ("hash", "minilm"):
+    for name in embedders:
         with tempfile.TemporaryDirectory() as d:
             ret = Retrieval(Path(d) / "retrieval.lance", embed=name, segments=True)
             ret.embed(["warm up"])  # model load not timed
@@ -61,10 +64,12 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--replay-decay", type=float, default=1.0, help="SimConfig.replay_decay (sensitivity)")
     ap.add_argument("--retrieval", type=int, default=0, help="time retrieval on N prompts instead (hash vs MiniLM)")
+    ap.add_argument("--embedders", default="hash,minilm", help="with --retrieval: which embedders, comma-separated")
+    ap.add_argument("--solved-per-prompt", type=int, default=1, help="with --retrieval: solved rollouts per prompt")
     ap.add_argument("--out", default=None, help="new folder for the first seed's JSON and plot")
     args = ap.parse_args()
     if args.retrieval:
-        retrieval_bench(args.retrieval)
+        retrieval_bench(args.retrieval, tuple(args.embedders.split(",")), args.solved_per_prompt)
         return
     t0 = time.perf_counter()
     reports = []

@@ -158,16 +158,17 @@ class _VectorTable:
 
         ds = lance.dataset(str(self.path))
         n = ds.count_rows()
-        want = fetch = min(n, k)
+        want = min(n, k)
         if want <= 0:
             return []
+        fetch = min(n, 2 * want + 1)  # more than wanted, so that a tie at the k-th rarely costs a second scan
         while True:
             t = ds.to_table(nearest={"column": "vector", "q": q, "k": fetch, "metric": "cosine"}, filter=flt,
                             prefilter=True, columns=[*columns, "_distance"], with_row_id=True)
             rows = sorted(t.to_pylist(), key=lambda d: (d["_distance"], d["_rowid"]))
             if len(rows) < fetch or fetch >= n or rows[-1]["_distance"] > rows[want - 1]["_distance"]:
                 break  # all rows seen, or the last fetched lies beyond the k-th: no tie was cut
-            fetch = min(n, 2 * fetch)
+            fetch = min(n, 4 * fetch)
         for d in rows:
             del d["_rowid"]
         return rows[:want]
