@@ -22,6 +22,8 @@ Stages, each timed (wall and CPU seconds), with the machine load at start and en
    signal), and in arm on the share of rollouts that had seeds and the verified share with and without.
 
 Results: ``bench/out/retrieve_train_bench.json`` (per seed under ``"seeds"``) and a printed table ("not significant" when p >= 0.05).
+``--truncation RESULT_JSON`` re-evaluates a finished run's base and checkpoints and counts the held-out
+answers cut at the 64-token budget (``bench/out/retrieve_train_truncation.json``).
 What it can show: whether training with in-context seeds changes the unseeded policy after a few
 steps at this size; not: long runs, other tasks, or other embedders.
 """
@@ -78,7 +80,12 @@ def main() -> None:
     ap.add_argument("--output-dir", default="bench/out/retrieve_train")
     ap.add_argument("--seeds", default="0", help="training seeds, comma-separated (each trains both arms)")
     ap.add_argument("--eval-seed", type=int, default=0, help="draws the held-out set (one set for all seeds)")
+    ap.add_argument("--truncation", metavar="RESULT_JSON", help=(
+        "instead of training: re-evaluate the base and the checkpoints a finished run recorded (greedy, "
+        "the same held-out set) and count the answers cut at the 64-token budget"))
     args = ap.parse_args()
+    if args.truncation:
+        return truncation(Path(args.truncation))
 
     from gfcr.evaluate import compare_paired
     from gfcr.evaluate.paired import per_prompt_values
@@ -99,6 +106,7 @@ def main() -> None:
         if hasattr(res, "metrics"):  # an evaluation: kept at once, so a run cut short still leaves it
             rec.setdefault("metrics", {})[name.removeprefix("eval_")] = {m: vars(v) for m, v in res.metrics.items()}
             rec.setdefault("greedy", {})[name.removeprefix("eval_")] = per_prompt_values(res, "greedy_pass@1")
+            rec.setdefault("info", {})[name.removeprefix("eval_")] = dict(res.info)  # e.g. truncated answers
         partial.write_text(json.dumps(out, indent=2, default=str))
         return res
 
@@ -146,6 +154,29 @@ def main() -> None:
         verdict = "significant" if d["p"] < 0.05 else "not significant"
         print(f"| pooled ({len(out['seeds'])} seeds) | {key} | greedy_pass@1 | {d['diff']:+.3f} (means {d['a']:.3f} vs "
               f"{d['b']:.3f}) | {d['a_better']} / {d['b_better']} | {d['p']:.3g} | {verdict} |")
+
+
+def truncation(result: Path) -> None:
+    """Held-out greedy answers cut at the budget (``finish_reason`` length: never verified) for the base
+    and every arm of a finished run's result file; writes ``bench/out/retrieve_train_truncation.json``."""
+    from gfcr.tasks.arith import make_arith
+
+    done = json.loads(result.read_text())
+    prompts = make_arith(n=done["n_eval"], level=2, split="test", seed=done["args"]["eval_seed"]).prompts()
+    models = {"base": "default"} | {
+        f"{arm} s{seed}": str(sorted((Path(rec[f"train_{arm}"]["run_dir"]) / "checkpoints").glob("step_*"))[-1])
+        for seed, rec in done["seeds"].items() for arm in ("off", "on")}
+    out: dict[str, Any] = {"result": str(result), "n": len(prompts), "load_start": os.getloadavg(), "models": {}}
+    for name, path in models.items():
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        res = evaluate_lenient(path, prompts, 0, done["args"]["eval_seed"], progress=False)
+        out["models"][name] = {"truncated": res.info["truncated"], "greedy_pass@1": res.metrics["greedy_pass@1"].value,
+                               "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(cpu_seconds() - c0, 1)}
+        print(f"{name}: {out['models'][name]}", file=sys.stderr, flush=True)
+    out["load_end"] = os.getloadavg()
+    p = Path("bench/out/retrieve_train_truncation.json")
+    p.write_text(json.dumps(out, indent=2))
+    print(f"written {p}")
 
 
 def pooled_greedy(out: dict[str, Any]) -> dict[str, Any]:
