@@ -44,17 +44,19 @@ def run_facts(run_dir: Path) -> dict[str, Any]:
     """The run's id, last checkpoint, starting model, sampling temperature and new-token budget."""
     import yaml
 
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    ckpts = sorted((run_dir / "checkpoints").glob("step_*"))
-    if not ckpts:
-        raise SystemExit(f"{run_dir}: no checkpoints/step_* (is it a finished gfcr train run?)")
     from gfcr.store import RolloutStore
+    from gfcr.train.checkpoint import latest_checkpoint
+
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    last = latest_checkpoint(run_dir)
+    if last is None:
+        raise SystemExit(f"{run_dir}: no checkpoints/step_* that finished (is it a finished gfcr train run?)")
 
     runs = sorted(set(RolloutStore.open(run_dir / "store").scan(columns=["run_id"]).column("run_id").to_pylist()))
     if len(runs) != 1:
         raise SystemExit(f"{run_dir}/store holds {len(runs)} runs; expected the one run of this folder")
     g = cfg.get("generate", {})
-    return {"run_id": runs[0], "last": str(ckpts[-1]), "start": cfg["model"], "temperature": g.get("temperature", 1.0),
+    return {"run_id": runs[0], "last": str(last), "start": cfg["model"], "temperature": g.get("temperature", 1.0),
             "max_tokens": g.get("max_tokens", 96)}
 
 
@@ -81,18 +83,8 @@ def analyze(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
                            "cpu_s": round(cpu_seconds() - c0, 1), "load": [l0, os.getloadavg()[0]],
                            "complementarity": res.get("complementarity"), "compatibility": res.get("compatibility")}
     if args.with_start and res.get("complementarity"):
-        from gfcr.generate.engines.hf import HFEngine
-        from gfcr.ross.analyze import complementarity, hardest_solved_prompts
-        from gfcr.ross.evaluation import make_verify_fn
-
-        hard = hardest_solved_prompts(store, args.n, f["run_id"])
-        ps = {p.prompt_id: p for p in store.prompts(ids=[h["prompt_id"] for h in hard])}
-        eng = HFEngine(P.load_model(f["start"]), tokenizer=tok, policy_version="start")
         t1, c1 = time.time(), cpu_seconds()
-        rec["start_complementarity"] = complementarity(
-            eng, [ps[h["prompt_id"]] for h in hard if h["prompt_id"] in ps], k=args.k,
-            ks=[k for k in (1, 8, 32) if k <= args.k], max_tokens=f["max_tokens"],
-            verifier=make_verify_fn("numeric", {"lenient_fallback": True}), temperature=f["temperature"])
+        rec["start_complementarity"] = P.complementarity_of(cfg, store, P.load_model(f["start"]), tok, "start")
         rec["start_wall_s"], rec["start_cpu_s"] = round(time.time() - t1, 1), round(cpu_seconds() - c1, 1)
     return rec
 

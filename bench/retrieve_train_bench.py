@@ -90,6 +90,7 @@ def main() -> None:
     from gfcr.evaluate import compare_paired
     from gfcr.evaluate.paired import per_prompt_values
     from gfcr.tasks.arith import make_arith
+    from gfcr.train.checkpoint import latest_checkpoint
     from gfcr.train.config import load_config
     from gfcr.train.loop import train
 
@@ -126,7 +127,7 @@ def main() -> None:
                 over = over | {"retrieve": {"k": args.k_seeds, "store": rec["train_off"]["store"]}}
             res = stage(rec, f"train_{name}", lambda o=over, n=f"rt-{name}-s{seed}": train(
                 load_config(args.config, o | {"run_name": n}), progress=False))
-            students[name] = str(sorted((Path(res.run_dir) / "checkpoints").glob("step_*"))[-1])
+            students[name] = str(latest_checkpoint(res.run_dir))
             rec[f"train_{name}"] = {"run_dir": str(res.run_dir), "store": str(res.store_path)} | _train_stats(
                 str(res.store_path))
             partial.write_text(json.dumps(out, indent=2, default=str))
@@ -160,11 +161,12 @@ def truncation(result: Path) -> None:
     """Held-out greedy answers cut at the budget (``finish_reason`` length: never verified) for the base
     and every arm of a finished run's result file; writes ``bench/out/retrieve_train_truncation.json``."""
     from gfcr.tasks.arith import make_arith
+    from gfcr.train.checkpoint import latest_checkpoint
 
     done = json.loads(result.read_text())
     prompts = make_arith(n=done["n_eval"], level=2, split="test", seed=done["args"]["eval_seed"]).prompts()
     models = {"base": "default"} | {
-        f"{arm} s{seed}": str(sorted((Path(rec[f"train_{arm}"]["run_dir"]) / "checkpoints").glob("step_*"))[-1])
+        f"{arm} s{seed}": str(latest_checkpoint(Path(rec[f"train_{arm}"]["run_dir"])))
         for seed, rec in done["seeds"].items() for arm in ("off", "on")}
     out: dict[str, Any] = {"result": str(result), "n": len(prompts), "load_start": os.getloadavg(), "models": {}}
     for name, path in models.items():

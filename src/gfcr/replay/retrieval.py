@@ -169,9 +169,7 @@ class _VectorTable:
             if len(rows) < fetch or fetch >= n or rows[-1]["_distance"] > rows[want - 1]["_distance"]:
                 break  # all rows seen, or the last fetched lies beyond the k-th: no tie was cut
             fetch = min(n, 4 * fetch)
-        for d in rows:
-            del d["_rowid"]
-        return rows[:want]
+        return [{c: v for c, v in d.items() if c != "_rowid"} for d in rows[:want]]
 
     def build_index(self, num_partitions: int | None, num_sub_vectors: int | None) -> None:
         import lance

@@ -278,8 +278,6 @@ def stage_analyze(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any) ->
     from gfcr.ross.analyze import (
         categories_early_late,
         compatibility,
-        complementarity,
-        hardest_solved_prompts,
         ter_by_step,
         ter_by_window,
     )
@@ -319,18 +317,33 @@ def stage_analyze(cfg: RossConfig, store: Any, run_dir: Path, tokenizer: Any) ->
                 max_tokens=a.max_tokens, temperature=e.temperature, tries=a.compatibility_tries,
                 verify=verify if a.compatibility_filter else None, teacher_texts=_teacher_texts(a.teacher_jsonl))
     if a.complementarity_prompts:
-        from gfcr.generate.engines.hf import HFEngine
-
-        hard = hardest_solved_prompts(store, a.complementarity_prompts, w.run, w.steps, w.task)
-        ps = {p.prompt_id: p for p in store.prompts(ids=[h["prompt_id"] for h in hard])} if hard else {}
-        if ps:
-            eng = HFEngine(current, tokenizer=tokenizer, policy_version="upstream")
-            res = complementarity(eng, [ps[h["prompt_id"]] for h in hard if h["prompt_id"] in ps],
-                                  k=a.complementarity_k, ks=[k for k in (1, 8, 32) if k <= a.complementarity_k],
-                                  max_tokens=a.max_tokens, verifier=verify, temperature=e.temperature)
-            out["complementarity"] = {**res, "historical_rates": [h["rate"] for h in hard]}
+        res = complementarity_of(cfg, store, current, tokenizer, "upstream")
+        if res is not None:
+            out["complementarity"] = res
     (run_dir / "analysis.json").write_text(json.dumps(out, indent=2))
     return out
+
+
+def complementarity_of(cfg: RossConfig, store: Any, model: Any, tokenizer: Any,
+                       policy_version: str = "upstream") -> dict[str, Any] | None:
+    """``model``'s :func:`gfcr.ross.analyze.complementarity` on the ``analyze.complementarity_prompts``
+    hardest prompts the window's history solved (``historical_rates`` added, hardest first); None when
+    history solved none. ``model``: a loaded model (the upstream one in :func:`stage_analyze`)."""
+    from gfcr.generate.engines.hf import HFEngine
+    from gfcr.ross.analyze import complementarity, hardest_solved_prompts
+    from gfcr.ross.evaluation import make_verify_fn
+
+    a, w, e = cfg.analyze, cfg.window, cfg.evaluate
+    hard = hardest_solved_prompts(store, a.complementarity_prompts, w.run, w.steps, w.task)
+    ps = {p.prompt_id: p for p in store.prompts(ids=[h["prompt_id"] for h in hard])} if hard else {}
+    if not ps:
+        return None
+    eng = HFEngine(model, tokenizer=tokenizer, policy_version=policy_version)
+    res = complementarity(eng, [ps[h["prompt_id"]] for h in hard if h["prompt_id"] in ps],
+                          k=a.complementarity_k, ks=[k for k in (1, 8, 32) if k <= a.complementarity_k],
+                          max_tokens=a.max_tokens, verifier=make_verify_fn(e.verifier.name, e.verifier.params),
+                          temperature=e.temperature)
+    return {**res, "historical_rates": [h["rate"] for h in hard]}
 
 
 def identical_supervision(build: dict) -> list[str]:
