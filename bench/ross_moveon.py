@@ -1,0 +1,318 @@
+"""ROSS's complementarity in a curriculum that moves on (issue 47).
+
+The paper's second reason for relearning from stored rollouts is *complementarity*: an RL run's
+history holds successes its final checkpoint no longer reproduces, so supervised relearning on the
+history can add what sampling the final policy cannot. This bench builds that situation on CPU and
+measures it:
+
+1. ``sweep_early`` (phase A, what the upstream run stored): the last checkpoint of a ``gfcr train``
+   GRPO run on one- and two-digit sums (``--upstream RUN``, e.g. ``bench/retrieve_train_bench.py``'s
+   ``rt-off-s0``) samples ``--k`` completions of every one of the run's train prompts at the run's
+   temperature and token budget; verified with the run's verifier (numeric, last-number fallback)
+   and appended, with the run's own rollouts, to the *history* store ``STATE/history``.
+2. ``moveon`` (phase B, the curriculum moves on): that checkpoint is fine-tuned on ``--n-move`` worked
+   three-term chains (``arith`` level 5, :func:`gfcr.tasks.chains.worked_solution` without mistakes),
+   ``--move-epochs`` epochs of full-supervision SFT at ``--move-lr``: the *final* checkpoint.
+3. ``sweep_final``: the final checkpoint samples the same prompts the same way (fresh seeds) into the
+   *own* store ``STATE/own``: what continued training on the final policy's own successes can use.
+   Lost successes: per prompt, the early sweep's solve rate against the final sweep's (paired sign
+   test over all train prompts, no selection by either sweep's outcome).
+4. ``arms``: per ``--sft-seeds`` seed, from the final checkpoint, the ROSS pipeline (select the
+   verified rollouts, identical completions of a prompt once; ``arith-steps`` audit; masked SFT, ``--epochs-sft`` epochs, lr 1e-5, batch 8) on
+   the history store (``ross_history``) and on the own store (``ross_own``): the same method, the same
+   judge and steps per row, only the source of the successes differs.
+5. ``eval``: every model greedy on the run's train prompts (are phase A's successes back?), on
+   ``--n-eval`` held-out two-digit sums (the arith test split, ``bench/retrieve_train_bench.py``'s set)
+   and on ``--n-chains`` held-out chains (is phase B's skill kept?); paired sign tests per prompt,
+   pooled over the SFT seeds.
+
+Stated before the arms ran (docs/ross.md "Complementarity in a curriculum that moves on"): the
+complementarity half is **confirmed** if ROSS on the history beats ROSS on the final policy's own
+successes on held-out sums and on the train prompts (paired, pooled over ≥ 2 seeds, p < 0.05 after
+Holm over the two), while held-out chains do not fall by more than the noise; **falsified** if the two
+are equal (the history adds nothing sampling the final policy cannot) — and the whole test is void if
+phase B loses nothing (the early sweep's per-prompt solve rates not above the final one's).
+
+Each stage writes ``STATE/<stage>.json`` and is read back, not re-run, when it exists.
+Run: ``python bench/ross_moveon.py --upstream bench/out/retrieve_train/rt-off-s0-* --state ~/.cache/gfcr/studies/ross-moveon``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def cpu_seconds() -> float:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def upstream_facts(run_dir: Path) -> dict[str, Any]:
+    """The run's last complete checkpoint, run id, sampling temperature and token budget."""
+    import yaml
+
+    from gfcr.store import RolloutStore
+    from gfcr.train.checkpoint import latest_checkpoint
+
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    last = latest_checkpoint(run_dir)
+    if last is None:
+        raise SystemExit(f"{run_dir}: no finished checkpoints/step_* (is it a finished gfcr train run?)")
+    t = RolloutStore.open(run_dir / "store").scan(columns=["run_id", "step"])
+    runs = sorted(set(t.column("run_id").to_pylist()))
+    if len(runs) != 1:
+        raise SystemExit(f"{run_dir}/store holds {len(runs)} runs; expected the one run of this folder")
+    g = cfg.get("generate", {})
+    return {"run_dir": str(run_dir), "run_id": runs[0], "last": str(last), "last_step": max(t.column("step").to_pylist()),
+            "temperature": g.get("temperature", 1.0), "max_tokens": g.get("max_tokens", 64)}
+
+
+def train_prompts(store: Any) -> list[Any]:
+    return sorted((p for p in store.prompts() if p.split == "train"), key=lambda p: p.prompt_id)
+
+
+def verifier(args: argparse.Namespace) -> Any:
+    """The upstream run's verifier (numeric, last-number fallback); ``--format-pattern`` replaces it (tests)."""
+    from gfcr.filters.verifiers import FormatVerifier, NumericVerifier
+
+    return FormatVerifier(pattern=args.format_pattern) if args.format_pattern else NumericVerifier(lenient_fallback=True)
+
+
+def sweep(model: str, store_path: Path, prompts: list[Any], k: int, temperature: float, max_tokens: int,
+          seed: int, run_id: str, step: int, ver: Any) -> dict[str, Any]:
+    """``k`` samples per prompt from ``model`` (group topology, per-prompt seeds from ``seed``), verified
+    by ``ver``, appended to ``store_path``; per-prompt verified counts."""
+    from gfcr.filters.apply import verify_many
+    from gfcr.generate.engines.base import SamplingParams
+    from gfcr.generate.engines.hf import HFEngine
+    from gfcr.generate.topologies import make_topology
+    from gfcr.store import RolloutStore
+
+    eng = HFEngine(model, max_batch=32, policy_version=Path(model).name)
+    topo = make_topology("group", params=SamplingParams(temperature=temperature, max_tokens=max_tokens), seed=seed, k=k)
+    store = RolloutStore.open(store_path, create=True)
+    store.upsert_prompts(prompts)
+    solved: dict[str, int] = {p.prompt_id: 0 for p in prompts}
+    t0, c0 = time.time(), cpu_seconds()
+    for i in range(0, len(prompts), 16):
+        batch = prompts[i:i + 16]
+        rs = verify_many(topo.generate(eng, batch, run_id=run_id, step=step), ver, batch)
+        store.append(rs)
+        for r in rs:
+            solved[r.prompt_id] += bool(r.verified)
+        print(f"  sweep {run_id}: {i + len(batch)}/{len(prompts)} prompts", file=sys.stderr, flush=True)
+    return {"model": model, "run_id": run_id, "k": k, "temperature": temperature, "max_tokens": max_tokens,
+            "seed": seed, "rollouts": k * len(prompts), "verified": sum(solved.values()),
+            "prompts_solved": sum(v > 0 for v in solved.values()), "per_prompt": solved,
+            "wall_s": round(time.time() - t0, 1), "cpu_s": round(cpu_seconds() - c0, 1), "load": os.getloadavg()[0]}
+
+
+def stage_sweep_early(args: argparse.Namespace, state: Path, up: dict[str, Any]) -> dict[str, Any]:
+    from gfcr.store import RolloutStore
+
+    hist = state / "history"
+    if hist.exists():  # an earlier start that did not finish: copied and swept again whole
+        shutil.rmtree(hist)
+    shutil.copytree(Path(up["run_dir"]) / "store", hist)
+    prompts = train_prompts(RolloutStore.open(hist))
+    return sweep(up["last"], hist, prompts, args.k, up["temperature"], up["max_tokens"], args.seed,
+                 f"{up['run_id']}-sweep", up["last_step"] + 1, verifier(args))
+
+
+def stage_moveon(args: argparse.Namespace, state: Path, up: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from ross_testbed import warm_rows
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gfcr.tasks.arith import make_arith
+    from gfcr.train.sft import train_masked_sft
+
+    torch.manual_seed(args.seed)
+    tok = AutoTokenizer.from_pretrained(up["last"])
+    model = AutoModelForCausalLM.from_pretrained(up["last"], dtype=torch.float32)
+    chains = make_arith(n=args.n_move, level=5, seed=args.seed, split="train").prompts()
+    rows = warm_rows(tok, chains, 0.0, 0.0, args.seed)
+    out_dir = state / "final"
+    t0, c0 = time.time(), cpu_seconds()
+    res = train_masked_sft(model, rows, pad_id=tok.pad_token_id or tok.eos_token_id, epochs=args.move_epochs,
+                           lr=args.move_lr, batch_size=8, seed=args.seed, out_dir=out_dir, tokenizer=tok, progress=True)
+    return {"dir": str(out_dir), "init": up["last"], "rows": len(rows), "tokens": sum(len(r["input_ids"]) for r in rows),
+            "epochs": args.move_epochs, "lr": args.move_lr, "wall_s": round(time.time() - t0, 1),
+            "cpu_s": round(cpu_seconds() - c0, 1), "load": os.getloadavg()[0],
+            "final_loss": getattr(res, "final_loss", None)}
+
+
+def sign_test(a: list[float], b: list[float]) -> dict[str, Any]:
+    """Paired per-item comparison: mean difference, items where a > b / a < b, exact two-sided sign test."""
+    from scipy.stats import binomtest
+
+    hi = sum(x > y for x, y in zip(a, b, strict=True))
+    lo = sum(x < y for x, y in zip(a, b, strict=True))
+    return {"n": len(a), "a": sum(a) / len(a), "b": sum(b) / len(b), "diff": (sum(a) - sum(b)) / len(a),
+            "a_higher": hi, "b_higher": lo, "p": binomtest(hi, hi + lo).pvalue if hi + lo else 1.0}
+
+
+def stage_sweep_final(args: argparse.Namespace, state: Path, up: dict[str, Any], early: dict[str, Any],
+                      final: dict[str, Any]) -> dict[str, Any]:
+    from gfcr.store import RolloutStore
+
+    own = state / "own"
+    if own.exists():
+        shutil.rmtree(own)
+    prompts = train_prompts(RolloutStore.open(state / "history"))
+    res = sweep(final["dir"], own, prompts, args.k, up["temperature"], up["max_tokens"], args.seed + 1,
+                "final-sweep", 0, verifier(args))
+    e, f = early["per_prompt"], res["per_prompt"]
+    ids = sorted(e)
+    res["lost"] = {"early_solved_final_not": sum(e[i] > 0 and f[i] == 0 for i in ids),
+                   "final_solved_early_not": sum(f[i] > 0 and e[i] == 0 for i in ids),
+                   "rate_early_minus_final": sign_test([e[i] / args.k for i in ids], [f[i] / args.k for i in ids])}
+    return res
+
+
+def ross_config(store: Path, out: Path, upstream: str, seed: int, epochs: int, judge: str = "arith-steps",
+                check_answer: bool = True) -> Any:
+    from gfcr.ross.config import load_config
+
+    return load_config(None, {
+        "store": str(store), "out_dir": str(out), "upstream_model": upstream, "base_model": None,
+        "variants": ["ross"], "window": {"task": "arith", "dedup": True}, "judge": {"name": judge, "check_answer": check_answer},
+        "build": {"max_length": 512},
+        "train": {"epochs": epochs, "lr": 1e-5, "batch_size": 8, "checkpoint_every": 50, "seed": seed},
+        "stages": ["select", "audit", "build", "train"]})
+
+
+def stage_arms(args: argparse.Namespace, state: Path, final: dict[str, Any]) -> dict[str, Any]:
+    from gfcr.ross.pipeline import run_ross
+
+    out: dict[str, Any] = {}
+    for sd in [int(x) for x in args.sft_seeds.split(",")]:
+        for name, src in (("ross_history", "history"), ("ross_own", "own")):
+            rd = state / "arms" / f"{name}-s{sd}"
+            done = rd / "models" / "ross" / "sft.json"
+            t0, c0 = time.time(), cpu_seconds()
+            run = run_ross(ross_config(state / src, state / "arms", final["dir"], sd, args.epochs_sft, args.judge,
+                                      check_answer=not args.format_pattern), rd)  # a format verdict has no answer
+            rec = {"dir": str(rd / "models" / "ross"), "select": run.results["select"],
+                   "build": run.results["build"]["ross"], "wall_s": round(time.time() - t0, 1),
+                   "cpu_s": round(cpu_seconds() - c0, 1), "load": os.getloadavg()[0]}
+            assert done.exists(), f"{done} missing after training"
+            out[f"{name}-s{sd}"] = rec
+            print(f"[arms] {name} seed {sd}: {json.dumps({k: rec[k] for k in ('select', 'wall_s')})}", file=sys.stderr,
+                  flush=True)
+    return out
+
+
+def greedy(model: str, prompts: list[Any], max_tokens: int, ver: Any) -> list[bool]:
+    from gfcr.generate.engines.base import GenRequest, SamplingParams
+    from gfcr.generate.engines.hf import HFEngine
+
+    eng = HFEngine(model, max_batch=32)
+    reqs = [GenRequest(messages=[{"role": m.role, "content": m.content} for m in p.messages],
+                       params=SamplingParams(n=1, temperature=0.0, max_tokens=max_tokens)) for p in prompts]
+    return [bool(ver.verify(r.text or "", p.answer).passed) for p, (r,) in zip(prompts, eng.generate(reqs), strict=True)]
+
+
+def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], final: dict[str, Any],
+               arms: dict[str, Any], partial: dict[str, Any]) -> dict[str, Any]:
+    from gfcr.store import RolloutStore
+    from gfcr.tasks.arith import make_arith
+
+    sets = {"train_sums": (train_prompts(RolloutStore.open(state / "history")), up["max_tokens"]),
+            "heldout_sums": (make_arith(n=args.n_eval, level=2, split="test", seed=0).prompts(), up["max_tokens"]),
+            "heldout_chains": (make_arith(n=args.n_chains, level=5, split="test", seed=0).prompts(), args.chain_tokens)}
+    models = {"early": up["last"], "final": final["dir"], **{k: v["dir"] for k, v in arms.items()}}
+    res = partial.setdefault("per_prompt", {})
+    timing = partial.setdefault("timing", {})
+    path = state / "eval.partial.json"
+    for name, model in models.items():
+        for s, (prompts, mt) in sets.items():
+            key = f"{name}/{s}"
+            if key in res:
+                continue
+            t0, c0 = time.time(), cpu_seconds()
+            res[key] = greedy(model, prompts, mt, verifier(args))
+            timing[key] = {"wall_s": round(time.time() - t0, 1), "cpu_s": round(cpu_seconds() - c0, 1),
+                           "load": os.getloadavg()[0]}
+            path.write_text(json.dumps(partial))
+            print(f"[eval] {key}: {sum(res[key])}/{len(res[key])} ({timing[key]['wall_s']} s)", file=sys.stderr, flush=True)
+    seeds = sorted({k.rsplit("-s", 1)[1] for k in arms})
+    out: dict[str, Any] = {"n": {s: len(p) for s, (p, _) in sets.items()}, "timing": timing,
+                           "pass@1": {k: sum(v) / len(v) for k, v in res.items()}, "paired": {}}
+
+    def pooled(a: str, b: str, s: str) -> dict[str, Any]:  # per-prompt shares over seeds ('-' rows: one model)
+        def share(m: str) -> list[float]:
+            rows = [res[f"{m}-s{sd}/{s}"] for sd in seeds] if f"{m}-s{seeds[0]}/{s}" in res else [res[f"{m}/{s}"]]
+            return [sum(col) / len(col) for col in zip(*rows, strict=True)]
+        return sign_test(share(a), share(b))
+
+    for s in sets:
+        out["paired"][s] = {"final - early": pooled("final", "early", s),
+                            "ross_history - ross_own": pooled("ross_history", "ross_own", s),
+                            "ross_history - final": pooled("ross_history", "final", s),
+                            "ross_own - final": pooled("ross_own", "final", s),
+                            **{f"ross_history - ross_own (seed {sd})": sign_test(
+                                [float(x) for x in res[f"ross_history-s{sd}/{s}"]],
+                                [float(x) for x in res[f"ross_own-s{sd}/{s}"]]) for sd in seeds}}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--upstream", required=True, help="a finished gfcr train run folder (phase A)")
+    ap.add_argument("--state", default="~/.cache/gfcr/studies/ross-moveon", help="the study's folder (outside the repo)")
+    ap.add_argument("--stages", default="sweep_early,moveon,sweep_final,arms,eval")
+    ap.add_argument("--k", type=int, default=4, help="samples per train prompt in each sweep")
+    ap.add_argument("--n-move", type=int, default=384, help="worked chains of the move-on SFT")
+    ap.add_argument("--move-epochs", type=int, default=2)
+    ap.add_argument("--move-lr", type=float, default=2e-5)
+    ap.add_argument("--sft-seeds", default="0,1")
+    ap.add_argument("--epochs-sft", type=int, default=3, help="epochs of each ROSS arm (the paper's 3)")
+    ap.add_argument("--n-eval", type=int, default=300, help="held-out two-digit sums")
+    ap.add_argument("--n-chains", type=int, default=200, help="held-out three-term chains")
+    ap.add_argument("--chain-tokens", type=int, default=160)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--judge", default="arith-steps", help="the ROSS arms' judge (keep-all: no mask, tests)")
+    ap.add_argument("--format-pattern", default=None, help="verify by this regex instead of the numeric answer (tests)")
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    state = Path(args.state).expanduser()
+    state.mkdir(parents=True, exist_ok=True)
+    up = upstream_facts(Path(args.upstream))
+    results: dict[str, Any] = {"upstream": up, "load_start": os.getloadavg()}
+    for stage in args.stages.split(","):
+        path = state / f"{stage}.json"
+        if path.exists():
+            results[stage] = json.loads(path.read_text())
+            continue
+        if stage == "sweep_early":
+            results[stage] = stage_sweep_early(args, state, up)
+        elif stage == "moveon":
+            results[stage] = stage_moveon(args, state, up)
+        elif stage == "sweep_final":
+            results[stage] = stage_sweep_final(args, state, up, results["sweep_early"], results["moveon"])
+        elif stage == "arms":
+            results[stage] = stage_arms(args, state, results["moveon"])
+        elif stage == "eval":
+            pp = state / "eval.partial.json"
+            partial = json.loads(pp.read_text()) if pp.exists() else {}
+            results[stage] = stage_eval(args, state, up, results["moveon"], results["arms"], partial)
+        else:
+            raise SystemExit(f"unknown stage {stage!r} (sweep_early, moveon, sweep_final, arms, eval)")
+        path.write_text(json.dumps(results[stage], indent=1))
+        brief = {k: v for k, v in results[stage].items() if k not in ("per_prompt",)}
+        print(json.dumps({stage: brief}, indent=1, default=str)[:3000], flush=True)
+    results["load_end"] = os.getloadavg()
+    (state / "result.json").write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""bench/ross_moveon.py end to end on a real (tiny-model) ``gfcr train`` run folder."""
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parents[1] / "bench"
+sys.path.insert(0, str(BENCH))  # the bench imports ross_testbed's worked-solution rows
+spec = importlib.util.spec_from_file_location("ross_moveon", BENCH / "ross_moveon.py")
+mo = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mo)
+
+
+def test_sign_test_counts_pairs_and_is_two_sided():
+    r = mo.sign_test([1.0, 1.0, 0.5, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0, 0.0])
+    assert (r["a_higher"], r["b_higher"], r["n"]) == (3, 0, 5)
+    assert r["diff"] == pytest.approx((3.5 - 1.0) / 5)
+    assert r["p"] == pytest.approx(0.25)  # 3 of 3 one way: 2 * 0.5 ** 3
+    assert mo.sign_test([0.0], [0.0])["p"] == 1.0  # no untied pair: nothing to test
+
+
+def test_the_study_runs_on_a_tiny_run_and_keeps_the_upstream_run_untouched(tiny_dir, tmp_path):
+    from gfcr.store import RolloutStore
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import train
+
+    cfg = load_config(None, {
+        "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 2, "tensorboard": False,
+        "tasks": [{"name": "arith", "n_train": 6, "n_eval": 0, "params": {"level": 1}}],
+        "generate.topology.params.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4,
+        "generate.temperature": 0.9, "signals.entropy": False,
+        "verify": {"verifier": {"name": "format", "params": {"pattern": "^[^x]"}}}})  # most samples "solve"
+    run = Path(train(cfg, run_dir=tmp_path / "run", progress=False).run_dir)
+    before = RolloutStore.open(run / "store").scan(columns=["rollout_id"]).num_rows
+    up = mo.upstream_facts(run)
+    assert up["last"].endswith("step_000001") and (up["temperature"], up["max_tokens"]) == (0.9, 4)
+
+    state = tmp_path / "state"
+    state.mkdir()
+    args = argparse.Namespace(k=2, n_move=4, move_epochs=1, move_lr=1e-4, sft_seeds="0,1", epochs_sft=1, n_eval=3,
+                              n_chains=2, chain_tokens=4, seed=0, format_pattern="^[^x]", judge="keep-all")
+    early = mo.stage_sweep_early(args, state, up)
+    hist = RolloutStore.open(state / "history")
+    n_train = len(mo.train_prompts(hist))
+    assert n_train == 6 and early["rollouts"] == 2 * n_train
+    assert hist.scan(columns=["rollout_id"]).num_rows == before + 2 * n_train  # the run's rollouts, then the sweep
+    assert RolloutStore.open(run / "store").scan(columns=["rollout_id"]).num_rows == before  # only read
+    assert sum(early["per_prompt"].values()) == early["verified"] > 0
+
+    move = mo.stage_moveon(args, state, up)
+    assert move["rows"] == 4 and Path(move["dir"], "config.json").exists() and move["init"] == up["last"]
+    fin = mo.stage_sweep_final(args, state, up, early, move)
+    lost = fin["lost"]
+    e, f = early["per_prompt"], fin["per_prompt"]
+    assert lost["early_solved_final_not"] == sum(e[i] > 0 and f[i] == 0 for i in e)
+    assert lost["rate_early_minus_final"]["n"] == n_train
+
+    arms = mo.stage_arms(args, state, move)
+    assert set(arms) == {"ross_history-s0", "ross_own-s0", "ross_history-s1", "ross_own-s1"}
+    distinct = len({(r.prompt_id, r.completion) for r in hist.rollouts() if r.verified})
+    assert arms["ross_history-s0"]["select"]["rollouts"] == distinct  # identical completions of a prompt once
+    own = RolloutStore.open(state / "own").rollouts()
+    assert arms["ross_own-s0"]["select"]["rollouts"] == len({(r.prompt_id, r.completion) for r in own if r.verified})
+    assert arms["ross_own-s1"]["dir"] != arms["ross_own-s0"]["dir"]
+    ev = mo.stage_eval(args, state, up, move, arms, {})
+    assert ev["n"] == {"train_sums": 6, "heldout_sums": 3, "heldout_chains": 2}
+    assert set(ev["pass@1"]) == {f"{m}/{s}" for m in ["early", "final", *arms] for s in ev["n"]}
+    p = ev["paired"]["train_sums"]["ross_history - ross_own"]
+    assert p["n"] == 6 and 0 <= p["a"] <= 1
+    saved = json.loads((state / "eval.partial.json").read_text())
+    assert len(saved["per_prompt"]["early/train_sums"]) == 6  # kept per row, so a cut run resumes
+
+
+def test_a_folder_without_checkpoints_is_refused_in_one_line(tmp_path):
+    (tmp_path / "config.yaml").write_text("model: default\n")
+    with pytest.raises(SystemExit, match="no finished checkpoints"):
+        mo.upstream_facts(tmp_path)
