@@ -123,6 +123,7 @@ def main() -> None:
 
     from gfcr.evaluate import compare_paired
     from gfcr.tasks.arith import make_arith
+    from gfcr.train.checkpoint import latest_checkpoint
     from gfcr.train.config import load_config
     from gfcr.train.loop import train
 
@@ -155,8 +156,7 @@ def main() -> None:
         over |= {"distill.teachers": [{"name": "gold-sft" if args.make_teacher else "rl-teacher", "model": args.teacher,
                                         "temperature": 1.0}]}
     res = stage("opd_train", lambda: train(load_config(args.config, over), progress=True))
-    ckpts = sorted((Path(res.run_dir) / "checkpoints").glob("step_*"))
-    student = str(ckpts[-1])
+    student = str(latest_checkpoint(res.run_dir))  # complete checkpoints only
     evals["opd"] = stage("eval_opd", lambda: evaluate_lenient(student, prompts, args.k, args.seed))
     out["opd_run"] = str(res.run_dir)
     if args.ross:

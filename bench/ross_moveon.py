@@ -21,7 +21,9 @@ measures it:
    verified rollouts, identical completions of a prompt once; ``arith-steps`` audit; masked SFT, ``--epochs-sft`` epochs, lr 1e-5, batch 8) on
    the history store (``ross_history``) and on the own store (``ross_own``): the same method, the same
    judge and steps per row, only the source of the successes differs.
-5. ``eval``: every model greedy on the run's train prompts (are phase A's successes back?), on
+5. ``rl``: continued RL, the paper's other way to spend the compute: the upstream run's own config
+   (GRPO on the phase-A prompts) from the final checkpoint for ``--rl-steps`` steps.
+6. ``eval``: every model greedy on the run's train prompts (are phase A's successes back?), on
    ``--n-eval`` held-out two-digit sums (the arith test split, ``bench/retrieve_train_bench.py``'s set)
    and on ``--n-chains`` held-out chains (is phase B's skill kept?); paired sign tests per prompt,
    pooled over the SFT seeds.
@@ -211,6 +213,28 @@ def stage_arms(args: argparse.Namespace, state: Path, final: dict[str, Any]) -> 
     return out
 
 
+def stage_rl(args: argparse.Namespace, state: Path, up: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
+    """Continued RL: the upstream run's own config (GRPO on the phase-A prompts, its loop, loss, learning
+    rate and sampling) from the final checkpoint, ``--rl-steps`` steps, into ``STATE/continued_rl``."""
+    from gfcr.store import RolloutStore
+    from gfcr.train.checkpoint import latest_checkpoint
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import train
+
+    d = state / "continued_rl"
+    if d.exists():  # an earlier start that did not finish: run again whole
+        shutil.rmtree(d)
+    over = {"model": final["dir"], "run_name": d.name, "output_dir": str(state), "steps": args.rl_steps,
+            "seed": args.seed, "eval.before": False, "eval.after": False, "checkpoint.every": args.rl_steps,
+            "tensorboard": False}
+    t0, c0 = time.time(), cpu_seconds()
+    res = train(load_config(Path(up["run_dir"]) / "config.yaml", over), run_dir=d, progress=False)
+    rs = RolloutStore.open(res.store_path).rollouts()
+    return {"dir": str(latest_checkpoint(res.run_dir)), "steps": args.rl_steps, "rollouts": len(rs),
+            "verified": sum(bool(r.verified) for r in rs), "wall_s": round(time.time() - t0, 1),
+            "cpu_s": round(cpu_seconds() - c0, 1), "load": os.getloadavg()[0]}
+
+
 def greedy(model: str, prompts: list[Any], max_tokens: int, ver: Any) -> list[bool]:
     from gfcr.generate.engines.base import GenRequest, SamplingParams
     from gfcr.generate.engines.hf import HFEngine
@@ -222,14 +246,15 @@ def greedy(model: str, prompts: list[Any], max_tokens: int, ver: Any) -> list[bo
 
 
 def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], final: dict[str, Any],
-               arms: dict[str, Any], partial: dict[str, Any]) -> dict[str, Any]:
+               arms: dict[str, Any], partial: dict[str, Any], rl: dict[str, Any] | None = None) -> dict[str, Any]:
     from gfcr.store import RolloutStore
     from gfcr.tasks.arith import make_arith
 
     sets = {"train_sums": (train_prompts(RolloutStore.open(state / "history")), up["max_tokens"]),
             "heldout_sums": (make_arith(n=args.n_eval, level=2, split="test", seed=0).prompts(), up["max_tokens"]),
             "heldout_chains": (make_arith(n=args.n_chains, level=5, split="test", seed=0).prompts(), args.chain_tokens)}
-    models = {"early": up["last"], "final": final["dir"], **{k: v["dir"] for k, v in arms.items()}}
+    models = {"early": up["last"], "final": final["dir"], **{k: v["dir"] for k, v in arms.items()},
+              **({"continued_rl": rl["dir"]} if rl else {})}
     res = partial.setdefault("per_prompt", {})
     timing = partial.setdefault("timing", {})
     path = state / "eval.partial.json"
@@ -259,6 +284,8 @@ def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], final:
                             "ross_history - ross_own": pooled("ross_history", "ross_own", s),
                             "ross_history - final": pooled("ross_history", "final", s),
                             "ross_own - final": pooled("ross_own", "final", s),
+                            **({"ross_history - continued_rl": pooled("ross_history", "continued_rl", s),
+                                "continued_rl - final": pooled("continued_rl", "final", s)} if rl else {}),
                             **{f"ross_history - ross_own (seed {sd})": sign_test(
                                 [float(x) for x in res[f"ross_history-s{sd}/{s}"]],
                                 [float(x) for x in res[f"ross_own-s{sd}/{s}"]]) for sd in seeds}}
@@ -269,13 +296,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--upstream", required=True, help="a finished gfcr train run folder (phase A)")
     ap.add_argument("--state", default="~/.cache/gfcr/studies/ross-moveon", help="the study's folder (outside the repo)")
-    ap.add_argument("--stages", default="sweep_early,moveon,sweep_final,arms,eval")
+    ap.add_argument("--stages", default="sweep_early,moveon,sweep_final,arms,rl,eval")
     ap.add_argument("--k", type=int, default=4, help="samples per train prompt in each sweep")
     ap.add_argument("--n-move", type=int, default=384, help="worked chains of the move-on SFT")
     ap.add_argument("--move-epochs", type=int, default=2)
     ap.add_argument("--move-lr", type=float, default=2e-5)
     ap.add_argument("--sft-seeds", default="0,1")
     ap.add_argument("--epochs-sft", type=int, default=3, help="epochs of each ROSS arm (the paper's 3)")
+    ap.add_argument("--rl-steps", type=int, default=12, help="continued RL: GRPO steps from the final checkpoint")
     ap.add_argument("--n-eval", type=int, default=300, help="held-out two-digit sums")
     ap.add_argument("--n-chains", type=int, default=200, help="held-out three-term chains")
     ap.add_argument("--chain-tokens", type=int, default=160)
@@ -301,12 +329,14 @@ def main() -> None:
             results[stage] = stage_sweep_final(args, state, up, results["sweep_early"], results["moveon"])
         elif stage == "arms":
             results[stage] = stage_arms(args, state, results["moveon"])
+        elif stage == "rl":
+            results[stage] = stage_rl(args, state, up, results["moveon"])
         elif stage == "eval":
             pp = state / "eval.partial.json"
             partial = json.loads(pp.read_text()) if pp.exists() else {}
-            results[stage] = stage_eval(args, state, up, results["moveon"], results["arms"], partial)
+            results[stage] = stage_eval(args, state, up, results["moveon"], results["arms"], partial, results.get("rl"))
         else:
-            raise SystemExit(f"unknown stage {stage!r} (sweep_early, moveon, sweep_final, arms, eval)")
+            raise SystemExit(f"unknown stage {stage!r} (sweep_early, moveon, sweep_final, arms, rl, eval)")
         path.write_text(json.dumps(results[stage], indent=1))
         brief = {k: v for k, v in results[stage].items() if k not in ("per_prompt",)}
         print(json.dumps({stage: brief}, indent=1, default=str)[:3000], flush=True)

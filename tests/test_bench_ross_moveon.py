@@ -42,7 +42,7 @@ def test_the_study_runs_on_a_tiny_run_and_keeps_the_upstream_run_untouched(tiny_
     state = tmp_path / "state"
     state.mkdir()
     args = argparse.Namespace(k=2, n_move=4, move_epochs=1, move_lr=1e-4, sft_seeds="0,1", epochs_sft=1, n_eval=3,
-                              n_chains=2, chain_tokens=4, seed=0, format_pattern="^[^x]", judge="keep-all")
+                              n_chains=2, chain_tokens=4, seed=0, rl_steps=1, format_pattern="^[^x]", judge="keep-all")
     early = mo.stage_sweep_early(args, state, up)
     hist = RolloutStore.open(state / "history")
     n_train = len(mo.train_prompts(hist))
@@ -66,9 +66,12 @@ def test_the_study_runs_on_a_tiny_run_and_keeps_the_upstream_run_untouched(tiny_
     own = RolloutStore.open(state / "own").rollouts()
     assert arms["ross_own-s0"]["select"]["rollouts"] == len({(r.prompt_id, r.completion) for r in own if r.verified})
     assert arms["ross_own-s1"]["dir"] != arms["ross_own-s0"]["dir"]
-    ev = mo.stage_eval(args, state, up, move, arms, {})
+    rl = mo.stage_rl(args, state, up, move)
+    assert rl["dir"].endswith("step_000000") and rl["rollouts"] == 2 * 2  # 1 step x 2 prompts x K = 2, the run's own
+    ev = mo.stage_eval(args, state, up, move, arms, {}, rl)
     assert ev["n"] == {"train_sums": 6, "heldout_sums": 3, "heldout_chains": 2}
-    assert set(ev["pass@1"]) == {f"{m}/{s}" for m in ["early", "final", *arms] for s in ev["n"]}
+    assert set(ev["pass@1"]) == {f"{m}/{s}" for m in ["early", "final", "continued_rl", *arms] for s in ev["n"]}
+    assert "ross_history - continued_rl" in ev["paired"]["heldout_sums"]
     p = ev["paired"]["train_sums"]["ross_history - ross_own"]
     assert p["n"] == 6 and 0 <= p["a"] <= 1
     saved = json.loads((state / "eval.partial.json").read_text())
