@@ -21,9 +21,11 @@ measures it:
    verified rollouts, identical completions of a prompt once; ``arith-steps`` audit; masked SFT, ``--epochs-sft`` epochs, lr 1e-5, batch 8) on
    the history store (``ross_history``) and on the own store (``ross_own``): the same method, the same
    judge and steps per row, only the source of the successes differs.
-5. ``rl``: continued RL, the paper's other way to spend the compute: the upstream run's own config
+5. ``matched``: ``ross_history`` at the own store's size (a random subset of the history's selected
+   rollouts as large as ``ross_own``'s): which successes, not how many.
+6. ``rl``: continued RL, the paper's other way to spend the compute: the upstream run's own config
    (GRPO on the phase-A prompts) from the final checkpoint for ``--rl-steps`` steps.
-6. ``eval``: every model greedy on the run's train prompts (are phase A's successes back?), on
+7. ``eval``: every model greedy on the run's train prompts (are phase A's successes back?), on
    ``--n-eval`` held-out two-digit sums (the arith test split, ``bench/retrieve_train_bench.py``'s set)
    and on ``--n-chains`` held-out chains (is phase B's skill kept?); paired sign tests per prompt,
    pooled over the SFT seeds.
@@ -44,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import shutil
 import sys
@@ -213,6 +216,37 @@ def stage_arms(args: argparse.Namespace, state: Path, final: dict[str, Any]) -> 
     return out
 
 
+def stage_matched(args: argparse.Namespace, state: Path, final: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
+    """``ross_history`` at the own store's size: a store ``STATE/history-matched`` of as many of the
+    history's selected rollouts (verified, distinct) as ``ross_own`` selected, drawn at random
+    (``--seed``), then the same ROSS pipeline per SFT seed. Separates *which* successes from *how many*."""
+    from gfcr.ross.audit import select_rollouts
+    from gfcr.ross.pipeline import run_ross
+    from gfcr.store import RolloutStore
+
+    seeds = [int(x) for x in args.sft_seeds.split(",")]
+    n = arms[f"ross_own-s{seeds[0]}"]["select"]["rollouts"]
+    hist = RolloutStore.open(state / "history")
+    pool = select_rollouts(hist, task="arith", dedup=True)
+    pick = random.Random(args.seed).sample(pool, min(n, len(pool)))
+    sub = state / "history-matched"
+    if sub.exists():
+        shutil.rmtree(sub)
+    store = RolloutStore.open(sub, create=True)
+    store.upsert_prompts(hist.prompts(ids=sorted({r.prompt_id for r in pick})))
+    store.append(pick)
+    out: dict[str, Any] = {"rollouts": len(pick), "of": len(pool), "prompts": len({r.prompt_id for r in pick})}
+    for sd in seeds:
+        rd = state / "arms" / f"ross_history_matched-s{sd}"
+        t0, c0 = time.time(), cpu_seconds()
+        run = run_ross(ross_config(sub, state / "arms", final["dir"], sd, args.epochs_sft, args.judge,
+                                   check_answer=not args.format_pattern), rd)
+        out[f"ross_history_matched-s{sd}"] = {
+            "dir": str(rd / "models" / "ross"), "select": run.results["select"], "build": run.results["build"]["ross"],
+            "wall_s": round(time.time() - t0, 1), "cpu_s": round(cpu_seconds() - c0, 1), "load": os.getloadavg()[0]}
+    return out
+
+
 def stage_rl(args: argparse.Namespace, state: Path, up: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
     """Continued RL: the upstream run's own config (GRPO on the phase-A prompts, its loop, loss, learning
     rate and sampling) from the final checkpoint, ``--rl-steps`` steps, into ``STATE/continued_rl``."""
@@ -246,7 +280,8 @@ def greedy(model: str, prompts: list[Any], max_tokens: int, ver: Any) -> list[bo
 
 
 def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], final: dict[str, Any],
-               arms: dict[str, Any], partial: dict[str, Any], rl: dict[str, Any] | None = None) -> dict[str, Any]:
+               arms: dict[str, Any], partial: dict[str, Any], rl: dict[str, Any] | None = None,
+               matched: dict[str, Any] | None = None) -> dict[str, Any]:
     from gfcr.store import RolloutStore
     from gfcr.tasks.arith import make_arith
 
@@ -254,7 +289,8 @@ def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], final:
             "heldout_sums": (make_arith(n=args.n_eval, level=2, split="test", seed=0).prompts(), up["max_tokens"]),
             "heldout_chains": (make_arith(n=args.n_chains, level=5, split="test", seed=0).prompts(), args.chain_tokens)}
     models = {"early": up["last"], "final": final["dir"], **{k: v["dir"] for k, v in arms.items()},
-              **({"continued_rl": rl["dir"]} if rl else {})}
+              **({"continued_rl": rl["dir"]} if rl else {}),
+              **{k: v["dir"] for k, v in (matched or {}).items() if k.startswith("ross_")}}
     res = partial.setdefault("per_prompt", {})
     timing = partial.setdefault("timing", {})
     path = state / "eval.partial.json"
@@ -286,6 +322,9 @@ def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], final:
                             "ross_own - final": pooled("ross_own", "final", s),
                             **({"ross_history - continued_rl": pooled("ross_history", "continued_rl", s),
                                 "continued_rl - final": pooled("continued_rl", "final", s)} if rl else {}),
+                            **({"ross_history_matched - ross_own": pooled("ross_history_matched", "ross_own", s),
+                                "ross_history - ross_history_matched": pooled("ross_history", "ross_history_matched", s)}
+                               if matched else {}),
                             **{f"ross_history - ross_own (seed {sd})": sign_test(
                                 [float(x) for x in res[f"ross_history-s{sd}/{s}"]],
                                 [float(x) for x in res[f"ross_own-s{sd}/{s}"]]) for sd in seeds}}
@@ -296,7 +335,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--upstream", required=True, help="a finished gfcr train run folder (phase A)")
     ap.add_argument("--state", default="~/.cache/gfcr/studies/ross-moveon", help="the study's folder (outside the repo)")
-    ap.add_argument("--stages", default="sweep_early,moveon,sweep_final,arms,rl,eval")
+    ap.add_argument("--stages", default="sweep_early,moveon,sweep_final,arms,matched,rl,eval")
     ap.add_argument("--k", type=int, default=4, help="samples per train prompt in each sweep")
     ap.add_argument("--n-move", type=int, default=384, help="worked chains of the move-on SFT")
     ap.add_argument("--move-epochs", type=int, default=2)
@@ -329,14 +368,17 @@ def main() -> None:
             results[stage] = stage_sweep_final(args, state, up, results["sweep_early"], results["moveon"])
         elif stage == "arms":
             results[stage] = stage_arms(args, state, results["moveon"])
+        elif stage == "matched":
+            results[stage] = stage_matched(args, state, results["moveon"], results["arms"])
         elif stage == "rl":
             results[stage] = stage_rl(args, state, up, results["moveon"])
         elif stage == "eval":
             pp = state / "eval.partial.json"
             partial = json.loads(pp.read_text()) if pp.exists() else {}
-            results[stage] = stage_eval(args, state, up, results["moveon"], results["arms"], partial, results.get("rl"))
+            results[stage] = stage_eval(args, state, up, results["moveon"], results["arms"], partial, results.get("rl"),
+                                        results.get("matched"))
         else:
-            raise SystemExit(f"unknown stage {stage!r} (sweep_early, moveon, sweep_final, arms, rl, eval)")
+            raise SystemExit(f"unknown stage {stage!r} (sweep_early, moveon, sweep_final, arms, matched, rl, eval)")
         path.write_text(json.dumps(results[stage], indent=1))
         brief = {k: v for k, v in results[stage].items() if k not in ("per_prompt",)}
         print(json.dumps({stage: brief}, indent=1, default=str)[:3000], flush=True)

@@ -66,12 +66,17 @@ def test_the_study_runs_on_a_tiny_run_and_keeps_the_upstream_run_untouched(tiny_
     own = RolloutStore.open(state / "own").rollouts()
     assert arms["ross_own-s0"]["select"]["rollouts"] == len({(r.prompt_id, r.completion) for r in own if r.verified})
     assert arms["ross_own-s1"]["dir"] != arms["ross_own-s0"]["dir"]
+    matched = mo.stage_matched(args, state, move, arms)
+    n_own = arms["ross_own-s0"]["select"]["rollouts"]
+    assert matched["rollouts"] == min(n_own, matched["of"])
+    assert matched["ross_history_matched-s1"]["select"]["rollouts"] == matched["rollouts"]
     rl = mo.stage_rl(args, state, up, move)
     assert rl["dir"].endswith("step_000000") and rl["rollouts"] == 2 * 2  # 1 step x 2 prompts x K = 2, the run's own
-    ev = mo.stage_eval(args, state, up, move, arms, {}, rl)
+    ev = mo.stage_eval(args, state, up, move, arms, {}, rl, matched)
     assert ev["n"] == {"train_sums": 6, "heldout_sums": 3, "heldout_chains": 2}
-    assert set(ev["pass@1"]) == {f"{m}/{s}" for m in ["early", "final", "continued_rl", *arms] for s in ev["n"]}
-    assert "ross_history - continued_rl" in ev["paired"]["heldout_sums"]
+    assert set(ev["pass@1"]) == {f"{m}/{s}" for m in ["early", "final", "continued_rl", *arms,
+                                                             "ross_history_matched-s0", "ross_history_matched-s1"] for s in ev["n"]}
+    assert {"ross_history - continued_rl", "ross_history_matched - ross_own"} <= set(ev["paired"]["heldout_sums"])
     p = ev["paired"]["train_sums"]["ross_history - ross_own"]
     assert p["n"] == 6 and 0 <= p["a"] <= 1
     saved = json.loads((state / "eval.partial.json").read_text())
