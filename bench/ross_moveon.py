@@ -61,23 +61,15 @@ def cpu_seconds() -> float:
 
 
 def upstream_facts(run_dir: Path) -> dict[str, Any]:
-    """The run's last complete checkpoint, run id, sampling temperature and token budget."""
-    import yaml
+    """``complementarity_bench.run_facts`` (the run's id, last complete checkpoint, starting model,
+    temperature and token budget) with the run folder and the run's last step."""
+    from complementarity_bench import run_facts
 
     from gfcr.store import RolloutStore
-    from gfcr.train.checkpoint import latest_checkpoint
 
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    last = latest_checkpoint(run_dir)
-    if last is None:
-        raise SystemExit(f"{run_dir}: no finished checkpoints/step_* (is it a finished gfcr train run?)")
-    t = RolloutStore.open(run_dir / "store").scan(columns=["run_id", "step"])
-    runs = sorted(set(t.column("run_id").to_pylist()))
-    if len(runs) != 1:
-        raise SystemExit(f"{run_dir}/store holds {len(runs)} runs; expected the one run of this folder")
-    g = cfg.get("generate", {})
-    return {"run_dir": str(run_dir), "run_id": runs[0], "last": str(last), "last_step": max(t.column("step").to_pylist()),
-            "temperature": g.get("temperature", 1.0), "max_tokens": g.get("max_tokens", 64)}
+    f = run_facts(run_dir)
+    steps = RolloutStore.open(run_dir / "store").scan(columns=["step"]).column("step").to_pylist()
+    return {"run_dir": str(run_dir), **f, "last_step": max(steps)}
 
 
 def train_prompts(store: Any) -> list[Any]:

@@ -78,3 +78,20 @@ def tiny_dir(tmp_path_factory):
     from gfcr.testing import save_tiny
 
     return save_tiny(str(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture
+def tiny_run(tiny_dir, tmp_path):
+    """A finished 2-step ``gfcr train`` GRPO run folder of the tiny model on 6 level-1 arith prompts
+    (K = 2, 2 prompts a step, 4 new tokens at T = 0.9); a format verifier that most random completions
+    pass, so the store holds verified rollouts."""
+    from gfcr.train.config import load_config
+    from gfcr.train.loop import train
+
+    cfg = load_config(None, {
+        "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 2, "tensorboard": False,
+        "tasks": [{"name": "arith", "n_train": 6, "n_eval": 0, "params": {"level": 1}}],
+        "generate.topology.params.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4,
+        "generate.temperature": 0.9, "signals.entropy": False,
+        "verify": {"verifier": {"name": "format", "params": {"pattern": "^[^x]"}}}})
+    return train(cfg, run_dir=tmp_path / "run", progress=False)

@@ -12,18 +12,10 @@ cb = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cb)
 
 
-def test_analyzes_the_runs_solved_prompts_with_its_last_checkpoint(tiny_dir, tmp_path):
+def test_analyzes_the_runs_solved_prompts_with_its_last_checkpoint(tiny_run, tiny_dir, tmp_path):
     from gfcr.store import RolloutStore
-    from gfcr.train.config import load_config
-    from gfcr.train.loop import train
 
-    cfg = load_config(None, {
-        "model": tiny_dir, "output_dir": str(tmp_path / "runs"), "steps": 2, "tensorboard": False,
-        "tasks": [{"name": "arith", "n_train": 6, "n_eval": 0, "params": {"level": 1}}],
-        "generate.topology.params.k": 2, "generate.prompts_per_step": 2, "generate.max_tokens": 4,
-        "generate.temperature": 0.9, "signals.entropy": False,
-        "verify": {"verifier": {"name": "format", "params": {"pattern": "^[^x]"}}}})  # most samples "solve"
-    res = train(cfg, run_dir=tmp_path / "run", progress=False)
+    res = tiny_run
     facts = cb.run_facts(Path(res.run_dir))
     assert facts["last"].endswith("step_000001") and facts["start"] == tiny_dir
     assert (facts["temperature"], facts["max_tokens"]) == (0.9, 4)  # the run's own sampling
