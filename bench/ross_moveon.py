@@ -148,13 +148,14 @@ def stage_moveon(args: argparse.Namespace, state: Path, up: dict[str, Any]) -> d
 
 
 def sign_test(a: list[float], b: list[float]) -> dict[str, Any]:
-    """Paired per-item comparison: mean difference, items where a > b / a < b, exact two-sided sign test."""
-    from scipy.stats import binomtest
+    """Paired per-item comparison: means, mean difference, items where a > b / a < b, and the benches'
+    exact two-sided sign test (``greso_study.sign_test``, ties dropped)."""
+    import numpy as np
+    from greso_study import sign_test as exact
 
-    hi = sum(x > y for x, y in zip(a, b, strict=True))
-    lo = sum(x < y for x, y in zip(a, b, strict=True))
+    lo, hi, p = exact(np.asarray(a, float) - np.asarray(b, float))
     return {"n": len(a), "a": sum(a) / len(a), "b": sum(b) / len(b), "diff": (sum(a) - sum(b)) / len(a),
-            "a_higher": hi, "b_higher": lo, "p": binomtest(hi, hi + lo).pvalue if hi + lo else 1.0}
+            "a_higher": hi, "b_higher": lo, "p": p}
 
 
 def stage_sweep_final(args: argparse.Namespace, state: Path, up: dict[str, Any], early: dict[str, Any],
@@ -187,25 +188,26 @@ def ross_config(store: Path, out: Path, upstream: str, seed: int, epochs: int, j
         "stages": ["select", "audit", "build", "train"]})
 
 
-def stage_arms(args: argparse.Namespace, state: Path, final: dict[str, Any]) -> dict[str, Any]:
+def ross_arm(args: argparse.Namespace, state: Path, store: Path, name: str, seed: int,
+             final: dict[str, Any]) -> dict[str, Any]:
+    """One ROSS arm from the final checkpoint on ``store`` (``STATE/arms/<name>-s<seed>``), timed."""
     from gfcr.ross.pipeline import run_ross
 
-    out: dict[str, Any] = {}
-    for sd in [int(x) for x in args.sft_seeds.split(",")]:
-        for name, src in (("ross_history", "history"), ("ross_own", "own")):
-            rd = state / "arms" / f"{name}-s{sd}"
-            done = rd / "models" / "ross" / "sft.json"
-            t0, c0 = time.time(), cpu_seconds()
-            run = run_ross(ross_config(state / src, state / "arms", final["dir"], sd, args.epochs_sft, args.judge,
-                                      check_answer=not args.format_pattern), rd)  # a format verdict has no answer
-            rec = {"dir": str(rd / "models" / "ross"), "select": run.results["select"],
-                   "build": run.results["build"]["ross"], "wall_s": round(time.time() - t0, 1),
-                   "cpu_s": round(cpu_seconds() - c0, 1), "load": os.getloadavg()[0]}
-            assert done.exists(), f"{done} missing after training"
-            out[f"{name}-s{sd}"] = rec
-            print(f"[arms] {name} seed {sd}: {json.dumps({k: rec[k] for k in ('select', 'wall_s')})}", file=sys.stderr,
-                  flush=True)
-    return out
+    rd = state / "arms" / f"{name}-s{seed}"
+    t0, c0 = time.time(), cpu_seconds()
+    run = run_ross(ross_config(store, state / "arms", final["dir"], seed, args.epochs_sft, args.judge,
+                               check_answer=not args.format_pattern), rd)  # a format verdict has no answer
+    rec = {"dir": str(rd / "models" / "ross"), "select": run.results["select"], "build": run.results["build"]["ross"],
+           "wall_s": round(time.time() - t0, 1), "cpu_s": round(cpu_seconds() - c0, 1), "load": os.getloadavg()[0]}
+    print(f"[arms] {name} seed {seed}: {json.dumps({k: rec[k] for k in ('select', 'wall_s')})}", file=sys.stderr,
+          flush=True)
+    return rec
+
+
+def stage_arms(args: argparse.Namespace, state: Path, final: dict[str, Any]) -> dict[str, Any]:
+    return {f"{name}-s{sd}": ross_arm(args, state, state / src, name, sd, final)
+            for sd in [int(x) for x in args.sft_seeds.split(",")]
+            for name, src in (("ross_history", "history"), ("ross_own", "own"))}
 
 
 def stage_matched(args: argparse.Namespace, state: Path, final: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
@@ -213,7 +215,6 @@ def stage_matched(args: argparse.Namespace, state: Path, final: dict[str, Any], 
     history's selected rollouts (verified, distinct) as ``ross_own`` selected, drawn at random
     (``--seed``), then the same ROSS pipeline per SFT seed. Separates *which* successes from *how many*."""
     from gfcr.ross.audit import select_rollouts
-    from gfcr.ross.pipeline import run_ross
     from gfcr.store import RolloutStore
 
     seeds = [int(x) for x in args.sft_seeds.split(",")]
@@ -229,13 +230,7 @@ def stage_matched(args: argparse.Namespace, state: Path, final: dict[str, Any], 
     store.append(pick)
     out: dict[str, Any] = {"rollouts": len(pick), "of": len(pool), "prompts": len({r.prompt_id for r in pick})}
     for sd in seeds:
-        rd = state / "arms" / f"ross_history_matched-s{sd}"
-        t0, c0 = time.time(), cpu_seconds()
-        run = run_ross(ross_config(sub, state / "arms", final["dir"], sd, args.epochs_sft, args.judge,
-                                   check_answer=not args.format_pattern), rd)
-        out[f"ross_history_matched-s{sd}"] = {
-            "dir": str(rd / "models" / "ross"), "select": run.results["select"], "build": run.results["build"]["ross"],
-            "wall_s": round(time.time() - t0, 1), "cpu_s": round(cpu_seconds() - c0, 1), "load": os.getloadavg()[0]}
+        out[f"ross_history_matched-s{sd}"] = ross_arm(args, state, sub, "ross_history_matched", sd, final)
     return out
 
 
