@@ -112,6 +112,30 @@ def sweep(model: str, store_path: Path, prompts: list[Any], k: int, temperature:
             "wall_s": round(time.time() - t0, 1), "cpu_s": round(cpu_seconds() - c0, 1), "load": os.getloadavg()[0]}
 
 
+def reuse_early(old: Path, state: Path) -> list[str]:
+    """Phase A from another study of the same upstream run (``--reuse-early OLD``): its ``sweep_early.json``,
+    its history store and its ``early/*`` evaluation rows (greedy, the same model and prompts: the same
+    answers) are copied into ``state`` where ``state`` has none yet. Returns what was copied."""
+    done = []
+    if not (state / "sweep_early.json").exists():
+        if (state / "history").exists():
+            shutil.rmtree(state / "history")
+        shutil.copytree(old / "history", state / "history")
+        shutil.copy2(old / "sweep_early.json", state / "sweep_early.json")
+        done += ["sweep_early.json", "history"]
+    src, dst = old / "eval.partial.json", state / "eval.partial.json"
+    if src.exists():
+        part = json.loads(dst.read_text()) if dst.exists() else {}
+        old_part = json.loads(src.read_text())
+        for k, v in old_part.get("per_prompt", {}).items():
+            if k.startswith("early/") and k not in part.setdefault("per_prompt", {}):
+                part["per_prompt"][k] = v
+                part.setdefault("timing", {})[k] = {**old_part.get("timing", {}).get(k, {}), "reused_from": str(old)}
+                done.append(f"eval {k}")
+        dst.write_text(json.dumps(part))
+    return done
+
+
 def stage_sweep_early(args: argparse.Namespace, state: Path, up: dict[str, Any]) -> dict[str, Any]:
     from gfcr.store import RolloutStore
 
@@ -133,15 +157,16 @@ def stage_moveon(args: argparse.Namespace, state: Path, up: dict[str, Any]) -> d
     from gfcr.train.sft import train_masked_sft
 
     torch.manual_seed(args.seed)
-    tok = AutoTokenizer.from_pretrained(up["last"])
-    model = AutoModelForCausalLM.from_pretrained(up["last"], dtype=torch.float32)
+    init = str(Path(args.move_from).expanduser()) if args.move_from else up["last"]
+    tok = AutoTokenizer.from_pretrained(init)
+    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
     chains = make_arith(n=args.n_move, level=5, seed=args.seed, split="train").prompts()
     rows = warm_rows(tok, chains, 0.0, 0.0, args.seed)
     out_dir = state / "final"
     t0, c0 = time.time(), cpu_seconds()
     res = train_masked_sft(model, rows, pad_id=tok.pad_token_id or tok.eos_token_id, epochs=args.move_epochs,
                            lr=args.move_lr, batch_size=8, seed=args.seed, out_dir=out_dir, tokenizer=tok, progress=True)
-    return {"dir": str(out_dir), "init": up["last"], "rows": len(rows), "tokens": sum(len(r["input_ids"]) for r in rows),
+    return {"dir": str(out_dir), "init": init, "rows": len(rows), "tokens": sum(len(r["input_ids"]) for r in rows),
             "epochs": args.move_epochs, "lr": args.move_lr, "wall_s": round(time.time() - t0, 1),
             "cpu_s": round(cpu_seconds() - c0, 1), "load": os.getloadavg()[0],
             "final_loss": getattr(res, "final_loss", None)}
@@ -191,9 +216,15 @@ def ross_config(store: Path, out: Path, upstream: str, seed: int, epochs: int, j
 def ross_arm(args: argparse.Namespace, state: Path, store: Path, name: str, seed: int,
              final: dict[str, Any]) -> dict[str, Any]:
     """One ROSS arm from the final checkpoint on ``store`` (``STATE/arms/<name>-s<seed>``), timed."""
+    from gfcr.ross.audit import select_rollouts
     from gfcr.ross.pipeline import run_ross
+    from gfcr.store import RolloutStore
 
     rd = state / "arms" / f"{name}-s{seed}"
+    if not select_rollouts(RolloutStore.open(store), task="arith", dedup=True):  # nothing to relearn from
+        print(f"[arms] {name} seed {seed}: no verified rollouts in {store}; the arm is the final checkpoint",
+              file=sys.stderr, flush=True)
+        return {"dir": final["dir"], "select": {"rollouts": 0}, "empty": True}
     t0, c0 = time.time(), cpu_seconds()
     run = run_ross(ross_config(store, state / "arms", final["dir"], seed, args.epochs_sft, args.judge,
                                check_answer=not args.format_pattern), rd)  # a format verdict has no answer
@@ -234,6 +265,29 @@ def stage_matched(args: argparse.Namespace, state: Path, final: dict[str, Any], 
     return out
 
 
+def stage_mixed(args: argparse.Namespace, state: Path, final: dict[str, Any]) -> dict[str, Any]:
+    """``ross_mixed``: the history plus the new task's data. A store ``STATE/history-mixed``: the history
+    store, then the first ``--n-mix`` of phase B's worked chains as verified rollouts (the same texts
+    phase B trained on, ``ross_testbed.synthetic_store``, ``policy_version`` ``synthetic``); the same
+    ROSS pipeline per SFT seed. Does replaying the new skill's data keep it while the history brings
+    the old one back?"""
+    from ross_testbed import synthetic_store
+    from transformers import AutoTokenizer
+
+    from gfcr.tasks.arith import make_arith
+
+    sub = state / "history-mixed"
+    if sub.exists():
+        shutil.rmtree(sub)
+    shutil.copytree(state / "history", sub)
+    chains = make_arith(n=args.n_move, level=5, seed=args.seed, split="train").prompts()[:args.n_mix]
+    tok = AutoTokenizer.from_pretrained(final["dir"])
+    out: dict[str, Any] = {"chains": synthetic_store(sub, tok, chains, 0.0, 0.0, args.seed, "random", append=True)}
+    for sd in [int(x) for x in args.sft_seeds.split(",")]:
+        out[f"ross_mixed-s{sd}"] = ross_arm(args, state, sub, "ross_mixed", sd, final)
+    return out
+
+
 def stage_rl(args: argparse.Namespace, state: Path, up: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
     """Continued RL: the upstream run's own config (GRPO on the phase-A prompts, its loop, loss, learning
     rate and sampling) from the final checkpoint, ``--rl-steps`` steps, into ``STATE/continued_rl``."""
@@ -268,7 +322,7 @@ def greedy(model: str, prompts: list[Any], max_tokens: int, ver: Any) -> list[bo
 
 def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], final: dict[str, Any],
                arms: dict[str, Any], partial: dict[str, Any], rl: dict[str, Any] | None = None,
-               matched: dict[str, Any] | None = None) -> dict[str, Any]:
+               matched: dict[str, Any] | None = None, mixed: dict[str, Any] | None = None) -> dict[str, Any]:
     from gfcr.store import RolloutStore
     from gfcr.tasks.arith import make_arith
 
@@ -277,7 +331,8 @@ def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], final:
             "heldout_chains": (make_arith(n=args.n_chains, level=5, split="test", seed=0).prompts(), args.chain_tokens)}
     models = {"early": up["last"], "final": final["dir"], **{k: v["dir"] for k, v in arms.items()},
               **({"continued_rl": rl["dir"]} if rl else {}),
-              **{k: v["dir"] for k, v in (matched or {}).items() if k.startswith("ross_")}}
+              **{k: v["dir"] for k, v in (matched or {}).items() if k.startswith("ross_")},
+              **{k: v["dir"] for k, v in (mixed or {}).items() if k.startswith("ross_")}}
     res = partial.setdefault("per_prompt", {})
     timing = partial.setdefault("timing", {})
     path = state / "eval.partial.json"
@@ -285,6 +340,11 @@ def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], final:
         for s, (prompts, mt) in sets.items():
             key = f"{name}/{s}"
             if key in res:
+                continue
+            same = next((n for n, m in models.items() if m == model and f"{n}/{s}" in res), None)
+            if same is not None:  # an empty arm is the final checkpoint: the same greedy answers
+                res[key], timing[key] = res[f"{same}/{s}"], {"same_as": same}
+                path.write_text(json.dumps(partial))
                 continue
             t0, c0 = time.time(), cpu_seconds()
             res[key] = greedy(model, prompts, mt, verifier(args))
@@ -312,6 +372,9 @@ def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], final:
                             **({"ross_history_matched - ross_own": pooled("ross_history_matched", "ross_own", s),
                                 "ross_history - ross_history_matched": pooled("ross_history", "ross_history_matched", s)}
                                if matched else {}),
+                            **({"ross_mixed - ross_history": pooled("ross_mixed", "ross_history", s),
+                                "ross_mixed - ross_own": pooled("ross_mixed", "ross_own", s),
+                                "ross_mixed - final": pooled("ross_mixed", "final", s)} if mixed else {}),
                             **{f"ross_history - ross_own (seed {sd})": sign_test(
                                 [float(x) for x in res[f"ross_history-s{sd}/{s}"]],
                                 [float(x) for x in res[f"ross_own-s{sd}/{s}"]]) for sd in seeds}}
@@ -322,11 +385,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--upstream", required=True, help="a finished gfcr train run folder (phase A)")
     ap.add_argument("--state", default="~/.cache/gfcr/studies/ross-moveon", help="the study's folder (outside the repo)")
-    ap.add_argument("--stages", default="sweep_early,moveon,sweep_final,arms,matched,rl,eval")
+    ap.add_argument("--stages", default="sweep_early,moveon,sweep_final,arms,matched,rl,eval",
+                    help="comma list; also: mixed (the history plus phase B's chains)")
+    ap.add_argument("--reuse-early", default=None,
+                    help="another study's state on the same --upstream: its phase A (sweep, history store, early "
+                         "evaluation rows) is copied, not run again")
     ap.add_argument("--k", type=int, default=4, help="samples per train prompt in each sweep")
     ap.add_argument("--n-move", type=int, default=384, help="worked chains of the move-on SFT")
+    ap.add_argument("--move-from", default=None,
+                    help="phase B starts from this checkpoint instead of the upstream run's last (a longer move-on: "
+                         "another study's final checkpoint)")
     ap.add_argument("--move-epochs", type=int, default=2)
     ap.add_argument("--move-lr", type=float, default=2e-5)
+    ap.add_argument("--n-mix", type=int, default=128, help="phase B's worked chains added to the history (stage mixed)")
     ap.add_argument("--sft-seeds", default="0,1")
     ap.add_argument("--epochs-sft", type=int, default=3, help="epochs of each ROSS arm (the paper's 3)")
     ap.add_argument("--rl-steps", type=int, default=12, help="continued RL: GRPO steps from the final checkpoint")
@@ -341,6 +412,8 @@ def main() -> None:
     state = Path(args.state).expanduser()
     state.mkdir(parents=True, exist_ok=True)
     up = upstream_facts(Path(args.upstream))
+    if args.reuse_early:
+        print(f"reused from {args.reuse_early}: {reuse_early(Path(args.reuse_early).expanduser(), state)}", file=sys.stderr)
     results: dict[str, Any] = {"upstream": up, "load_start": os.getloadavg()}
     for stage in args.stages.split(","):
         path = state / f"{stage}.json"
@@ -357,15 +430,17 @@ def main() -> None:
             results[stage] = stage_arms(args, state, results["moveon"])
         elif stage == "matched":
             results[stage] = stage_matched(args, state, results["moveon"], results["arms"])
+        elif stage == "mixed":
+            results[stage] = stage_mixed(args, state, results["moveon"])
         elif stage == "rl":
             results[stage] = stage_rl(args, state, up, results["moveon"])
         elif stage == "eval":
             pp = state / "eval.partial.json"
             partial = json.loads(pp.read_text()) if pp.exists() else {}
             results[stage] = stage_eval(args, state, up, results["moveon"], results["arms"], partial, results.get("rl"),
-                                        results.get("matched"))
+                                        results.get("matched"), results.get("mixed"))
         else:
-            raise SystemExit(f"unknown stage {stage!r} (sweep_early, moveon, sweep_final, arms, matched, rl, eval)")
+            raise SystemExit(f"unknown stage {stage!r} (sweep_early, moveon, sweep_final, arms, matched, mixed, rl, eval)")
         path.write_text(json.dumps(results[stage], indent=1))
         brief = {k: v for k, v in results[stage].items() if k not in ("per_prompt",)}
         print(json.dumps({stage: brief}, indent=1, default=str)[:3000], flush=True)

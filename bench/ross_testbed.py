@@ -227,17 +227,18 @@ def stage_sampled(args: argparse.Namespace, state: Path, warm: dict[str, Any]) -
 
 
 def synthetic_store(path: Path, tok: Any, prompts: list[Any], dose: float, detour: float, seed: int,
-                    mistake: str) -> dict[str, Any]:
+                    mistake: str, append: bool = False) -> dict[str, Any]:
     """A store of one verified rollout per prompt: the worked solution (:func:`warm_rows`' recipe) as the
     assistant turn, an upstream policy's successes with planted corrected mistakes. Their tokens are built
     from text (``tokens_source="retokenized"``, logprobs 0 as for any retokenized row); ``policy_version``
-    ``"synthetic"`` and ``meta`` (``planted_mistakes``, dose, mode) say what they are."""
+    ``"synthetic"`` and ``meta`` (``planted_mistakes``, dose, mode) say what they are. ``append``: add them
+    to the store at ``path`` instead of writing a new one."""
     import numpy as np
 
     from gfcr.records import Message, Rollout
     from gfcr.store import RolloutStore
 
-    if path.exists():  # an earlier start that did not finish: written again whole
+    if path.exists() and not append:  # an earlier start that did not finish: written again whole
         shutil.rmtree(path)
     store = RolloutStore.open(path, create=True)
     store.upsert_prompts(prompts)
