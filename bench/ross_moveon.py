@@ -415,35 +415,23 @@ def main() -> None:
     if args.reuse_early:
         print(f"reused from {args.reuse_early}: {reuse_early(Path(args.reuse_early).expanduser(), state)}", file=sys.stderr)
     results: dict[str, Any] = {"upstream": up, "load_start": os.getloadavg()}
-    for stage in args.stages.split(","):
-        path = state / f"{stage}.json"
-        if path.exists():
-            results[stage] = json.loads(path.read_text())
-            continue
-        if stage == "sweep_early":
-            results[stage] = stage_sweep_early(args, state, up)
-        elif stage == "moveon":
-            results[stage] = stage_moveon(args, state, up)
-        elif stage == "sweep_final":
-            results[stage] = stage_sweep_final(args, state, up, results["sweep_early"], results["moveon"])
-        elif stage == "arms":
-            results[stage] = stage_arms(args, state, results["moveon"])
-        elif stage == "matched":
-            results[stage] = stage_matched(args, state, results["moveon"], results["arms"])
-        elif stage == "mixed":
-            results[stage] = stage_mixed(args, state, results["moveon"])
-        elif stage == "rl":
-            results[stage] = stage_rl(args, state, up, results["moveon"])
-        elif stage == "eval":
-            pp = state / "eval.partial.json"
-            partial = json.loads(pp.read_text()) if pp.exists() else {}
-            results[stage] = stage_eval(args, state, up, results["moveon"], results["arms"], partial, results.get("rl"),
-                                        results.get("matched"), results.get("mixed"))
-        else:
-            raise SystemExit(f"unknown stage {stage!r} (sweep_early, moveon, sweep_final, arms, matched, mixed, rl, eval)")
-        path.write_text(json.dumps(results[stage], indent=1))
-        brief = {k: v for k, v in results[stage].items() if k not in ("per_prompt",)}
-        print(json.dumps({stage: brief}, indent=1, default=str)[:3000], flush=True)
+    from stages import run_stages
+
+    def evaluate() -> dict[str, Any]:
+        pp = state / "eval.partial.json"
+        partial = json.loads(pp.read_text()) if pp.exists() else {}
+        return stage_eval(args, state, up, results["moveon"], results["arms"], partial, results.get("rl"),
+                          results.get("matched"), results.get("mixed"))
+
+    run_stages(args.stages.split(","), lambda st: state / f"{st}.json", {
+        "sweep_early": lambda: stage_sweep_early(args, state, up),
+        "moveon": lambda: stage_moveon(args, state, up),
+        "sweep_final": lambda: stage_sweep_final(args, state, up, results["sweep_early"], results["moveon"]),
+        "arms": lambda: stage_arms(args, state, results["moveon"]),
+        "matched": lambda: stage_matched(args, state, results["moveon"], results["arms"]),
+        "mixed": lambda: stage_mixed(args, state, results["moveon"]),
+        "rl": lambda: stage_rl(args, state, up, results["moveon"]),
+        "eval": evaluate}, results, brief=lambda r: {k: v for k, v in r.items() if k != "per_prompt"}, echo=3000)
     results["load_end"] = os.getloadavg()
     (state / "result.json").write_text(json.dumps(results, indent=1, default=str))
 

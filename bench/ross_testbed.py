@@ -403,27 +403,15 @@ def main() -> None:
     state = Path(args.state).expanduser()
     state.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
-    for stage in args.stages.split(","):
-        path = state / f"{stage}-{tag(args)}.json"
-        if path.exists():
-            results[stage] = json.loads(path.read_text())
-            continue
-        if stage == "judge":
-            results[stage] = stage_judge(args)
-        elif stage == "warm":
-            results[stage] = stage_warm(args, state)
-        elif stage == "probe":
-            results[stage] = stage_probe(args, state, results["warm"])
-        elif stage == "sampled":
-            results[stage] = stage_sampled(args, state, results["warm"])
-        elif stage == "mech":
-            results[stage] = stage_mech(args, state)
-        elif stage == "mechrl":
-            results[stage] = stage_mech_rl(args, state)
-        else:
-            raise SystemExit(f"unknown stage {stage!r} (judge, warm, probe, sampled, mech, mechrl)")
-        path.write_text(json.dumps(results[stage], indent=1))
-        print(json.dumps({stage: results[stage]}, indent=1), flush=True)
+    from stages import run_stages
+
+    run_stages(args.stages.split(","), lambda st: state / f"{st}-{tag(args)}.json", {
+        "judge": lambda: stage_judge(args),
+        "warm": lambda: stage_warm(args, state),
+        "probe": lambda: stage_probe(args, state, results["warm"]),
+        "sampled": lambda: stage_sampled(args, state, results["warm"]),
+        "mech": lambda: stage_mech(args, state),
+        "mechrl": lambda: stage_mech_rl(args, state)}, results)
 
 
 if __name__ == "__main__":
