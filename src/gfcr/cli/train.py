@@ -84,7 +84,7 @@ def eval_cmd(
     engine_arg: Annotated[list[str] | None, typer.Option("--engine-arg", help="Engine argument KEY=VALUE (repeatable), e.g. max_model_len=1024 for vllm.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the JSON result (metrics, per-prompt counts) here.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the JSON result on stdout instead of the summary line.")] = False,
-    env: Annotated[str | None, typer.Option("--env", help="Evaluate multi-turn episodes against this env (calculator, python or pkg.module:Class) instead of single answers.")] = None,
+    env: Annotated[str | None, typer.Option("--env", help="Evaluate multi-turn episodes against this env (calculator, python, retry or pkg.module:Class) instead of single answers.")] = None,
     max_turns: Annotated[int, typer.Option("--max-turns", help="With --env: most policy turns per episode (--max-tokens is per turn).")] = 4,
     obs_role: Annotated[str, typer.Option("--obs-role", help="With --env: chat role of the env's observations.")] = "user",
     reward_source: Annotated[str, typer.Option("--reward-source", help="With --env: what counts as solved: verifier (final turn), env (the env's success), env_or_verifier, weighted.")] = "verifier",

@@ -115,7 +115,7 @@ class TreeParams(StrictModel):
 class MultiTurnParams(StrictModel):
     """The multi_turn topology's parameters (policy-env episodes, :class:`gfcr.generate.topologies.MultiTurn`)."""
 
-    env: str = Field("calculator", description="Env name (calculator, python) or 'pkg.mod:Class'.")
+    env: str = Field("calculator", description="Env name (calculator, python, retry) or 'pkg.mod:Class'.")
     k: int = Field(4, ge=1, description="Episodes per prompt.")
     max_turns: int = Field(4, ge=1, description="Most policy turns per episode.")
     obs_role: str = Field("user", description="Role of the env's observations in the chat.")

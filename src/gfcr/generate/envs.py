@@ -19,6 +19,7 @@ name            env
 ==============  ======================================================================
 ``calculator``  :class:`CalculatorEnv`: ``<calc>2 * (3 + 4)</calc>`` → ``<result>14</result>``
 ``python``      :class:`PythonEnv`: a ```python block is run in the code sandbox → its output
+``retry``       :class:`RetryEnv`: a wrong answer gets "That is not correct. Try again."
 ==============  ======================================================================
 """
 
@@ -286,7 +287,56 @@ class PythonEnv:
         return f"<output>\n{out}</output>", False, info | {"ran": True}
 
 
-ENVS: dict[str, type] = {"calculator": CalculatorEnv, "python": PythonEnv}
+_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+class RetryEnv:
+    """A grader that lets the policy try again. Each turn's answer is checked against the task's gold
+    ``answer``: right ends the episode with ``success``; wrong gets the observation ``feedback`` and
+    another turn, until the episode's ``max_turns`` runs out (its last step reports ``success:
+    False``). The answer read is :func:`final_answer` (``<answer>``, else an ``Answer:`` line); with
+    ``lenient`` the turn's last number when it states none (the arithmetic runs' ``numeric`` verifier
+    with ``lenient_fallback``). ``info`` also carries ``attempt`` (1, 2, ...) and the ``answer`` read.
+
+    What it is for: episodes whose successes hold a *corrected mistake* the policy really sampled
+    (a wrong attempt, the environment's "try again", a right one), the agentic case where ROSS's
+    token mask excludes the failed attempts and keeps them as context (docs/ross.md, "Feedback
+    episodes"). A task without a gold answer cannot be graded: the first turn ends the episode with
+    no signal. Example: gold ``"50"``; ``"17 + 33 = 40."`` → (``feedback``, not done, ``success:
+    False``); ``"17 + 33 = 50."`` → (None, done, ``success: True``, ``attempt: 2``).
+    """
+
+    name = "retry"
+    FEEDBACK = "That is not correct. Try again."
+
+    def __init__(self, feedback: str = FEEDBACK, lenient: bool = False, instruction: str | None = None):
+        self.feedback, self.lenient, self.instruction = feedback, lenient, instruction
+        self.gold: str | None = None
+        self.attempt = 0
+
+    def reset(self, task: Prompt) -> str | None:
+        self.gold, self.attempt = getattr(task, "answer", None), 0
+        return self.instruction
+
+    def read(self, text: str) -> str | None:
+        """The answer a turn states (``lenient``: else its last number)."""
+        pred = final_answer(text)
+        if pred is None and self.lenient:
+            nums = _LAST_NUMBER.findall(text)
+            pred = nums[-1] if nums else None
+        return pred
+
+    def step(self, action_text: str) -> tuple[str | None, bool, dict[str, Any]]:
+        self.attempt += 1
+        if self.gold is None:
+            return None, True, {"attempt": self.attempt}
+        pred = self.read(action_text)
+        ok = pred is not None and answers_match(pred, self.gold)
+        info = {"success": ok, "answer": pred, "attempt": self.attempt}
+        return (None, True, info) if ok else (self.feedback, False, info)
+
+
+ENVS: dict[str, type] = {"calculator": CalculatorEnv, "python": PythonEnv, "retry": RetryEnv}
 
 
 def make_env(name: str, **kw: Any) -> Env:

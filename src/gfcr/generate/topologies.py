@@ -263,7 +263,8 @@ class MultiTurn:
     applied so the stored ``token_ids`` decode exactly to ``apply_chat_template(messages)``: each new
     context span is the template text of the grown conversation minus the decoded tokens so far,
     and the episode closes with the template's end-of-turn text (context). A last observation sent
-    with ``done`` is never seen by the policy: it goes to ``meta["final_observation"]``.
+    with ``done``, or after the last of ``max_turns``, is never seen by the policy: it goes to
+    ``meta["final_observation"]``, not into the conversation.
 
     An env that judges the episode (``info["success"]`` / ``info["reward"]`` from ``step``, see
     :mod:`gfcr.generate.envs`) gets its latest values stored as ``signals["env_reward"]`` and
@@ -344,6 +345,10 @@ class MultiTurn:
         e["info"].append(info)
         if done:
             e["done"], e["finish"] = True, "env_done"
+            if obs:
+                e["meta"]["final_observation"] = obs
+            return
+        if e["turns"] >= self.max_turns:  # no turn is left to read it: kept aside, as with done
             if obs:
                 e["meta"]["final_observation"] = obs
             return

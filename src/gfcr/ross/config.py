@@ -181,7 +181,7 @@ class SFTConfig(StrictModel):
 
 class EpisodeEvalConfig(StrictModel):
     env: str = Field(..., description=(
-        "Env name (calculator, python) or 'pkg.module:Class' the episodes run in."))
+        "Env name (calculator, python, retry) or 'pkg.module:Class' the episodes run in."))
     max_turns: int = Field(4, ge=1, description="Turn budget per episode (as in training).")
     obs_role: str = Field("user", description="Role of the env's observations in the chat.")
     reward_source: Literal["verifier", "env", "env_or_verifier", "weighted"] = Field(
