@@ -202,12 +202,12 @@ def stage_sweep_final(args: argparse.Namespace, state: Path, up: dict[str, Any],
 
 
 def ross_config(store: Path, out: Path, upstream: str, seed: int, epochs: int, judge: str = "arith-steps",
-                check_answer: bool = True) -> Any:
+                check_answer: bool = True, variants: tuple[str, ...] = ("ross",)) -> Any:
     from gfcr.ross.config import load_config
 
     return load_config(None, {
         "store": str(store), "out_dir": str(out), "upstream_model": upstream, "base_model": None,
-        "variants": ["ross"], "window": {"task": "arith", "dedup": True}, "judge": {"name": judge, "check_answer": check_answer},
+        "variants": list(variants), "window": {"task": "arith", "dedup": True}, "judge": {"name": judge, "check_answer": check_answer},
         "build": {"max_length": 512},
         "train": {"epochs": epochs, "lr": 1e-5, "batch_size": 8, "checkpoint_every": 50, "seed": seed},
         "stages": ["select", "audit", "build", "train"]})
