@@ -21,6 +21,8 @@ from tools or an environment exposes an error and a later turn fixes it.
    held-out sums (the arith test split, ``bench/retrieve_train_bench.py``'s set) in the same env:
    first-attempt success (what a single answer scores), success within ``--max-turns`` and the attempts
    used, per prompt; paired sign tests pooled over the SFT seeds.
+4. ``rl`` (before ``eval``): continued RL, ``--rl-steps`` more GRPO steps of the upstream run's own
+   config from its last checkpoint, scored like the arms.
 
 Stated before the sweep ran (docs/ross.md "Feedback episodes"). Each stage writes ``STATE/<stage>.json``
 and is read back, not re-run, when it exists (``bench/stages.py``).
@@ -69,7 +71,8 @@ def episodes(model: str, prompts: list[Any], args: argparse.Namespace, temperatu
     eng = HFEngine(model, max_batch=32, policy_version=Path(model).name)
     topo = MultiTurn(env=env_factory(args), k=k, max_turns=args.max_turns, seed=seed,
                      params=SamplingParams(temperature=temperature, max_tokens=getattr(args, "max_tokens", None) or max_tokens,
-                                           stop_token_ids=getattr(args, "stop_ids", None)))  # both: tests
+                                           **({"stop_token_ids": args.stop_ids} if getattr(args, "stop_ids", None)
+                                              else {})))  # max_tokens and stop_ids: tests
     out = []
     for i in range(0, len(prompts), 32):
         for r in topo.generate(eng, prompts[i:i + 32], run_id=run_id):
@@ -146,13 +149,23 @@ def stage_arms(args: argparse.Namespace, state: Path, up: dict[str, Any]) -> dic
     return out
 
 
+def stage_rl(args: argparse.Namespace, state: Path, up: dict[str, Any]) -> dict[str, Any]:
+    """Continued RL, the paper's other way to spend the compute: ``--rl-steps`` more GRPO steps of the
+    upstream run's own config (single answers, its prompts, loss and learning rate) from its last
+    checkpoint (``ross_moveon.stage_rl``), into ``STATE/continued_rl``."""
+    from ross_moveon import stage_rl as moveon_rl
+
+    return moveon_rl(args, state, up, {"dir": up["last"]})
+
+
 def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], arms: dict[str, Any],
-               partial: dict[str, Any]) -> dict[str, Any]:
+               partial: dict[str, Any], rl: dict[str, Any] | None = None) -> dict[str, Any]:
     from gfcr.tasks.arith import make_arith
 
     prompts = make_arith(n=args.n_eval, level=2, split="test", seed=0).prompts()
     models = {"upstream": up["last"], **{f"{v}-{s}": d for s, a in arms.items() if s.startswith("s")
-                                        for v, d in a["dirs"].items()}}
+                                        for v, d in a["dirs"].items()},
+              **({"continued_rl": rl["dir"]} if rl else {})}
     res, timing = partial.setdefault("attempt", {}), partial.setdefault("timing", {})
     for name, model in models.items():
         if name in res:
@@ -168,20 +181,23 @@ def stage_eval(args: argparse.Namespace, state: Path, up: dict[str, Any], arms: 
     seeds = [s for s in arms if s.startswith("s")]
 
     def share(m: str, ok: Any) -> list[float]:  # per prompt, pooled over the SFT seeds
-        rows = [res[f"{m}-{s}"] for s in seeds] if m != "upstream" else [res[m]]
+        rows = [res[f"{m}-{s}"] for s in seeds] if m in ("ross", "ross_nomask") else [res[m]]
         return [sum(map(ok, col)) / len(col) for col in zip(*rows, strict=True)]
 
     measures = {"first_attempt": lambda a: a == 1, "within_turns": lambda a: a is not None}
     out: dict[str, Any] = {"n": len(prompts), "timing": timing, "rates": {}, "paired": {}}
-    for m in ("upstream", "ross_nomask", "ross"):
+    for m in ("upstream", "ross_nomask", "ross", *(["continued_rl"] if rl else [])):
         out["rates"][m] = {k: sum(share(m, f)) / len(prompts) for k, f in measures.items()}
-        attempts_used = [a for s in (seeds if m != "upstream" else [None])
+        attempts_used = [a for s in (seeds if m in ("ross", "ross_nomask") else [None])
                          for a in res[m if s is None else f"{m}-{s}"] if a is not None]
         out["rates"][m]["mean_attempt_of_a_success"] = sum(attempts_used) / max(len(attempts_used), 1)
     for k, f in measures.items():
         out["paired"][k] = {"ross - ross_nomask": sign_test(share("ross", f), share("ross_nomask", f)),
                             "ross - upstream": sign_test(share("ross", f), share("upstream", f)),
                             "ross_nomask - upstream": sign_test(share("ross_nomask", f), share("upstream", f)),
+                            **({"ross - continued_rl": sign_test(share("ross", f), share("continued_rl", f)),
+                                "continued_rl - upstream": sign_test(share("continued_rl", f), share("upstream", f))}
+                               if rl else {}),
                             **{f"ross - ross_nomask ({s})": sign_test([float(f(a)) for a in res[f"ross-{s}"]],
                                                                        [float(f(a)) for a in res[f"ross_nomask-{s}"]])
                                for s in seeds}}
@@ -192,7 +208,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--upstream", required=True, help="a finished gfcr train run folder (the RL policy)")
     ap.add_argument("--state", default="~/.cache/gfcr/studies/ross-feedback", help="the study's folder (outside the repo)")
-    ap.add_argument("--stages", default="sweep,arms,eval")
+    ap.add_argument("--stages", default="sweep,arms,rl,eval")
     ap.add_argument("--k", type=int, default=2, help="episodes per train prompt in the sweep")
     ap.add_argument("--max-turns", type=int, default=3, help="answers per episode (the first and the retries)")
     ap.add_argument("--strict", action="store_true", help="the env reads only a stated answer (no last-number fallback)")
@@ -200,6 +216,7 @@ def main() -> None:
     ap.add_argument("--epochs-sft", type=int, default=3, help="epochs of each ROSS arm (the paper's 3)")
     ap.add_argument("--n-eval", type=int, default=300, help="held-out two-digit sums")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rl-steps", type=int, default=12, help="continued RL: more GRPO steps of the upstream run")
     ap.add_argument("--judge", default="arith-steps", help="the arms' judge (keep-all: no mask, tests)")
     args = ap.parse_args()
     from stages import run_stages
@@ -211,11 +228,13 @@ def main() -> None:
 
     def evaluate() -> dict[str, Any]:
         pp = state / "eval.partial.json"
-        return stage_eval(args, state, up, results["arms"], json.loads(pp.read_text()) if pp.exists() else {})
+        return stage_eval(args, state, up, results["arms"], json.loads(pp.read_text()) if pp.exists() else {},
+                          results.get("rl"))
 
     run_stages(args.stages.split(","), lambda st: state / f"{st}.json", {
         "sweep": lambda: stage_sweep(args, state, up),
         "arms": lambda: stage_arms(args, state, up),
+        "rl": lambda: stage_rl(args, state, up),
         "eval": evaluate}, results)
     (state / "result.json").write_text(json.dumps(results, indent=1, default=str))
 

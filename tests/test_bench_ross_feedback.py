@@ -35,7 +35,7 @@ def test_the_study_runs_on_a_tiny_run(tiny_run, tmp_path):
     state = tmp_path / "state"
     state.mkdir()
     args = argparse.Namespace(k=2, max_turns=2, strict=False, sft_seeds="0,1", epochs_sft=1, n_eval=3, seed=0,
-                              judge="keep-all", env=SecondTry, max_tokens=12)
+                              judge="keep-all", env=SecondTry, max_tokens=12, rl_steps=1)
     from transformers import AutoTokenizer
 
     args.stop_ids = list(range(0, len(AutoTokenizer.from_pretrained(up["last"])), 3))  # turns that end, not cut
@@ -56,8 +56,12 @@ def test_the_study_runs_on_a_tiny_run(tiny_run, tmp_path):
     assert set(arms["s1"]["dirs"]) == {"ross_nomask", "ross"}
     assert all(Path(d, "config.json").exists() for d in arms["s1"]["dirs"].values())
     assert arms["audit"]["kept_with_failed_attempt"] == arms["s0"]["select"]["rollouts"]
-    ev = fb.stage_eval(args, state, up, arms, {})
-    assert ev["n"] == 3 and set(ev["timing"]) == {"upstream", "ross_nomask-s0", "ross-s0", "ross_nomask-s1", "ross-s1"}
+    rl = fb.stage_rl(args, state, up)
+    assert rl["dir"].endswith("step_000000") and rl["steps"] == 1 and Path(rl["dir"], "config.json").exists()
+    ev = fb.stage_eval(args, state, up, arms, {}, rl)
+    assert ev["n"] == 3 and set(ev["timing"]) == {"upstream", "ross_nomask-s0", "ross-s0", "ross_nomask-s1", "ross-s1",
+                                                  "continued_rl"}
+    assert {"ross - continued_rl", "continued_rl - upstream"} <= set(ev["paired"]["first_attempt"])
     assert ev["rates"]["upstream"]["first_attempt"] == 0.0  # the env never passes a first answer
     p = ev["paired"]["within_turns"]["ross - ross_nomask"]
     assert p["n"] == 3 and 0 <= p["a"] <= 1
