@@ -345,10 +345,7 @@ class MultiTurn:
         e["info"].append(info)
         if done:
             e["done"], e["finish"] = True, "env_done"
-            if obs:
-                e["meta"]["final_observation"] = obs
-            return
-        if e["turns"] >= self.max_turns:  # no turn is left to read it: kept aside, as with done
+        if done or e["turns"] >= self.max_turns:  # no turn is left to read the observation: kept aside
             if obs:
                 e["meta"]["final_observation"] = obs
             return
