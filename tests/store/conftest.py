@@ -60,19 +60,14 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """moto's S3 server (``ThreadedMotoServer``, the same HTTP API as S3) on 127.0.0.1 at a free
-    port, with the bucket :data:`S3_BUCKET`; yields its endpoint URL. Started once per session."""
-    import boto3
-    from moto.server import ThreadedMotoServer
+    """moto's S3 server (the same HTTP API as S3) on 127.0.0.1 at a free port, with the bucket
+    :data:`S3_BUCKET`; yields its endpoint URL. Started once per session. It is
+    :class:`gfcr.testing.S3Server`, whose conditional PUTs are atomic as on S3 (moto's alone are not)."""
+    from gfcr.testing import S3Server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a line per request in failure reports
-    port = free_port()
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    srv.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket=S3_BUCKET)
-    yield endpoint
+    srv = S3Server(free_port(), S3_BUCKET)
+    yield srv.endpoint
     srv.stop()
 
 

@@ -255,3 +255,42 @@ def test_a_missing_bucket_is_one_line(s3_env):
     with pytest.raises(StoreError, match=r"^the bucket 'no-such-bucket' of s3://no-such-bucket/x does not exist at the "
                                          r"endpoint; create it first"):
         RolloutStore.open("s3://no-such-bucket/x", create=True)
+
+
+def test_the_test_servers_conditional_puts_refuse_the_second_of_a_race(s3_server):
+    """The suite's S3 server keeps S3's guarantee that Lance's commits rely on: of racing
+    ``If-None-Match: *`` PUTs of one key, exactly one succeeds and the others get 412. moto alone
+    checks and then writes (gfcr.testing.S3Server): with thread switches this frequent, 8 threads on
+    each of 200 keys got two successes for 3 keys before the server serialised conditional PUTs."""
+    import threading
+
+    import botocore
+
+    s3 = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1", aws_access_key_id="testing",
+                      aws_secret_access_key="testing")
+    prefix = s3_uri("race").split(f"s3://{S3_BUCKET}/", 1)[1]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # widen moto's window between its check and its write
+    try:
+        for key in range(100):
+            won, refused = [], []
+            barrier = threading.Barrier(8)
+
+            def put(i, key=key, won=won, refused=refused, barrier=barrier):
+                barrier.wait()
+                try:
+                    s3.put_object(Bucket=S3_BUCKET, Key=f"{prefix}/k{key}", Body=bytes([i]) * 1000, IfNoneMatch="*")
+                    won.append(i)
+                except botocore.exceptions.ClientError as e:
+                    refused.append(e.response["ResponseMetadata"]["HTTPStatusCode"])
+
+            threads = [threading.Thread(target=put, args=(i,)) for i in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(won) == 1 and refused == [412] * 7, (key, won, refused)
+            body = s3.get_object(Bucket=S3_BUCKET, Key=f"{prefix}/k{key}")["Body"].read()
+            assert body == bytes(won) * 1000  # the stored object is the winner's
+    finally:
+        sys.setswitchinterval(old)
